@@ -1,0 +1,77 @@
+"""Command line: ``iceberg-catalog serve`` and ``iceberg-catalog migrate`` (also ``python -m catalog``).
+
+Flags override ``CATALOG_*`` environment variables; they are passed to the server processes through
+the environment, so several uvicorn workers all see the same settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from .settings import Settings
+
+_FLAGS = {
+    "database_url": "--database-url",
+    "warehouse": "--warehouse",
+    "host": "--host",
+    "port": "--port",
+    "workers": "--workers",
+    "log_level": "--log-level",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="iceberg-catalog", description="Apache Iceberg REST catalog server")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the REST catalog server")
+    for field, flag in _FLAGS.items():
+        serve.add_argument(flag, dest=field, help=f"overrides CATALOG_{field.upper()}")
+    mig = sub.add_parser("migrate", help="migrate the database schema (to head by default) and exit")
+    mig.add_argument("--database-url", dest="database_url")
+    mig.add_argument("--revision", default="head", help="target revision (head, base, or an id)")
+    mig.add_argument("--downgrade", action="store_true", help="migrate down to --revision")
+    args = parser.parse_args(argv)
+
+    for field in _FLAGS:
+        value = getattr(args, field, None)
+        if value is not None:
+            os.environ[f"CATALOG_{field.upper()}"] = str(value)
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "migrate":
+        return _migrate(settings, args.revision, args.downgrade)
+    return _serve(settings)
+
+
+def _migrate(settings: Settings, revision: str, down: bool) -> int:
+    from . import migrate
+    from .db import create_engine
+
+    engine = create_engine(settings)
+    (migrate.downgrade if down else migrate.upgrade)(engine, revision)
+    print(f"database migrated to {revision}: {engine.url.render_as_string(hide_password=True)}")
+    engine.dispose()
+    return 0
+
+
+def _serve(settings: Settings) -> int:
+    import uvicorn
+
+    uvicorn.run(
+        "catalog.app:app_from_env",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

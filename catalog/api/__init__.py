@@ -1,0 +1,1 @@
+"""The HTTP layer: one module per resource, plus ``wire`` (JSON in/out, path codec, error body)."""

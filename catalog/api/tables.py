@@ -1,0 +1,167 @@
+"""Table routes: list, create (and stage), load, exists, commit, drop, rename, register,
+multi-table transactions and metrics reports."""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+from litestar import Request, Response, delete, get, head, post
+from litestar.datastructures import State
+
+from .. import errors
+from ..files import MetadataFile
+from ..service import TableChange
+from . import wire
+from .models import (
+    CommitTableRequest,
+    CommitTransactionRequest,
+    CreateTableRequest,
+    RegisterTableRequest,
+    RenameTableRequest,
+    ReportMetricsRequest,
+)
+
+TABLES = "/v1/namespaces/{namespace:str}/tables"
+TABLE = TABLES + "/{table:str}"
+
+
+@get(TABLES)
+async def list_tables(namespace: str, request: Request, state: State) -> Response:
+    ns = wire.decode_namespace(namespace)
+    after, size = wire.page_params(request.query_params)
+    names = await wire.blocking(state.catalog.list_tables, ns, after, wire.fetch_limit(size))
+    page, token = wire.paginate(names, size, lambda name: name)
+    return wire.json_response(
+        {"identifiers": [{"namespace": list(ns), "name": n} for n in page], "next-page-token": token}
+    )
+
+
+@post(TABLES)
+async def create_table(namespace: str, payload: bytes, state: State) -> Response:
+    ns = wire.decode_namespace(namespace)
+    req = wire.parse(CreateTableRequest, payload)
+    location, metadata = await wire.blocking(
+        state.catalog.create_table,
+        ns,
+        req.name,
+        req.table_schema,
+        req.location,
+        req.partition_spec,
+        req.write_order,
+        dict(req.properties),
+        req.stage_create,
+    )
+    raw = metadata.model_dump_json().encode()
+    if location is None:  # staged: nothing persisted, no location yet
+        return wire.raw_json_response(_load_result(None, raw, state))
+    return wire.raw_json_response(_load_result(location, raw, state), headers={"ETag": etag(location, "all")})
+
+
+@get(TABLE)
+async def load_table(namespace: str, table: str, request: Request, state: State) -> Response:
+    ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
+    mode = (request.query_params.get("snapshots") or "all").lower()
+    if mode not in ("all", "refs"):
+        raise errors.BadRequest(f"Invalid snapshots mode: {mode!r}, expected 'all' or 'refs'")
+    file = await wire.blocking(state.catalog.load_table, ns, name)
+    tag = etag(file.location, mode)
+    if _matches(request.headers.get("if-none-match"), tag):
+        return Response(content=None, status_code=304, headers={"ETag": tag})
+    raw = file.raw if mode == "all" else _refs_only(file)
+    return wire.raw_json_response(_load_result(file.location, raw, state), headers={"ETag": tag})
+
+
+@head(TABLE, status_code=204)
+async def table_exists(namespace: str, table: str, state: State) -> None:
+    await wire.blocking(state.catalog.table_entry, wire.decode_namespace(namespace), wire.decode_name(table))
+
+
+@post(TABLE)
+async def update_table(namespace: str, table: str, payload: bytes, state: State) -> Response:
+    ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
+    req = wire.parse(CommitTableRequest, payload)
+    if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
+        raise errors.BadRequest("Malformed request: identifier in the body does not match the path")
+    file = await wire.blocking(state.catalog.commit_table, TableChange(ns, name, req.requirements, req.updates))
+    out = b'{"metadata-location":' + orjson.dumps(file.location) + b',"metadata":' + file.raw + b"}"
+    return wire.raw_json_response(out, headers={"ETag": etag(file.location, "all")})
+
+
+@delete(TABLE, status_code=204)
+async def drop_table(namespace: str, table: str, request: Request, state: State) -> None:
+    purge = wire.is_true(request.query_params.get("purgeRequested"))
+    await wire.blocking(state.catalog.drop_table, wire.decode_namespace(namespace), wire.decode_name(table), purge)
+
+
+@post("/v1/tables/rename", status_code=204)
+async def rename_table(payload: bytes, state: State) -> None:
+    req = wire.parse(RenameTableRequest, payload)
+    src, dst = req.source, req.destination
+    await wire.blocking(state.catalog.rename_table, (tuple(src.namespace), src.name), (tuple(dst.namespace), dst.name))
+
+
+@post("/v1/namespaces/{namespace:str}/register")
+async def register_table(namespace: str, payload: bytes, state: State) -> Response:
+    ns = wire.decode_namespace(namespace)
+    req = wire.parse(RegisterTableRequest, payload)
+    file = await wire.blocking(state.catalog.register_table, ns, req.name, req.metadata_location, req.overwrite)
+    return wire.raw_json_response(
+        _load_result(file.location, file.raw, state), headers={"ETag": etag(file.location, "all")}
+    )
+
+
+@post("/v1/transactions/commit", status_code=204)
+async def commit_transaction(payload: bytes, state: State) -> None:
+    req = wire.parse(CommitTransactionRequest, payload)
+    changes = []
+    for change in req.table_changes:
+        if change.identifier is None:
+            raise errors.BadRequest("Malformed request: every table change needs an identifier")
+        ident = change.identifier
+        changes.append(TableChange(tuple(ident.namespace), ident.name, change.requirements, change.updates))
+    await wire.blocking(state.catalog.commit_transaction, changes)
+
+
+@post(TABLE + "/metrics", status_code=204)
+async def report_metrics(namespace: str, table: str, payload: bytes, state: State) -> None:
+    wire.parse(ReportMetricsRequest, payload)
+    await wire.blocking(state.catalog.table_entry, wire.decode_namespace(namespace), wire.decode_name(table))
+
+
+def etag(location: str, mode: str) -> str:
+    """Distinct per metadata file and snapshots mode (a refs load and an all load differ)."""
+    return '"' + hashlib.blake2b(f"{location},snapshots={mode}".encode(), digest_size=12).hexdigest() + '"'
+
+
+def _matches(if_none_match: str | None, tag: str) -> bool:
+    if not if_none_match:
+        return False
+    candidates = {t.strip().removeprefix("W/").strip('"') for t in if_none_match.split(",")}
+    return tag.strip('"') in candidates or "*" in candidates
+
+
+def _refs_only(file: MetadataFile) -> bytes:
+    metadata = orjson.loads(file.raw)
+    keep = {ref["snapshot-id"] for ref in (metadata.get("refs") or {}).values()}
+    metadata["snapshots"] = [s for s in metadata.get("snapshots", []) if s["snapshot-id"] in keep]
+    return orjson.dumps(metadata)
+
+
+def _load_result(location: str | None, raw_metadata: bytes, state: State) -> bytes:
+    head_ = b'{"metadata-location":' + orjson.dumps(location) if location else b'{"metadata-location":null'
+    return head_ + b',"metadata":' + raw_metadata + b',"config":' + state.table_config + b"}"
+
+
+ROUTES = [
+    list_tables,
+    create_table,
+    load_table,
+    table_exists,
+    update_table,
+    drop_table,
+    rename_table,
+    register_table,
+    commit_transaction,
+    report_metrics,
+]

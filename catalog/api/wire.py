@@ -1,0 +1,132 @@
+"""What crosses the wire: JSON bodies in and out, the path codec, pagination, the error body.
+
+Paths are routed on the RAW request path (see ``app.RawPathRouting``), so path parameters arrive
+still percent-encoded and are decoded here: namespace levels are split on ``%1F`` (the advertised
+separator) before decoding, so a level may itself contain ``.``, ``/`` or ``%``.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import unquote, unquote_plus
+
+import anyio.to_thread
+import orjson
+from litestar import Response
+from pydantic import BaseModel, ValidationError
+
+from .. import errors
+from ..db import SEP
+
+JSON = "application/json"
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+_LEVEL_SPLIT = re.compile(r"%1[fF]|\x1f")
+
+
+async def blocking(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking service call (SQL, object storage) in the worker thread pool."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
+    return raw_json_response(orjson.dumps(body), status, headers)
+
+
+def raw_json_response(content: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
+    return Response(content=content, status_code=status, media_type=JSON, headers=headers)
+
+
+def no_content() -> Response[None]:
+    return Response(content=None, status_code=204)
+
+
+def error_body(message: str, type_: str, code: int) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type_, "code": code}})
+
+
+def parse(model: type[M], data: bytes) -> M:
+    """Parse a request body; anything malformed is a 400 naming the first problem."""
+    if not data:
+        raise errors.BadRequest("Malformed request: empty body")
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as e:
+        raise errors.BadRequest(f"Malformed request: {describe(e)}") from e
+
+
+def describe(e: ValidationError) -> str:
+    first = e.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+    return f"{where}: {first.get('msg', 'invalid')}"
+
+
+def decode_namespace(raw: str) -> tuple[str, ...]:
+    """A namespace path segment: levels joined by %1F (or a raw 0x1F), each level URL-encoded."""
+    levels = tuple(unquote_plus(level) for level in _LEVEL_SPLIT.split(raw))
+    if not levels or any(level == "" for level in levels):
+        raise errors.BadRequest(f"Invalid namespace: {unquote_plus(raw)!r}")
+    return levels
+
+
+def decode_name(raw: str) -> str:
+    name = unquote_plus(raw)
+    if not name:
+        raise errors.BadRequest("Invalid name: empty")
+    return name
+
+
+def decode_parent(value: str | None) -> tuple[str, ...]:
+    """The ``parent`` query parameter: levels joined by 0x1F (Java) or by a still-encoded %1F (pyiceberg)."""
+    if not value:
+        return ()
+    return tuple(unquote(level) for level in _LEVEL_SPLIT.split(value))
+
+
+def is_true(value: str | None) -> bool:
+    """Query booleans arrive as true/false (Java) or True/False (pyiceberg)."""
+    return (value or "").strip().lower() == "true"
+
+
+# -- pagination -----------------------------------------------------------------------------------
+
+
+def page_params(query: Any) -> tuple[str | None, int | None]:
+    """(resume-after key, limit). Pagination happens only when pageSize is given; an empty
+    pageToken (Java always sends one) starts at the beginning."""
+    size_raw, token = query.get("pageSize"), query.get("pageToken")
+    size = None
+    if size_raw not in (None, ""):
+        try:
+            size = int(size_raw)
+        except ValueError as e:
+            raise errors.BadRequest(f"Invalid pageSize: {size_raw!r}") from e
+        if size < 1:
+            raise errors.BadRequest(f"Invalid pageSize: {size}, must be at least 1")
+    after = None
+    if token:
+        try:
+            after = base64.urlsafe_b64decode(token.encode()).decode()
+        except Exception as e:  # noqa: BLE001
+            raise errors.BadRequest(f"Invalid pageToken: {token!r}") from e
+    return after, size
+
+
+def fetch_limit(size: int | None) -> int | None:
+    """Ask the store for one extra row to learn whether another page exists."""
+    return None if size is None else size + 1
+
+
+def paginate(keys: list[Any], size: int | None, key_of: Any) -> tuple[list[Any], str | None]:
+    if size is None or len(keys) <= size:
+        return keys, None
+    page = keys[:size]
+    return page, base64.urlsafe_b64encode(key_of(page[-1]).encode()).decode()
+
+
+def namespace_key(ns: tuple[str, ...]) -> str:
+    return SEP.join(ns)

@@ -1,0 +1,150 @@
+"""Wiring: settings -> engine, storage, service; routes; the Iceberg error body; raw-path routing.
+
+``create_app(settings)`` returns the ASGI application. Only this module and ``api/`` import litestar.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from litestar import Litestar, Request, Response
+from litestar.di import Provide
+from litestar.exceptions import HTTPException
+from pydantic import ValidationError
+
+from . import errors, migrate
+from .api import config as config_api
+from .api import namespaces, tables, wire
+from .db import create_engine
+from .files import MetadataFiles
+from .purge import client_io_properties
+from .service import Catalog
+from .settings import Settings
+from .storage import create_storage
+from .store import Store
+
+log = logging.getLogger("catalog")
+
+CATALOG_ROUTES = [*namespaces.ROUTES, *tables.ROUTES]
+# /v1/<prefix>/<resource>...: the optional prefix segment clients insert after /v1/.
+_PREFIXED = re.compile(r"^/v1/([^/]+)/(namespaces|tables|views|transactions)(/.*)?$")
+_UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "config", "oauth"}
+
+
+class RawPathRouting:
+    """Route on the raw (still percent-encoded) path, with the optional ``{prefix}`` removed.
+
+    ASGI's ``path`` is already decoded, which would turn a ``%2F`` inside a name into a path
+    separator and lose the ``%1F`` boundaries between namespace levels. Handlers decode their path
+    parameters themselves (``api.wire``).
+    """
+
+    def __init__(self, app: Litestar, prefix: str) -> None:
+        self.app = app
+        self.prefix = prefix
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            path = raw.decode("latin-1") if raw else scope["path"]
+            match = _PREFIXED.match(path)
+            if match and match.group(1) not in _UNPREFIXED_FIRST:
+                if self.prefix and match.group(1) != self.prefix:
+                    await _send_error(send, errors.NoSuchWarehouse(f"Warehouse does not exist: {match.group(1)}"))
+                    return
+                path = f"/v1/{match.group(2)}{match.group(3) or ''}"
+            scope = {**scope, "path": path}
+        await self.app(scope, receive, send)
+
+    def __getattr__(self, name: str) -> Any:  # expose the Litestar app's attributes (state, routes)
+        return getattr(self.app, name)
+
+
+def create_app(settings: Settings | None = None) -> RawPathRouting:
+    settings = settings or Settings()
+    handlers = [*config_api.ROUTES, *CATALOG_ROUTES]
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        engine = create_engine(settings)
+        if settings.is_sqlite or settings.auto_migrate:
+            migrate.upgrade(engine)
+        storage = create_storage(settings)
+        app.state.catalog = Catalog(
+            settings, Store(engine), storage, MetadataFiles(storage, settings.metadata_cache_size)
+        )
+        app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
+        app.state.table_config = orjson.dumps(client_io_properties(settings))
+        try:
+            yield
+        finally:
+            engine.dispose()
+
+    app = Litestar(
+        route_handlers=handlers,
+        dependencies={"payload": Provide(_raw_body)},
+        lifespan=[lifespan],
+        exception_handlers={Exception: _error_response},
+        openapi_config=None,
+        debug=False,
+    )
+    return RawPathRouting(app, settings.prefix)
+
+
+async def _raw_body(request: Request) -> bytes:
+    """The request body as bytes: handlers parse it themselves with the Iceberg models."""
+    return await request.body()
+
+
+def _config(settings: Settings, endpoints: list[str]) -> dict[str, Any]:
+    overrides: dict[str, str] = {"namespace-separator": "%1F"}
+    if settings.prefix:
+        overrides["prefix"] = settings.prefix
+    return {"defaults": client_io_properties(settings), "overrides": overrides, "endpoints": endpoints}
+
+
+def _error_response(request: Request, exc: Exception) -> Response:
+    err = _as_iceberg(exc)
+    if err.code >= 500:
+        log.error("%s %s -> %s: %s", request.method, request.url.path, err.code, err.message, exc_info=exc)
+    if request.method == "HEAD":
+        return Response(content=None, status_code=err.code)
+    return Response(
+        content=wire.error_body(err.message, err.type, err.code), status_code=err.code, media_type=wire.JSON
+    )
+
+
+def _as_iceberg(exc: Exception) -> errors.IcebergError:
+    if isinstance(exc, errors.IcebergError):
+        return exc
+    if isinstance(exc, ValidationError):
+        return errors.BadRequest(f"Malformed request: {wire.describe(exc)}")
+    if isinstance(exc, HTTPException):
+        code = exc.status_code
+        if code == 404:
+            err: errors.IcebergError = errors.NotFound(f"No route for this path: {exc.detail}")
+        elif code < 500:
+            err = errors.BadRequest(f"Malformed request: {exc.detail}")
+        else:
+            err = errors.IcebergError(str(exc.detail))
+        err.code = code
+        if code == 405:
+            err.type = "MethodNotAllowedException"
+        return err
+    return errors.IcebergError(f"Internal server error: {type(exc).__name__}: {exc}")
+
+
+async def _send_error(send: Any, err: errors.IcebergError) -> None:
+    body = wire.error_body(err.message, err.type, err.code)
+    await send({"type": "http.response.start", "status": err.code, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def app_from_env() -> RawPathRouting:
+    """Factory for uvicorn (``--factory``): settings from the environment."""
+    return create_app(Settings())

@@ -1,0 +1,160 @@
+"""The pure part of a commit: requirements + updates -> new TableMetadata. No I/O.
+
+pyiceberg owns the metadata model and the semantics of every update action; this module adds what a
+server needs around it: the REST error mapping (409 for a stale premise, 400 for a bad request), the
+no-op detection, the create path and the next metadata file name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import TableProperties
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.metadata import TableMetadata, TableMetadataV1, new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate, update_table_metadata
+
+from . import errors
+
+# Properties that describe the table rather than configure it; never persisted (Java's reserved set).
+RESERVED_PROPERTIES = frozenset(
+    {
+        "format-version",
+        "uuid",
+        "snapshot-count",
+        "current-snapshot-id",
+        "current-snapshot-summary",
+        "current-snapshot-timestamp-ms",
+        "current-schema",
+        "default-partition-spec",
+        "default-sort-order",
+    }
+)
+DEFAULT_PROPERTIES = {"write.parquet.compression-codec": "zstd"}
+_VERSION = re.compile(r"^(\d+)-[0-9a-fA-F-]{36}(?:\.gz)?\.metadata\.json$")
+# pyiceberg phrases Java's RetryableValidationException (a stale sequence number or first-row-id) as a
+# ValueError; the client must rebuild its snapshot, so it is a 409, not a 400.
+_RETRYABLE = ("older than last sequence number", "first row id smaller than")
+
+
+def is_create(requirements: Sequence[TableRequirement]) -> bool:
+    """A commit is a (staged) create when it asserts the table does not exist; then only that may be asserted."""
+    creates = [r for r in requirements if isinstance(r, AssertCreate)]
+    if creates and len(creates) != len(requirements):
+        raise errors.IllegalArgument("Invalid create requirements: assert-create must be the only requirement")
+    return bool(creates)
+
+
+def check_requirements(requirements: Sequence[TableRequirement], base: TableMetadata | None) -> None:
+    """Raise 409 ``CommitFailed`` naming the first requirement that does not hold on ``base``."""
+    for requirement in requirements:
+        try:
+            requirement.validate(base)
+        except CommitFailedException as e:
+            message = str(e)
+            if not message.startswith("Requirement failed"):
+                message = f"Requirement failed: {message[0].lower()}{message[1:]}"
+            raise errors.CommitFailed(f"{message} ({requirement.type})") from e
+
+
+def apply_updates(base: TableMetadata, updates: Sequence[TableUpdate], base_location: str | None) -> TableMetadata:
+    """Apply ``updates`` to ``base``; returns ``base`` itself when nothing changed.
+
+    ``base_location`` (the current pointer) is appended to the metadata-log, trimmed to
+    ``write.metadata.previous-versions-max``; ``None`` for a create (empty log).
+    """
+    if not updates:
+        return base
+    try:
+        new = update_table_metadata(
+            base, tuple(updates), enforce_validation=base_location is None, metadata_location=base_location
+        )
+    except errors.IcebergError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as e:
+        message = str(e) or type(e).__name__
+        if any(marker in message for marker in _RETRYABLE):
+            raise errors.CommitFailed(f"Validation failed, please retry: {message}") from e
+        raise errors.ValidationFailed(message) from e
+    except Exception as e:  # pydantic.ValidationError and friends: the request produced invalid metadata
+        raise errors.ValidationFailed(_first_line(e)) from e
+    return base if _unchanged(base, new) else new
+
+
+def empty_metadata() -> TableMetadata:
+    """The starting point of a staged create's commit (its updates upgrade the format version)."""
+    return TableMetadataV1(location="", last_column_id=-1, schema=Schema())
+
+
+def new_metadata(
+    location: str,
+    schema: Schema,
+    spec: PartitionSpec | None,
+    order: SortOrder | None,
+    properties: dict[str, str],
+) -> TableMetadata:
+    """Metadata of a new table: fresh field ids, reserved properties stripped, Java's defaults added."""
+    format_version = properties.get("format-version", "2")
+    persisted = {**DEFAULT_PROPERTIES, **{k: v for k, v in properties.items() if k not in RESERVED_PROPERTIES}}
+    try:
+        return new_table_metadata(
+            schema=schema,
+            partition_spec=spec or UNPARTITIONED_PARTITION_SPEC,
+            sort_order=order or UNSORTED_SORT_ORDER,
+            location=location,
+            properties={**persisted, "format-version": format_version},
+        )
+    except errors.IcebergError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a spec or order that does not fit the schema, a bad version
+        raise errors.ValidationFailed(_first_line(e)) from e
+
+
+def version_of(metadata_location: str) -> int:
+    """The NNNNN of ``NNNNN-<uuid>.metadata.json``; -1 for a file named otherwise (registered files)."""
+    match = _VERSION.match(metadata_location.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else -1
+
+
+def next_location(metadata: TableMetadata, current_location: str | None) -> str:
+    """``<metadata dir>/<version+1>-<uuid>.metadata.json``, honouring write.metadata.path and the codec."""
+    version = version_of(current_location) + 1 if current_location else 0
+    provider = load_location_provider(metadata.location, metadata.properties)
+    location = provider.new_table_metadata_file_location(version)
+    if is_gzip(metadata.properties):
+        location = location[: -len(".metadata.json")] + ".gz.metadata.json"
+    return location
+
+
+def is_gzip(properties: dict[str, str]) -> bool:
+    return str(properties.get("write.metadata.compression-codec", "none")).lower() == "gzip"
+
+
+def dropped_metadata_files(base: TableMetadata, base_location: str, new: TableMetadata) -> set[str]:
+    """Previous metadata files that fell out of the log, when delete-after-commit is enabled."""
+    enabled = new.properties.get(TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED, "false")
+    if str(enabled).lower() != "true":
+        return set()
+    before = {entry.metadata_file for entry in base.metadata_log} | {base_location}
+    after = {entry.metadata_file for entry in new.metadata_log}
+    return before - after
+
+
+def _unchanged(base: TableMetadata, new: TableMetadata) -> bool:
+    # pyiceberg bumps last-updated-ms (and the log) only when an update changed something.
+    return new.last_updated_ms == base.last_updated_ms and new.metadata_log == base.metadata_log
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0] if "\n" not in text else " ".join(text.split())[:500]
+
+
+def dump(metadata: TableMetadata) -> bytes:
+    """The JSON of a metadata file, as pyiceberg writes it."""
+    return metadata.model_dump_json().encode()

@@ -1,0 +1,109 @@
+"""SQLAlchemy table definitions and the engine factory.
+
+Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
+
+- ``namespaces``: one row per namespace; ``name`` is the levels joined by the unit separator
+  (``\\x1f``), ``parent`` the same for the parent ('' at the top level).
+- ``catalog_entries``: tables and views share one identifier space (a view and a table cannot have
+  the same name), so both live here, told apart by ``kind``. ``metadata_location`` is THE pointer:
+  it only moves by a conditional UPDATE (see ``store.swap_pointer``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from .settings import Settings
+
+SEP = "\x1f"
+
+metadata = sa.MetaData()
+
+namespaces = sa.Table(
+    "namespaces",
+    metadata,
+    sa.Column("name", sa.String(1024), primary_key=True),
+    sa.Column("parent", sa.String(1024), nullable=False, index=True),
+    sa.Column("properties", sa.JSON, nullable=False),
+)
+
+catalog_entries = sa.Table(
+    "catalog_entries",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "namespace",
+        sa.String(1024),
+        sa.ForeignKey("namespaces.name", name="fk_entries_namespace"),
+        nullable=False,
+    ),
+    sa.Column("name", sa.String(1024), nullable=False),
+    sa.Column("kind", sa.String(8), nullable=False),  # 'table' | 'view'
+    sa.Column("metadata_location", sa.Text, nullable=False),
+    sa.Column("previous_metadata_location", sa.Text, nullable=True),
+    sa.UniqueConstraint("namespace", "name", name="uq_entries_namespace_name"),
+)
+
+
+def join_namespace(levels: tuple[str, ...] | list[str]) -> str:
+    return SEP.join(levels)
+
+
+def split_namespace(key: str) -> tuple[str, ...]:
+    return tuple(key.split(SEP)) if key else ()
+
+
+def create_engine(settings: Settings) -> Engine:
+    """Engine for the configured database.
+
+    SQLite: WAL, a busy timeout, and write transactions opened with ``BEGIN IMMEDIATE`` so that two
+    writers queue on the lock instead of failing with "database is locked" when a read lock would be
+    upgraded. Reads use AUTOCOMMIT connections and never take the write lock.
+    PostgreSQL: a bounded, pre-pinged pool sized by settings.
+    """
+    url = settings.database_url
+    if settings.is_sqlite:
+        engine = sa.create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=settings.db_pool_size,
+            max_overflow=settings.db_max_overflow,
+            poolclass=sa.pool.QueuePool,
+        )
+        _configure_sqlite(engine)
+        return engine
+    return sa.create_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout,
+        pool_pre_ping=True,
+        connect_args=_postgres_connect_args(url),
+    )
+
+
+def _postgres_connect_args(url: str) -> dict[str, Any]:
+    if url.startswith("postgresql"):
+        return {"connect_timeout": 5}
+    return {}
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")

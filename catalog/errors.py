@@ -1,0 +1,93 @@
+"""Errors carrying the Iceberg REST error ``type`` and HTTP status.
+
+Clients branch on the ``type`` string (Java's exception simple name), so these names are part of the
+protocol. This module imports no web framework: the API layer turns them into the error body
+``{"error": {"message", "type", "code"}}``.
+"""
+
+from __future__ import annotations
+
+
+class IcebergError(Exception):
+    """Base: ``type`` and ``code`` go to the wire as they are."""
+
+    type: str = "InternalServerError"
+    code: int = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(IcebergError):
+    type, code = "BadRequestException", 400
+
+
+class IllegalArgument(IcebergError):
+    type, code = "IllegalArgumentException", 400
+
+
+class ValidationFailed(IcebergError):
+    type, code = "ValidationException", 400
+
+
+class NotAuthorized(IcebergError):
+    type, code = "NotAuthorizedException", 401
+
+
+class NoSuchNamespace(IcebergError):
+    type, code = "NoSuchNamespaceException", 404
+
+
+class NoSuchTable(IcebergError):
+    type, code = "NoSuchTableException", 404
+
+
+class NoSuchView(IcebergError):
+    type, code = "NoSuchViewException", 404
+
+
+class NoSuchWarehouse(IcebergError):
+    type, code = "NoSuchWarehouseException", 404
+
+
+class NotFound(IcebergError):
+    type, code = "NotFoundException", 404
+
+
+class Unsupported(IcebergError):
+    type, code = "UnsupportedOperationException", 406
+
+
+class AlreadyExists(IcebergError):
+    type, code = "AlreadyExistsException", 409
+
+
+class NamespaceNotEmpty(IcebergError):
+    type, code = "NamespaceNotEmptyException", 409
+
+
+class CommitFailed(IcebergError):
+    """409: nothing happened; the client may refresh and retry."""
+
+    type, code = "CommitFailedException", 409
+
+
+class UnprocessableEntity(IcebergError):
+    type, code = "UnprocessableEntityException", 422
+
+
+class CommitStateUnknown(IcebergError):
+    """500: the commit may or may not have happened. Clients must not retry or clean up."""
+
+    type, code = "CommitStateUnknownException", 500
+
+
+class ServiceUnavailable(IcebergError):
+    """503: a dependency (database, storage) is unreachable; nothing was changed."""
+
+    type, code = "ServiceUnavailableException", 503
+
+
+class NotImplementedOperation(IcebergError):
+    type, code = "NotImplementedException", 501

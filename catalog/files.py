@@ -1,0 +1,83 @@
+"""Metadata files: read (parsed once, cached by location) and written create-only.
+
+A metadata file never changes after it is written, so a cache keyed by location is always right and
+never needs invalidation; it only needs a size bound.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+
+from . import commit, errors
+from .storage import Storage
+
+
+@dataclass(slots=True)
+class MetadataFile:
+    """One metadata file: its JSON as stored (decompressed) and, on demand, the parsed model."""
+
+    location: str
+    raw: bytes
+    _parsed: TableMetadata | None = field(default=None, repr=False)
+
+    @property
+    def metadata(self) -> TableMetadata:
+        if self._parsed is None:
+            try:
+                self._parsed = TableMetadataUtil.parse_raw(self.raw)
+            except Exception as e:  # noqa: BLE001 - a file that is not table metadata
+                raise errors.BadRequest(f"Invalid table metadata file {self.location}: {e}") from e
+        return self._parsed
+
+
+class MetadataFiles:
+    def __init__(self, storage: Storage, cache_size: int) -> None:
+        self.storage = storage
+        self._cache: OrderedDict[str, MetadataFile] = OrderedDict()
+        self._size = cache_size
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def read(self, location: str) -> MetadataFile:
+        with self._lock:
+            cached = self._cache.get(location)
+            if cached is not None:
+                self._cache.move_to_end(location)
+                self.hits += 1
+                return cached
+            self.misses += 1
+        raw = self.storage.read(location)
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return self._remember(MetadataFile(location, raw))
+
+    def write(self, location: str, metadata: TableMetadata) -> MetadataFile:
+        """Write a new metadata file; never overwrites (``FileExistsError``)."""
+        raw = commit.dump(metadata)
+        data = gzip.compress(raw) if commit.is_gzip(metadata.properties) else raw
+        self.storage.write_new(location, data)
+        return MetadataFile(location, raw, metadata)
+
+    def remember(self, written: MetadataFile) -> None:
+        """Cache a file once it is known to be committed (an uncommitted file is usually deleted)."""
+        self._remember(written)
+
+    def delete(self, location: str) -> None:
+        with self._lock:
+            self._cache.pop(location, None)
+        self.storage.delete(location)
+
+    def _remember(self, file: MetadataFile) -> MetadataFile:
+        if self._size:
+            with self._lock:
+                self._cache[file.location] = file
+                self._cache.move_to_end(file.location)
+                while len(self._cache) > self._size:
+                    self._cache.popitem(last=False)
+        return file

@@ -1,0 +1,307 @@
+"""The use cases. The only module that combines the store (SQL), the files (storage) and the pure
+commit step, and the home of the commit loop.
+
+The commit loop (``commit_table``), per attempt:
+  1. read the pointer row; 2. read that metadata file (cached by location: files are immutable);
+  3. check the requirements against it (a failure is a 409 and is NOT retried: the client's premise
+  is stale) and apply the updates (pyiceberg); 4. write the new file create-only;
+  5. compare-and-swap the pointer. Losing the CAS means another commit landed in between; the
+  requirements may still hold on the new base, so go again from 1 (server-side rebase) after a
+  jittered backoff, and delete the orphan file. An unknown CAS outcome is a 500 and the file is
+  kept, since it may be the committed one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.sorting import SortOrder
+from pyiceberg.table.update import TableRequirement, TableUpdate
+
+from . import commit, errors, purge
+from .files import MetadataFile, MetadataFiles
+from .settings import Settings
+from .storage import Storage
+from .store import Entry, PointerOutcomeUnknown, Store
+
+log = logging.getLogger("catalog.commit")
+Namespace = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TableChange:
+    namespace: Namespace
+    name: str
+    requirements: Sequence[TableRequirement]
+    updates: Sequence[TableUpdate]
+
+
+class Catalog:
+    def __init__(self, settings: Settings, store: Store, storage: Storage, files: MetadataFiles) -> None:
+        self.settings = settings
+        self.store = store
+        self.storage = storage
+        self.files = files
+
+    # -- namespaces ------------------------------------------------------------------------------
+
+    def create_namespace(self, ns: Namespace, properties: dict[str, str]) -> None:
+        check_namespace(ns)
+        self.store.create_namespace(ns, properties)
+
+    def load_namespace(self, ns: Namespace) -> dict[str, str]:
+        props = self.store.get_namespace(ns)
+        if props is None:
+            raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns)}")
+        return props
+
+    def drop_namespace(self, ns: Namespace) -> None:
+        self.store.drop_namespace(ns)
+
+    def update_namespace_properties(
+        self, ns: Namespace, removals: Sequence[str], updates: dict[str, str]
+    ) -> tuple[list[str], list[str], list[str]]:
+        return self.store.update_namespace_properties(ns, removals, updates)
+
+    def list_namespaces(self, parent: Namespace, after: str | None, limit: int | None) -> list[Namespace]:
+        if parent:
+            self.load_namespace(parent)
+        return self.store.list_namespaces(parent, after, limit)
+
+    # -- tables: reads ---------------------------------------------------------------------------
+
+    def list_tables(self, ns: Namespace, after: str | None, limit: int | None) -> list[str]:
+        self.load_namespace(ns)
+        return self.store.list_entries(ns, "table", after, limit)
+
+    def table_entry(self, ns: Namespace, name: str) -> Entry:
+        entry = self.store.get_entry(ns, name)
+        if entry is None or entry.kind != "table":
+            raise errors.NoSuchTable(f"Table does not exist: {ident(ns, name)}")
+        return entry
+
+    def load_table(self, ns: Namespace, name: str) -> MetadataFile:
+        return self.files.read(self.table_entry(ns, name).metadata_location)
+
+    # -- tables: create, register, drop, rename --------------------------------------------------
+
+    def create_table(
+        self,
+        ns: Namespace,
+        name: str,
+        schema: Schema,
+        location: str | None,
+        spec: PartitionSpec | None,
+        order: SortOrder | None,
+        properties: dict[str, str],
+        stage: bool,
+    ) -> tuple[str | None, TableMetadata]:
+        """Create (or, with ``stage``, only build) a table; returns (metadata location, metadata)."""
+        check_name(name)
+        ns_props = self.load_namespace(ns)
+        self._name_must_be_free(ns, name)
+        location = self._table_location(ns, name, ns_props, location)
+        metadata = commit.new_metadata(location, schema, spec, order, properties)
+        if stage:
+            return None, metadata
+        written = self.files.write(commit.next_location(metadata, None), metadata)
+        self._insert(ns, name, written)
+        return written.location, metadata
+
+    def register_table(self, ns: Namespace, name: str, location: str, overwrite: bool) -> MetadataFile:
+        check_name(name)
+        check_location(location)
+        self.load_namespace(ns)
+        file = self.files.read(location)
+        file.metadata  # noqa: B018 - parse now: a file that is not table metadata is a 400
+        existing = self.store.get_entry(ns, name)
+        if existing is not None and overwrite and existing.kind == "table":
+            self.store.overwrite_entry(ns, name, location)
+        else:
+            self.store.insert_entry(ns, name, "table", location)
+        return file
+
+    def drop_table(self, ns: Namespace, name: str, purge_requested: bool) -> None:
+        entry = self.table_entry(ns, name)
+        doomed = self.files.read(entry.metadata_location) if purge_requested else None
+        if not self.store.delete_entry(entry):
+            raise errors.NoSuchTable(f"Table does not exist: {ident(ns, name)}")
+        if doomed is not None:
+            purge.delete_table_files(doomed, self.storage, self.settings)
+
+    def rename_table(self, src: tuple[Namespace, str], dst: tuple[Namespace, str]) -> None:
+        entry = self.table_entry(*src)
+        check_namespace(dst[0])
+        check_name(dst[1])
+        self.store.rename_entry(entry, *dst)
+
+    # -- commits ---------------------------------------------------------------------------------
+
+    def commit_table(self, change: TableChange) -> MetadataFile:
+        """updateTable: the commit loop described in the module docstring."""
+        if commit.is_create(change.requirements):
+            return self._commit_create(change)
+        for attempt in range(self.settings.commit_max_attempts):
+            staged = self._stage(change)
+            if staged is None:  # nothing to change
+                return self.load_table(change.namespace, change.name)
+            if self._swap([staged]):
+                return staged[1]
+            self._lost(change, attempt, [staged])
+        raise self._gave_up([change])
+
+    def commit_transaction(self, changes: Sequence[TableChange]) -> None:
+        """All tables or none: every pointer moves in ONE database transaction, or none does."""
+        seen = set()
+        for change in changes:
+            key = (change.namespace, change.name)
+            if key in seen:
+                raise errors.IllegalArgument(f"Duplicate table in transaction: {ident(*key)}")
+            seen.add(key)
+            if commit.is_create(change.requirements):
+                raise errors.IllegalArgument("Cannot create a table in a multi-table transaction")
+        for attempt in range(self.settings.commit_max_attempts):
+            staged: list[tuple[Entry, MetadataFile]] = []
+            try:
+                for change in changes:
+                    one = self._stage(change)
+                    if one is not None:
+                        staged.append(one)
+            except BaseException:
+                self._discard(staged)
+                raise
+            if not staged or self._swap(staged):
+                return
+            self._lost(changes[0], attempt, staged)
+        raise self._gave_up(changes)
+
+    def _stage(self, change: TableChange) -> tuple[Entry, MetadataFile] | None:
+        """Steps 1-4 for one table: the written-but-uncommitted new file, or None for a no-op."""
+        entry = self.table_entry(change.namespace, change.name)
+        base = self.files.read(entry.metadata_location).metadata
+        commit.check_requirements(change.requirements, base)
+        new = commit.apply_updates(base, change.updates, entry.metadata_location)
+        if new is base:
+            return None
+        check_location(new.location)
+        return entry, self.files.write(commit.next_location(new, entry.metadata_location), new)
+
+    def _swap(self, staged: Sequence[tuple[Entry, MetadataFile]]) -> bool:
+        """Step 5, the CAS. True: committed (files cached, dropped log files deleted); False: lost."""
+        swaps = [(entry.id, entry.metadata_location, file.location) for entry, file in staged]
+        try:
+            won = self.store.swap_pointers(swaps)
+        except PointerOutcomeUnknown as e:
+            if self._landed(swaps):
+                won = True
+            else:
+                log.error("commit outcome unknown for %s: %s", [f.location for _, f in staged], e)
+                raise errors.CommitStateUnknown(f"Commit state unknown, the database connection failed: {e}") from e
+        if won:
+            for entry, file in staged:
+                self.files.remember(file)
+                self._delete_dropped_files(entry, file)
+        return won
+
+    def _landed(self, swaps: Sequence[tuple[int, str, str]]) -> bool:
+        """After a failed COMMIT, a fresh read that shows every new pointer proves the commit landed."""
+        try:
+            return all(self.store.read_pointer(entry_id) == new for entry_id, _, new in swaps)
+        except Exception:  # noqa: BLE001 - still unreachable: the outcome stays unknown
+            return False
+
+    def _commit_create(self, change: TableChange) -> MetadataFile:
+        """Commit of a staged create (assert-create): build from empty, write 00000, insert the row."""
+        check_name(change.name)
+        self.load_namespace(change.namespace)
+        self._name_must_be_free(change.namespace, change.name)
+        commit.check_requirements(change.requirements, None)
+        metadata = commit.apply_updates(commit.empty_metadata(), change.updates, None)
+        check_location(metadata.location)
+        written = self.files.write(commit.next_location(metadata, None), metadata)
+        self._insert(change.namespace, change.name, written)
+        return written
+
+    def _insert(self, ns: Namespace, name: str, written: MetadataFile) -> None:
+        try:
+            self.store.insert_entry(ns, name, "table", written.location)
+        except errors.IcebergError:
+            self.files.delete(written.location)  # known not committed: the row was never inserted
+            raise
+        self.files.remember(written)
+
+    def _lost(self, change: TableChange, attempt: int, staged: Sequence[tuple[Entry, MetadataFile]]) -> None:
+        """The CAS lost: delete the orphan files and back off before rebasing on the new pointer."""
+        self._discard(staged)
+        log.info("commit to %s lost the CAS (attempt %d), rebasing", ident(change.namespace, change.name), attempt + 1)
+        delay = self.settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
+        time.sleep(random.uniform(0, delay))
+
+    def _discard(self, staged: Sequence[tuple[Entry, MetadataFile]]) -> None:
+        for _, file in staged:
+            try:
+                self.files.delete(file.location)
+            except Exception:  # noqa: BLE001 - an orphan file is harmless; never mask the real outcome
+                log.warning("could not delete uncommitted metadata file %s", file.location)
+
+    def _gave_up(self, changes: Sequence[TableChange]) -> errors.CommitFailed:
+        names = ", ".join(ident(c.namespace, c.name) for c in changes)
+        return errors.CommitFailed(
+            f"Commit failed: {names} changed concurrently {self.settings.commit_max_attempts} times in a row; "
+            "refresh and retry"
+        )
+
+    def _delete_dropped_files(self, entry: Entry, file: MetadataFile) -> None:
+        try:
+            base = self.files.read(entry.metadata_location).metadata
+            for location in commit.dropped_metadata_files(base, entry.metadata_location, file.metadata):
+                self.files.delete(location)
+        except Exception:  # noqa: BLE001 - housekeeping after a successful commit must not fail it
+            log.warning("could not delete old metadata files of %s", file.location)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _name_must_be_free(self, ns: Namespace, name: str) -> None:
+        existing = self.store.get_entry(ns, name)
+        if existing is not None:
+            kind = "Table" if existing.kind == "table" else "View with same name"
+            raise errors.AlreadyExists(f"{kind} already exists: {ident(ns, name)}")
+
+    def _table_location(self, ns: Namespace, name: str, ns_props: dict[str, str], requested: str | None) -> str:
+        if requested:
+            check_location(requested)
+            return requested.rstrip("/")
+        if base := ns_props.get("location"):
+            return f"{base.rstrip('/')}/{name}"
+        return "/".join([self.storage.root().rstrip("/"), *ns, name])
+
+
+def ident(ns: Namespace, name: str) -> str:
+    return ".".join((*ns, name))
+
+
+def check_name(name: str) -> None:
+    """Names become path segments of the table location: nothing that could escape the warehouse."""
+    if not isinstance(name, str) or not name.strip():
+        raise errors.BadRequest("Invalid name: must be a non-empty string")
+    if "/" in name or "\\" in name or name in (".", "..") or any(c in name for c in "\x00\x1f"):
+        raise errors.BadRequest(f"Invalid name: {name!r} contains a path separator or is a relative path segment")
+
+
+def check_namespace(ns: Namespace) -> None:
+    if not ns:
+        raise errors.BadRequest("Invalid namespace: must have at least one level")
+    for level in ns:
+        check_name(level)
+
+
+def check_location(location: str) -> None:
+    if ".." in location.split("/"):
+        raise errors.BadRequest(f"Invalid location {location!r}: '..' segments are not allowed")

@@ -1,0 +1,57 @@
+"""Configuration, read from environment variables prefixed ``CATALOG_`` (and CLI flags).
+
+There is no module-level instance: ``create_app(settings)`` receives one, so tests and the CLI build
+their own.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CATALOG_", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///catalog.db",
+        description="SQLAlchemy URL: sqlite:///path.db (embedded) or postgresql+psycopg://user:pw@host/db.",
+    )
+    warehouse: str = Field(
+        default="./warehouse",
+        description="Where new tables live: a local directory or s3://bucket/prefix.",
+    )
+    host: str = "127.0.0.1"
+    port: int = 8181
+    workers: int = Field(default=1, ge=1, description="Server processes (uvicorn workers).")
+    prefix: str = Field(
+        default="",
+        description="Advertised URL prefix (overrides.prefix). Requests are accepted with or without one.",
+    )
+    log_level: str = "info"
+
+    # Database
+    db_pool_size: int = Field(default=10, ge=1)
+    db_max_overflow: int = Field(default=10, ge=0)
+    db_pool_timeout: float = Field(default=10.0, gt=0)
+    auto_migrate: bool = Field(
+        default=True,
+        description="Migrate the schema to head on start (always true for SQLite; set false for PostgreSQL "
+        "deployments that run `iceberg-catalog migrate` as a separate step).",
+    )
+
+    # Commit loop
+    commit_max_attempts: int = Field(default=10, ge=1, description="Server-side rebase attempts per commit.")
+    commit_backoff_ms: float = Field(default=5.0, ge=0, description="Base of the jittered exponential backoff.")
+    metadata_cache_size: int = Field(default=1024, ge=0, description="Parsed metadata files kept in memory.")
+
+    # S3 / MinIO (used when the warehouse is s3://...)
+    s3_endpoint: str | None = None
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    s3_path_style_access: bool = False
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")

@@ -1,0 +1,284 @@
+"""SQL access: reads, inserts and the conditional UPDATE that is the commit.
+
+Every database error is translated here, once:
+- an error before anything could have been written -> ``ServiceUnavailable`` (503, nothing changed);
+- an error while the pointer UPDATE/COMMIT was in flight -> ``PointerOutcomeUnknown`` (the service
+  decides between "it landed" and 500 ``CommitStateUnknown``);
+- a unique-key violation on insert -> ``AlreadyExists`` (409).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.engine import Connection, Engine
+
+from . import errors
+from .db import catalog_entries as E
+from .db import join_namespace, split_namespace
+from .db import namespaces as N
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    id: int
+    namespace: tuple[str, ...]
+    name: str
+    kind: str
+    metadata_location: str
+
+
+class PointerOutcomeUnknown(Exception):
+    """The pointer UPDATE or its COMMIT failed in a way that hides whether it landed."""
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- connections -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                yield conn
+        except exc.OperationalError as e:
+            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+        except exc.InterfaceError as e:
+            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction whose failure means nothing was changed (no pointer moves in here)."""
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except (exc.OperationalError, exc.InterfaceError) as e:
+            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+
+    def ping(self) -> None:
+        with self._read() as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    # -- namespaces ------------------------------------------------------------------------------
+
+    def get_namespace(self, ns: tuple[str, ...]) -> dict[str, str] | None:
+        with self._read() as conn:
+            row = conn.execute(sa.select(N.c.properties).where(N.c.name == join_namespace(ns))).first()
+        return None if row is None else dict(row.properties)
+
+    def list_namespaces(self, parent: tuple[str, ...], after: str | None, limit: int | None) -> list[tuple[str, ...]]:
+        q = sa.select(N.c.name).where(N.c.parent == join_namespace(parent)).order_by(N.c.name)
+        if after is not None:
+            q = q.where(N.c.name > after)
+        if limit is not None:
+            q = q.limit(limit)
+        with self._read() as conn:
+            return [split_namespace(r.name) for r in conn.execute(q)]
+
+    def create_namespace(self, ns: tuple[str, ...], properties: dict[str, str]) -> None:
+        try:
+            with self._write() as conn:
+                if len(ns) > 1 and not _exists(conn, N, N.c.name == join_namespace(ns[:-1])):
+                    raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns[:-1])}")
+                conn.execute(
+                    N.insert().values(name=join_namespace(ns), parent=join_namespace(ns[:-1]), properties=properties)
+                )
+        except exc.IntegrityError as e:
+            raise errors.AlreadyExists(f"Namespace already exists: {'.'.join(ns)}") from e
+
+    def update_namespace_properties(
+        self, ns: tuple[str, ...], removals: Sequence[str], updates: dict[str, str]
+    ) -> tuple[list[str], list[str], list[str]]:
+        """Apply removals then updates in one transaction; returns (updated, removed, missing)."""
+        key = join_namespace(ns)
+        with self._write() as conn:
+            row = conn.execute(sa.select(N.c.properties).where(N.c.name == key).with_for_update()).first()
+            if row is None:
+                raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns)}")
+            props = dict(row.properties)
+            removed = [k for k in removals if k in props]
+            missing = [k for k in removals if k not in props]
+            for k in removed:
+                del props[k]
+            props.update(updates)
+            conn.execute(N.update().where(N.c.name == key).values(properties=props))
+        return sorted(updates), removed, missing
+
+    def drop_namespace(self, ns: tuple[str, ...]) -> None:
+        key = join_namespace(ns)
+        with self._write() as conn:
+            if not _exists(conn, N, N.c.name == key):
+                raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns)}")
+            children = conn.execute(sa.select(sa.func.count()).where(N.c.parent == key)).scalar_one()
+            tables = conn.execute(
+                sa.select(sa.func.count()).where(E.c.namespace == key, E.c.kind == "table")
+            ).scalar_one()
+            views = conn.execute(
+                sa.select(sa.func.count()).where(E.c.namespace == key, E.c.kind == "view")
+            ).scalar_one()
+            if children or tables or views:
+                raise errors.NamespaceNotEmpty(
+                    f"Namespace {'.'.join(ns)} is not empty. Contains {tables} table(s), {views} view(s) "
+                    f"and {children} namespace(s)."
+                )
+            conn.execute(N.delete().where(N.c.name == key))
+
+    # -- tables and views ------------------------------------------------------------------------
+
+    def get_entry(self, ns: tuple[str, ...], name: str) -> Entry | None:
+        q = sa.select(E).where(E.c.namespace == join_namespace(ns), E.c.name == name)
+        with self._read() as conn:
+            row = conn.execute(q).first()
+        return None if row is None else _entry(row)
+
+    def list_entries(self, ns: tuple[str, ...], kind: str, after: str | None, limit: int | None) -> list[str]:
+        q = sa.select(E.c.name).where(E.c.namespace == join_namespace(ns), E.c.kind == kind).order_by(E.c.name)
+        if after is not None:
+            q = q.where(E.c.name > after)
+        if limit is not None:
+            q = q.limit(limit)
+        with self._read() as conn:
+            return [r.name for r in conn.execute(q)]
+
+    def insert_entry(self, ns: tuple[str, ...], name: str, kind: str, location: str) -> None:
+        """Register a new table or view. 409 if the name is taken (by a table or a view)."""
+        ident = ".".join((*ns, name))
+        try:
+            with self._write() as conn:
+                if not _exists(conn, N, N.c.name == join_namespace(ns)):
+                    raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns)}")
+                taken = conn.execute(
+                    sa.select(E.c.kind).where(E.c.namespace == join_namespace(ns), E.c.name == name)
+                ).first()
+                if taken is not None:
+                    raise _name_taken(kind, taken.kind, ident)
+                conn.execute(
+                    E.insert().values(namespace=join_namespace(ns), name=name, kind=kind, metadata_location=location)
+                )
+        except exc.IntegrityError as e:
+            raise _name_taken(kind, kind, ident) from e
+
+    def overwrite_entry(self, ns: tuple[str, ...], name: str, location: str) -> None:
+        """Register-with-overwrite: point an existing table at another metadata file."""
+        with self._write() as conn:
+            conn.execute(
+                E.update()
+                .where(E.c.namespace == join_namespace(ns), E.c.name == name, E.c.kind == "table")
+                .values(metadata_location=location, previous_metadata_location=E.c.metadata_location)
+            )
+
+    def delete_entry(self, entry: Entry) -> bool:
+        with self._write() as conn:
+            return conn.execute(E.delete().where(E.c.id == entry.id)).rowcount == 1
+
+    def rename_entry(self, entry: Entry, to_ns: tuple[str, ...], to_name: str) -> None:
+        noun = "Table" if entry.kind == "table" else "View"
+        src, dst = ".".join((*entry.namespace, entry.name)), ".".join((*to_ns, to_name))
+        try:
+            with self._write() as conn:
+                if not _exists(conn, N, N.c.name == join_namespace(to_ns)):
+                    raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(to_ns)}")
+                taken = conn.execute(
+                    sa.select(E.c.kind).where(E.c.namespace == join_namespace(to_ns), E.c.name == to_name)
+                ).first()
+                if taken is not None:
+                    other = "Table" if taken.kind == "table" else "View"
+                    raise errors.AlreadyExists(f"Cannot rename {src} to {dst}. {other} already exists")
+                moved = conn.execute(
+                    E.update().where(E.c.id == entry.id).values(namespace=join_namespace(to_ns), name=to_name)
+                ).rowcount
+                if moved != 1:
+                    raise (errors.NoSuchTable if entry.kind == "table" else errors.NoSuchView)(
+                        f"{noun} does not exist: {src}"
+                    )
+        except exc.IntegrityError as e:
+            raise errors.AlreadyExists(f"Cannot rename {src} to {dst}. {noun} already exists") from e
+
+    # -- the compare-and-swap --------------------------------------------------------------------
+
+    def swap_pointer(self, entry_id: int, expected: str, new: str) -> bool:
+        """Move one pointer from ``expected`` to ``new``; True if this call won.
+
+        This single conditional UPDATE is the commit: the database serialises UPDATEs of a row, and
+        the WHERE clause is re-evaluated against the latest committed version, so of N racing calls
+        with the same ``expected`` exactly one sees rowcount 1. Raises ``PointerOutcomeUnknown`` when
+        the connection fails while the statement or its COMMIT is in flight.
+        """
+        return self.swap_pointers([(entry_id, expected, new)])
+
+    def swap_pointers(self, swaps: Sequence[tuple[int, str, str]]) -> bool:
+        """All-or-nothing CAS of several pointers in ONE transaction (multi-table commits).
+
+        Rows are updated in id order so that two overlapping transactions lock in the same order and
+        cannot deadlock. Any rowcount 0 rolls the whole transaction back and returns False.
+        """
+        try:
+            conn = self.engine.connect()
+        except (exc.OperationalError, exc.InterfaceError) as e:
+            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+        try:
+            trans = conn.begin()
+        except (exc.OperationalError, exc.InterfaceError) as e:
+            conn.close()
+            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+        try:
+            for entry_id, expected, new in sorted(swaps):
+                stmt = (
+                    E.update()
+                    .where(E.c.id == entry_id, E.c.metadata_location == expected)
+                    .values(metadata_location=new, previous_metadata_location=expected)
+                )
+                if conn.execute(stmt).rowcount != 1:
+                    trans.rollback()
+                    return False
+            trans.commit()
+            return True
+        except exc.DBAPIError as e:
+            _quiet_rollback(trans)
+            raise PointerOutcomeUnknown(_short(e)) from e
+        finally:
+            _quiet_close(conn)
+
+    def read_pointer(self, entry_id: int) -> str | None:
+        with self._read() as conn:
+            return conn.execute(sa.select(E.c.metadata_location).where(E.c.id == entry_id)).scalar()
+
+
+def _entry(row: sa.Row) -> Entry:
+    return Entry(row.id, split_namespace(row.namespace), row.name, row.kind, row.metadata_location)
+
+
+def _exists(conn: Connection, table: sa.Table, cond: sa.ColumnElement[bool]) -> bool:
+    return conn.execute(sa.select(sa.literal(1)).select_from(table).where(cond)).first() is not None
+
+
+def _name_taken(creating: str, existing: str, ident: str) -> errors.IcebergError:
+    if creating == existing:
+        return errors.AlreadyExists(f"{'Table' if creating == 'table' else 'View'} already exists: {ident}")
+    if existing == "view":
+        return errors.AlreadyExists(f"View with same name already exists: {ident}")
+    return errors.AlreadyExists(f"Table with same name already exists: {ident}")
+
+
+def _quiet_rollback(trans: sa.Transaction) -> None:
+    try:
+        trans.rollback()
+    except Exception:  # noqa: BLE001 - the connection may be gone; the outcome is decided by the caller
+        pass
+
+
+def _quiet_close(conn: Connection) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _short(e: BaseException) -> str:
+    return str(getattr(e, "orig", e)).strip().splitlines()[0][:300] if str(e) else type(e).__name__
