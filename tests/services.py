@@ -52,8 +52,9 @@ def free_port(grpc_offset: int = 0, avoid: set[int] = frozenset()) -> int:
 def _spawn(cmd: list[str], log: Path, **kw) -> subprocess.Popen:
     """Start cmd in a new process group (session), stdout and stderr appended to log."""
     with log.open("ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, **kw)
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **kw
+        )
 
 
 def _end(proc: subprocess.Popen | None, sig: int, timeout: float) -> None:
@@ -91,10 +92,24 @@ class PostgresHandle:
         """Start the server (again) and wait until the superuser can connect."""
         if self.proc is not None and self.proc.poll() is None:
             return
-        self.proc = _spawn([str(self.bindir / "postgres"), "-D", str(self.base / "data"),
-                            "-p", str(self.port), "-k", str(self.base),
-                            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],  # throwaway data
-                           self.log, cwd=self.base, **self._as_user)
+        self.proc = _spawn(
+            [
+                str(self.bindir / "postgres"),
+                "-D",
+                str(self.base / "data"),
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.base),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+            ],  # throwaway data
+            self.log,
+            cwd=self.base,
+            **self._as_user,
+        )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -120,8 +135,9 @@ def start_postgres(workdir: Path) -> PostgresHandle:
     """initdb a new cluster, start it on a free port, create role and database catalog/catalog."""
     bins = sorted(glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: float(Path(p).parts[4]))
     if not bins:
-        raise ServiceUnavailable("PostgreSQL server binaries not found (/usr/lib/postgresql/*/bin); "
-                                 "apt-get install -y postgresql")
+        raise ServiceUnavailable(
+            "PostgreSQL server binaries not found (/usr/lib/postgresql/*/bin); apt-get install -y postgresql"
+        )
     bindir = Path(bins[-1]).parent
     workdir.mkdir(parents=True, exist_ok=True)
     # initdb and postgres refuse to run as root: as root, run them as the `postgres` user. (Popen's
@@ -141,9 +157,25 @@ def start_postgres(workdir: Path) -> PostgresHandle:
         for path in (base, base / "pwfile"):
             os.chown(path, as_user["user"], as_user["group"])
     log = workdir / "postgres.log"
-    initdb = _spawn([str(bindir / "initdb"), "-D", str(base / "data"), "-U", "postgres",
-                     f"--pwfile={base / 'pwfile'}", "--auth-local=trust", "--auth-host=scram-sha-256",
-                     "-E", "UTF8", "--no-locale", "--no-sync"], log, cwd=base, **as_user)
+    initdb = _spawn(
+        [
+            str(bindir / "initdb"),
+            "-D",
+            str(base / "data"),
+            "-U",
+            "postgres",
+            f"--pwfile={base / 'pwfile'}",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--no-sync",
+        ],
+        log,
+        cwd=base,
+        **as_user,
+    )
     if initdb.wait(120) != 0:
         raise ServiceUnavailable(f"initdb failed:\n{_tail(log)}")
     handle = PostgresHandle(bindir, base, free_port(), log, as_user)
@@ -165,9 +197,14 @@ class S3Handle:
 
     def client(self, **config):
         """A boto3 S3 client for this server (path-style addressing)."""
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name=self.region,
-                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
-                            config=Config(s3={"addressing_style": "path"}, **config))
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            config=Config(s3={"addressing_style": "path"}, **config),
+        )
 
     def stop(self) -> None:
         """SIGTERM (weed takes ~2 s to shut down), SIGKILL after 15 s; remove its socket in /tmp."""
@@ -186,12 +223,26 @@ def start_seaweedfs(workdir: Path, timeout: float = 60) -> S3Handle:
     for name in ("master", "volume", "filer", "s3", "admin"):  # each also listens on port + 10000 (gRPC)
         taken = set(ports.values()) | {p + 10000 for p in ports.values()}
         ports[name] = free_port(10000, taken | {p - 10000 for p in taken})
-    cmd = [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-           *(f"-{name}.port={port}" for name, port in ports.items()),
-           "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-           "-master.telemetry=false", f"-bucket={S3Handle.bucket}"]
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": S3Handle.access_key,
-           "AWS_SECRET_ACCESS_KEY": S3Handle.secret_key, "TMPDIR": str(data)}  # TMPDIR: weed's own logs
+    cmd = [
+        weed,
+        "mini",
+        f"-dir={data}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        *(f"-{name}.port={port}" for name, port in ports.items()),
+        "-admin.ui=false",
+        "-webdav=false",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-master.telemetry=false",
+        f"-bucket={S3Handle.bucket}",
+    ]
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": S3Handle.access_key,
+        "AWS_SECRET_ACCESS_KEY": S3Handle.secret_key,
+        "TMPDIR": str(data),
+    }  # TMPDIR: weed's own logs
     log = workdir / "seaweedfs.log"
     handle = S3Handle(_spawn(cmd, log, env=env, cwd=data), ports["s3"], log)
     s3 = handle.client(retries={"max_attempts": 1}, connect_timeout=1, read_timeout=5)

@@ -40,7 +40,10 @@ SET_PROP = {"action": "set-properties", "updates": {"k": "v"}}
 
 WRONG = [
     ({"type": "assert-table-uuid", "uuid": str(uuid.UUID(int=1))}, "UUID does not match"),
-    ({"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 42}, "branch or tag main is missing, expected 42"),
+    (
+        {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 42},
+        "branch or tag main is missing, expected 42",
+    ),
     ({"type": "assert-last-assigned-field-id", "last-assigned-field-id": 7}, "expected 7, found 2"),
     ({"type": "assert-current-schema-id", "current-schema-id": 3}, "expected 3, found 0"),
     ({"type": "assert-last-assigned-partition-id", "last-assigned-partition-id": 1005}, "expected 1005, found 999"),
@@ -62,8 +65,13 @@ def test_each_failed_requirement_is_a_409_and_changes_nothing(http, ns, requirem
 
 def test_assert_create_on_existing_table_is_409(http, ns):
     create(http, ns, "exists")
-    resp = commit(http, ns, "exists", [{"type": "assert-create"}], [{"action": "upgrade-format-version", "format-version": 2}])
-    assert resp.status_code == 409 and resp.json()["error"]["type"] in ("CommitFailedException", "AlreadyExistsException")
+    resp = commit(
+        http, ns, "exists", [{"type": "assert-create"}], [{"action": "upgrade-format-version", "format-version": 2}]
+    )
+    assert resp.status_code == 409 and resp.json()["error"]["type"] in (
+        "CommitFailedException",
+        "AlreadyExistsException",
+    )
 
 
 def test_assert_ref_snapshot_id_null_means_ref_must_not_exist(http, ns):
@@ -138,7 +146,9 @@ def test_invalid_update_is_400_and_changes_nothing(http, ns, update):
 
 
 def test_commit_to_missing_table_or_namespace_is_404(http, ns):
-    assert_error(commit(http, ns, "missing", [], [SET_PROP]), 404, "NoSuchTableException", f"Table does not exist: {ns}.missing")
+    assert_error(
+        commit(http, ns, "missing", [], [SET_PROP]), 404, "NoSuchTableException", f"Table does not exist: {ns}.missing"
+    )
     assert_error(commit(http, f"{ns}_gone", "missing", [], [SET_PROP]), 404, "NoSuchTableException")
 
 
@@ -160,10 +170,26 @@ def test_identifier_must_match_path(http, ns):
         {"name": "ok", "schema": SCHEMA, "location": "file:///tmp/wh/../../etc"},
         {"name": "ok", "schema": {"type": "struct", "fields": [{"id": 1, "name": "x", "type": "nope"}]}},
         {"name": "ok"},
-        {"name": "ok", "schema": SCHEMA, "partition-spec": {"spec-id": 0, "fields": [{"source-id": 9, "field-id": 1000, "name": "p", "transform": "identity"}]}},
+        {
+            "name": "ok",
+            "schema": SCHEMA,
+            "partition-spec": {
+                "spec-id": 0,
+                "fields": [{"source-id": 9, "field-id": 1000, "name": "p", "transform": "identity"}],
+            },
+        },
         {"name": 5, "schema": SCHEMA},
     ],
-    ids=["slash", "dotdot", "empty", "escaping-location", "bad-schema", "no-schema", "spec-on-missing-column", "int-name"],
+    ids=[
+        "slash",
+        "dotdot",
+        "empty",
+        "escaping-location",
+        "bad-schema",
+        "no-schema",
+        "spec-on-missing-column",
+        "int-name",
+    ],
 )
 def test_bad_create_is_400(http, ns, body):
     resp = http.post(f"/v1/namespaces/{ns}/tables", json=body)
@@ -206,9 +232,18 @@ def test_transaction_bad_input(http, ns):
 
 def test_register_errors(http, ns):
     created = create(http, ns, "t")
-    resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "t", "metadata-location": created["metadata-location"]})
+    resp = http.post(
+        f"/v1/namespaces/{ns}/register", json={"name": "t", "metadata-location": created["metadata-location"]}
+    )
     assert_error(resp, 409, "AlreadyExistsException", f"Table already exists: {ns}.t")
     missing = created["metadata-location"].replace("00000-", "00009-")
-    assert_error(http.post(f"/v1/namespaces/{ns}/register", json={"name": "r", "metadata-location": missing}), 404, "NotFoundException")
-    resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "r2", "metadata-location": created["metadata-location"], "overwrite": True})
+    assert_error(
+        http.post(f"/v1/namespaces/{ns}/register", json={"name": "r", "metadata-location": missing}),
+        404,
+        "NotFoundException",
+    )
+    resp = http.post(
+        f"/v1/namespaces/{ns}/register",
+        json={"name": "r2", "metadata-location": created["metadata-location"], "overwrite": True},
+    )
     assert resp.status_code == 200

@@ -131,12 +131,21 @@ def test_head_has_no_body(http, ns):
 
 
 def test_namespace_errors(http, ns):
-    assert_error(http.get(f"/v1/namespaces/{ns}_nope"), 404, "NoSuchNamespaceException", f"Namespace does not exist: {ns}_nope")
-    assert_error(http.post("/v1/namespaces", json={"namespace": [ns]}), 409, "AlreadyExistsException", f"Namespace already exists: {ns}")
+    assert_error(
+        http.get(f"/v1/namespaces/{ns}_nope"), 404, "NoSuchNamespaceException", f"Namespace does not exist: {ns}_nope"
+    )
+    assert_error(
+        http.post("/v1/namespaces", json={"namespace": [ns]}),
+        409,
+        "AlreadyExistsException",
+        f"Namespace already exists: {ns}",
+    )
     assert_error(http.post("/v1/namespaces", json={"namespace": []}), 400, "BadRequestException")
     assert_error(http.post("/v1/namespaces", json={"namespace": ["a/b"]}), 400, "BadRequestException")
     assert_error(http.post("/v1/namespaces", json={"namespace": [".."]}), 400, "BadRequestException")
     assert_error(http.post("/v1/namespaces", json={"namespace": "flat"}), 400, "BadRequestException")
-    assert_error(http.post("/v1/namespaces", json={"namespace": ["x"], "properties": {"a": 1}}), 400, "BadRequestException")
+    assert_error(
+        http.post("/v1/namespaces", json={"namespace": ["x"], "properties": {"a": 1}}), 400, "BadRequestException"
+    )
     assert_error(http.post("/v1/namespaces", data=b"{not json"), 400, "BadRequestException")
     assert_error(http.post("/v1/namespaces", data=b""), 400, "BadRequestException")

@@ -1,0 +1,138 @@
+"""Protocol details clients depend on: config, endpoints, prefix, ETag/304, snapshots=refs, errors."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from tests.conftest import assert_error
+from tests.test_commits_http import SCHEMA, create
+
+EXPECTED_ENDPOINTS = {
+    "GET /v1/{prefix}/namespaces",
+    "POST /v1/{prefix}/namespaces",
+    "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "POST /v1/{prefix}/namespaces/{namespace}/properties",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/register",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+    "POST /v1/{prefix}/tables/rename",
+    "POST /v1/{prefix}/transactions/commit",
+}
+
+
+def test_config_shape(http):
+    body = http.get("/v1/config").json()
+    assert isinstance(body["defaults"], dict) and isinstance(body["overrides"], dict)
+    assert set(body["endpoints"]) >= EXPECTED_ENDPOINTS
+    assert http.get("/v1/config", params={"warehouse": "anything"}).status_code == 200
+
+
+def test_every_advertised_endpoint_is_served(http, ns):
+    """Each advertised operation answers with something other than 404-no-route/405."""
+    create(http, ns, "t")
+    for endpoint in http.get("/v1/config").json()["endpoints"]:
+        method, template = endpoint.split(" ")
+        path = template.replace("/{prefix}", "").replace("{namespace}", ns).replace("{table}", "t")
+        resp = http(method, path, json={})
+        assert resp.status_code != 405, endpoint
+        if resp.status_code == 404 and resp.content:  # a 404 about the resource, not "no such route"
+            assert resp.json()["error"]["type"] != "NotFoundException", endpoint
+
+
+def test_prefixed_and_unprefixed_routes_are_the_same(http, ns):
+    create(http, ns, "t")
+    plain = http.get(f"/v1/namespaces/{ns}/tables/t")
+    prefixed = http.get(f"/v1/main/namespaces/{ns}/tables/t")
+    assert plain.status_code == prefixed.status_code == 200
+    assert plain.json()["metadata-location"] == prefixed.json()["metadata-location"]
+    assert http.get("/v1/wh/namespaces").status_code == 200
+    resp = http.post(
+        "/v1/wh/tables/rename",
+        json={"source": {"namespace": [ns], "name": "t"}, "destination": {"namespace": [ns], "name": "u"}},
+    )
+    assert resp.status_code == 204, resp.text
+
+
+def test_etag_and_if_none_match(http, ns):
+    created = create(http, ns, "t")
+    first = http.get(f"/v1/namespaces/{ns}/tables/t")
+    tag = first.headers["ETag"]
+    assert tag
+    again = http.get(f"/v1/namespaces/{ns}/tables/t", headers={"If-None-Match": tag})
+    assert again.status_code == 304 and again.content == b""
+    refs = http.get(f"/v1/namespaces/{ns}/tables/t", params={"snapshots": "refs"})
+    assert refs.headers["ETag"] != tag  # a different view of the table, a different tag
+    http.post(f"/v1/namespaces/{ns}/tables/t", json={"updates": [{"action": "set-properties", "updates": {"a": "b"}}]})
+    changed = http.get(f"/v1/namespaces/{ns}/tables/t", headers={"If-None-Match": tag})
+    assert changed.status_code == 200 and changed.headers["ETag"] != tag
+    assert changed.json()["metadata-location"] != created["metadata-location"]
+    assert_error(http.get(f"/v1/namespaces/{ns}/tables/t", params={"snapshots": "some"}), 400, "BadRequestException")
+
+
+def test_snapshots_refs_filters_unreferenced(server, ns):
+    catalog = server.catalog()
+    table = catalog.create_table(f"{ns}.hist", pa.schema([("id", pa.int64())]))
+    for i in range(3):
+        table.append(pa.table({"id": [i]}))
+    table = catalog.load_table(f"{ns}.hist")
+    first = table.snapshots()[0].snapshot_id
+    table.manage_snapshots().create_tag(first, "t0").commit()
+    import requests
+
+    all_ = requests.get(f"{server.url}/v1/namespaces/{ns}/tables/hist", timeout=30).json()["metadata"]
+    refs = requests.get(f"{server.url}/v1/namespaces/{ns}/tables/hist?snapshots=refs", timeout=30).json()["metadata"]
+    assert len(all_["snapshots"]) == 3
+    assert {s["snapshot-id"] for s in refs["snapshots"]} == {first, all_["current-snapshot-id"]}
+    assert refs["snapshot-log"] == all_["snapshot-log"]
+
+
+def test_head_table_and_metrics(http, ns):
+    create(http, ns, "t")
+    ok = http("HEAD", f"/v1/namespaces/{ns}/tables/t")
+    assert ok.status_code == 204 and ok.content == b""
+    missing = http("HEAD", f"/v1/namespaces/{ns}/tables/nope")
+    assert missing.status_code == 404 and missing.content == b""
+    report = {
+        "report-type": "commit-report",
+        "table-name": f"{ns}.t",
+        "snapshot-id": 1,
+        "sequence-number": 1,
+        "operation": "append",
+        "metrics": {},
+    }
+    assert http.post(f"/v1/namespaces/{ns}/tables/t/metrics", json=report).status_code == 204
+    assert_error(http.post(f"/v1/namespaces/{ns}/tables/t/metrics", json={}), 400, "BadRequestException")
+
+
+def test_unknown_route_and_method_use_the_error_body(http):
+    assert_error(http.get("/v1/nothing/here/at/all"), 404, "NotFoundException")
+    resp = http("PUT", "/v1/namespaces")
+    assert resp.status_code == 405 and resp.json()["error"]["code"] == 405
+
+
+def test_names_with_encoded_characters(http, ns):
+    for name in ("with space", "dot.ted", "ünï", "a+b", "per%cent"):
+        resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": name, "schema": SCHEMA})
+        assert resp.status_code == 200, (name, resp.text)
+    from urllib.parse import quote
+
+    for name in ("with space", "dot.ted", "ünï", "a+b", "per%cent"):
+        resp = http.get(f"/v1/namespaces/{ns}/tables/{quote(name, safe='')}")
+        assert resp.status_code == 200, (name, resp.text)
+    assert http.get(f"/v1/namespaces/{ns}/tables/with+space").status_code == 200  # Java's form encoding
+    names = sorted(i["name"] for i in http.get(f"/v1/namespaces/{ns}/tables").json()["identifiers"])
+    assert names == sorted(["with space", "dot.ted", "ünï", "a+b", "per%cent"])
+    # an encoded slash reaches the handler as a name, and is refused as one
+    assert_error(http.get(f"/v1/namespaces/{ns}/tables/a%2Fb"), 404, "NoSuchTableException")
+
+
+def test_bearer_none_is_ignored(http):
+    """pyiceberg sends 'Authorization: Bearer None' when no token is configured."""
+    assert http.get("/v1/config", headers={"Authorization": "Bearer None"}).status_code == 200

@@ -1,0 +1,89 @@
+"""Unit tests of pure logic: the commit step and the wire codec."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.table.update import AssertCreate, AssertCurrentSchemaId, SetPropertiesUpdate
+from pyiceberg.types import LongType, NestedField
+
+from catalog import commit, errors
+from catalog.api import wire
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
+
+
+def fresh():
+    return commit.new_metadata(
+        "file:///wh/ns/t", SCHEMA, None, None, {"format-version": "2", "owner": "x", "uuid": "bad"}
+    )
+
+
+def test_new_metadata_strips_reserved_and_adds_defaults():
+    md = fresh()
+    assert md.properties == {"owner": "x", "write.parquet.compression-codec": "zstd"}
+    assert md.format_version == 2 and md.last_partition_id == 999 and md.metadata_log == []
+
+
+def test_version_and_next_location():
+    assert commit.version_of("s3://b/t/metadata/00012-6c97e413-d51b-4538-ac70-12fe2a85cb83.metadata.json") == 12
+    assert commit.version_of("s3://b/t/metadata/v3.metadata.json") == -1
+    loc = commit.next_location(
+        fresh(), "file:///wh/ns/t/metadata/00004-6c97e413-d51b-4538-ac70-12fe2a85cb83.metadata.json"
+    )
+    assert loc.startswith("file:///wh/ns/t/metadata/00005-") and loc.endswith(".metadata.json")
+    assert commit.next_location(fresh(), None).split("/")[-1].startswith("00000-")
+
+
+def test_requirement_failure_names_requirement():
+    with pytest.raises(errors.CommitFailed) as e:
+        commit.check_requirements([AssertCurrentSchemaId(current_schema_id=4)], fresh())
+    assert "Requirement failed" in e.value.message and "assert-current-schema-id" in e.value.message
+    assert "expected 4, found 0" in e.value.message
+
+
+def test_create_requirement_must_be_alone():
+    assert commit.is_create([AssertCreate()])
+    assert not commit.is_create([AssertCurrentSchemaId(current_schema_id=0)])
+    with pytest.raises(errors.IllegalArgument):
+        commit.is_create([AssertCreate(), AssertCurrentSchemaId(current_schema_id=0)])
+
+
+def test_apply_updates_noop_and_change():
+    md = fresh()
+    assert commit.apply_updates(md, [], "loc") is md
+    new = commit.apply_updates(md, [SetPropertiesUpdate(updates={"a": "b"})], "file:///wh/ns/t/metadata/00000-x.json")
+    assert new.properties["a"] == "b" and new.metadata_log[-1].metadata_file.endswith("00000-x.json")
+
+
+@pytest.mark.parametrize(
+    "raw,levels",
+    [
+        ("a", ("a",)),
+        ("a%1Fb", ("a", "b")),
+        ("a%1fb%1Fc", ("a", "b", "c")),
+        ("with+space%1Fx", ("with space", "x")),
+        ("with%20space", ("with space",)),
+        ("a%2Bb", ("a+b",)),
+        ("dot.ted", ("dot.ted",)),
+        ("%C3%BC", ("ü",)),
+    ],
+)
+def test_decode_namespace(raw, levels):
+    assert wire.decode_namespace(raw) == levels
+
+
+@pytest.mark.parametrize("raw", ["", "a%1F", "%1Fa", "a%1F%1Fb"])
+def test_decode_namespace_rejects_empty_levels(raw):
+    with pytest.raises(errors.BadRequest):
+        wire.decode_namespace(raw)
+
+
+def test_pagination_tokens_round_trip():
+    keys = ["a", "b", "c"]
+    page, token = wire.paginate(keys, 2, lambda k: k)
+    assert page == ["a", "b"] and token
+    after, size = wire.page_params({"pageToken": token, "pageSize": "2"})
+    assert after == "b" and size == 2
+    assert wire.paginate(["c"], 2, lambda k: k) == (["c"], None)
+    assert wire.page_params({"pageToken": ""}) == (None, None)
