@@ -69,6 +69,9 @@ def _serve(settings: Settings) -> int:
         log_level=settings.log_level.lower(),
         access_log=False,
         timeout_graceful_shutdown=30,
+        # Longer than clients' pooled-connection idle time: a server closing an idle keep-alive
+        # connection just as a client reuses it makes the client see "connection aborted".
+        timeout_keep_alive=75,
     )
     return 0
 

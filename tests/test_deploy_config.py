@@ -1,0 +1,945 @@
+"""Deployment configuration: the Helm chart, compose.yaml and the Dockerfile, checked without a cluster,
+a helm binary or a Docker engine.
+
+* The chart is rendered through Helm's own Go SDK (``helm-python-sdk``) for several value sets; every
+  manifest is validated against the Kubernetes OpenAPI schemas (``kubernetes-validate``, offline,
+  strict: unknown fields are errors). The ServiceMonitor (a CRD) is checked by shape instead.
+  Then the wiring is asserted: hooks, probes, Secrets, the database URL, replicas, HPA target.
+* compose.yaml is validated against the Compose Specification JSON schema (vendored by
+  ``check-jsonschema``), then its wiring is asserted.
+* Every ``CATALOG_*`` variable used anywhere is a field of ``catalog.settings.Settings``.
+
+Missing tools skip these tests locally, with the reason; with ``CI=true`` they fail instead (reported as
+fixture errors, so the run exits non-zero).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import fnmatch
+import functools
+import http.server
+import importlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "iceberg-catalog"
+COMPOSE = ROOT / "compose.yaml"
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+RELEASE = "lake"
+NAMESPACE = "data"
+FULLNAME = f"{RELEASE}-iceberg-catalog"
+PORT = 8181
+
+# The server's documented configuration interface (used when catalog.settings cannot be imported).
+INTERFACE_ENV = frozenset(
+    {
+        "CATALOG_DATABASE_URL",
+        "CATALOG_WAREHOUSE",
+        "CATALOG_HOST",
+        "CATALOG_PORT",
+        "CATALOG_WORKERS",
+        "CATALOG_PREFIX",
+        "CATALOG_S3_ENDPOINT",
+        "CATALOG_S3_REGION",
+        "CATALOG_S3_ACCESS_KEY_ID",
+        "CATALOG_S3_SECRET_ACCESS_KEY",
+        "CATALOG_S3_PATH_STYLE_ACCESS",
+        "CATALOG_DB_POOL_SIZE",
+        "CATALOG_LOG_LEVEL",
+    }
+)
+CATALOG_VAR = re.compile(r"(?<![A-Za-z0-9_])CATALOG_[A-Z0-9_]+")
+K8S_VAR_REF = re.compile(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Optional tools: skip locally, fail in CI.
+# ---------------------------------------------------------------------------------------------
+
+
+def _require(module: str, pip_name: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        message = f"{pip_name} is not installed (pip install {pip_name}): {exc}"
+        if IN_CI:
+            pytest.fail(f"CI=true: {message}", pytrace=False)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def helm() -> ModuleType:
+    return _require("helm_python", "helm-python-sdk")
+
+
+@pytest.fixture(scope="module")
+def kv() -> ModuleType:
+    return _require("kubernetes_validate.utils", "kubernetes-validate")
+
+
+@pytest.fixture(scope="module")
+def compose_schema() -> dict[str, Any]:
+    schemas = _require("check_jsonschema.builtin_schemas", "check-jsonschema")
+    return schemas.get_builtin_schema("vendor.compose-spec")
+
+
+# ---------------------------------------------------------------------------------------------
+# The allowed CATALOG_* names: the Settings fields when importable, else the documented interface.
+# ---------------------------------------------------------------------------------------------
+
+
+def _settings_env_names() -> frozenset[str] | None:
+    try:
+        from catalog.settings import Settings
+    except Exception:  # noqa: BLE001 - the server package may be absent or broken; fall back
+        return None
+    prefix = str(Settings.model_config.get("env_prefix", "CATALOG_"))
+    names: set[str] = set()
+    for name, field in Settings.model_fields.items():
+        names.add(f"{prefix}{name}".upper())
+        for alias in (field.alias, field.validation_alias):
+            if isinstance(alias, str):
+                names.add(alias.upper())
+    return frozenset(names)
+
+
+def allowed_catalog_env() -> frozenset[str]:
+    return _settings_env_names() or INTERFACE_ENV
+
+
+def test_settings_cover_the_documented_interface() -> None:
+    """The deployment files use the documented names; the server must still read all of them."""
+    names = _settings_env_names()
+    if names is None:
+        pytest.skip("catalog.settings.Settings is not importable; the documented list is used instead")
+    assert names >= INTERFACE_ENV, f"Settings lost documented variables: {sorted(INTERFACE_ENV - names)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------------
+
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "hpa": {
+        "autoscaling": {
+            "enabled": True,
+            "minReplicas": 3,
+            "maxReplicas": 7,
+            "targetCPUUtilizationPercentage": 60,
+            "targetMemoryUtilizationPercentage": 80,
+        }
+    },
+    "ingress": {
+        "ingress": {
+            "enabled": True,
+            "className": "nginx",
+            "annotations": {"nginx.ingress.kubernetes.io/proxy-body-size": "64m"},
+            "hosts": [{"host": "catalog.example.com", "paths": [{"path": "/", "pathType": "Prefix"}]}],
+            "tls": [{"secretName": "catalog-tls", "hosts": ["catalog.example.com"]}],
+        }
+    },
+    "existing-secrets": {
+        "database": {"host": "pg.example", "existingSecret": "pg-cred", "passwordKey": "pw"},
+        "s3": {
+            "endpoint": "http://minio.storage:9000",
+            "pathStyleAccess": True,
+            "bucket": "lakehouse",
+            "existingSecret": "s3-cred",
+            "accessKeyIdKey": "id",
+            "secretAccessKeyKey": "secret",
+        },
+    },
+    "existing-url-secret": {
+        "database": {"existingSecret": "pg-url", "urlKey": "url"},
+        "warehouse": "s3://bucket/prefix",
+    },
+    "inline-secrets": {
+        "database": {"url": "postgresql+psycopg://cat:pw@pg:5432/cat"},
+        "s3": {
+            "endpoint": "http://minio:9000",
+            "pathStyleAccess": True,
+            "accessKeyId": "admin",
+            "secretAccessKey": "password",
+        },
+    },
+    "service-monitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+    "no-migration": {"migration": {"enabled": False}, "database": {"password": "s3cr3t"}},
+    "everything": {
+        "replicaCount": 5,
+        "image": {"repository": "registry.example/iceberg-catalog", "tag": "1.2.3", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "catalog": {"port": 9000, "workers": 4, "logLevel": "debug", "prefix": "lake"},
+        "database": {
+            "host": "pg",
+            "password": "pw",
+            "params": {"sslmode": "require", "connect_timeout": 5},
+            "poolSize": 20,
+        },
+        "s3": {"endpoint": "http://minio:9000", "pathStyleAccess": True, "accessKeyId": "a", "secretAccessKey": "b"},
+        "extraEnv": [{"name": "TZ", "value": "UTC"}],
+        "serviceAccount": {"create": False, "name": "catalog-irsa"},
+        "service": {"type": "LoadBalancer", "port": 80},
+        "podDisruptionBudget": {"minAvailable": "50%"},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "lake", "effect": "NoSchedule"}],
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "iceberg-catalog"}},
+                        },
+                    }
+                ]
+            }
+        },
+        "ingress": {"enabled": True, "hosts": [{"host": "c.example", "paths": [{"path": "/v1"}]}]},
+        "serviceMonitor": {"enabled": True},
+        "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 4},
+    },
+}
+
+
+class Rendered:
+    """The manifests of one rendering, parsed."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+        self.notes = next((text for path, text in files.items() if path.endswith("NOTES.txt")), "")
+        self.docs: list[dict[str, Any]] = []
+        for path, text in sorted(files.items()):
+            if path.endswith(".txt") or not text.strip():
+                continue
+            for doc in yaml.safe_load_all(text):
+                if doc:
+                    doc.setdefault("__file__", path)
+                    self.docs.append(doc)
+
+    def manifests(self) -> list[dict[str, Any]]:
+        return [{k: v for k, v in d.items() if k != "__file__"} for d in self.docs]
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [d for d in self.docs if d["kind"] == kind]
+
+    def one(self, kind: str) -> dict[str, Any]:
+        found = self.of_kind(kind)
+        assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
+        return found[0]
+
+    def maybe(self, kind: str) -> dict[str, Any] | None:
+        found = self.of_kind(kind)
+        assert len(found) <= 1
+        return found[0] if found else None
+
+    def chart_secrets(self) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for secret in self.of_kind("Secret"):
+            data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+            data.update(secret.get("stringData") or {})
+            out[secret["metadata"]["name"]] = data
+        return out
+
+
+@pytest.fixture(scope="module")
+def chart(helm: ModuleType) -> Iterator[Any]:
+    with helm.Chart.load(str(CHART)) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="module")
+def render(chart: Any) -> Any:
+    @functools.cache
+    def _render(name: str) -> Rendered:
+        values = copy.deepcopy(VALUE_SETS[name])
+        return Rendered(chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True))
+
+    return _render
+
+
+def server_container(rendered: Rendered) -> dict[str, Any]:
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "catalog"]
+    return container
+
+
+def migrate_container(rendered: Rendered) -> dict[str, Any]:
+    (container,) = rendered.one("Job")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def resolve_env(container: dict[str, Any], secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Resolve a container's env the way the kubelet does: in order, with $(VAR) expansion.
+
+    Values from Secrets the chart does not render (existingSecret) become ``<secret NAME/KEY>``.
+    """
+    resolved: dict[str, str] = {}
+    for entry in container.get("env", []):
+        name = entry["name"]
+        assert name not in resolved, f"{name} is defined twice"
+        if "value" in entry:
+            value = K8S_VAR_REF.sub(lambda m: resolved.get(m.group(1), m.group(0)), str(entry["value"]))
+        else:
+            source = entry["valueFrom"]
+            assert set(source) == {"secretKeyRef"}, f"{name}: unexpected source {source}"
+            ref = source["secretKeyRef"]
+            if ref["name"] in secrets:
+                assert ref["key"] in secrets[ref["name"]], f"{name}: key {ref['key']} missing in {ref['name']}"
+                value = secrets[ref["name"]][ref["key"]]
+            else:
+                value = f"<secret {ref['name']}/{ref['key']}>"
+        resolved[name] = value
+    return resolved
+
+
+def hook_annotations(doc: dict[str, Any]) -> dict[str, Any]:
+    annotations = doc["metadata"].get("annotations") or {}
+    return {
+        "hooks": set(filter(None, str(annotations.get("helm.sh/hook", "")).split(","))),
+        "weight": int(annotations.get("helm.sh/hook-weight", 0)),
+        "delete": set(filter(None, str(annotations.get("helm.sh/hook-delete-policy", "")).split(","))),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Chart: lint, schema, Kubernetes validation
+# ---------------------------------------------------------------------------------------------
+
+
+def kube_versions(kv: ModuleType) -> list[str]:
+    """The oldest shipped version the chart supports (>= 1.25) and the newest shipped."""
+    versions = sorted(set(kv.all_versions()), key=lambda v: tuple(int(p) for p in v.split(".")))
+    supported = [v for v in versions if tuple(int(p) for p in v.split(".")[:2]) >= (1, 25)]
+    assert supported, f"kubernetes-validate ships no version >= 1.25: {versions}"
+    return sorted({supported[0], supported[-1]})
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_helm_lint(helm: ModuleType, value_set: str) -> None:
+    report = helm.lint(str(CHART), copy.deepcopy(VALUE_SETS[value_set]), strict=True, kube_version="v1.30.0")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems and not report["errors"], report
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_manifests_validate_against_kubernetes_schemas(render: Any, kv: ModuleType, value_set: str) -> None:
+    rendered = render(value_set)
+    kinds = {d["kind"] for d in rendered.docs}
+    assert {"Deployment", "Service", "PodDisruptionBudget"} <= kinds
+    problems = []
+    for version in kube_versions(kv):
+        for manifest in rendered.manifests():
+            if manifest["apiVersion"].startswith("monitoring.coreos.com/"):
+                continue  # a CRD: no upstream schema; see test_service_monitor
+            where = f"{manifest['kind']}/{manifest['metadata']['name']} @ {version}"
+            try:
+                kv.validate(manifest, version, strict=True)
+            except kv.ValidationError as exc:
+                problems.append(f"{where}: {'.'.join(str(p) for p in exc.path)}: {exc.message}")
+            except kv.SchemaNotFoundError as exc:
+                problems.append(f"{where}: {exc.message}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_resource_is_named_and_labelled(render: Any) -> None:
+    for value_set in VALUE_SETS:
+        for doc in render(value_set).docs:
+            meta = doc["metadata"]
+            assert meta["name"].startswith(FULLNAME), meta["name"]
+            assert len(meta["name"]) <= 63
+            assert meta["labels"]["app.kubernetes.io/instance"] == RELEASE
+            assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_schema_rejects_bad_values(chart: Any, helm: ModuleType) -> None:
+    chart.validate_schema(chart.merge_values({}))
+    bad = [
+        {"replicaCount": "two"},
+        {"replicasCount": 2},  # typo: unknown keys are rejected
+        {"s3": {"pathStyleAccess": "yes"}},
+        {"catalog": {"port": 70000}},
+        {"ingress": {"hosts": [{"host": "x", "paths": [{"path": "/", "pathType": "Bogus"}]}]}},
+        {"podDisruptionBudget": {"maxUnavailable": "half"}},
+        {"image": {"pullPolicy": "Sometimes"}},
+    ]
+    for values in bad:
+        with pytest.raises(helm.HelmValuesError):
+            chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_inconsistent_values_fail_to_render(chart: Any, helm: ModuleType) -> None:
+    for values in (
+        {"s3": {"accessKeyId": "only-the-id"}},
+        {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
+        {"warehouse": "", "s3": {"bucket": ""}},
+    ):
+        with pytest.raises(helm.HelmError):
+            chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chart: wiring
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_migration_job_is_a_pre_install_and_pre_upgrade_hook(render: Any, value_set: str) -> None:
+    rendered = render(value_set)
+    job = rendered.maybe("Job")
+    if not VALUE_SETS[value_set].get("migration", {}).get("enabled", True):
+        assert job is None
+        for secret in rendered.of_kind("Secret"):
+            assert not hook_annotations(secret)["hooks"], "without the Job the Secret is an ordinary object"
+        return
+    assert job is not None
+    hook = hook_annotations(job)
+    assert hook["hooks"] == {"pre-install", "pre-upgrade"}
+    assert hook["delete"] == {"before-hook-creation", "hook-succeeded"}
+    container = migrate_container(rendered)
+    assert container.get("args", []) + container.get("command", []) == ["migrate"]
+    assert container["image"] == server_container(rendered)["image"]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    # Nothing the hook uses may be an ordinary release object: those do not exist yet at pre-install.
+    assert "serviceAccountName" not in pod or not rendered.of_kind("ServiceAccount")
+    secrets = {s["metadata"]["name"]: s for s in rendered.of_kind("Secret")}
+    for entry in container.get("env", []):
+        ref = entry.get("valueFrom", {}).get("secretKeyRef")
+        if ref and ref["name"] in secrets:
+            secret_hook = hook_annotations(secrets[ref["name"]])
+            assert secret_hook["hooks"] >= {"pre-install", "pre-upgrade"}, "the Job's Secret must be a hook too"
+            assert secret_hook["weight"] < hook["weight"], "the Secret must be created before the Job"
+            assert "hook-succeeded" not in secret_hook["delete"], "the Deployment still needs the Secret"
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_probes_hit_health_endpoints_on_the_container_port(render: Any, value_set: str) -> None:
+    rendered = render(value_set)
+    container = server_container(rendered)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    expected_port = VALUE_SETS[value_set].get("catalog", {}).get("port", PORT)
+    assert ports["http"] == expected_port
+    env = resolve_env(container, rendered.chart_secrets())
+    assert env["CATALOG_PORT"] == str(expected_port)
+    assert env["CATALOG_HOST"] == "0.0.0.0"
+
+    def target(probe: dict[str, Any]) -> tuple[str, int]:
+        port = probe["httpGet"]["port"]
+        return probe["httpGet"]["path"], ports[port] if isinstance(port, str) else port
+
+    assert target(container["livenessProbe"]) == ("/health/live", expected_port)
+    assert target(container["readinessProbe"]) == ("/health/ready", expected_port)
+    assert target(container["startupProbe"]) == ("/health/live", expected_port)
+
+    service = rendered.one("Service")
+    (svc_port,) = service["spec"]["ports"]
+    assert svc_port["targetPort"] in ("http", expected_port)
+    assert svc_port["port"] == VALUE_SETS[value_set].get("service", {}).get("port", PORT)
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_secrets_feed_the_database_url_and_s3_keys(render: Any, value_set: str) -> None:
+    values = VALUE_SETS[value_set]
+    db, s3 = values.get("database", {}), values.get("s3", {})
+    rendered = render(value_set)
+    secrets = rendered.chart_secrets()
+    assert set(secrets) <= {FULLNAME}, "the chart renders at most its own Secret"
+    container = server_container(rendered)
+    by_name = {e["name"]: e for e in container["env"]}
+    env = resolve_env(container, secrets)
+
+    # Database: never a literal password in the pod spec; always through a Secret.
+    url_entry = by_name["CATALOG_DATABASE_URL"]
+    if db.get("existingSecret") and db.get("urlKey"):
+        assert url_entry["valueFrom"]["secretKeyRef"] == {"name": db["existingSecret"], "key": db["urlKey"]}
+    elif db.get("url"):
+        assert url_entry["valueFrom"]["secretKeyRef"]["name"] == FULLNAME
+        assert env["CATALOG_DATABASE_URL"] == db["url"]
+    else:
+        password_ref = by_name["DATABASE_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        if db.get("existingSecret"):
+            assert password_ref == {"name": db["existingSecret"], "key": db.get("passwordKey", "password")}
+            password = f"<secret {db['existingSecret']}/{db.get('passwordKey', 'password')}>"
+        else:
+            assert password_ref["name"] == FULLNAME
+            password = db.get("password", "")
+        assert "$(DATABASE_PASSWORD)" in url_entry["value"]
+        query = "&".join(f"{k}={v}" for k, v in sorted(db.get("params", {}).items()))
+        expected = (
+            f"postgresql+psycopg://{db.get('user', 'catalog')}:{password}@{db.get('host', 'postgresql')}"
+            f":{db.get('port', 5432)}/{db.get('name', 'catalog')}" + (f"?{query}" if query else "")
+        )
+        assert env["CATALOG_DATABASE_URL"] == expected
+    assert "$(" not in env["CATALOG_DATABASE_URL"], "an unresolved $(VAR) reference"
+
+    # S3 keys: from s3.existingSecret, from the chart's Secret, or not at all (default AWS chain).
+    if s3.get("existingSecret"):
+        assert by_name["CATALOG_S3_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {
+            "name": s3["existingSecret"],
+            "key": s3["accessKeyIdKey"],
+        }
+        assert by_name["CATALOG_S3_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+            "name": s3["existingSecret"],
+            "key": s3["secretAccessKeyKey"],
+        }
+    elif s3.get("accessKeyId"):
+        assert env["CATALOG_S3_ACCESS_KEY_ID"] == s3["accessKeyId"]
+        assert env["CATALOG_S3_SECRET_ACCESS_KEY"] == s3["secretAccessKey"]
+        for name in ("CATALOG_S3_ACCESS_KEY_ID", "CATALOG_S3_SECRET_ACCESS_KEY"):
+            assert by_name[name]["valueFrom"]["secretKeyRef"]["name"] == FULLNAME
+    else:
+        assert "CATALOG_S3_ACCESS_KEY_ID" not in env and "CATALOG_S3_SECRET_ACCESS_KEY" not in env
+    for entry in container["env"]:
+        if entry["name"] in ("CATALOG_S3_ACCESS_KEY_ID", "CATALOG_S3_SECRET_ACCESS_KEY", "DATABASE_PASSWORD"):
+            assert "value" not in entry, f"{entry['name']} must come from a Secret"
+
+    # The rest of the storage settings.
+    bucket = s3.get("bucket", "warehouse")
+    assert env["CATALOG_WAREHOUSE"] == (values.get("warehouse") or f"s3://{bucket}/")
+    assert env["CATALOG_S3_PATH_STYLE_ACCESS"] == str(s3.get("pathStyleAccess", False)).lower()
+    assert env.get("CATALOG_S3_ENDPOINT") == (s3.get("endpoint") or None)
+    assert env["CATALOG_S3_REGION"] == s3.get("region", "us-east-1")
+
+    # The pod rolls when the chart's Secret changes.
+    annotations = rendered.one("Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/secret"])
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_every_replica_and_the_migration_share_one_database_url(render: Any, value_set: str) -> None:
+    rendered = render(value_set)
+    (deployment,) = rendered.of_kind("Deployment")
+    assert not rendered.of_kind("StatefulSet"), "replicas must be interchangeable"
+    container = server_container(rendered)
+    # One pod template: the URL may not depend on anything per pod (downward API, resource fields).
+    names = [e["name"] for e in container["env"]]
+    assert names.count("CATALOG_DATABASE_URL") == 1
+    for entry in container["env"]:
+        source = entry.get("valueFrom", {})
+        assert "fieldRef" not in source and "resourceFieldRef" not in source, entry
+    for entry in container["env"]:
+        for ref in K8S_VAR_REF.findall(str(entry.get("value", ""))):
+            assert ref in names[: names.index(entry["name"])], f"$({ref}) is used before it is defined"
+    assert not deployment["spec"]["template"]["spec"].get("initContainers")
+    secrets = rendered.chart_secrets()
+    server_url = resolve_env(container, secrets)["CATALOG_DATABASE_URL"]
+    if rendered.maybe("Job") is not None:
+        assert resolve_env(migrate_container(rendered), secrets)["CATALOG_DATABASE_URL"] == server_url
+
+
+def test_replicas_and_autoscaler(render: Any) -> None:
+    assert render("defaults").one("Deployment")["spec"]["replicas"] == 2
+    assert render("defaults").maybe("HorizontalPodAutoscaler") is None
+    for value_set in ("hpa", "everything"):
+        rendered = render(value_set)
+        deployment = rendered.one("Deployment")
+        assert "replicas" not in deployment["spec"], "the HPA owns the replica count"
+        hpa = rendered.one("HorizontalPodAutoscaler")
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        assert hpa["spec"]["scaleTargetRef"] == {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": deployment["metadata"]["name"],
+        }
+        autoscaling = VALUE_SETS[value_set]["autoscaling"]
+        assert hpa["spec"]["minReplicas"] == autoscaling["minReplicas"]
+        assert hpa["spec"]["maxReplicas"] == autoscaling["maxReplicas"]
+        metrics = {m["resource"]["name"]: m["resource"]["target"]["averageUtilization"] for m in hpa["spec"]["metrics"]}
+        assert metrics["cpu"] == autoscaling.get("targetCPUUtilizationPercentage", 75)
+        if "targetMemoryUtilizationPercentage" in autoscaling:
+            assert metrics["memory"] == autoscaling["targetMemoryUtilizationPercentage"]
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_selectors_pick_the_server_pods_only(render: Any, value_set: str) -> None:
+    rendered = render(value_set)
+    deployment = rendered.one("Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    job = rendered.maybe("Job")
+    job_labels = job["spec"]["template"]["metadata"]["labels"] if job else {}
+    for kind, sel in (
+        ("Service", rendered.one("Service")["spec"]["selector"]),
+        ("PodDisruptionBudget", rendered.one("PodDisruptionBudget")["spec"]["selector"]["matchLabels"]),
+    ):
+        assert sel == selector, kind
+        assert not (sel.items() <= job_labels.items()), f"the {kind} must not select the migration pod"
+    pdb = rendered.one("PodDisruptionBudget")["spec"]
+    assert ("minAvailable" in pdb) != ("maxUnavailable" in pdb)
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_pods_run_unprivileged(render: Any, value_set: str) -> None:
+    rendered = render(value_set)
+    pods = [rendered.one("Deployment")["spec"]["template"]["spec"]]
+    if rendered.maybe("Job"):
+        pods.append(rendered.one("Job")["spec"]["template"]["spec"])
+    for pod in pods:
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] != 0
+        assert pod["enableServiceLinks"] is False, "service links would inject CATALOG_PORT=tcp://..."
+        for container in pod["containers"]:
+            ctx = container["securityContext"]
+            assert ctx["readOnlyRootFilesystem"] is True
+            assert ctx["allowPrivilegeEscalation"] is False
+            assert ctx["capabilities"]["drop"] == ["ALL"]
+            mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+            assert "/tmp" in mounts, "a writable /tmp with a read-only root filesystem"
+
+
+def test_service_monitor(render: Any) -> None:
+    assert render("defaults").maybe("ServiceMonitor") is None
+    for value_set in ("service-monitor", "everything"):
+        rendered = render(value_set)
+        monitor = rendered.one("ServiceMonitor")
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        service = rendered.one("Service")
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        assert monitor["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+        assert endpoint["path"] == "/metrics"
+        assert re.fullmatch(r"\d+(ms|s|m|h)", endpoint["interval"])
+        for key, value in VALUE_SETS[value_set]["serviceMonitor"].get("labels", {}).items():
+            assert monitor["metadata"]["labels"][key] == value
+        assert set(monitor["spec"]) <= {"selector", "namespaceSelector", "endpoints", "jobLabel"}
+
+
+def test_ingress_routes_to_the_service(render: Any) -> None:
+    assert render("defaults").maybe("Ingress") is None
+    rendered = render("ingress")
+    ingress = rendered.one("Ingress")
+    service = rendered.one("Service")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [{"secretName": "catalog-tls", "hosts": ["catalog.example.com"]}]
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] == "catalog.example.com"
+    (path,) = rule["http"]["paths"]
+    assert path["backend"]["service"] == {
+        "name": service["metadata"]["name"],
+        "port": {"number": service["spec"]["ports"][0]["port"]},
+    }
+
+
+def test_service_account(render: Any) -> None:
+    rendered = render("defaults")
+    account = rendered.one("ServiceAccount")
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod["automountServiceAccountToken"] is False
+    rendered = render("everything")
+    assert rendered.maybe("ServiceAccount") is None
+    assert rendered.one("Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "catalog-irsa"
+    assert rendered.one("Job")["spec"]["template"]["spec"]["serviceAccountName"] == "catalog-irsa"
+
+
+def test_notes_tell_clients_how_to_connect(render: Any) -> None:
+    uri = f"http://{FULLNAME}.{NAMESPACE}.svc.cluster.local:{PORT}"
+    notes = render("defaults").notes
+    assert f"spark.sql.catalog.lake.uri={uri}" in notes
+    assert f'"uri": "{uri}"' in notes
+    assert "spark.sql.catalog.lake.type=rest" in notes
+    notes = render("existing-secrets").notes
+    assert "spark.sql.catalog.lake.s3.endpoint=http://minio.storage:9000" in notes
+    assert "spark.sql.catalog.lake.s3.path-style-access=true" in notes
+    assert '"s3.endpoint": "http://minio.storage:9000"' in notes
+    assert "Warehouse: s3://lakehouse/" in notes
+    assert "catalog.example.com" in render("ingress").notes
+
+
+def test_readme_documents_every_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    readme = readme.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\|\s*`([A-Za-z0-9_.]+)`\s*\|", readme, flags=re.MULTILINE))
+
+    def leaves(tree: dict[str, Any], prefix: str = "") -> Iterator[str]:
+        for key, value in tree.items():
+            if isinstance(value, dict) and value:
+                yield from leaves(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}"
+
+    def covered(key: str) -> bool:
+        parts = key.split(".")
+        return any(".".join(parts[:i]) in documented for i in range(1, len(parts) + 1))
+
+    missing = [key for key in leaves(values) if not covered(key)]
+    assert not missing, f"values missing from the README table: {missing}"
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    stale = [key for key in documented if key.split(".")[0] not in values]
+    assert not stale, f"README documents values that do not exist: {stale}"
+    assert set(values) <= set(schema["properties"]), "every top-level value is in values.schema.json"
+
+
+def test_chart_uses_only_known_catalog_variables(render: Any) -> None:
+    allowed = allowed_catalog_env()
+    used: dict[str, set[str]] = {}
+    for value_set in VALUE_SETS:
+        rendered = render(value_set)
+        for doc in rendered.docs:
+            for name in CATALOG_VAR.findall(yaml.safe_dump(doc)):
+                used.setdefault(name, set()).add(f"{value_set}:{doc['kind']}")
+    for path in sorted(CHART.rglob("*")):
+        if path.is_file() and path.suffix in {".yaml", ".tpl", ".txt", ".md", ".json"}:
+            for name in CATALOG_VAR.findall(path.read_text()):
+                used.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    unknown = {name: sorted(where) for name, where in used.items() if name not in allowed}
+    assert not unknown, f"CATALOG_* names the server does not read: {unknown}"
+    # The chart sets the whole interface somewhere across the value sets.
+    assert set(used) >= INTERFACE_ENV, sorted(INTERFACE_ENV - set(used))
+
+
+# ---------------------------------------------------------------------------------------------
+# compose.yaml
+# ---------------------------------------------------------------------------------------------
+
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+
+
+def _interpolate(value: Any) -> Any:
+    """Compose-style ${VAR:-default} with an empty environment (what `docker compose` does by default)."""
+    if isinstance(value, str):
+        return _INTERPOLATION.sub(lambda m: m.group(2) or "", value).replace("$$", "$")
+    if isinstance(value, list):
+        return [_interpolate(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _interpolate(v) for k, v in value.items()}
+    return value
+
+
+def _environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
+def _depends_on(service: dict[str, Any]) -> dict[str, str]:
+    deps = service.get("depends_on") or {}
+    if isinstance(deps, list):
+        return {d: "service_started" for d in deps}
+    return {name: spec.get("condition", "service_started") for name, spec in deps.items()}
+
+
+def _command(service: dict[str, Any]) -> list[str]:
+    cmd = service.get("command") or []
+    return cmd.split() if isinstance(cmd, str) else list(cmd)
+
+
+@pytest.fixture(scope="module")
+def compose_raw() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module")
+def compose_model(compose_raw: dict[str, Any]) -> dict[str, Any]:
+    return _interpolate(compose_raw)
+
+
+def test_compose_matches_the_compose_specification(compose_raw: dict[str, Any], compose_schema: dict[str, Any]) -> None:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(compose_schema)
+    errors = sorted(validator.iter_errors(compose_raw), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors)
+
+
+def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
+    services = compose_model["services"]
+    assert {"postgres", "minio", "minio-init", "catalog-migrate", "catalog", "spark"} <= set(services)
+
+    postgres = services["postgres"]
+    assert postgres["image"].startswith("postgres:16")
+    assert postgres["healthcheck"]["test"]
+    minio = services["minio"]
+    assert minio["image"].startswith("minio/minio")
+    assert minio["healthcheck"]["test"]
+
+    init = services["minio-init"]
+    assert init["image"].startswith("minio/mc")
+    assert _depends_on(init) == {"minio": "service_healthy"}
+    init_script = " ".join(_command(init))
+    assert re.search(r"mc mb\b.*\blocal/warehouse\b", init_script), init_script
+
+    migrate, catalog = services["catalog-migrate"], services["catalog"]
+    for service in (migrate, catalog):
+        assert service["build"] in (".", {"context": "."})
+    assert migrate.get("image") == catalog.get("image")
+    assert _command(migrate) == ["migrate"]
+    assert _command(catalog) in ([], ["serve"])
+    assert migrate.get("restart", "no") == "no"
+    assert _depends_on(migrate) == {"postgres": "service_healthy"}
+    assert _depends_on(catalog) == {
+        "postgres": "service_healthy",
+        "catalog-migrate": "service_completed_successfully",
+        "minio-init": "service_completed_successfully",
+    }
+    assert any(str(p).split(":")[-1] == "8181" for p in catalog["ports"])
+    assert "/health/ready" in " ".join(catalog["healthcheck"]["test"])
+
+    env, migrate_env = _environment(catalog), _environment(migrate)
+    assert migrate_env["CATALOG_DATABASE_URL"] == env["CATALOG_DATABASE_URL"]
+    pg = _environment(postgres)
+    assert env["CATALOG_DATABASE_URL"] == (
+        f"postgresql+psycopg://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/{pg['POSTGRES_DB']}"
+    )
+    bucket = re.fullmatch(r"s3://([^/]+)/.*", env["CATALOG_WAREHOUSE"]).group(1)
+    assert f"local/{bucket}" in init_script, "minio-init creates the warehouse bucket"
+    assert env["CATALOG_S3_ENDPOINT"] == "http://minio:9000"
+    assert env["CATALOG_S3_PATH_STYLE_ACCESS"] == "true"
+    minio_env = _environment(minio)
+    assert env["CATALOG_S3_ACCESS_KEY_ID"] == minio_env["MINIO_ROOT_USER"]
+    assert env["CATALOG_S3_SECRET_ACCESS_KEY"] == minio_env["MINIO_ROOT_PASSWORD"]
+    assert env.get("CATALOG_HOST", "0.0.0.0") == "0.0.0.0"
+
+    for name, service in services.items():
+        assert ("profiles" in service) == (name == "spark"), f"{name}: only spark is optional"
+
+    spark = services["spark"]
+    assert spark["profiles"] == ["spark"]
+    assert _depends_on(spark) == {"catalog": "service_healthy"}
+    (config_ref,) = spark["configs"]
+    conf_text = compose_model["configs"][config_ref["source"]]["content"]
+    conf = dict(line.split(None, 1) for line in conf_text.splitlines() if line.strip())
+    assert conf["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert conf["spark.sql.catalog.lake.type"] == "rest"
+    assert conf["spark.sql.catalog.lake.uri"] == "http://catalog:8181"
+    assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert conf["spark.sql.catalog.lake.s3.endpoint"] == "http://minio:9000"
+    assert conf["spark.sql.catalog.lake.s3.path-style-access"] == "true"
+    assert conf["spark.sql.catalog.lake.s3.access-key-id"] == minio_env["MINIO_ROOT_USER"]
+    assert "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
+    assert config_ref["target"].endswith("/spark-defaults.conf")
+
+
+def test_compose_uses_only_known_catalog_variables(compose_raw: dict[str, Any]) -> None:
+    allowed = allowed_catalog_env()
+    names = set(CATALOG_VAR.findall(COMPOSE.read_text()))
+    unknown = sorted(names - allowed)
+    assert not unknown, f"compose.yaml uses CATALOG_* names the server does not read: {unknown}"
+    for name, service in compose_raw["services"].items():
+        env = _environment(service)
+        assert not [k for k in env if k.startswith("CATALOG_") and k not in allowed], name
+
+
+# ---------------------------------------------------------------------------------------------
+# Dockerfile
+# ---------------------------------------------------------------------------------------------
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text()
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    text = re.sub(r"\\\n", " ", "\n".join(lines))
+    out = []
+    for line in text.splitlines():
+        if line.strip():
+            keyword, _, rest = line.strip().partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def _dockerignored(path: str, patterns: list[str]) -> bool:
+    """.dockerignore semantics, simplified: the last matching pattern wins; a matching parent excludes."""
+    excluded = False
+    for raw in patterns:
+        negate = raw.startswith("!")
+        pattern = raw.lstrip("!").rstrip("/")
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if any(fnmatch.fnmatchcase(p, pattern) or fnmatch.fnmatchcase(p, pattern.replace("**/", "")) for p in prefixes):
+            excluded = not negate
+    return excluded
+
+
+def test_dockerfile() -> None:
+    instructions = _dockerfile_instructions()
+    froms = [rest for kw, rest in instructions if kw == "FROM"]
+    args = dict(rest.split("=", 1) for kw, rest in instructions if kw == "ARG" and "=" in rest)
+    final_stage = instructions[max(i for i, (kw, _) in enumerate(instructions) if kw == "FROM") :]
+    base = froms[-1].split()[0]
+    base = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), ""), base)
+    assert base == "python:3.11-slim"
+
+    def last(keyword: str) -> str:
+        values = [rest for kw, rest in final_stage if kw == keyword]
+        assert values, f"no {keyword} in the final stage"
+        return values[-1]
+
+    user = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), ""), last("USER")).split(":")[0]
+    assert user not in ("", "0", "root"), "the image runs as a non-root user"
+    assert "8181" in last("EXPOSE").split()
+    assert "CATALOG_HOST=0.0.0.0" in " ".join(rest for kw, rest in final_stage if kw == "ENV")
+    assert json.loads(last("ENTRYPOINT")) == ["iceberg-catalog"]
+    assert json.loads(last("CMD")) == ["serve"]
+    assert "/health/live" in last("HEALTHCHECK")
+
+    copied = " ".join(rest for kw, rest in instructions if kw == "COPY" and "--from" not in rest)
+    for source in ("pyproject.toml", "catalog/", "alembic/", "alembic.ini"):
+        assert source in copied.split(), f"COPY {source}"
+    lines = DOCKERIGNORE.read_text().splitlines()
+    patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    for kept in ("pyproject.toml", "alembic.ini", "catalog/__init__.py", "catalog/api/tables.py", "alembic/env.py"):
+        assert not _dockerignored(kept, patterns), f".dockerignore excludes {kept}"
+    for dropped in (".git/HEAD", "tests/conftest.py", "catalog/__pycache__/x.pyc", "catalog.db", ".venv/bin/python"):
+        assert _dockerignored(dropped, patterns), f".dockerignore keeps {dropped}"
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(self.status if self.path == "/health/live" else 404)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_dockerfile_healthcheck_command_works() -> None:
+    """Run the image's HEALTHCHECK command (with this interpreter) against a stand-in server."""
+    healthcheck = [rest for kw, rest in _dockerfile_instructions() if kw == "HEALTHCHECK"][-1]
+    command = json.loads(healthcheck[healthcheck.index("CMD") + 3 :].strip())
+    assert command[0] == "python"
+    command[0] = sys.executable
+
+    def run(port: int) -> int:
+        env = {**os.environ, "CATALOG_PORT": str(port)}
+        return subprocess.run(command, env=env, capture_output=True, timeout=30).returncode
+
+    for status, healthy in ((200, True), (503, False)):
+        handler = type("Handler", (_Health,), {"status": status})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            assert (run(server.server_address[1]) == 0) is healthy
+        finally:
+            server.shutdown()
+            server.server_close()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        unused_port = probe.getsockname()[1]
+    assert run(unused_port) != 0, "no server: unhealthy"
