@@ -7,10 +7,10 @@ the environment, so several uvicorn workers all see the same settings.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
+from . import logs
 from .settings import Settings
 
 _FLAGS = {
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None:
             os.environ[f"CATALOG_{field.upper()}"] = str(value)
     settings = Settings()
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(settings.log_level, settings.log_format)
     if args.command == "migrate":
         return _migrate(settings, args.revision, args.downgrade)
     return _serve(settings)
@@ -67,6 +67,7 @@ def _serve(settings: Settings) -> int:
         port=settings.port,
         workers=settings.workers,
         log_level=settings.log_level.lower(),
+        log_config=None,  # keep our (JSON) handler for uvicorn's loggers too
         access_log=False,
         timeout_graceful_shutdown=30,
         # Longer than clients' pooled-connection idle time: a server closing an idle keep-alive

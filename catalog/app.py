@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -17,9 +19,9 @@ from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from pydantic import ValidationError
 
-from . import errors, migrate
+from . import errors, logs, metrics, migrate
 from .api import config as config_api
-from .api import namespaces, tables, wire
+from .api import namespaces, operations, tables, wire
 from .db import create_engine
 from .files import MetadataFiles
 from .purge import client_io_properties
@@ -34,6 +36,40 @@ CATALOG_ROUTES = [*namespaces.ROUTES, *tables.ROUTES]
 # /v1/<prefix>/<resource>...: the optional prefix segment clients insert after /v1/.
 _PREFIXED = re.compile(r"^/v1/([^/]+)/(namespaces|tables|views|transactions)(/.*)?$")
 _UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "config", "oauth"}
+
+
+class RequestObservation:
+    """Per request: an id (``X-Request-Id``, taken from the client or made up) in logs and the
+    response, and the request count and latency by route template and status."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1")[:64]
+        rid = incoming or uuid.uuid4().hex[:16]
+        token = logs.request_id.set(rid)
+        status = 500
+        start = time.perf_counter()
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode("latin-1"))]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            handler = scope.get("route_handler")
+            route = handler.paths and sorted(handler.paths)[0] if handler is not None else "unmatched"
+            metrics.REQUESTS.labels(scope["method"], route, str(status)).inc()
+            metrics.REQUEST_SECONDS.labels(scope["method"], route).observe(time.perf_counter() - start)
+            logs.request_id.reset(token)
 
 
 class RawPathRouting:
@@ -67,7 +103,7 @@ class RawPathRouting:
 
 def create_app(settings: Settings | None = None) -> RawPathRouting:
     settings = settings or Settings()
-    handlers = [*config_api.ROUTES, *CATALOG_ROUTES]
+    handlers = [*config_api.ROUTES, *CATALOG_ROUTES, *operations.ROUTES]
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -75,14 +111,18 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         if settings.is_sqlite or settings.auto_migrate:
             migrate.upgrade(engine)
         storage = create_storage(settings)
-        app.state.catalog = Catalog(
-            settings, Store(engine), storage, MetadataFiles(storage, settings.metadata_cache_size)
-        )
+        files = MetadataFiles(storage, settings.metadata_cache_size)
+        app.state.catalog = Catalog(settings, Store(engine), storage, files)
         app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
         app.state.table_config = orjson.dumps(client_io_properties(settings))
+        metrics.GAUGES.add("catalog_metadata_cache_hits", "Metadata file reads served from memory", lambda: files.hits)
+        metrics.GAUGES.add("catalog_metadata_cache_misses", "Metadata file reads from storage", lambda: files.misses)
+        metrics.GAUGES.add("catalog_db_pool_checked_out", "Database connections in use", engine.pool.checkedout)
+        metrics.GAUGES.add("catalog_db_pool_size", "Database pool size", engine.pool.size)
         try:
             yield
         finally:
+            app.state.draining = True
             engine.dispose()
 
     app = Litestar(
@@ -90,6 +130,8 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         dependencies={"payload": Provide(_raw_body)},
         lifespan=[lifespan],
         exception_handlers={Exception: _error_response},
+        middleware=[RequestObservation],
+        logging_config=None,  # logging is configured once, by the CLI (catalog.logs)
         openapi_config=None,
         debug=False,
     )

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyiceberg.partitioning import PartitionSpec
@@ -25,7 +26,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 
-from . import commit, errors, purge
+from . import commit, errors, metrics, migrate, purge
 from .files import MetadataFile, MetadataFiles
 from .settings import Settings
 from .storage import Storage
@@ -49,6 +50,22 @@ class Catalog:
         self.store = store
         self.storage = storage
         self.files = files
+
+    def readiness(self) -> dict[str, str]:
+        """Each dependency's state: 'ok' or why not. Ready only when all are 'ok'."""
+        checks: dict[str, str] = {}
+        for name, check in (("database", self.store.ping), ("storage", self.storage.ping)):
+            try:
+                check()
+                checks[name] = "ok"
+            except Exception as e:  # noqa: BLE001 - reported, not raised
+                checks[name] = getattr(e, "message", str(e))[:300]
+        if checks["database"] == "ok":
+            try:
+                checks["migrations"] = "ok" if migrate.is_at_head(self.store.engine) else "schema is not at head"
+            except Exception as e:  # noqa: BLE001
+                checks["migrations"] = str(e)[:300]
+        return checks
 
     # -- namespaces ------------------------------------------------------------------------------
 
@@ -148,14 +165,15 @@ class Catalog:
         """updateTable: the commit loop described in the module docstring."""
         if commit.is_create(change.requirements):
             return self._commit_create(change)
-        for attempt in range(self.settings.commit_max_attempts):
-            staged = self._stage(change)
-            if staged is None:  # nothing to change
-                return self.load_table(change.namespace, change.name)
-            if self._swap([staged]):
-                return staged[1]
-            self._lost(change, attempt, [staged])
-        raise self._gave_up([change])
+        with _observed(change):
+            for attempt in range(self.settings.commit_max_attempts):
+                staged = self._stage(change)
+                if staged is None:  # nothing to change
+                    return self.load_table(change.namespace, change.name)
+                if self._swap([staged]):
+                    return staged[1]
+                self._lost(change, attempt, [staged])
+            raise self._gave_up([change])
 
     def commit_transaction(self, changes: Sequence[TableChange]) -> None:
         """All tables or none: every pointer moves in ONE database transaction, or none does."""
@@ -167,6 +185,10 @@ class Catalog:
             seen.add(key)
             if commit.is_create(change.requirements):
                 raise errors.IllegalArgument("Cannot create a table in a multi-table transaction")
+        with _observed(changes[0]):
+            self._commit_all(changes)
+
+    def _commit_all(self, changes: Sequence[TableChange]) -> None:
         for attempt in range(self.settings.commit_max_attempts):
             staged: list[tuple[Entry, MetadataFile]] = []
             try:
@@ -196,15 +218,18 @@ class Catalog:
     def _swap(self, staged: Sequence[tuple[Entry, MetadataFile]]) -> bool:
         """Step 5, the CAS. True: committed (files cached, dropped log files deleted); False: lost."""
         swaps = [(entry.id, entry.metadata_location, file.location) for entry, file in staged]
+        metrics.COMMIT_ATTEMPTS.inc()
         try:
             won = self.store.swap_pointers(swaps)
         except PointerOutcomeUnknown as e:
             if self._landed(swaps):
                 won = True
             else:
+                metrics.UNKNOWN.inc()
                 log.error("commit outcome unknown for %s: %s", [f.location for _, f in staged], e)
                 raise errors.CommitStateUnknown(f"Commit state unknown, the database connection failed: {e}") from e
         if won:
+            metrics.COMMITS.labels("transaction" if len(staged) > 1 else "table").inc()
             for entry, file in staged:
                 self.files.remember(file)
                 self._delete_dropped_files(entry, file)
@@ -240,6 +265,7 @@ class Catalog:
     def _lost(self, change: TableChange, attempt: int, staged: Sequence[tuple[Entry, MetadataFile]]) -> None:
         """The CAS lost: delete the orphan files and back off before rebasing on the new pointer."""
         self._discard(staged)
+        metrics.REBASES.inc()
         log.info("commit to %s lost the CAS (attempt %d), rebasing", ident(change.namespace, change.name), attempt + 1)
         delay = self.settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
         time.sleep(random.uniform(0, delay))
@@ -253,6 +279,8 @@ class Catalog:
 
     def _gave_up(self, changes: Sequence[TableChange]) -> errors.CommitFailed:
         names = ", ".join(ident(c.namespace, c.name) for c in changes)
+        metrics.CONFLICTS.labels("cas").inc()
+        log.warning("commit conflict: table=%s cause=cas attempts=%d", names, self.settings.commit_max_attempts)
         return errors.CommitFailed(
             f"Commit failed: {names} changed concurrently {self.settings.commit_max_attempts} times in a row; "
             "refresh and retry"
@@ -281,6 +309,23 @@ class Catalog:
         if base := ns_props.get("location"):
             return f"{base.rstrip('/')}/{name}"
         return "/".join([self.storage.root().rstrip("/"), *ns, name])
+
+
+@contextmanager
+def _observed(change: TableChange) -> Iterator[None]:
+    """Commit latency, and one warning line per failed requirement (operators alert on the rate)."""
+    start = time.perf_counter()
+    try:
+        yield
+    except errors.CommitFailed as e:
+        if e.message.startswith("Requirement failed"):
+            metrics.CONFLICTS.labels("requirement").inc()
+            log.warning(
+                "commit conflict: table=%s cause=requirement %s", ident(change.namespace, change.name), e.message
+            )
+        raise
+    finally:
+        metrics.COMMIT_SECONDS.observe(time.perf_counter() - start)
 
 
 def ident(ns: Namespace, name: str) -> str:

@@ -29,6 +29,7 @@ class Settings(BaseSettings):
         description="Advertised URL prefix (overrides.prefix). Requests are accepted with or without one.",
     )
     log_level: str = "info"
+    log_format: str = Field(default="json", pattern="^(json|text)$", description="json: one object per line.")
 
     # Database
     db_pool_size: int = Field(default=10, ge=1)

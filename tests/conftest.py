@@ -66,6 +66,7 @@ def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, st
         "CATALOG_PORT": str(port),
         "CATALOG_HOST": "127.0.0.1",
         "CATALOG_LOG_LEVEL": "warning",
+        "CATALOG_LOG_FORMAT": "json",
         **(extra_env or {}),
     }
     log = workdir / f"server-{port}.log"
