@@ -147,7 +147,12 @@ class Catalog:
 
     def drop_table(self, ns: Namespace, name: str, purge_requested: bool) -> None:
         entry = self.table_entry(ns, name)
-        doomed = self.files.read(entry.metadata_location) if purge_requested else None
+        doomed = None
+        if purge_requested:
+            try:
+                doomed = self.files.read(entry.metadata_location)
+            except errors.NotFound:  # nothing left to purge; the drop itself must still succeed
+                log.warning("purge of %s: metadata file %s is missing", ident(ns, name), entry.metadata_location)
         if not self.store.delete_entry(entry):
             raise errors.NoSuchTable(f"Table does not exist: {ident(ns, name)}")
         if doomed is not None:

@@ -27,7 +27,7 @@ def test_barrier_race_exactly_one_wins(server, ns):
         assert writers[1].current_snapshot().snapshot_id == base
         barrier = threading.Barrier(2)
 
-        def write(table, i):
+        def write(table, i, barrier=barrier, round_=round_):
             barrier.wait()
             try:
                 table.append(rows(100 * round_ + 10 * i, 1))

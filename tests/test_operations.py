@@ -35,7 +35,10 @@ def test_conflicts_and_commits_are_counted(server, http, ns):
     assert metric(server.url, conflicts) == before_conflicts + 1
     assert metric(server.url, "catalog_commits_total", '{kind="table"}') == before_commits + 1
     text = requests.get(f"{server.url}/metrics", timeout=10).text
-    assert 'catalog_http_requests_total{method="POST",route="/v1/namespaces/{namespace:str}/tables/{table:str}",status="409"}' in text
+    assert (
+        'catalog_http_requests_total{method="POST",route="/v1/namespaces/{namespace:str}/tables/{table:str}",status="409"}'
+        in text
+    )
     assert "catalog_commit_duration_seconds_bucket" in text and "catalog_metadata_cache_hits" in text
     assert "catalog_db_pool_checked_out" in text
 

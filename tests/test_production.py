@@ -98,7 +98,7 @@ def test_barrier_race_across_replicas(replicas):
         tables = [r.catalog().load_table(f"{ns}.t") for r in replicas]
         barrier = threading.Barrier(2)
 
-        def write(table):
+        def write(table, barrier=barrier):
             barrier.wait()
             try:
                 table.append(rows(0, 1))
@@ -158,11 +158,15 @@ def own_pg(tmp_path):
 
 
 def test_database_down_is_503_and_service_resumes(own_pg, services, tmp_path):
-    server = start_server(tmp_path / "srv", "postgres-s3", {"CATALOG_DATABASE_URL": own_pg.url, **s3_env(services["s3"], "dbdown")})
+    server = start_server(
+        tmp_path / "srv", "postgres-s3", {"CATALOG_DATABASE_URL": own_pg.url, **s3_env(services["s3"], "dbdown")}
+    )
     try:
         base = server.url
         assert requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).status_code == 200
-        created = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30).json()
+        created = requests.post(
+            f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30
+        ).json()
         assert requests.get(f"{base}/health/ready", timeout=30).status_code == 200
         own_pg.stop()
         not_ready = requests.get(f"{base}/health/ready", timeout=30)
@@ -170,7 +174,11 @@ def test_database_down_is_503_and_service_resumes(own_pg, services, tmp_path):
         assert requests.get(f"{base}/health/live", timeout=30).status_code == 200
         err = assert_error(requests.get(f"{base}/v1/namespaces", timeout=30), 503, "ServiceUnavailableException")
         assert "Database unavailable" in err["message"]
-        resp = requests.post(f"{base}/v1/namespaces/n/tables/t", json={"updates": [{"action": "set-properties", "updates": {"a": "b"}}]}, timeout=30)
+        resp = requests.post(
+            f"{base}/v1/namespaces/n/tables/t",
+            json={"updates": [{"action": "set-properties", "updates": {"a": "b"}}]},
+            timeout=30,
+        )
         assert_error(resp, 503, "ServiceUnavailableException")
         assert resp.headers.get("Retry-After")
         own_pg.start()
@@ -191,10 +199,14 @@ def test_storage_down_moves_nothing(own_pg, tmp_path):
     try:
         base = server.url
         requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10)
-        created = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30).json()
+        created = requests.post(
+            f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30
+        ).json()
         s3.stop()
         resp = requests.post(
-            f"{base}/v1/namespaces/n/tables/t", json={"updates": [{"action": "set-properties", "updates": {"a": "b"}}]}, timeout=120
+            f"{base}/v1/namespaces/n/tables/t",
+            json={"updates": [{"action": "set-properties", "updates": {"a": "b"}}]},
+            timeout=120,
         )
         assert_error(resp, 503, "ServiceUnavailableException", "Storage")
         with psycopg.connect(own_pg.dsn) as conn:
@@ -206,17 +218,20 @@ def test_storage_down_moves_nothing(own_pg, tmp_path):
 
 
 def test_connection_killed_during_the_update_is_commit_state_unknown(own_pg, services, tmp_path):
-    server = start_server(tmp_path / "srv", "postgres-s3", {"CATALOG_DATABASE_URL": own_pg.url, **s3_env(services["s3"], "kill")})
+    server = start_server(
+        tmp_path / "srv", "postgres-s3", {"CATALOG_DATABASE_URL": own_pg.url, **s3_env(services["s3"], "kill")}
+    )
     try:
         base = server.url
         requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10)
-        created = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30).json()
-        with psycopg.connect(own_pg.superuser_dsn, autocommit=True) as su:
-            su.execute("\\c catalog" if False else "SELECT 1")
+        created = requests.post(
+            f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30
+        ).json()
         # make the pointer UPDATE slow, so that the test can kill its connection mid-statement
         with psycopg.connect(own_pg.superuser_dsn.rsplit("/", 1)[0] + "/catalog", autocommit=True) as su:
             su.execute(
-                "CREATE FUNCTION slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$ LANGUAGE plpgsql"
+                "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql "
+                "AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$"
             )
             su.execute("CREATE TRIGGER slow BEFORE UPDATE ON catalog_entries FOR EACH ROW EXECUTE FUNCTION slow()")
             result: dict = {}
@@ -253,7 +268,11 @@ def test_connection_killed_during_the_update_is_commit_state_unknown(own_pg, ser
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket=services["s3"].bucket, Prefix=prefix)["Contents"]]
         assert any(k.rsplit("/", 1)[1].startswith("00001-") for k in keys), keys
         # and the table keeps working
-        ok = requests.post(f"{base}/v1/namespaces/n/tables/t", json={"updates": [{"action": "set-properties", "updates": {"c": "d"}}]}, timeout=30)
+        ok = requests.post(
+            f"{base}/v1/namespaces/n/tables/t",
+            json={"updates": [{"action": "set-properties", "updates": {"c": "d"}}]},
+            timeout=30,
+        )
         assert ok.status_code == 200, ok.text
     finally:
         server.stop()

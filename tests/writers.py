@@ -28,7 +28,7 @@ def _process(urls: list[str], table: str, writer_ids: list[int], appends: int, p
         catalog = RestCatalog(f"w{w}", uri=urls[w % len(urls)], **props)
         tbl = catalog.load_table(table)
         for i in range(appends):
-            row_id = w * 100_000 + i
+            row_id = w * 1000 + i
             tbl.append(rows(row_id, 1))
             with lock:
                 acknowledged.append(row_id)
@@ -38,7 +38,9 @@ def _process(urls: list[str], table: str, writer_ids: list[int], appends: int, p
     return acknowledged
 
 
-def hammer(urls: list[str], table: str, writers: int, appends: int, props: dict[str, str], processes: int = 8) -> list[int]:
+def hammer(
+    urls: list[str], table: str, writers: int, appends: int, props: dict[str, str], processes: int = 8
+) -> list[int]:
     """``writers`` pyiceberg writers (spread over ``processes`` processes and over ``urls``) each append
     ``appends`` single-row batches to ``table``; returns the ids of every acknowledged row."""
     groups = [list(range(p, writers, processes)) for p in range(processes)]
