@@ -122,7 +122,6 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         try:
             yield
         finally:
-            app.state.draining = True
             engine.dispose()
 
     app = Litestar(

@@ -8,6 +8,7 @@ no-op detection, the create path and the next metadata file name.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 
 import orjson
@@ -18,7 +19,15 @@ from pyiceberg.table import TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV1, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate, update_table_metadata
+from pyiceberg.table.update import (
+    AssertCreate,
+    TableRequirement,
+    TableUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
+    update_table_metadata,
+)
 from pyiceberg.typedef import IcebergBaseModel
 
 from . import errors
@@ -73,9 +82,10 @@ def apply_updates(base: TableMetadata, updates: Sequence[TableUpdate], base_loca
     if not updates:
         return base
     try:
-        new = update_table_metadata(
-            base, tuple(updates), enforce_validation=base_location is None, metadata_location=base_location
-        )
+        if base_location is None:  # a create: build from empty and validate the whole model once
+            new = update_table_metadata(base, tuple(updates), enforce_validation=True)
+        else:
+            new = _update_without_copy(base, updates, base_location)
     except errors.IcebergError:
         raise
     except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as e:
@@ -86,6 +96,27 @@ def apply_updates(base: TableMetadata, updates: Sequence[TableUpdate], base_loca
     except Exception as e:  # pydantic.ValidationError and friends: the request produced invalid metadata
         raise errors.ValidationFailed(_first_line(e)) from e
     return base if _unchanged(base, new) else new
+
+
+def _update_without_copy(base: TableMetadata, updates: Sequence[TableUpdate], base_location: str) -> TableMetadata:
+    """pyiceberg's ``update_table_metadata`` minus its final deep copy of the whole model.
+
+    That copy made every commit O(history): 230 ms of a 10,000-snapshot table's commit, against
+    3 ms for the updates themselves. The server never mutates a metadata model (cached models are
+    shared read-only; each update builds new ones with ``model_copy(update=...)``), so sharing the
+    unchanged parts between the base and the new model is safe.
+    """
+    context = _TableMetadataUpdateContext()
+    new = base
+    for update in updates:
+        new = _apply_table_update(update, new, context)
+    if context.has_changes():
+        new = _update_table_metadata_log(new, base_location, base.last_updated_ms)
+        if new.last_updated_ms == base.last_updated_ms:
+            new = new.model_copy(update={"last_updated_ms": int(time.time() * 1000)})
+    new.spec().check_compatible(new.schema())
+    new.sort_order().check_compatible(new.schema())
+    return new
 
 
 def empty_metadata() -> TableMetadata:

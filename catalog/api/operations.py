@@ -19,8 +19,6 @@ async def live() -> Response:
 @get("/health/ready")
 async def ready(state: State) -> Response:
     """Database reachable, schema at head, storage reachable: 200; otherwise 503 with the reasons."""
-    if state.get("draining"):
-        return wire.json_response({"status": "draining", "checks": {}}, status=503)
     checks = await wire.blocking(state.catalog.readiness)
     ok = all(v == "ok" for v in checks.values())
     return wire.json_response({"status": "ready" if ok else "not ready", "checks": checks}, status=200 if ok else 503)
