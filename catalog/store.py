@@ -151,13 +151,9 @@ class Store:
         ident = ".".join((*ns, name))
         try:
             with self._write() as conn:
-                if not _exists(conn, N, N.c.name == join_namespace(ns)):
-                    raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns)}")
-                taken = conn.execute(
-                    sa.select(E.c.kind).where(E.c.namespace == join_namespace(ns), E.c.name == name)
-                ).first()
+                taken = _holder_of(conn, ns, name)
                 if taken is not None:
-                    raise _name_taken(kind, taken.kind, ident)
+                    raise _name_taken(kind, taken, ident)
                 conn.execute(
                     E.insert().values(namespace=join_namespace(ns), name=name, kind=kind, metadata_location=location)
                 )
@@ -182,13 +178,9 @@ class Store:
         src, dst = ".".join((*entry.namespace, entry.name)), ".".join((*to_ns, to_name))
         try:
             with self._write() as conn:
-                if not _exists(conn, N, N.c.name == join_namespace(to_ns)):
-                    raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(to_ns)}")
-                taken = conn.execute(
-                    sa.select(E.c.kind).where(E.c.namespace == join_namespace(to_ns), E.c.name == to_name)
-                ).first()
+                taken = _holder_of(conn, to_ns, to_name)
                 if taken is not None:
-                    other = "Table" if taken.kind == "table" else "View"
+                    other = "Table" if taken == "table" else "View"
                     raise errors.AlreadyExists(f"Cannot rename {src} to {dst}. {other} already exists")
                 moved = conn.execute(
                     E.update().where(E.c.id == entry.id).values(namespace=join_namespace(to_ns), name=to_name)
@@ -256,6 +248,13 @@ def _entry(row: sa.Row) -> Entry:
 
 def _exists(conn: Connection, table: sa.Table, cond: sa.ColumnElement[bool]) -> bool:
     return conn.execute(sa.select(sa.literal(1)).select_from(table).where(cond)).first() is not None
+
+
+def _holder_of(conn: Connection, ns: tuple[str, ...], name: str) -> str | None:
+    """The kind ('table' | 'view') holding ``ns.name``, or None; 404 if the namespace is missing."""
+    if not _exists(conn, N, N.c.name == join_namespace(ns)):
+        raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns)}")
+    return conn.execute(sa.select(E.c.kind).where(E.c.namespace == join_namespace(ns), E.c.name == name)).scalar()
 
 
 def _name_taken(creating: str, existing: str, ident: str) -> errors.IcebergError:

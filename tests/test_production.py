@@ -149,6 +149,14 @@ def test_concurrent_creates_of_one_name_exactly_one_wins(replicas):
 # -- faults ---------------------------------------------------------------------------------------
 
 
+def create_n_t(base: str) -> dict:
+    """Namespace n and table t on a test's own server; returns the create response."""
+    assert requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).status_code == 200
+    resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
 @pytest.fixture
 def own_pg(tmp_path):
     """A PostgreSQL cluster of this test's own, free to be stopped or sabotaged."""
@@ -163,10 +171,7 @@ def test_database_down_is_503_and_service_resumes(own_pg, services, tmp_path):
     )
     try:
         base = server.url
-        assert requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).status_code == 200
-        created = requests.post(
-            f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30
-        ).json()
+        created = create_n_t(base)
         assert requests.get(f"{base}/health/ready", timeout=30).status_code == 200
         own_pg.stop()
         not_ready = requests.get(f"{base}/health/ready", timeout=30)
@@ -198,10 +203,7 @@ def test_storage_down_moves_nothing(own_pg, tmp_path):
     server = start_server(tmp_path / "srv", "postgres-s3", {"CATALOG_DATABASE_URL": own_pg.url, **s3_env(s3, "s3down")})
     try:
         base = server.url
-        requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10)
-        created = requests.post(
-            f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30
-        ).json()
+        created = create_n_t(base)
         s3.stop()
         resp = requests.post(
             f"{base}/v1/namespaces/n/tables/t",
@@ -223,10 +225,7 @@ def test_connection_killed_during_the_update_is_commit_state_unknown(own_pg, ser
     )
     try:
         base = server.url
-        requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10)
-        created = requests.post(
-            f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30
-        ).json()
+        created = create_n_t(base)
         # make the pointer UPDATE slow, so that the test can kill its connection mid-statement
         with psycopg.connect(own_pg.superuser_dsn.rsplit("/", 1)[0] + "/catalog", autocommit=True) as su:
             su.execute(

@@ -25,8 +25,7 @@ def _process(urls: list[str], table: str, writer_ids: list[int], appends: int, p
     lock = threading.Lock()
 
     def writer(w: int) -> None:
-        # refs: each retry re-reads only the referenced snapshots, not the whole (growing) history
-        catalog = RestCatalog(f"w{w}", uri=urls[w % len(urls)], **{"snapshot-loading-mode": "refs", **props})
+        catalog = RestCatalog(f"w{w}", uri=urls[w % len(urls)], **props)
         tbl = catalog.load_table(table)
         for i in range(appends):
             row_id = w * 1000 + i
