@@ -11,11 +11,13 @@ from pyiceberg.catalog.rest import RestCatalog
 
 from tests.test_tables import rows
 
-# pyiceberg's own retry on 409: it re-reads the table and rebuilds only the snapshot, keeping the data files
+# pyiceberg's own retry on 409: it re-reads the table and rebuilds only the snapshot, keeping the data
+# files. Its jitter is only 10%, so with 32 writers a short max wait makes them stampede: measured here,
+# 10-500 ms gave 16 conflicts per successful commit, 100-8000 ms gave 3.6 and twice the throughput.
 CLIENT_RETRY = {
     "commit.retry.num-retries": "10000",
-    "commit.retry.min-wait-ms": "10",
-    "commit.retry.max-wait-ms": "500",
+    "commit.retry.min-wait-ms": "100",
+    "commit.retry.max-wait-ms": "8000",
     "commit.retry.total-timeout-ms": "1200000",
 }
 
