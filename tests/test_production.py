@@ -110,6 +110,8 @@ def test_barrier_race_across_replicas(replicas):
             assert Counter(pool.map(write, tables)) == Counter({"won": 1, "409": 1})
 
 
+@pytest.mark.soak
+@pytest.mark.timeout(2400)
 def test_32_writers_25_appends_through_two_replicas(replicas):
     """The headline proof: 800 acknowledged appends from 32 pyiceberg writers, spread over two
     server processes sharing one PostgreSQL, all present at the end; no request got a 5xx."""
