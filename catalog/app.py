@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from . import errors, logs, metrics, migrate
 from .api import config as config_api
 from .api import namespaces, operations, tables, wire
+from .api import views as views_api
 from .db import create_engine
 from .files import MetadataFiles
 from .purge import client_io_properties
@@ -29,10 +30,11 @@ from .service import Catalog
 from .settings import Settings
 from .storage import create_storage
 from .store import Store
+from .view_service import Views
 
 log = logging.getLogger("catalog")
 
-CATALOG_ROUTES = [*namespaces.ROUTES, *tables.ROUTES]
+CATALOG_ROUTES = [*namespaces.ROUTES, *tables.ROUTES, *views_api.ROUTES]
 # /v1/<prefix>/<resource>...: the optional prefix segment clients insert after /v1/.
 _PREFIXED = re.compile(r"^/v1/([^/]+)/(namespaces|tables|views|transactions)(/.*)?$")
 _UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "config", "oauth"}
@@ -113,6 +115,7 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         storage = create_storage(settings)
         files = MetadataFiles(storage, settings.metadata_cache_size)
         app.state.catalog = Catalog(settings, Store(engine), storage, files)
+        app.state.views = Views(app.state.catalog)
         app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
         app.state.table_config = orjson.dumps(client_io_properties(settings))
         metrics.GAUGES.add("catalog_metadata_cache_hits", "Metadata file reads served from memory", lambda: files.hits)

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+from pyiceberg.view.metadata import ViewMetadata
 
 from . import commit, errors
 from .storage import Storage
@@ -24,6 +25,7 @@ class MetadataFile:
     location: str
     raw: bytes
     _parsed: TableMetadata | None = field(default=None, repr=False)
+    _view: ViewMetadata | None = field(default=None, repr=False)
 
     @property
     def metadata(self) -> TableMetadata:
@@ -33,6 +35,15 @@ class MetadataFile:
             except Exception as e:  # noqa: BLE001 - a file that is not table metadata
                 raise errors.BadRequest(f"Invalid table metadata file {self.location}: {e}") from e
         return self._parsed
+
+    @property
+    def view(self) -> ViewMetadata:
+        if self._view is None:
+            try:
+                self._view = ViewMetadata.model_validate_json(self.raw)
+            except Exception as e:  # noqa: BLE001 - a file that is not view metadata
+                raise errors.BadRequest(f"Invalid view metadata file {self.location}: {e}") from e
+        return self._view
 
 
 class MetadataFiles:
@@ -63,6 +74,11 @@ class MetadataFiles:
         data = gzip.compress(raw) if commit.is_gzip(metadata.properties) else raw
         self.storage.write_new(location, data)
         return MetadataFile(location, raw, metadata)
+
+    def write_view(self, location: str, metadata: ViewMetadata) -> MetadataFile:
+        raw = metadata.model_dump_json().encode()
+        self.storage.write_new(location, raw)
+        return MetadataFile(location, raw, _view=metadata)
 
     def remember(self, written: MetadataFile) -> None:
         """Cache a file once it is known to be committed (an uncommitted file is usually deleted)."""

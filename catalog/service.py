@@ -123,8 +123,8 @@ class Catalog:
         """Create (or, with ``stage``, only build) a table; returns (metadata location, metadata)."""
         check_name(name)
         ns_props = self.load_namespace(ns)
-        self._name_must_be_free(ns, name)
-        location = self._table_location(ns, name, ns_props, location)
+        self.name_must_be_free(ns, name)
+        location = self.location_for(ns, name, ns_props, location)
         metadata = commit.new_metadata(location, schema, spec, order, properties)
         if stage:
             return None, metadata
@@ -175,9 +175,9 @@ class Catalog:
                 staged = self._stage(change)
                 if staged is None:  # nothing to change
                     return self.load_table(change.namespace, change.name)
-                if self._swap([staged]):
+                if self.swap([staged]):
                     return staged[1]
-                self._lost(change, attempt, [staged])
+                self.lost(ident(change.namespace, change.name), attempt, [staged])
             raise self._gave_up([change])
 
     def commit_transaction(self, changes: Sequence[TableChange]) -> None:
@@ -204,9 +204,9 @@ class Catalog:
             except BaseException:
                 self._discard(staged)
                 raise
-            if not staged or self._swap(staged):
+            if not staged or self.swap(staged):
                 return
-            self._lost(changes[0], attempt, staged)
+            self.lost(ident(changes[0].namespace, changes[0].name), attempt, staged)
         raise self._gave_up(changes)
 
     def _stage(self, change: TableChange) -> tuple[Entry, MetadataFile] | None:
@@ -220,7 +220,7 @@ class Catalog:
         check_location(new.location)
         return entry, self.files.write(commit.next_location(new, entry.metadata_location), new)
 
-    def _swap(self, staged: Sequence[tuple[Entry, MetadataFile]]) -> bool:
+    def swap(self, staged: Sequence[tuple[Entry, MetadataFile]]) -> bool:
         """Step 5, the CAS. True: committed (files cached, dropped log files deleted); False: lost."""
         swaps = [(entry.id, entry.metadata_location, file.location) for entry, file in staged]
         metrics.COMMIT_ATTEMPTS.inc()
@@ -237,7 +237,8 @@ class Catalog:
             metrics.COMMITS.labels("transaction" if len(staged) > 1 else "table").inc()
             for entry, file in staged:
                 self.files.remember(file)
-                self._delete_dropped_files(entry, file)
+                if entry.kind == "table":
+                    self._delete_dropped_files(entry, file)
         return won
 
     def _landed(self, swaps: Sequence[tuple[int, str, str]]) -> bool:
@@ -251,7 +252,7 @@ class Catalog:
         """Commit of a staged create (assert-create): build from empty, write 00000, insert the row."""
         check_name(change.name)
         self.load_namespace(change.namespace)
-        self._name_must_be_free(change.namespace, change.name)
+        self.name_must_be_free(change.namespace, change.name)
         commit.check_requirements(change.requirements, None)
         metadata = commit.apply_updates(commit.empty_metadata(), change.updates, None)
         check_location(metadata.location)
@@ -267,11 +268,11 @@ class Catalog:
             raise
         self.files.remember(written)
 
-    def _lost(self, change: TableChange, attempt: int, staged: Sequence[tuple[Entry, MetadataFile]]) -> None:
+    def lost(self, name: str, attempt: int, staged: Sequence[tuple[Entry, MetadataFile]]) -> None:
         """The CAS lost: delete the orphan files and back off before rebasing on the new pointer."""
         self._discard(staged)
         metrics.REBASES.inc()
-        log.info("commit to %s lost the CAS (attempt %d), rebasing", ident(change.namespace, change.name), attempt + 1)
+        log.info("commit to %s lost the CAS (attempt %d), rebasing", name, attempt + 1)
         delay = self.settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
         time.sleep(random.uniform(0, delay))
 
@@ -283,7 +284,9 @@ class Catalog:
                 log.warning("could not delete uncommitted metadata file %s", file.location)
 
     def _gave_up(self, changes: Sequence[TableChange]) -> errors.CommitFailed:
-        names = ", ".join(ident(c.namespace, c.name) for c in changes)
+        return self.gave_up(", ".join(ident(c.namespace, c.name) for c in changes))
+
+    def gave_up(self, names: str) -> errors.CommitFailed:
         metrics.CONFLICTS.labels("cas").inc()
         log.warning("commit conflict: table=%s cause=cas attempts=%d", names, self.settings.commit_max_attempts)
         return errors.CommitFailed(
@@ -301,13 +304,14 @@ class Catalog:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _name_must_be_free(self, ns: Namespace, name: str) -> None:
+    def name_must_be_free(self, ns: Namespace, name: str) -> None:
         existing = self.store.get_entry(ns, name)
         if existing is not None:
             kind = "Table" if existing.kind == "table" else "View with same name"
             raise errors.AlreadyExists(f"{kind} already exists: {ident(ns, name)}")
 
-    def _table_location(self, ns: Namespace, name: str, ns_props: dict[str, str], requested: str | None) -> str:
+    def location_for(self, ns: Namespace, name: str, ns_props: dict[str, str], requested: str | None) -> str:
+        """A new table's or view's location: as requested, under the namespace's, or in the warehouse."""
         if requested:
             check_location(requested)
             return requested.rstrip("/")

@@ -24,6 +24,14 @@ EXPECTED_ENDPOINTS = {
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
     "POST /v1/{prefix}/tables/rename",
     "POST /v1/{prefix}/transactions/commit",
+    "GET /v1/{prefix}/namespaces/{namespace}/views",
+    "POST /v1/{prefix}/namespaces/{namespace}/views",
+    "GET /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "POST /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "POST /v1/{prefix}/views/rename",
+    "POST /v1/{prefix}/namespaces/{namespace}/register-view",
 }
 
 
@@ -39,7 +47,9 @@ def test_every_advertised_endpoint_is_served(http, ns):
     create(http, ns, "t")
     for endpoint in http.get("/v1/config").json()["endpoints"]:
         method, template = endpoint.split(" ")
-        path = template.replace("/{prefix}", "").replace("{namespace}", ns).replace("{table}", "t")
+        path = (
+            template.replace("/{prefix}", "").replace("{namespace}", ns).replace("{table}", "t").replace("{view}", "t")
+        )
         resp = http(method, path, json={})
         assert resp.status_code != 405, endpoint
         if resp.status_code == 404 and resp.content:  # a 404 about the resource, not "no such route"

@@ -12,6 +12,9 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
+from pyiceberg.view.metadata import ViewVersion
+
+from ..views import AssertViewUUID, ViewUpdate
 
 
 class Body(BaseModel):
@@ -91,3 +94,27 @@ class CommitTransactionRequest(Body):
 
 class ReportMetricsRequest(Body):
     report_type: str = Field(alias="report-type")
+
+
+class CreateViewRequest(Body):
+    name: str
+    location: str | None = None
+    view_schema: Schema = Field(alias="schema")
+    view_version: ViewVersion = Field(alias="view-version")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("properties", mode="before")
+    @classmethod
+    def _as_strings(cls, v: object) -> object:
+        return _str_values(v) if v is not None else {}
+
+
+class CommitViewRequest(Body):
+    identifier: TableIdentifier | None = None
+    requirements: list[AssertViewUUID] = Field(default_factory=list)
+    updates: list[ViewUpdate] = Field(default_factory=list)
+
+
+class RegisterViewRequest(Body):
+    name: str
+    metadata_location: str = Field(alias="metadata-location")
