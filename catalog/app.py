@@ -17,12 +17,14 @@ import orjson
 from litestar import Litestar, Request, Response
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
+from litestar.middleware import DefineMiddleware
 from pydantic import ValidationError
 
 from . import errors, logs, metrics, migrate
 from .api import config as config_api
-from .api import namespaces, operations, tables, wire
+from .api import namespaces, oauth, operations, tables, wire
 from .api import views as views_api
+from .auth import Tokens, parse_clients
 from .db import create_engine
 from .files import MetadataFiles
 from .purge import client_io_properties
@@ -105,7 +107,8 @@ class RawPathRouting:
 
 def create_app(settings: Settings | None = None) -> RawPathRouting:
     settings = settings or Settings()
-    handlers = [*config_api.ROUTES, *CATALOG_ROUTES, *operations.ROUTES]
+    handlers = [*config_api.ROUTES, *CATALOG_ROUTES, *operations.ROUTES, *oauth.ROUTES]
+    tokens = Tokens(parse_clients(settings.oauth_clients), settings.token_secret, settings.token_ttl_seconds)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -116,6 +119,7 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         files = MetadataFiles(storage, settings.metadata_cache_size)
         app.state.catalog = Catalog(settings, Store(engine), storage, files)
         app.state.views = Views(app.state.catalog)
+        app.state.tokens = tokens
         app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
         app.state.table_config = orjson.dumps(client_io_properties(settings))
         metrics.GAUGES.add("catalog_metadata_cache_hits", "Metadata file reads served from memory", lambda: files.hits)
@@ -132,7 +136,10 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         dependencies={"payload": Provide(_raw_body)},
         lifespan=[lifespan],
         exception_handlers={Exception: _error_response},
-        middleware=[RequestObservation],
+        middleware=[
+            RequestObservation,
+            DefineMiddleware(oauth.BearerAuth, tokens=tokens, required=settings.auth_required),
+        ],
         logging_config=None,  # logging is configured once, by the CLI (catalog.logs)
         openapi_config=None,
         debug=False,

@@ -31,6 +31,14 @@ class Settings(BaseSettings):
     log_level: str = "info"
     log_format: str = Field(default="json", pattern="^(json|text)$", description="json: one object per line.")
 
+    # Authentication (OAuth2 client credentials; off unless auth_required)
+    auth_required: bool = Field(default=False, description="Require a bearer token on every /v1 route.")
+    oauth_clients: str | None = Field(default=None, description="Clients for /v1/oauth/tokens: id:secret,id2:secret2")
+    token_secret: str | None = Field(
+        default=None, description="HMAC key for tokens; set the same value on every replica (random if unset)."
+    )
+    token_ttl_seconds: int = Field(default=3600, ge=60)
+
     # Database
     db_pool_size: int = Field(default=10, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)

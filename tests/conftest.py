@@ -56,7 +56,7 @@ class Server:
 
 
 def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, str] | None = None) -> Server:
-    """Start the server as its own process on a free port and wait until it answers /v1/config."""
+    """Start the server as its own process on a free port and wait until it answers /health/live."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {
@@ -83,7 +83,7 @@ def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, st
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            if requests.get(f"{url}/v1/config", timeout=1).status_code == 200:
+            if requests.get(f"{url}/health/live", timeout=1).status_code == 200:
                 return Server(url, env, proc, log, backend)
         except requests.ConnectionError:
             pass
