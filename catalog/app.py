@@ -22,12 +22,12 @@ from pydantic import ValidationError
 
 from . import errors, logs, metrics, migrate
 from .api import config as config_api
-from .api import namespaces, oauth, operations, tables, wire
+from .api import namespaces, oauth, operations, tables, unserved, wire
 from .api import views as views_api
 from .auth import Tokens, parse_clients
 from .db import create_engine
 from .files import MetadataFiles
-from .purge import client_io_properties
+from .purge import client_io_properties, credential_properties
 from .service import Catalog
 from .settings import Settings
 from .storage import create_storage
@@ -107,7 +107,7 @@ class RawPathRouting:
 
 def create_app(settings: Settings | None = None) -> RawPathRouting:
     settings = settings or Settings()
-    handlers = [*config_api.ROUTES, *CATALOG_ROUTES, *operations.ROUTES, *oauth.ROUTES]
+    handlers = [*config_api.ROUTES, *CATALOG_ROUTES, *operations.ROUTES, *oauth.ROUTES, *unserved.ROUTES]
     tokens = Tokens(parse_clients(settings.oauth_clients), settings.token_secret, settings.token_ttl_seconds)
 
     @asynccontextmanager
@@ -122,6 +122,7 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         app.state.tokens = tokens
         app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
         app.state.table_config = orjson.dumps(client_io_properties(settings))
+        app.state.vended = credential_properties(settings) if settings.s3_vend_credentials else {}
         metrics.GAUGES.add("catalog_metadata_cache_hits", "Metadata file reads served from memory", lambda: files.hits)
         metrics.GAUGES.add("catalog_metadata_cache_misses", "Metadata file reads from storage", lambda: files.misses)
         metrics.GAUGES.add("catalog_db_pool_checked_out", "Database connections in use", engine.pool.checkedout)

@@ -33,13 +33,18 @@ def client_io_properties(settings: Settings) -> dict[str, str]:
     return props
 
 
-def file_io(settings: Settings, location: str) -> FileIO:
+def credential_properties(settings: Settings) -> dict[str, str]:
+    """The server's own storage credentials, as FileIO properties (empty for a local warehouse)."""
     props = client_io_properties(settings)
     if settings.s3_access_key_id:
         props["s3.access-key-id"] = settings.s3_access_key_id
     if settings.s3_secret_access_key:
         props["s3.secret-access-key"] = settings.s3_secret_access_key
-    return load_file_io(props, location)
+    return props
+
+
+def file_io(settings: Settings, location: str) -> FileIO:
+    return load_file_io(credential_properties(settings), location)
 
 
 def delete_table_files(file: MetadataFile, storage: Storage, settings: Settings) -> None:

@@ -60,6 +60,11 @@ class Settings(BaseSettings):
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
     s3_path_style_access: bool = False
+    s3_vend_credentials: bool = Field(
+        default=False,
+        description="Hand the server's S3 credentials to clients (credentials endpoint, and loadTable when the "
+        "client asks with X-Iceberg-Access-Delegation: vended-credentials), so clients configure only the URI.",
+    )
 
     @property
     def is_sqlite(self) -> bool:

@@ -32,6 +32,7 @@ EXPECTED_ENDPOINTS = {
     "DELETE /v1/{prefix}/namespaces/{namespace}/views/{view}",
     "POST /v1/{prefix}/views/rename",
     "POST /v1/{prefix}/namespaces/{namespace}/register-view",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
 }
 
 
@@ -146,3 +147,25 @@ def test_names_with_encoded_characters(http, ns):
 def test_bearer_none_is_ignored(http):
     """pyiceberg sends 'Authorization: Bearer None' when no token is configured."""
     assert http.get("/v1/config", headers={"Authorization": "Bearer None"}).status_code == 200
+
+
+def test_unserved_operations_are_501_in_the_error_shape(http, ns):
+    create(http, ns, "t")
+    for method, path in (
+        ("POST", f"/v1/namespaces/{ns}/tables/t/plan"),
+        ("GET", f"/v1/namespaces/{ns}/tables/t/plan/p1"),
+        ("POST", f"/v1/namespaces/{ns}/tables/t/tasks"),
+        ("POST", f"/v1/namespaces/{ns}/tables/t/sign"),
+        ("POST", f"/v1/namespaces/{ns}/tables/t/unregister"),
+        ("GET", f"/v1/namespaces/{ns}/functions"),
+    ):
+        assert_error(http(method, path, json={}), 501, "NotImplementedException", "Not implemented")
+    endpoints = " ".join(http.get("/v1/config").json()["endpoints"])
+    assert "plan" not in endpoints and "functions" not in endpoints and "sign" not in endpoints
+
+
+def test_credentials_endpoint_answers_explicitly(http, ns):
+    create(http, ns, "t")
+    resp = http.get(f"/v1/namespaces/{ns}/tables/t/credentials")
+    assert resp.status_code == 200 and "storage-credentials" in resp.json()
+    assert_error(http.get(f"/v1/namespaces/{ns}/tables/nope/credentials"), 404, "NoSuchTableException")

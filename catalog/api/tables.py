@@ -4,6 +4,7 @@ multi-table transactions and metrics reports."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import orjson
 from litestar import Request, Response, delete, get, head, post
@@ -38,7 +39,7 @@ async def list_tables(namespace: str, request: Request, state: State) -> Respons
 
 
 @post(TABLES)
-async def create_table(namespace: str, payload: bytes, state: State) -> Response:
+async def create_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(CreateTableRequest, payload)
     location, metadata = await wire.blocking(
@@ -53,9 +54,11 @@ async def create_table(namespace: str, payload: bytes, state: State) -> Response
         req.stage_create,
     )
     raw = commit.dump(metadata)
+    credentials = _vended(lambda: metadata.location, request, state)
     if location is None:  # staged: nothing persisted, no location yet
-        return wire.raw_json_response(_load_result(None, raw, state))
-    return wire.raw_json_response(_load_result(location, raw, state), headers={"ETag": etag(location, "all")})
+        return wire.raw_json_response(_load_result(None, raw, state, credentials))
+    body = _load_result(location, raw, state, credentials)
+    return wire.raw_json_response(body, headers={"ETag": etag(location, "all")})
 
 
 @get(TABLE)
@@ -69,7 +72,8 @@ async def load_table(namespace: str, table: str, request: Request, state: State)
     if _matches(request.headers.get("if-none-match"), tag):
         return Response(content=None, status_code=304, headers={"ETag": tag})
     raw = file.raw if mode == "all" else _refs_only(file)
-    return wire.raw_json_response(_load_result(file.location, raw, state), headers={"ETag": tag})
+    credentials = _vended(lambda: file.metadata.location, request, state)
+    return wire.raw_json_response(_load_result(file.location, raw, state, credentials), headers={"ETag": tag})
 
 
 @head(TABLE, status_code=204)
@@ -102,13 +106,12 @@ async def rename_table(payload: bytes, state: State) -> None:
 
 
 @post("/v1/namespaces/{namespace:str}/register")
-async def register_table(namespace: str, payload: bytes, state: State) -> Response:
+async def register_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(RegisterTableRequest, payload)
     file = await wire.blocking(state.catalog.register_table, ns, req.name, req.metadata_location, req.overwrite)
-    return wire.raw_json_response(
-        _load_result(file.location, file.raw, state), headers={"ETag": etag(file.location, "all")}
-    )
+    body = _load_result(file.location, file.raw, state, _vended(lambda: file.metadata.location, request, state))
+    return wire.raw_json_response(body, headers={"ETag": etag(file.location, "all")})
 
 
 @post("/v1/transactions/commit", status_code=204)
@@ -121,6 +124,14 @@ async def commit_transaction(payload: bytes, state: State) -> None:
         ident = change.identifier
         changes.append(TableChange(tuple(ident.namespace), ident.name, change.requirements, change.updates))
     await wire.blocking(state.catalog.commit_transaction, changes)
+
+
+@get(TABLE + "/credentials")
+async def load_credentials(namespace: str, table: str, state: State) -> Response:
+    """Storage credentials for the table's location: the server's own when vending is switched on,
+    otherwise an explicit empty list (clients then use their configured credentials)."""
+    file = await wire.blocking(state.catalog.load_table, wire.decode_namespace(namespace), wire.decode_name(table))
+    return wire.json_response({"storage-credentials": _credentials(file.metadata.location, state)})
 
 
 @post(TABLE + "/metrics", status_code=204)
@@ -148,9 +159,30 @@ def _refs_only(file: MetadataFile) -> bytes:
     return orjson.dumps(metadata)
 
 
-def _load_result(location: str | None, raw_metadata: bytes, state: State) -> bytes:
+def _credentials(location: str, state: State) -> list[dict]:
+    return [{"prefix": location, "config": state.vended}] if state.vended else []
+
+
+def _vended(location: Callable[[], str], request: Request, state: State) -> list[dict] | None:
+    """Credentials for a load result, only when vending is on and the client asked for them
+    (``location`` is called only then: it may need the metadata parsed)."""
+    if not (state.vended and _wants_credentials(request)):
+        return None
+    return _credentials(location(), state)
+
+
+def _load_result(
+    location: str | None, raw_metadata: bytes, state: State, credentials: list[dict] | None = None
+) -> bytes:
     head_ = b'{"metadata-location":' + orjson.dumps(location) if location else b'{"metadata-location":null'
-    return head_ + b',"metadata":' + raw_metadata + b',"config":' + state.table_config + b"}"
+    out = head_ + b',"metadata":' + raw_metadata + b',"config":' + state.table_config
+    if credentials:
+        out += b',"storage-credentials":' + orjson.dumps(credentials)
+    return out + b"}"
+
+
+def _wants_credentials(request: Request) -> bool:
+    return "vended-credentials" in (request.headers.get("x-iceberg-access-delegation") or "")
 
 
 ROUTES = [
@@ -164,4 +196,5 @@ ROUTES = [
     register_table,
     commit_transaction,
     report_metrics,
+    load_credentials,
 ]

@@ -1,0 +1,142 @@
+"""Optional server profiling (``--profile``): py-spy samples the server process during a scenario.
+
+Two sampling modes, chosen per scenario:
+- ``gil``: only the thread holding the GIL is sampled. One server process runs Python on one core
+  at a time, so this is where its throughput goes (the load and multi-writer scenarios).
+- ``wall``: every thread, idle ones included (``--idle``), filtered to stacks inside a request
+  (any ``catalog/`` frame other than the CLI): where one request's latency goes, waits included
+  (fsync, database locks, S3 round trips). Used for the single-writer commit scenarios.
+
+Each recording is kept as collapsed stacks (``.txt``, for speedscope or flamegraph.pl), rendered as
+an SVG icicle graph, and summarised: innermost catalog function per sample ("which step of ours"),
+and the hottest leaf functions ("what actually burns the time").
+"""
+
+from __future__ import annotations
+
+import html
+import shutil
+import signal
+import subprocess
+from collections import Counter, defaultdict
+from pathlib import Path
+
+
+class Recording:
+    def __init__(self, pid: int, out: Path, mode: str) -> None:
+        self.out, self.mode = out, mode
+        cmd = ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", str(out), "--function"]
+        cmd += ["--subprocesses", "--rate", "200"]
+        cmd += ["--gil"] if mode == "gil" else ["--idle"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def stop(self) -> dict | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            _, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return None
+        if not self.out.exists():
+            return {"error": err.decode(errors="replace")[-500:]}
+        summary = summarize(self.out, self.mode)
+        render_svg(self.out, self.out.with_suffix(".svg"), f"{self.out.stem} ({self.mode})", self.mode)
+        return summary
+
+
+def available() -> bool:
+    return shutil.which("py-spy") is not None
+
+
+def _stacks(raw: Path, mode: str) -> list[tuple[list[str], int]]:
+    out = []
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        if mode == "wall" and not any(_is_ours(f) for f in frames):
+            continue  # an idle thread or the idle event loop
+        out.append((frames, int(count)))
+    return out
+
+
+def _is_ours(frame: str) -> bool:
+    return "(catalog/" in frame and "catalog/__main__.py" not in frame
+
+
+def _name(frame: str) -> str:
+    """'func (pkg/module.py:12)' -> 'pkg/module.py:func'."""
+    func, _, where = frame.partition(" (")
+    return f"{where.rsplit(':', 1)[0]}:{func}" if where else func
+
+
+def summarize(raw: Path, mode: str, top: int = 15) -> dict:
+    stacks = _stacks(raw, mode)
+    total = sum(c for _, c in stacks) or 1
+    ours: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    for frames, count in stacks:
+        inner = next((_name(f) for f in reversed(frames) if _is_ours(f)), "(outside catalog code)")
+        ours[inner] += count
+        leaves[_name(frames[-1])] += count
+        for name in {_name(f) for f in frames}:
+            inclusive[name] += count
+
+    def pct(counter: Counter[str], keep=lambda _: True) -> list[tuple[str, float]]:
+        return [(k, round(100 * v / total, 1)) for k, v in counter.most_common() if keep(k)][:top]
+
+    libs = ("catalog/", "pyiceberg/", "pydantic", "sqlalchemy/", "litestar/", "botocore/", "psycopg/", "uvicorn/")
+    return {
+        "mode": mode,
+        "samples": total,
+        "innermost_catalog_function": pct(ours),
+        "leaf_functions": pct(leaves),
+        "inclusive": pct(inclusive, lambda k: k.startswith(libs) and "__main__" not in k and "_run" not in k),
+    }
+
+
+def render_svg(raw: Path, svg: Path, title: str, mode: str, width: int = 1600, row: int = 16) -> None:
+    """A minimal icicle graph (root on top); hover a box for its name and share."""
+    tree: dict = {"n": 0, "c": defaultdict(lambda: None)}
+    stacks = _stacks(raw, mode)
+    for frames, count in stacks:
+        node = tree
+        node["n"] += count
+        for f in frames:
+            child = node["c"].get(f)
+            if child is None:
+                child = node["c"][f] = {"n": 0, "c": {}}
+            child["n"] += count
+            node = child
+    total = tree["n"] or 1
+    rects: list[str] = []
+    depth_max = [0]
+
+    def walk(node: dict, x: float, depth: int) -> None:
+        for name, child in sorted(node["c"].items(), key=lambda kv: -kv[1]["n"]):
+            w = child["n"] / total * width
+            if w >= 0.5:
+                depth_max[0] = max(depth_max[0], depth)
+                share = 100 * child["n"] / total
+                hue = 30 if "(catalog/" in name else 200 if "pyiceberg" in name or "pydantic" in name else 90
+                label = html.escape(name if w > 7 * len(name) else name[: int(w / 7)])
+                rects.append(
+                    f'<g><title>{html.escape(name)} — {share:.1f}%</title>'
+                    f'<rect x="{x:.1f}" y="{depth * row + 24}" width="{w:.1f}" height="{row - 1}" '
+                    f'fill="hsl({hue},70%,{60 + (hash(name) % 20)}%)"/>'
+                    f'<text x="{x + 2:.1f}" y="{depth * row + 24 + row - 4}">{label}</text></g>'
+                )
+                walk(child, x, depth + 1)
+            x += w
+
+    walk(tree, 0.0, 0)
+    height = (depth_max[0] + 2) * row + 30
+    svg.write_text(
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
+        f'font-size="11"><text x="4" y="16" font-size="14">{html.escape(title)} — {total} samples</text>'
+        + "".join(rects)
+        + "</svg>"
+    )
