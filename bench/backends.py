@@ -62,8 +62,9 @@ def start(name: str, workdir: Path, workers: int) -> Backend:
             handles.append(pg)
             s3 = services.start_seaweedfs(workdir / "s3")
             handles.append(s3)
-            server = start_server(workdir / "server", "postgres-s3", {**env, "CATALOG_DATABASE_URL": pg.url,
-                                                                     **s3_env(s3, "bench")})
+            server = start_server(
+                workdir / "server", "postgres-s3", {**env, "CATALOG_DATABASE_URL": pg.url, **s3_env(s3, "bench")}
+            )
         except BaseException:
             for handle in reversed(handles):
                 getattr(handle, "close", handle.stop)()
@@ -74,8 +75,14 @@ def start(name: str, workdir: Path, workers: int) -> Backend:
             "s3.secret-access-key": s3.secret_key,
             "s3.region": s3.region,
         }
-        storage = {"kind": "s3", "endpoint": s3.endpoint, "bucket": s3.bucket, "region": s3.region,
-                   "access_key": s3.access_key, "secret_key": s3.secret_key}
+        storage = {
+            "kind": "s3",
+            "endpoint": s3.endpoint,
+            "bucket": s3.bucket,
+            "region": s3.region,
+            "access_key": s3.access_key,
+            "secret_key": s3.secret_key,
+        }
         return Backend(
             name,
             server,

@@ -1,11 +1,15 @@
 """Optional server profiling (``--profile``): py-spy samples the server process during a scenario.
 
 Two sampling modes, chosen per scenario:
-- ``gil``: only the thread holding the GIL is sampled. One server process runs Python on one core
-  at a time, so this is where its throughput goes (the load and multi-writer scenarios).
+- ``cpu``: py-spy's default, threads that are running (not idle in a wait). Where the server's CPU,
+  and so its throughput, goes (the loadTable-32 and multi-writer scenarios).
 - ``wall``: every thread, idle ones included (``--idle``), filtered to stacks inside a request
   (any ``catalog/`` frame other than the CLI): where one request's latency goes, waits included
-  (fsync, database locks, S3 round trips). Used for the single-writer commit scenarios.
+  (fsync, database locks, S3 round trips, waiting for the GIL). Used for single-writer commits.
+
+"innermost catalog function": the deepest frame of catalog code on the sampled stack; library time
+below it is charged to it (``send_with_id``: writing the response; ``wire.blocking``: the hop to
+the worker thread; ``BearerAuth.__call__``: the framework between middleware and handler).
 
 Each recording is kept as collapsed stacks (``.txt``, for speedscope or flamegraph.pl), rendered as
 an SVG icicle graph, and summarised: innermost catalog function per sample ("which step of ours"),
@@ -18,7 +22,7 @@ import html
 import shutil
 import signal
 import subprocess
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 
@@ -27,7 +31,7 @@ class Recording:
         self.out, self.mode = out, mode
         cmd = ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", str(out), "--function"]
         cmd += ["--subprocesses", "--rate", "200"]
-        cmd += ["--gil"] if mode == "gil" else ["--idle"]
+        cmd += ["--idle"] if mode == "wall" else []
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def stop(self) -> dict | None:
@@ -100,7 +104,7 @@ def summarize(raw: Path, mode: str, top: int = 15) -> dict:
 
 def render_svg(raw: Path, svg: Path, title: str, mode: str, width: int = 1600, row: int = 16) -> None:
     """A minimal icicle graph (root on top); hover a box for its name and share."""
-    tree: dict = {"n": 0, "c": defaultdict(lambda: None)}
+    tree: dict = {"n": 0, "c": {}}
     stacks = _stacks(raw, mode)
     for frames, count in stacks:
         node = tree
@@ -124,7 +128,7 @@ def render_svg(raw: Path, svg: Path, title: str, mode: str, width: int = 1600, r
                 hue = 30 if "(catalog/" in name else 200 if "pyiceberg" in name or "pydantic" in name else 90
                 label = html.escape(name if w > 7 * len(name) else name[: int(w / 7)])
                 rects.append(
-                    f'<g><title>{html.escape(name)} — {share:.1f}%</title>'
+                    f"<g><title>{html.escape(name)} — {share:.1f}%</title>"
                     f'<rect x="{x:.1f}" y="{depth * row + 24}" width="{w:.1f}" height="{row - 1}" '
                     f'fill="hsl({hue},70%,{60 + (hash(name) % 20)}%)"/>'
                     f'<text x="{x + 2:.1f}" y="{depth * row + 24 + row - 4}">{label}</text></g>'

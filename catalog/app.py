@@ -162,13 +162,16 @@ def _config(settings: Settings, endpoints: list[str]) -> dict[str, Any]:
 
 def _error_response(request: Request, exc: Exception) -> Response:
     err = _as_iceberg(exc)
-    if err.code >= 500:
+    if err.code == 503:  # an unreachable dependency: expected in operation, no traceback needed
+        log.warning("%s %s -> 503: %s", request.method, request.url.path, err.message)
+    elif err.code >= 500:
         log.error("%s %s -> %s: %s", request.method, request.url.path, err.code, err.message, exc_info=exc)
+    # 503 means nothing was changed and the dependency may come back: tell clients when to retry.
+    headers = {"Retry-After": "1"} if err.code == 503 else None
     if request.method == "HEAD":
-        return Response(content=None, status_code=err.code)
-    return Response(
-        content=wire.error_body(err.message, err.type, err.code), status_code=err.code, media_type=wire.JSON
-    )
+        return Response(content=None, status_code=err.code, headers=headers)
+    body = wire.error_body(err.message, err.type, err.code)
+    return Response(content=body, status_code=err.code, media_type=wire.JSON, headers=headers)
 
 
 def _as_iceberg(exc: Exception) -> errors.IcebergError:

@@ -59,15 +59,23 @@ class LocalStorage:
 
     def write_new(self, location: str, data: bytes) -> None:
         path = self._path(location)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise
+        except OSError as e:  # disk full, read-only, permissions: nothing was written
+            raise errors.ServiceUnavailable(f"Storage error writing {location}: {e}") from e
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
-        finally:
+        except OSError as e:
             os.close(fd)
+            path.unlink(missing_ok=True)
+            raise errors.ServiceUnavailable(f"Storage error writing {location}: {e}") from e
+        os.close(fd)
 
     def delete(self, location: str) -> None:
         try:

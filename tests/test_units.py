@@ -87,3 +87,17 @@ def test_pagination_tokens_round_trip():
     assert after == "b" and size == 2
     assert wire.paginate(["c"], 2, lambda k: k) == (["c"], None)
     assert wire.page_params({"pageToken": ""}) == (None, None)
+
+
+def test_local_write_failure_is_503_and_existing_file_is_refused(tmp_path):
+    from catalog.storage import LocalStorage
+
+    storage = LocalStorage(str(tmp_path / "wh"))
+    target = (tmp_path / "wh" / "m.json").as_uri()
+    storage.write_new(target, b"{}")
+    with pytest.raises(FileExistsError):
+        storage.write_new(target, b"{}")  # create-only
+    blocker = tmp_path / "wh" / "file"
+    blocker.write_text("x")
+    with pytest.raises(errors.ServiceUnavailable):
+        storage.write_new((blocker / "child.json").as_uri(), b"{}")  # parent is a file: cannot write

@@ -1,0 +1,1 @@
+"""Benchmark harness for the catalog server: ``python -m bench`` (see bench/README.md)."""

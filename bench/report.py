@@ -1,0 +1,398 @@
+"""Turn a run's numbers into the one results table (with targets), the JSON, and the chart."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# -- statistics -----------------------------------------------------------------------------------
+
+
+def pct(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list (NaN when empty)."""
+    if not sorted_values:
+        return math.nan
+    k = max(0, min(len(sorted_values) - 1, math.ceil(q / 100 * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+def lat_stats(seconds: list[float]) -> dict:
+    """n, mean and p50/p90/p99/max in milliseconds."""
+    ms = sorted(v * 1000 for v in seconds)
+    return {
+        "n": len(ms),
+        "mean_ms": sum(ms) / len(ms) if ms else math.nan,
+        "p50_ms": pct(ms, 50),
+        "p90_ms": pct(ms, 90),
+        "p99_ms": pct(ms, 99),
+        "max_ms": ms[-1] if ms else math.nan,
+    }
+
+
+def sample(seconds: list[float], limit: int = 20000) -> list[float]:
+    """At most ``limit`` latencies in ms (an even subsample), for the JSON and the chart."""
+    step = max(1, math.ceil(len(seconds) / limit))
+    return [round(v * 1000, 3) for v in seconds[::step]]
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+def _num(v: float, digits: int = 0) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return f"{v:,.{digits}f}"
+
+
+def _ms(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def _verdict(ok: bool | None) -> str:
+    return "" if ok is None else " **PASS**" if ok else " **FAIL**"
+
+
+def _get(r: dict, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(r, dict) or k not in r:
+            return None
+        r = r[k]
+    return r
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if not a or not b or math.isnan(a) or math.isnan(b):
+        return "n/a"
+    r = a / b
+    return f"{r:,.1f}x" if r >= 0.1 else f"1/{1 / r:,.0f}"
+
+
+Row = tuple[str, str, Callable[[dict], tuple[str, bool | None]]]
+
+
+def _load(c: int) -> Callable[[dict], tuple[str, bool | None]]:
+    def cell(r: dict) -> tuple[str, bool | None]:
+        s = _get(r, "load", str(c))
+        if not s:
+            return "n/a", None
+        ok = s["rps"] >= 3000 and s["p99_ms"] <= 20 if c == 32 else None
+        text = f"{_num(s['rps'])}/s; p50 {_ms(s['p50_ms'])}, p99 {_ms(s['p99_ms'])} ms"
+        return text + f"; server CPU {s['server_cpu_ms']:.2f} ms/op", ok
+
+    return cell
+
+
+def _stat(path: tuple[str, ...], with_rate: bool = False) -> Callable[[dict], tuple[str, bool | None]]:
+    def cell(r: dict) -> tuple[str, bool | None]:
+        s = _get(r, *path)
+        if not s or not s.get("n"):
+            return "n/a", None
+        text = f"p50 {_ms(s['p50_ms'])}, p99 {_ms(s['p99_ms'])} ms"
+        if with_rate and s.get("rate"):
+            text += f"; {_num(s['rate'])}/s"
+        return text, None
+
+    return cell
+
+
+def _growth(key: str) -> Callable[[dict], tuple[str, bool | None]]:
+    def cell(r: dict) -> tuple[str, bool | None]:
+        g = _get(r, "growth", key)
+        if not g:
+            return "n/a", None
+        c, ld = g["commit"], g["load"]
+        return (
+            f"commit p50 {_ms(c['p50_ms'])}, p99 {_ms(c['p99_ms'])}; load p50 {_ms(ld['p50_ms'])}, "
+            f"p99 {_ms(ld['p99_ms'])} ms ({g['metadata_kb']:,.0f} KB)"
+        ), None
+
+    return cell
+
+
+def _distinct(r: dict) -> tuple[str, bool | None]:
+    d = _get(r, "commit_distinct")
+    if not d:
+        return "n/a", None
+    text = f"{_num(d['rate'])}/s; p50 {_ms(d['p50_ms'])}, p99 {_ms(d['p99_ms'])} ms"
+    return text + f"; server CPU {d['server_cpu_ms']:.1f} ms/commit", d["rate"] >= 400
+
+
+def _hot(r: dict) -> tuple[str, bool | None]:
+    h, bound = _get(r, "commit_hot"), _get(r, "baselines", "hot_bound_per_s")
+    if not h:
+        return "n/a", None
+    ok = None if not bound else h["rate"] * 2 >= bound
+    text = f"{_num(h['rate'], 1)}/s (bound {_num(bound, 0)}/s, {_ratio(h['rate'], bound)})"
+    return text, ok
+
+
+def _hot_detail(r: dict) -> tuple[str, bool | None]:
+    h = _get(r, "commit_hot")
+    if not h:
+        return "n/a", None
+    return (
+        f"409 rate {100 * h['rate_409']:.0f}%; {h['retries_per_commit']:.2f} retries/commit; "
+        f"commit p50 {_ms(h['p50_ms'])}, p99 {_ms(h['p99_ms'])} ms; {h['abandoned']} abandoned at deadline; "
+        f"{(h.get('server') or {}).get('server_rebases', 0):.0f} server-side rebases"
+    ), None
+
+
+def _lost(r: dict) -> tuple[str, bool | None]:
+    lost, acked = _get(r, "integrity", "lost"), _get(r, "integrity", "acknowledged")
+    if lost is None:
+        return "n/a", None
+    unknown = _get(r, "integrity", "unknown_outcome") or 0
+    return f"{lost} of {acked:,} acknowledged" + (f" ({unknown} unknown outcome)" if unknown else ""), lost == 0
+
+
+def _errors(r: dict) -> tuple[str, bool | None]:
+    e = _get(r, "integrity", "http_5xx")
+    if e is None:
+        return "n/a", None
+    t = _get(r, "integrity", "transport_errors") or 0
+    return f"{e} (transport errors: {t})", e == 0 and t == 0
+
+
+def _growth_ratio(r: dict) -> tuple[str, bool | None]:
+    a, b = _get(r, "growth", "10k", "commit", "p50_ms"), _get(r, "growth", "10", "commit", "p50_ms")
+    if not a or not b:
+        return "n/a", None
+    return f"{a / b:.1f}x ({_ms(a)} vs {_ms(b)} ms)", a <= 3 * b
+
+
+def _vs(what: str, mine: tuple[str, ...], theirs: tuple[str, ...], unit: str = "") -> Callable:
+    def cell(r: dict) -> tuple[str, bool | None]:
+        a, b = _get(r, *mine), _get(r, *theirs)
+        if a is None or b is None:
+            return "n/a", None
+        return (
+            f"{_ratio(a, b)} ({_ms(a) if unit == 'ms' else _num(a, 1)} vs {_ms(b) if unit == 'ms' else _num(b, 1)}"
+            f"{' ms' if unit == 'ms' else '/s'})",
+            None,
+        )
+
+    return cell
+
+
+def _split(path: tuple[str, ...]) -> Callable[[dict], tuple[str, bool | None]]:
+    def cell(r: dict) -> tuple[str, bool | None]:
+        s = _get(r, *path)
+        srv = (s or {}).get("server") or {}
+        if not s or "http_mean_ms" not in srv:
+            return "n/a", None
+        text = f"client {_ms(s['mean_ms'])} ms > HTTP layer {_ms(srv['http_mean_ms'])} ms"
+        if "service_commit_mean_ms" in srv:
+            text += f" > commit loop {_ms(srv['service_commit_mean_ms'])} ms"
+        return text + " (means)", None
+
+    return cell
+
+
+def _steps(key: str) -> Callable[[dict], tuple[str, bool | None]]:
+    def cell(r: dict) -> tuple[str, bool | None]:
+        s = _get(r, "steps", key)
+        if not s:
+            return "n/a", None
+        if "error" in s:
+            return f"n/a ({s['error'][:60]})", None
+        return (
+            f"parse request {_ms(s['parse_request'])}, apply {_ms(s['apply_updates'])}, dump {_ms(s['dump'])}; "
+            f"parse metadata (cache miss) {_ms(s['parse_metadata'])} ms"
+        ), None
+
+    return cell
+
+
+def _write(r: dict) -> tuple[str, bool | None]:
+    w = _get(r, "baselines", "metadata_write")
+    if not w:
+        return "n/a", None
+    return f"p50 {_ms(w['p50_ms'])}, p99 {_ms(w['p99_ms'])} ms ({w['bytes'] / 1024:,.0f} KB file)", None
+
+
+def _cas_multi(r: dict) -> tuple[str, bool | None]:
+    m = _get(r, "baselines", "raw_cas_16")
+    if not m:
+        return "n/a", None
+    return f"{_num(m['rate'])} CAS/s won ({m['losses']:,} lost CAS)", None
+
+
+def _sqlcat_multi(r: dict) -> tuple[str, bool | None]:
+    m = _get(r, "baselines", "sqlcatalog_16")
+    if not m:
+        return "n/a", None
+    return f"{_num(m['rate'])}/s; p50 {_ms(m['p50_ms'])}, p99 {_ms(m['p99_ms'])} ms", None
+
+
+ROWS: list[Row] = [
+    ("loadTable, 1 client", "", _load(1)),
+    ("loadTable, 8 clients", "", _load(8)),
+    ("loadTable, 32 clients", ">= 3,000/s, p99 <= 20 ms", _load(32)),
+    ("commit, single writer (10 fresh tables)", "", _stat(("commit_single",), with_rate=True)),
+    ("commit, 16 writers over 100 tables", ">= 400/s", _distinct),
+    ("commit, 16 writers on ONE table: successful", ">= bound / 2", _hot),
+    ("... hot table: conflicts and latency", "", _hot_detail),
+    ("... where a single-writer commit's time goes", "", _split(("commit_single",))),
+    ("... where a 1-client loadTable's time goes", "", _split(("load", "1"))),
+    ("lost commits (all scenarios)", "0", _lost),
+    ("HTTP 5xx (all scenarios)", "0", _errors),
+    ("growth: 10 snapshots, 50 columns", "", _growth("10")),
+    ("growth: 1,000 snapshots", "", _growth("1k")),
+    ("growth: 10,000 snapshots", "", _growth("10k")),
+    ("growth: 500 columns, 10 snapshots", "", _growth("wide")),
+    ("commit p50: 10,000 vs 10 snapshots", "<= 3x", _growth_ratio),
+    ("commit CPU steps, 10 snapshots (in-process)", "", _steps("10")),
+    ("commit CPU steps, 1,000 snapshots", "", _steps("1k")),
+    ("commit CPU steps, 10,000 snapshots", "", _steps("10k")),
+    ("commit CPU steps, 500 columns", "", _steps("wide")),
+    ("baseline raw CAS, 1 writer", "", _stat(("baselines", "raw_cas_1"), with_rate=True)),
+    ("baseline raw CAS, 16 writers on one row", "", _cas_multi),
+    ("baseline metadata write (hot table size)", "", _write),
+    ("baseline SqlCatalog, 1 writer", "", _stat(("baselines", "sqlcatalog_1"), with_rate=True)),
+    ("baseline SqlCatalog, 16 writers over 100 tables", "", _sqlcat_multi),
+    (
+        "ratio: commit p50 / raw CAS p50",
+        "",
+        _vs("cas", ("commit_single", "p50_ms"), ("baselines", "raw_cas_1", "p50_ms"), "ms"),
+    ),
+    (
+        "ratio: commit p50 / SqlCatalog p50",
+        "",
+        _vs("sql", ("commit_single", "p50_ms"), ("baselines", "sqlcatalog_1", "p50_ms"), "ms"),
+    ),
+    (
+        "ratio: 16-writer commits/s / SqlCatalog's",
+        "",
+        _vs("sql16", ("commit_distinct", "rate"), ("baselines", "sqlcatalog_16", "rate")),
+    ),
+    (
+        "ratio: hot-table commits/s / raw CAS 16 writers",
+        "",
+        _vs("cas16", ("commit_hot", "rate"), ("baselines", "raw_cas_16", "rate")),
+    ),
+]
+
+
+def table(results: dict[str, dict]) -> str:
+    """The one markdown table: a row per metric, a column per backend, PASS/FAIL against targets."""
+    names = list(results)
+    lines = [
+        "| Metric | Target | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for label, target, cell in ROWS:
+        cells = []
+        for n in names:
+            r = results[n]
+            if r.get("status") != "ok":
+                cells.append(r.get("status", "not run")[:80] if label == ROWS[0][0] else "")
+                continue
+            try:
+                text, ok = cell(r)
+            except Exception as e:  # noqa: BLE001 - a missing number must not lose the whole table
+                text, ok = f"n/a ({type(e).__name__})", None
+            cells.append(text + _verdict(ok))
+        lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# -- the chart ------------------------------------------------------------------------------------
+
+
+def chart(results: dict[str, dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = {n: r for n, r in results.items() if r.get("status") == "ok"}
+    fig, axes = plt.subplots(3, 2, figsize=(15, 14))
+    fig.suptitle(title, fontsize=11)
+    styles = {"sqlite": "-", "postgres-s3": "--"}
+
+    ax = axes[0][0]
+    for n, r in ok.items():
+        levels = sorted(int(c) for c in r.get("load", {}))
+        ax.plot(levels, [r["load"][str(c)]["rps"] for c in levels], styles.get(n, "-"), marker="o", label=n)
+    ax.axhline(3000, color="grey", lw=0.8, ls=":", label="target 3,000/s")
+    ax.set(title="loadTable throughput vs concurrent clients", xlabel="clients", ylabel="requests/s", xscale="log")
+    ax.set_xticks([1, 8, 32], ["1", "8", "32"])
+    ax.legend()
+
+    ax = axes[0][1]
+    labels, values, colors = [], [], []
+    for i, (n, r) in enumerate(ok.items()):
+        b = r.get("baselines", {})
+        for label, v in (
+            ("1 writer", _get(r, "commit_single", "rate")),
+            ("16 writers / 100 tables", _get(r, "commit_distinct", "rate")),
+            ("16 writers / 1 table", _get(r, "commit_hot", "rate")),
+            ("hot bound 1/(write+CAS)", b.get("hot_bound_per_s")),
+            ("SqlCatalog 1 writer", _get(b, "sqlcatalog_1", "rate")),
+            ("SqlCatalog 16 writers", _get(b, "sqlcatalog_16", "rate")),
+        ):
+            labels.append(f"{n}\n{label}")
+            values.append(v or math.nan)
+            colors.append(f"C{i}")
+    ax.barh(range(len(values)), values, color=colors)
+    ax.set_yticks(range(len(values)), labels, fontsize=7)
+    ax.axvline(400, color="grey", lw=0.8, ls=":")
+    ax.set(title="commit throughput (dotted: 400/s target)", xlabel="commits/s (log)", xscale="log")
+    ax.invert_yaxis()
+
+    ax = axes[1][0]
+    for n, r in ok.items():
+        for c, samples in sorted(r.get("raw", {}).get("load", {}).items(), key=lambda kv: int(kv[0])):
+            _cdf(ax, samples, f"{n} {c} clients", styles.get(n, "-"))
+    ax.axvline(20, color="grey", lw=0.8, ls=":")
+    ax.set(title="loadTable latency distribution", xlabel="ms (log)", ylabel="fraction <= x", xscale="log")
+    ax.legend(fontsize=7)
+
+    ax = axes[1][1]
+    for n, r in ok.items():
+        raw = r.get("raw", {})
+        for key, label in (
+            ("commit_single", "1 writer"),
+            ("commit_distinct", "16 writers/100 tables"),
+            ("commit_hot", "hot table (with retries)"),
+            ("raw_cas_1", "raw CAS"),
+            ("sqlcatalog_1", "SqlCatalog 1 writer"),
+        ):
+            if raw.get(key):
+                _cdf(ax, raw[key], f"{n} {label}", styles.get(n, "-"))
+    ax.set(title="commit latency distribution", xlabel="ms (log)", ylabel="fraction <= x", xscale="log")
+    ax.legend(fontsize=7)
+
+    ax = axes[2][0]
+    for n, r in ok.items():
+        g = r.get("growth", {})
+        keys = [k for k in ("10", "1k", "10k") if k in g]
+        xs = [g[k]["snapshots"] for k in keys]
+        ax.plot(xs, [g[k]["commit"]["p50_ms"] for k in keys], styles.get(n, "-"), marker="o", label=f"{n} commit p50")
+        ax.plot(xs, [g[k]["load"]["p50_ms"] for k in keys], styles.get(n, "-"), marker="s", label=f"{n} load p50")
+    ax.set(title="growth: latency vs snapshots in history", xlabel="snapshots", ylabel="ms", xscale="log", yscale="log")
+    ax.legend(fontsize=7)
+
+    ax = axes[2][1]
+    for n, r in ok.items():
+        raw = r.get("raw", {})
+        for key in ("10", "1k", "10k", "wide"):
+            samples = raw.get("growth", {}).get(key, {}).get("commit")
+            if samples:
+                _cdf(ax, samples, f"{n} commit, {key}", styles.get(n, "-"))
+    ax.set(title="growth: commit latency distribution", xlabel="ms (log)", ylabel="fraction <= x", xscale="log")
+    ax.legend(fontsize=7)
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _cdf(ax: Any, samples_ms: list[float], label: str, style: str) -> None:
+    xs = sorted(v for v in samples_ms if v > 0)
+    if xs:
+        ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], style, lw=1.2, label=label)
