@@ -1,8 +1,10 @@
 """Optional server profiling (``--profile``): py-spy samples the server process during a scenario.
 
 Two sampling modes, chosen per scenario:
-- ``cpu``: py-spy's default, threads that are running (not idle in a wait). Where the server's CPU,
-  and so its throughput, goes (the loadTable-32 and multi-writer scenarios).
+- ``cpu``: py-spy's default, threads that are running, minus stacks parked in a wait py-spy does not
+  see as idle (``Condition.wait``, ``Queue.get``). Where the server's CPU, and so its throughput,
+  goes (the loadTable-32 and multi-writer scenarios). C code below a Python frame (SQLite itself,
+  a socket write) is charged to that frame.
 - ``wall``: every thread, idle ones included (``--idle``), filtered to stacks inside a request
   (any ``catalog/`` frame other than the CLI): where one request's latency goes, waits included
   (fsync, database locks, S3 round trips, waiting for the GIL). Used for single-writer commits.
@@ -49,6 +51,9 @@ class Recording:
         return summary
 
 
+WAITS = ("Condition.wait ", "Queue.get ", "Event.wait ", "EpollSelector.select ", "BaseSelector.select ")
+
+
 def available() -> bool:
     return shutil.which("py-spy") is not None
 
@@ -62,6 +67,8 @@ def _stacks(raw: Path, mode: str) -> list[tuple[list[str], int]]:
         frames = stack.split(";")
         if mode == "wall" and not any(_is_ours(f) for f in frames):
             continue  # an idle thread or the idle event loop
+        if mode == "cpu" and frames[-1].startswith(WAITS):
+            continue  # a thread py-spy did not recognise as idle: parked worker threads, the pool queue
         out.append((frames, int(count)))
     return out
 

@@ -129,14 +129,15 @@ class Run:
         status, data = self.http.request("GET", "/metrics")
         return steps.scrape(data.decode()) if status == 200 else {}
 
-    def commit_args(self, names: list[str]) -> dict:
+    def commit_args(self, names: list[str], warmup: bool) -> dict:
         tables = [(wire.table_path(n), self.locations[n], None, 0) for n in names]
-        return {"url": self.url, "tables": tables, "client": self.args.client}
+        return {"url": self.url, "tables": tables, "client": self.args.client, "warmup": warmup}
 
-    def commits(self, name: str, groups: list[list[str]], duration: float, max_ops: int, profile: str | None) -> dict:
-        results, cpu = self.scenario(
-            name, clients.commit_worker, [self.commit_args(g) for g in groups], duration, max_ops, profile
-        )
+    def commits(
+        self, name: str, groups: list[list[str]], duration: float, max_ops: int, profile: str | None, warmup=False
+    ) -> dict:
+        args = [self.commit_args(g, warmup) for g in groups]
+        results, cpu = self.scenario(name, clients.commit_worker, args, duration, max_ops, profile)
         lat = [x for r in results for x in r["lat"]]
         attempts = [x for r in results for x in r["attempt_lat"]]
         commits = sum(r["commits"] for r in results)
@@ -230,7 +231,7 @@ class Run:
             cases[key] = (orjson.dumps(loaded["metadata"]), loaded["metadata-location"])
             size = len(cases[key][0])
             mode = "wall" if key in ("10", "10k") else None
-            s = self.commits(f"growth_{key}", [names], p.growth_commit_s, p.growth_commits, mode)
+            s = self.commits(f"growth_{key}", [names], p.growth_commit_s, p.growth_commits, mode, warmup=True)
             raw_commit = self.r["raw"].pop(f"growth_{key}")
             args = {"url": self.url, "path": wire.table_path(names[0]), "client": self.args.client}
             results, _ = self.scenario(f"growth_load_{key}", clients.load_worker, [args], p.growth_load_s, 5000)
@@ -473,8 +474,9 @@ def write_profiles(results: dict[str, dict], prof_dir: Path) -> None:
     lines = [
         "# Server profiles",
         "",
-        "gil: samples of the GIL holder (throughput); wall: all threads inside a "
-        "request, waits included (latency). Percent of the recording's samples.",
+        profiling.__doc__.split("\n\n", 1)[1].strip(),
+        "",
+        "Percentages are of the recording's (filtered) samples.",
         "",
     ]
     for n, r in results.items():

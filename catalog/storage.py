@@ -61,10 +61,13 @@ class LocalStorage:
         path = self._path(location)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # read-only, permissions, a file in the way: nothing was written
+            raise errors.ServiceUnavailable(f"Storage error writing {location}: {e}") from e
+        try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            raise
-        except OSError as e:  # disk full, read-only, permissions: nothing was written
+            raise  # create-only: never overwrite a metadata file
+        except OSError as e:
             raise errors.ServiceUnavailable(f"Storage error writing {location}: {e}") from e
         try:
             view = memoryview(data)
