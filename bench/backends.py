@@ -39,9 +39,10 @@ class Backend:
             getattr(handle, "close", handle.stop)()
 
 
-def start(name: str, workdir: Path, workers: int) -> Backend:
+def start(name: str, workdir: Path, workers: int, server_env: dict[str, str] | None = None) -> Backend:
+    """Start ``name``'s services and server; ``server_env`` adds/overrides CATALOG_* settings."""
     workdir.mkdir(parents=True, exist_ok=True)
-    env = {"CATALOG_WORKERS": str(workers), "CATALOG_LOG_LEVEL": "warning"}
+    env = {"CATALOG_WORKERS": str(workers), "CATALOG_LOG_LEVEL": "warning", **(server_env or {})}
     if name == "sqlite":
         server = start_server(workdir / "server", "sqlite", env)
         return Backend(

@@ -210,6 +210,18 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def rss_mb(pid: int) -> float:
+    """Resident memory (MB) of ``pid`` and its direct children."""
+    total = 0
+    for p in [pid, *_children(pid)]:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            pass
+    return total / 1024
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:

@@ -32,7 +32,7 @@ class Recording:
     def __init__(self, pid: int, out: Path, mode: str) -> None:
         self.out, self.mode = out, mode
         cmd = ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", str(out), "--function"]
-        cmd += ["--subprocesses", "--rate", "200"]
+        cmd += ["--subprocesses", "--rate", "100", "--nonblocking"]  # lighter: the server is not paused
         cmd += ["--idle"] if mode == "wall" else []
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

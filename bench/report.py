@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 # -- statistics -----------------------------------------------------------------------------------
@@ -126,8 +125,9 @@ def _hot(r: dict) -> tuple[str, bool | None]:
     if not h:
         return "n/a", None
     ok = None if not bound else h["rate"] * 2 >= bound
-    text = f"{_num(h['rate'], 1)}/s (bound {_num(bound, 0)}/s, {_ratio(h['rate'], bound)})"
-    return text, ok
+    text = f"{_num(h['rate'], 1)}/s (bound {_num(bound, 0)}/s: {_ratio(h['rate'], bound)}"
+    single = _get(r, "commit_single", "rate")
+    return text + (f"; vs 1 writer: {_ratio(h['rate'], single)})" if single else ")"), ok
 
 
 def _hot_detail(r: dict) -> tuple[str, bool | None]:
@@ -207,6 +207,38 @@ def _steps(key: str) -> Callable[[dict], tuple[str, bool | None]]:
     return cell
 
 
+def _breakdown(key: str) -> Callable[[dict], tuple[str, bool | None]]:
+    def cell(r: dict) -> tuple[str, bool | None]:
+        b = _get(r, "breakdown")
+        if not b:
+            return "n/a", None
+        if "error" in b:
+            return f"n/a ({b['error'][:80]})", None
+        part = next((v for k, v in b.items() if k == key or (key == "commit_big" and k.startswith("commit_1"))), None)
+        if not part:
+            return "n/a", None
+        ms = part["ms"]
+        total = next((v for k, v in ms.items() if "(total)" in k), math.nan)
+        steps = sorted(((v, k.strip()) for k, v in ms.items() if "(total)" not in k), reverse=True)
+        shown = "; ".join(f"{k.split(' (')[0]} {_ms(v)}" for v, k in steps if v >= 0.01)
+        return f"{_ms(total)} ms = {shown}", None
+
+    return cell
+
+
+def _rss(r: dict) -> tuple[str, bool | None]:
+    m = _get(r, "server_rss_mb")
+    if not m:
+        return "n/a", None
+    names = {
+        "load": "after loads",
+        "commit_scenarios": "after commits",
+        "growth": "after growth",
+        "baselines": "at end",
+    }
+    return ", ".join(f"{names.get(k, k)} {v:,.0f} MB" for k, v in m.items()), None
+
+
 def _write(r: dict) -> tuple[str, bool | None]:
     w = _get(r, "baselines", "metadata_write")
     if not w:
@@ -232,12 +264,13 @@ ROWS: list[Row] = [
     ("loadTable, 1 client", "", _load(1)),
     ("loadTable, 8 clients", "", _load(8)),
     ("loadTable, 32 clients", ">= 3,000/s, p99 <= 20 ms", _load(32)),
-    ("commit, single writer (10 fresh tables)", "", _stat(("commit_single",), with_rate=True)),
+    ("commit, single writer (round-robin, 100 tables)", "", _stat(("commit_single",), with_rate=True)),
     ("commit, 16 writers over 100 tables", ">= 400/s", _distinct),
     ("commit, 16 writers on ONE table: successful", ">= bound / 2", _hot),
     ("... hot table: conflicts and latency", "", _hot_detail),
     ("... where a single-writer commit's time goes", "", _split(("commit_single",))),
     ("... where a 1-client loadTable's time goes", "", _split(("load", "1"))),
+    ("server resident memory", "", _rss),
     ("lost commits (all scenarios)", "0", _lost),
     ("HTTP 5xx (all scenarios)", "0", _errors),
     ("growth: 10 snapshots, 50 columns", "", _growth("10")),
@@ -245,6 +278,9 @@ ROWS: list[Row] = [
     ("growth: 10,000 snapshots", "", _growth("10k")),
     ("growth: 500 columns, 10 snapshots", "", _growth("wide")),
     ("commit p50: 10,000 vs 10 snapshots", "<= 3x", _growth_ratio),
+    ("service commit, fresh table (in-process, ms)", "", _breakdown("commit_fresh")),
+    ("service commit, 10,000 snapshots (in-process, ms)", "", _breakdown("commit_big")),
+    ("service loadTable (in-process, ms)", "", _breakdown("load")),
     ("commit CPU steps, 10 snapshots (in-process)", "", _steps("10")),
     ("commit CPU steps, 1,000 snapshots", "", _steps("1k")),
     ("commit CPU steps, 10,000 snapshots", "", _steps("10k")),
@@ -298,101 +334,3 @@ def table(results: dict[str, dict]) -> str:
             cells.append(text + _verdict(ok))
         lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-# -- the chart ------------------------------------------------------------------------------------
-
-
-def chart(results: dict[str, dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = {n: r for n, r in results.items() if r.get("status") == "ok"}
-    fig, axes = plt.subplots(3, 2, figsize=(15, 14))
-    fig.suptitle(title, fontsize=11)
-    styles = {"sqlite": "-", "postgres-s3": "--"}
-
-    ax = axes[0][0]
-    for n, r in ok.items():
-        levels = sorted(int(c) for c in r.get("load", {}))
-        ax.plot(levels, [r["load"][str(c)]["rps"] for c in levels], styles.get(n, "-"), marker="o", label=n)
-    ax.axhline(3000, color="grey", lw=0.8, ls=":", label="target 3,000/s")
-    ax.set(title="loadTable throughput vs concurrent clients", xlabel="clients", ylabel="requests/s", xscale="log")
-    ax.set_xticks([1, 8, 32], ["1", "8", "32"])
-    ax.legend()
-
-    ax = axes[0][1]
-    labels, values, colors = [], [], []
-    for i, (n, r) in enumerate(ok.items()):
-        b = r.get("baselines", {})
-        for label, v in (
-            ("1 writer", _get(r, "commit_single", "rate")),
-            ("16 writers / 100 tables", _get(r, "commit_distinct", "rate")),
-            ("16 writers / 1 table", _get(r, "commit_hot", "rate")),
-            ("hot bound 1/(write+CAS)", b.get("hot_bound_per_s")),
-            ("SqlCatalog 1 writer", _get(b, "sqlcatalog_1", "rate")),
-            ("SqlCatalog 16 writers", _get(b, "sqlcatalog_16", "rate")),
-        ):
-            labels.append(f"{n}\n{label}")
-            values.append(v or math.nan)
-            colors.append(f"C{i}")
-    ax.barh(range(len(values)), values, color=colors)
-    ax.set_yticks(range(len(values)), labels, fontsize=7)
-    ax.axvline(400, color="grey", lw=0.8, ls=":")
-    ax.set(title="commit throughput (dotted: 400/s target)", xlabel="commits/s (log)", xscale="log")
-    ax.invert_yaxis()
-
-    ax = axes[1][0]
-    for n, r in ok.items():
-        for c, samples in sorted(r.get("raw", {}).get("load", {}).items(), key=lambda kv: int(kv[0])):
-            _cdf(ax, samples, f"{n} {c} clients", styles.get(n, "-"))
-    ax.axvline(20, color="grey", lw=0.8, ls=":")
-    ax.set(title="loadTable latency distribution", xlabel="ms (log)", ylabel="fraction <= x", xscale="log")
-    ax.legend(fontsize=7)
-
-    ax = axes[1][1]
-    for n, r in ok.items():
-        raw = r.get("raw", {})
-        for key, label in (
-            ("commit_single", "1 writer"),
-            ("commit_distinct", "16 writers/100 tables"),
-            ("commit_hot", "hot table (with retries)"),
-            ("raw_cas_1", "raw CAS"),
-            ("sqlcatalog_1", "SqlCatalog 1 writer"),
-        ):
-            if raw.get(key):
-                _cdf(ax, raw[key], f"{n} {label}", styles.get(n, "-"))
-    ax.set(title="commit latency distribution", xlabel="ms (log)", ylabel="fraction <= x", xscale="log")
-    ax.legend(fontsize=7)
-
-    ax = axes[2][0]
-    for n, r in ok.items():
-        g = r.get("growth", {})
-        keys = [k for k in ("10", "1k", "10k") if k in g]
-        xs = [g[k]["snapshots"] for k in keys]
-        ax.plot(xs, [g[k]["commit"]["p50_ms"] for k in keys], styles.get(n, "-"), marker="o", label=f"{n} commit p50")
-        ax.plot(xs, [g[k]["load"]["p50_ms"] for k in keys], styles.get(n, "-"), marker="s", label=f"{n} load p50")
-    ax.set(title="growth: latency vs snapshots in history", xlabel="snapshots", ylabel="ms", xscale="log", yscale="log")
-    ax.legend(fontsize=7)
-
-    ax = axes[2][1]
-    for n, r in ok.items():
-        raw = r.get("raw", {})
-        for key in ("10", "1k", "10k", "wide"):
-            samples = raw.get("growth", {}).get(key, {}).get("commit")
-            if samples:
-                _cdf(ax, samples, f"{n} commit, {key}", styles.get(n, "-"))
-    ax.set(title="growth: commit latency distribution", xlabel="ms (log)", ylabel="fraction <= x", xscale="log")
-    ax.legend(fontsize=7)
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
-
-def _cdf(ax: Any, samples_ms: list[float], label: str, style: str) -> None:
-    xs = sorted(v for v in samples_ms if v > 0)
-    if xs:
-        ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], style, lw=1.2, label=label)

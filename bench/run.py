@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import platform
 import shutil
@@ -21,298 +20,22 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python bench/run.py` as well as `python -m bench`
     sys.path.insert(0, str(ROOT))
 
-import orjson  # noqa: E402
 
-from bench import backends, baselines, clients, profiling, report, steps, wire  # noqa: E402
-from bench.report import lat_stats, sample  # noqa: E402
-
-LOAD_LEVELS = (1, 8, 32)
-WRITERS = 16
-TABLES = 100
-COLUMNS = 50
-# key: (snapshots, columns, replicas). A commit adds a snapshot, so the commits of one growth point go
-# round-robin over replicas: the history stays near its nominal size while it is measured.
-GROWTH = {"10": (10, COLUMNS, 10), "1k": (1_000, COLUMNS, 3), "10k": (10_000, COLUMNS, 1), "wide": (10, 500, 10)}
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Seconds per measurement window (and an operation cap) for each scenario."""
-
-    load_s: float
-    single_s: float
-    distinct_s: float
-    hot_s: float
-    growth_commit_s: float
-    growth_commits: int
-    growth_load_s: float
-    cas_1_s: float
-    cas_16_s: float
-    sql_1_s: float
-    sql_16_s: float
-    write_probes: int
-
-
-FULL = Plan(8, 8, 10, 15, 6, 100, 3, 3, 5, 6, 8, 100)
-QUICK = Plan(2, 2.5, 3, 4, 2, 30, 1, 1, 2, 2, 3, 30)
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-class Run:
-    """One backend's run: the server, the HTTP helper for setup and checks, and the results."""
-
-    def __init__(self, backend: backends.Backend, plan: Plan, args: argparse.Namespace, prof_dir: Path) -> None:
-        self.b, self.plan, self.args, self.prof_dir = backend, plan, args, prof_dir
-        self.url = backend.server.url
-        self.http = wire.Http(self.url)
-        self.r: dict = {"status": "ok", "versions": backend.versions, "raw": {}, "profiles": {}}
-        self.acked: dict[str, list[int]] = {}
-        self.unknown: list = []
-        self.statuses: dict[int, int] = {}
-        self.locations: dict[str, str] = {}
-        self.split: dict[str, float] = {}
-
-    # -- helpers ---------------------------------------------------------------------------------
-
-    def call(self, method: str, path: str, body: bytes | None = None, ok: tuple[int, ...] = (200,)) -> bytes:
-        status, data = self.http.request(method, path, body)
-        if status not in ok:
-            raise RuntimeError(f"{method} {path} -> {status}: {data[:500]!r}")
-        return data
-
-    def create(self, name: str, columns: int, snapshots: int) -> None:
-        data = self.call("POST", f"/v1/namespaces/{wire.NS}/tables", wire.create_table_body(name, columns))
-        self.locations[name] = orjson.loads(data)["metadata"]["location"]
-        self.build_history(name, snapshots)
-
-    def build_history(self, name: str, snapshots: int, batch: int = 2000) -> None:
-        """Add ``snapshots`` append snapshots, up to ``batch`` per commit request."""
-        path, done = wire.table_path(name), 0
-        while done < snapshots:
-            head, seq = wire.head_of(orjson.loads(self.call("GET", path + "?snapshots=refs"))["metadata"])
-            ids = [wire.new_snapshot_id() for _ in range(min(batch, snapshots - done))]
-            self.call("POST", path, wire.append_body(self.locations[name], ids, head, seq + 1))
-            done += len(ids)
-
-    def scenario(self, name: str, worker, args: list, duration: float, max_ops: int, profile: str | None = None):
-        """Run clients with server CPU accounting (and a py-spy recording with ``--profile``)."""
-        rec = None
-        if self.args.profile and profile and profiling.available():
-            rec = profiling.Recording(self.b.pid, self.prof_dir / f"{self.b.name}-{name}.txt", profile)
-            time.sleep(0.3)
-        before = self.metrics()
-        cpu0 = clients.cpu_seconds(self.b.pid)
-        results = clients.fan_out(worker, args, duration, max_ops)
-        cpu = clients.cpu_seconds(self.b.pid) - cpu0
-        self.split = steps.delta(before, self.metrics())
-        if rec is not None:
-            self.r["profiles"][name] = rec.stop()
-        failed = [r["error"] for r in results if "error" in r]
-        if failed:
-            raise RuntimeError(f"{name}: {len(failed)} client(s) failed:\n{failed[0]}")
-        for r in results:
-            for status, n in r["statuses"].items():
-                self.statuses[int(status)] = self.statuses.get(int(status), 0) + n
-        return results, cpu
-
-    def metrics(self) -> dict[str, float]:
-        status, data = self.http.request("GET", "/metrics")
-        return steps.scrape(data.decode()) if status == 200 else {}
-
-    def commit_args(self, names: list[str], warmup: bool) -> dict:
-        tables = [(wire.table_path(n), self.locations[n], None, 0) for n in names]
-        return {"url": self.url, "tables": tables, "client": self.args.client, "warmup": warmup}
-
-    def commits(
-        self, name: str, groups: list[list[str]], duration: float, max_ops: int, profile: str | None, warmup=False
-    ) -> dict:
-        args = [self.commit_args(g, warmup) for g in groups]
-        results, cpu = self.scenario(name, clients.commit_worker, args, duration, max_ops, profile)
-        lat = [x for r in results for x in r["lat"]]
-        attempts = [x for r in results for x in r["attempt_lat"]]
-        commits = sum(r["commits"] for r in results)
-        conflicts = sum(r["conflicts"] for r in results)
-        elapsed = max(r["elapsed"] for r in results)
-        for r in results:
-            for path, ids in r["acked"].items():
-                self.acked.setdefault(path, []).extend(ids)
-            self.unknown.extend(r["unknown"])
-            if r["errors"]:
-                raise RuntimeError(f"{name}: unexpected answers: {r['errors']}")
-        self.r["raw"][name] = sample(lat)
-        if conflicts:
-            self.r["raw"][f"{name}_attempt"] = sample(attempts)
-        return {
-            **lat_stats(lat),
-            "rate": commits / elapsed if elapsed else math.nan,
-            "commits": commits,
-            "attempts": len(attempts),
-            "conflicts": conflicts,
-            "rate_409": conflicts / len(attempts) if attempts else 0.0,
-            "retries_per_commit": conflicts / commits if commits else math.nan,
-            "abandoned": sum(r["abandoned"] for r in results),
-            "attempt": lat_stats(attempts),
-            "server_cpu_ms": 1000 * cpu / max(1, len(attempts)),
-            "client_cpu_ms": 1000 * sum(r["cpu"] for r in results) / max(1, len(attempts)),
-            "elapsed_s": elapsed,
-            "server": steps.server_split(self.split, "POST"),
-        }
-
-    # -- scenarios -------------------------------------------------------------------------------
-
-    def setup(self) -> None:
-        t = time.perf_counter()
-        self.call("POST", "/v1/namespaces", orjson.dumps({"namespace": [wire.NS]}))
-        self.create("load", COLUMNS, 10)
-        self.create("hot", COLUMNS, 10)
-        for i in range(TABLES):
-            self.create(f"w{i:03d}", COLUMNS, 10)
-        self.r["setup_s"] = {"tables": time.perf_counter() - t}
-        for key, (snapshots, columns, replicas) in GROWTH.items():
-            t = time.perf_counter()
-            for i in range(replicas):
-                self.create(f"g_{key}_{i}", columns, snapshots)
-            self.r["setup_s"][f"history_{key}"] = time.perf_counter() - t
-        log(f"[{self.b.name}] setup: {self.r['setup_s']}")
-
-    def load(self) -> None:
-        self.r["load"], self.r["raw"]["load"] = {}, {}
-        args = {"url": self.url, "path": wire.table_path("load"), "client": self.args.client}
-        for c in LOAD_LEVELS:
-            results, cpu = self.scenario(
-                f"load-{c}", clients.load_worker, [args] * c, self.plan.load_s, 10**7, "cpu" if c == 32 else None
-            )
-            lat = [x for r in results for x in r["lat"]]
-            elapsed = max(r["elapsed"] for r in results)
-            s = {**lat_stats(lat), "rps": len(lat) / elapsed, "clients": c}
-            s["server_cpu_ms"] = 1000 * cpu / max(1, len(lat))
-            s["client_cpu_ms"] = 1000 * sum(r["cpu"] for r in results) / max(1, len(lat))
-            s["server"] = steps.server_split(self.split, "GET")
-            self.r["load"][str(c)] = s
-            self.r["raw"]["load"][str(c)] = sample(lat)
-            log(
-                f"[{self.b.name}] loadTable x{c}: {s['rps']:,.0f}/s p50 {s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} ms "
-                f"(server CPU {s['server_cpu_ms']:.2f} ms/op, client CPU {s['client_cpu_ms']:.2f} ms/op)"
-            )
-
-    def commit_scenarios(self) -> None:
-        p = self.plan
-        names = [f"w{i:03d}" for i in range(TABLES)]
-        self.r["commit_single"] = s = self.commits("commit_single", [names[:10]], p.single_s, 5000, "wall")
-        log(f"[{self.b.name}] commit, 1 writer: {s['rate']:,.0f}/s p50 {s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} ms")
-        groups = [names[w::WRITERS] for w in range(WRITERS)]
-        self.r["commit_distinct"] = s = self.commits("commit_distinct", groups, p.distinct_s, 10**6, "cpu")
-        log(
-            f"[{self.b.name}] commit, 16 writers/100 tables: {s['rate']:,.0f}/s p50 {s['p50_ms']:.2f} "
-            f"p99 {s['p99_ms']:.2f} ms, 409s {s['conflicts']}"
-        )
-        self.r["commit_hot"] = s = self.commits("commit_hot", [["hot"]] * WRITERS, p.hot_s, 10**6, "cpu")
-        log(
-            f"[{self.b.name}] commit, 16 writers/1 table: {s['rate']:,.1f}/s, 409 rate {s['rate_409']:.0%}, "
-            f"{s['retries_per_commit']:.2f} retries/commit, p50 {s['p50_ms']:.1f} p99 {s['p99_ms']:.1f} ms"
-        )
-
-    def growth(self) -> None:
-        self.r["growth"], self.r["raw"]["growth"] = {}, {}
-        p, cases = self.plan, {}
-        for key, (snapshots, columns, replicas) in GROWTH.items():
-            names = [f"g_{key}_{i}" for i in range(replicas)]
-            loaded = orjson.loads(self.call("GET", wire.table_path(names[0])))
-            cases[key] = (orjson.dumps(loaded["metadata"]), loaded["metadata-location"])
-            size = len(cases[key][0])
-            mode = "wall" if key in ("10", "10k") else None
-            s = self.commits(f"growth_{key}", [names], p.growth_commit_s, p.growth_commits, mode, warmup=True)
-            raw_commit = self.r["raw"].pop(f"growth_{key}")
-            args = {"url": self.url, "path": wire.table_path(names[0]), "client": self.args.client}
-            results, _ = self.scenario(f"growth_load_{key}", clients.load_worker, [args], p.growth_load_s, 5000)
-            lat = [x for r in results for x in r["lat"]]
-            g = {"snapshots": snapshots, "columns": columns, "replicas": replicas, "metadata_kb": size / 1024}
-            g["snapshots_added_per_table"] = s["commits"] / replicas
-            self.r["growth"][key] = {**g, "commit": s, "load": lat_stats(lat)}
-            self.r["raw"]["growth"][key] = {"commit": raw_commit, "load": sample(lat)}
-            log(
-                f"[{self.b.name}] growth {key}: commit p50 {s['p50_ms']:.1f} p99 {s['p99_ms']:.1f} ms, "
-                f"load p50 {lat_stats(lat)['p50_ms']:.1f} ms, metadata {size / 1024:,.0f} KB"
-            )
-
-        t = time.perf_counter()
-        self.r["steps"] = steps.measure(cases, 0.5 if self.args.quick else 1.0)
-        log(f"[{self.b.name}] commit steps in-process ({time.perf_counter() - t:.1f}s): {self.r['steps']}")
-
-    def verify(self) -> None:
-        """Every acknowledged snapshot id must be in main's ancestry of the final metadata."""
-        lost = 0
-        for path, ids in self.acked.items():
-            ancestry = wire.main_ancestry(orjson.loads(self.call("GET", path))["metadata"])
-            lost += sum(1 for sid in ids if sid not in ancestry)
-        self.r["integrity"] = {
-            "acknowledged": sum(len(v) for v in self.acked.values()),
-            "lost": lost,
-            "unknown_outcome": len(self.unknown),
-            "http_5xx": sum(n for s, n in self.statuses.items() if s >= 500),
-            "transport_errors": self.statuses.get(0, 0),
-            "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
-        }
-        log(f"[{self.b.name}] integrity: {self.r['integrity']}")
-
-    def baselines(self) -> None:
-        p, b = self.plan, {}
-        cas = baselines.raw_cas(self.b.db, p.cas_1_s, p.cas_16_s, WRITERS)
-        one = cas["single"][0]
-        b["raw_cas_1"] = {**lat_stats(one["lat"]), "rate": one["wins"] / one["elapsed"]}
-        multi = cas["multi"]
-        wins = sum(r["wins"] for r in multi)
-        b["raw_cas_16"] = {
-            "rate": wins / max(r["elapsed"] for r in multi),
-            "wins": wins,
-            "losses": sum(r["losses"] for r in multi),
-        }
-        self.r["raw"]["raw_cas_1"] = sample(one["lat"])
-        hot_bytes = len(orjson.dumps(orjson.loads(self.call("GET", wire.table_path("hot")))["metadata"]))
-        write = baselines.metadata_write(self.b.storage, hot_bytes, p.write_probes, 10)
-        b["metadata_write"] = {**lat_stats(write), "bytes": hot_bytes}
-        b["hot_bound_per_s"] = 1000 / (b["metadata_write"]["p50_ms"] + b["raw_cas_1"]["p50_ms"])
-        log(
-            f"[{self.b.name}] raw CAS p50 {b['raw_cas_1']['p50_ms']:.2f} ms, 16 writers {b['raw_cas_16']['rate']:,.0f}"
-            f"/s; metadata write ({hot_bytes / 1024:,.0f} KB) p50 {b['metadata_write']['p50_ms']:.2f} ms; "
-            f"hot bound {b['hot_bound_per_s']:,.0f}/s"
-        )
-        sql = baselines.sqlcatalog(self.b.sqlcatalog, TABLES, COLUMNS, p.sql_1_s, p.sql_16_s, WRITERS)
-        if "error" in sql:
-            b["sqlcatalog_error"] = sql["error"]
-            log(f"[{self.b.name}] SqlCatalog baseline failed: {sql['error']}")
-        else:
-            for key, results in (("sqlcatalog_1", sql["single"]), ("sqlcatalog_16", sql["multi"])):
-                errors = [r["error"] for r in results if "error" in r]
-                if errors:
-                    b[f"{key}_error"] = errors[0]
-                    continue
-                lat = [x for r in results for x in r["lat"]]
-                b[key] = {
-                    **lat_stats(lat),
-                    "rate": len(lat) / max(r["elapsed"] for r in results),
-                    "failures": sum(r["failures"] for r in results),
-                }
-                self.r["raw"][key] = sample(lat)
-            rates = {k: round(v["rate"], 1) for k, v in b.items() if k.startswith("sqlcatalog") and isinstance(v, dict)}
-            log(f"[{self.b.name}] SqlCatalog commits/s: {rates}")
-        self.r["baselines"] = b
+from bench import backends, chart, clients, profiling, report  # noqa: E402
+from bench.scenarios import FULL, PARTS, QUICK, SHORT, Plan, Run, log  # noqa: E402
 
 
 def run_backend(name: str, plan: Plan, args: argparse.Namespace, workdir: Path, prof_dir: Path) -> dict:
     started = time.perf_counter()
     try:
-        backend = backends.start(name, workdir / name, args.workers)
+        backend = backends.start(name, workdir / name, args.workers, dict(args.server_env))
     except backends.ServiceUnavailable as e:
         log(f"[{name}] unavailable: {e}")
         return {"status": f"unavailable: {str(e).splitlines()[0]}"}
@@ -320,11 +43,11 @@ def run_backend(name: str, plan: Plan, args: argparse.Namespace, workdir: Path, 
     run = Run(backend, plan, args, prof_dir)
     try:
         run.setup()
-        run.load()
-        run.commit_scenarios()
-        run.growth()
+        for part in PARTS:
+            if part in args.only:
+                getattr(run, part)()
+                run.r.setdefault("server_rss_mb", {})[part] = clients.rss_mb(backend.pid)
         run.verify()
-        run.baselines()
     except Exception:  # noqa: BLE001 - report what we have; the log says why the rest is missing
         run.r["status"] = "error"
         run.r["error"] = traceback.format_exc()[-3000:]
@@ -365,7 +88,7 @@ def machine() -> dict:
         "host": socket.gethostname(),
         "cpus": os.cpu_count(),
         "cpu_model": cpu,
-        "load_average_at_start": os.getloadavg(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "pyiceberg": pyiceberg.__version__,
         "platform": platform.platform(),
@@ -379,6 +102,20 @@ def output_stem(out: Path, host: str) -> Path:
         n += 1
         stem = out / f"{dt.date.today().isoformat()}-{host}-{n}"
     return stem
+
+
+def _parts(text: str) -> set[str]:
+    wanted = {p.strip() for p in text.split(",") if p.strip()}
+    if not wanted or wanted - set(SHORT):
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(SHORT)}")
+    return {SHORT[p] for p in wanted}
+
+
+def _setting(text: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq or not name.startswith("CATALOG_"):
+        raise argparse.ArgumentTypeError(f"expected CATALOG_NAME=VALUE, got {text!r}")
+    return name, value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,6 +132,20 @@ def main(argv: list[str] | None = None) -> int:
         choices=("http", "requests"),
         default="http",
         help="client library: http.client (default, cheapest) or requests.Session",
+    )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="NAME=VALUE",
+        help="extra server setting, repeatable (e.g. CATALOG_DB_POOL_SIZE=40)",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(SHORT),
+        type=_parts,
+        help="scenario groups to run, comma-separated: load, commits, growth, baselines (default: all)",
     )
     parser.add_argument("--profile", action="store_true", help="record py-spy profiles of the server per scenario")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results directory")
@@ -428,12 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     wall = time.perf_counter() - started
-    info["load_average_at_end"] = os.getloadavg()
+    info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
 
     title = (
         f"iceberg-catalog benchmark, {'quick' if args.quick else 'full'} mode, {dt.datetime.now():%Y-%m-%d %H:%M}, "
         f"{info['host']} ({info['cpus']} CPU, {info['cpu_model']}), server workers={args.workers}, "
         f"client={args.client}{', PROFILED (py-spy attached)' if args.profile else ''}"
+        + "".join(f", {k}={v}" for k, v in args.server_env)
     )
     tbl = report.table(results)
     md = [
@@ -442,13 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         tbl,
         "",
         f"Wall time {wall:.0f} s. Load average {info['load_average_at_start']} at start, "
-        f"{info['load_average_at_end']} at end. Command: `python -m bench {' '.join(argv or sys.argv[1:])}`.",
+        f"{info['load_average_at_end']} at end. Command: `{' '.join(['python -m bench', *(argv or sys.argv[1:])])}`.",
         f"Raw numbers: `{stem.name}.json`; chart: `{stem.name}.png`. What each row means: `bench/README.md`.",
     ]
     for n, r in results.items():
         if r.get("status") == "error":
             md += ["", f"**{n} failed**:", "```", r.get("error", "")[-1500:], "```"]
     stem.with_suffix(".md").write_text("\n".join(md) + "\n")
+    args.only = sorted(args.only)
     payload = {
         "title": title,
         "machine": info,
@@ -459,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     stem.with_suffix(".json").write_text(json.dumps(payload, indent=1, default=str, allow_nan=True))
     try:
-        report.chart(results, stem.with_suffix(".png"), title)
+        chart.chart(results, stem.with_suffix(".png"), title)
     except Exception:  # noqa: BLE001 - the numbers matter more than the picture
         log(f"chart failed:\n{traceback.format_exc()}")
     if args.profile:
@@ -492,3 +245,7 @@ def write_profiles(results: dict[str, dict], prof_dir: Path) -> None:
             ):
                 lines += [f"| {head} | % |", "|---|---|"] + [f"| `{k}` | {v} |" for k, v in s[key]] + [""]
     (prof_dir / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

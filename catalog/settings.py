@@ -40,7 +40,9 @@ class Settings(BaseSettings):
     token_ttl_seconds: int = Field(default=3600, ge=60)
 
     # Database
-    db_pool_size: int = Field(default=10, ge=1)
+    # Pool >= the 40 worker threads that run blocking calls: a smaller pool made overflow connections
+    # open and close per request (measured: 1.14 -> 0.79 ms CPU per loadTable at 32 clients).
+    db_pool_size: int = Field(default=40, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)
     db_pool_timeout: float = Field(default=10.0, gt=0)
     auto_migrate: bool = Field(
