@@ -105,6 +105,8 @@ class PostgresHandle:
                 "listen_addresses=127.0.0.1",
                 "-c",
                 "fsync=off",
+                "-c",
+                "max_connections=400",  # several catalog servers (pools of up to 50) share one cluster
             ],  # throwaway data
             self.log,
             cwd=self.base,
