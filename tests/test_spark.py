@@ -1,0 +1,467 @@
+"""Spark end to end: PySpark 3.5 + the Iceberg runtime against the real server, on both backends.
+
+One Spark session for the module. Each backend's server is registered as its own Spark catalog with
+the settings the README documents (``examples/spark_pipeline/spark_conf.py`` produces them and a test
+below checks it against the README's blocks). Jars come from ``ICEBERG_SPARK_JARS`` (set by .ci/run),
+else Spark downloads them (``spark.jars.packages``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IN_CI, ROOT, Server
+
+EXAMPLE = ROOT / "examples" / "spark_pipeline"
+sys.path.insert(0, str(EXAMPLE))
+from spark_conf import spark_conf  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+
+def _spark_unavailable() -> str | None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark is not installed"
+    if not shutil.which("java"):
+        return "no java on PATH"
+    return None
+
+
+@pytest.fixture(scope="module")
+def spark():
+    missing = _spark_unavailable()
+    if missing:
+        if IN_CI:
+            pytest.fail(f"CI=true and Spark cannot run: {missing}")
+        pytest.skip(missing)
+    from pyspark.sql import SparkSession
+
+    base = {k: v for k, v in spark_conf("http://unused").items() if not k.startswith("spark.sql.catalog.")}
+    builder = SparkSession.builder.master("local[2]").appName("catalog-tests")
+    for key, value in {
+        **base,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": "2g",
+    }.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def client_settings(server: Server) -> dict:
+    """``spark_conf`` keyword arguments for a client of ``server``."""
+    if server.backend == "postgres-s3":
+        return {
+            "warehouse": "s3",
+            "access_key": server.io_props["s3.access-key-id"],
+            "secret_key": server.io_props["s3.secret-access-key"],
+        }
+    return {"warehouse": "local"}
+
+
+def register_catalog(session, server: Server) -> str:
+    """Register ``server`` as a Spark catalog of ``session`` (run-time settings are per session)."""
+    name = "lake_" + re.sub(r"\W", "_", server.backend)
+    prefix = f"spark.sql.catalog.{name}"
+    for key, value in spark_conf(server.url, catalog=name, **client_settings(server)).items():
+        if key.startswith(prefix):
+            session.conf.set(key, value)
+    return name
+
+
+@pytest.fixture
+def lake(spark, server: Server) -> str:
+    """The Spark catalog name for this backend's server."""
+    return register_catalog(spark, server)
+
+
+@pytest.fixture
+def ns(spark, lake: str) -> str:
+    name = f"{lake}.sp_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {name}")
+    return name
+
+
+def rows(spark, query: str) -> list[tuple]:
+    return [tuple(r) for r in spark.sql(query).collect()]
+
+
+def scalar(spark, query: str):
+    return spark.sql(query).collect()[0][0]
+
+
+def create_events(spark, table: str, **props: str) -> None:
+    tblprops = {"format-version": "2", **props}
+    spark.sql(
+        f"""CREATE TABLE {table} (id BIGINT, ts TIMESTAMP, category STRING, amount DOUBLE)
+        USING iceberg PARTITIONED BY (days(ts), bucket(8, id))
+        TBLPROPERTIES ({", ".join(f"'{k}' = '{v}'" for k, v in tblprops.items())})"""
+    )
+
+
+def insert_events(spark, table: str, ids: range) -> None:
+    values = ", ".join(f"({i}, timestamp'2026-01-0{1 + i % 3} 10:00:00', 'c{i % 4}', {i}.5)" for i in ids)
+    spark.sql(f"INSERT INTO {table} VALUES {values}")
+
+
+# --- the README's settings are the tested ones ------------------------------------------------------
+
+
+def readme_properties_blocks() -> list[dict[str, str]]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("<!-- spark-config -->", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```properties\n(.*?)```", section, re.S)
+    parsed = []
+    for block in blocks:
+        pairs = [line.split(None, 1) for line in block.splitlines() if line.strip() and not line.startswith("#")]
+        parsed.append({k: v.strip() for k, v in pairs})
+    return parsed
+
+
+def test_readme_spark_defaults_are_what_spark_conf_produces():
+    local, s3 = readme_properties_blocks()
+    uri = local["spark.sql.catalog.lake.uri"]
+    want_local = spark_conf(uri, jars="")
+    packages = want_local.pop("spark.jars.packages")  # the README passes them as --packages
+    assert local == want_local
+    assert f"--packages {packages}" in (ROOT / "README.md").read_text()
+    want_s3 = spark_conf(uri, "s3", access_key="<key>", secret_key="<secret>", jars="")
+    assert s3 == {k: v for k, v in want_s3.items() if k not in want_local and k != "spark.jars.packages"}
+
+
+def readme_builder_snippet() -> str:
+    section = (ROOT / "README.md").read_text().split("<!-- spark-config -->", 1)[1].split("\n## ", 1)[0]
+    (snippet,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    return snippet
+
+
+def test_readme_builder_snippet_runs_against_the_server(server: Server, tmp_path: Path):
+    """The README's ``SparkSession.builder`` block, verbatim but for the URI (and, offline, the jars)."""
+    if missing := _spark_unavailable():
+        if IN_CI:
+            pytest.fail(missing)
+        pytest.skip(missing)
+    snippet = readme_builder_snippet()
+    assert "http://127.0.0.1:8181" in snippet
+    snippet = snippet.replace("http://127.0.0.1:8181", server.url)
+    jars = os.environ.get("ICEBERG_SPARK_JARS")
+    if jars:  # offline: the same runtime from local files instead of Maven Central
+        snippet, n = re.subn(r'"spark\.jars\.packages",\s*"[^"]+"', f'"spark.jars", "{jars}"', snippet)
+        assert n == 1
+    if server.backend == "postgres-s3":
+        creds = client_settings(server)
+        snippet = snippet.replace(
+            ".getOrCreate()",
+            "".join(
+                f'.config("spark.sql.catalog.lake.{k}", "{v}")'
+                for k, v in {
+                    "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+                    "s3.access-key-id": creds["access_key"],
+                    "s3.secret-access-key": creds["secret_key"],
+                }.items()
+            )
+            + ".getOrCreate()",
+        )
+    ns = f"readme_{uuid.uuid4().hex[:8]}"
+    script = tmp_path / "readme_spark.py"
+    script.write_text(
+        snippet
+        + f"""
+spark.sparkContext.setLogLevel("ERROR")
+spark.sql("CREATE NAMESPACE lake.{ns}")
+spark.sql("CREATE TABLE lake.{ns}.t (id BIGINT, ts TIMESTAMP) USING iceberg PARTITIONED BY (days(ts))")
+spark.sql("INSERT INTO lake.{ns}.t VALUES (1, current_timestamp()), (2, current_timestamp())")
+print("ROWS", spark.sql("SELECT count(*) FROM lake.{ns}.t").collect()[0][0])
+spark.stop()
+"""
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ROWS 2" in done.stdout
+    assert server.catalog().load_table(f"{ns}.t").scan().to_arrow().num_rows == 2
+
+
+# --- SQL through the catalog ------------------------------------------------------------------------
+
+
+def test_nested_namespaces_and_show(spark, lake: str, server: Server):
+    top = f"sp_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.{top}")
+    spark.sql(f"CREATE NAMESPACE {lake}.{top}.child")
+    spark.sql(f"CREATE NAMESPACE {lake}.{top}.child.grandchild")
+    assert rows(spark, f"SHOW NAMESPACES IN {lake}.{top}") == [(f"{top}.child",)]
+    assert rows(spark, f"SHOW NAMESPACES IN {lake}.{top}.child") == [(f"{top}.child.grandchild",)]
+    spark.sql(f"CREATE TABLE {lake}.{top}.child.t (id BIGINT) USING iceberg")
+    assert [r[1] for r in rows(spark, f"SHOW TABLES IN {lake}.{top}.child")] == ["t"]
+    assert server.catalog().table_exists((top, "child", "t"))
+    spark.sql(f"ALTER NAMESPACE {lake}.{top} SET PROPERTIES ('team' = 'data-eng')")
+    assert server.catalog().load_namespace_properties(top)["team"] == "data-eng"
+
+
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+def test_insert_update_delete_merge(spark, ns: str, server: Server, mode: str):
+    t = f"{ns}.events"
+    modes = {f"write.{op}.mode": mode for op in ("delete", "update", "merge")}
+    create_events(spark, t, **modes)
+    insert_events(spark, t, range(1, 21))
+    assert scalar(spark, f"SELECT count(*) FROM {t}") == 20
+
+    spark.sql(f"UPDATE {t} SET category = 'updated' WHERE id <= 5")
+    spark.sql(f"DELETE FROM {t} WHERE id % 2 = 0")
+    spark.createDataFrame(
+        [(i, f"merged{i}") for i in range(15, 26)], "id BIGINT, category STRING"
+    ).createOrReplaceTempView("changes")
+    spark.sql(
+        f"""MERGE INTO {t} t USING changes c ON t.id = c.id
+        WHEN MATCHED THEN UPDATE SET t.category = c.category
+        WHEN NOT MATCHED THEN INSERT (id, ts, category, amount)
+            VALUES (c.id, timestamp'2026-01-05 00:00:00', c.category, 0.0)"""
+    )
+    spark.catalog.dropTempView("changes")
+    # Model: odd ids 1..19 survive the delete; 15..25 are merged (updated or inserted).
+    expected = {i: ("updated" if i <= 5 else f"c{i % 4}") for i in range(1, 21) if i % 2}
+    expected.update({i: f"merged{i}" for i in range(15, 26)})
+    assert dict(rows(spark, f"SELECT id, category FROM {t}")) == expected
+
+    delete_files = scalar(spark, f"SELECT count(*) FROM {t}.delete_files")
+    assert (delete_files > 0) == (mode == "merge-on-read")
+    table = server.catalog().load_table(t.split(".", 1)[1])
+    assert [str(f.transform) for f in table.spec().fields] == ["day", "bucket[8]"]
+    assert table.scan().to_arrow().num_rows == len(expected)  # pyiceberg reads what Spark wrote
+
+
+def test_schema_partition_and_sort_evolution(spark, ns: str, server: Server):
+    t = f"{ns}.events"
+    create_events(spark, t)
+    insert_events(spark, t, range(10))
+    spark.sql(f"ALTER TABLE {t} ADD COLUMN note STRING")
+    spark.sql(f"ALTER TABLE {t} RENAME COLUMN category TO kind")
+    spark.sql(f"ALTER TABLE {t} DROP COLUMN amount")
+    spark.sql(f"ALTER TABLE {t} ADD PARTITION FIELD truncate(2, kind)")
+    spark.sql(f"ALTER TABLE {t} DROP PARTITION FIELD days(ts)")
+    spark.sql(f"ALTER TABLE {t} WRITE ORDERED BY id DESC")
+    spark.sql(f"INSERT INTO {t} VALUES (100, timestamp'2026-02-01 00:00:00', 'late', 'n')")
+
+    table = server.catalog().load_table(t.split(".", 1)[1])
+    assert [f.name for f in table.schema().fields] == ["id", "ts", "kind", "note"]
+    assert [str(f.transform) for f in table.spec().fields] == ["bucket[8]", "truncate[2]"]
+    assert len(table.specs()) == 3
+    (order,) = table.sort_order().fields
+    assert table.schema().find_column_name(order.source_id) == "id" and str(order.direction).lower() == "desc"
+    assert rows(spark, f"SELECT kind, note FROM {t} WHERE id = 100") == [("late", "n")]
+    assert scalar(spark, f"SELECT count(*) FROM {t} WHERE note IS NULL") == 10
+
+
+def test_branches_tags_time_travel_and_metadata_tables(spark, ns: str):
+    t = f"{ns}.events"
+    create_events(spark, t)
+    insert_events(spark, t, range(10))
+    first = scalar(spark, f"SELECT snapshot_id FROM {t}.snapshots")
+    first_at = scalar(spark, f"SELECT committed_at FROM {t}.snapshots")
+    spark.sql(f"ALTER TABLE {t} CREATE TAG v1")
+    spark.sql(f"ALTER TABLE {t} CREATE BRANCH dev")
+    insert_events(spark, t, range(100, 105))  # main only
+    spark.sql(f"INSERT INTO {t}.branch_dev VALUES (999, timestamp'2026-01-01 00:00:00', 'dev', 0.0)")
+
+    assert scalar(spark, f"SELECT count(*) FROM {t}") == 15
+    assert scalar(spark, f"SELECT count(*) FROM {t} VERSION AS OF 'dev'") == 11
+    assert scalar(spark, f"SELECT count(*) FROM {t} VERSION AS OF 'v1'") == 10
+    assert scalar(spark, f"SELECT count(*) FROM {t} VERSION AS OF {first}") == 10
+    assert scalar(spark, f"SELECT count(*) FROM {t} TIMESTAMP AS OF '{first_at}'") == 10
+
+    refs = dict(rows(spark, f"SELECT name, type FROM {t}.refs"))
+    assert refs == {"main": "BRANCH", "dev": "BRANCH", "v1": "TAG"}
+    assert scalar(spark, f"SELECT count(*) FROM {t}.snapshots") == 3
+    assert scalar(spark, f"SELECT count(*) FROM {t}.history") == 2  # main's lineage
+    assert scalar(spark, f"SELECT count(*) FROM {t}.files") > 0
+    assert scalar(spark, f"SELECT count(*) FROM {t}.manifests") == 2
+
+
+def test_procedures(spark, ns: str, lake: str):
+    t = f"{ns}.events"
+    short = t.split(".", 1)[1]
+    create_events(spark, t)
+    for start in range(0, 50, 10):  # five appends, many small files
+        insert_events(spark, t, range(start, start + 10))
+    first = scalar(spark, f"SELECT snapshot_id FROM {t}.snapshots ORDER BY committed_at LIMIT 1")
+    files_before = scalar(spark, f"SELECT count(*) FROM {t}.files")
+
+    rewritten = spark.sql(
+        f"CALL {lake}.system.rewrite_data_files(table => '{short}', options => map('min-input-files', '2'))"
+    ).collect()[0]
+    assert rewritten["rewritten_data_files_count"] > 0
+    assert scalar(spark, f"SELECT count(*) FROM {t}.files") < files_before
+    assert scalar(spark, f"SELECT count(*) FROM {t}") == 50
+
+    manifests = spark.sql(f"CALL {lake}.system.rewrite_manifests('{short}')").collect()[0]
+    assert manifests["rewritten_manifests_count"] >= 1
+    assert scalar(spark, f"SELECT count(*) FROM {t}.manifests") == 1
+
+    spark.sql(f"CALL {lake}.system.rollback_to_snapshot('{short}', {first})")
+    assert scalar(spark, f"SELECT count(*) FROM {t}") == 10
+
+    snapshots = scalar(spark, f"SELECT count(*) FROM {t}.snapshots")
+    expired = spark.sql(
+        f"CALL {lake}.system.expire_snapshots(table => '{short}', "
+        "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)"
+    ).collect()[0]
+    assert expired["deleted_manifest_lists_count"] == snapshots - 1
+    assert scalar(spark, f"SELECT count(*) FROM {t}.snapshots") == 1
+    assert scalar(spark, f"SELECT count(*) FROM {t}") == 10
+
+
+def test_rename_and_drop(spark, ns: str, lake: str, server: Server):
+    other_short = f"sp_{uuid.uuid4().hex[:8]}"
+    other = f"{lake}.{other_short}"
+    spark.sql(f"CREATE NAMESPACE {other}")
+    create_events(spark, f"{ns}.a")
+    insert_events(spark, f"{ns}.a", range(5))
+    spark.sql(f"ALTER TABLE {ns}.a RENAME TO {other_short}.moved")  # across namespaces, same catalog
+    assert scalar(spark, f"SELECT count(*) FROM {other}.moved") == 5
+    assert not rows(spark, f"SHOW TABLES IN {ns}")
+
+    pyi = server.catalog()
+    kept = pyi.load_table(f"{other_short}.moved")
+    kept_files = [task.file.file_path for task in kept.scan().plan_files()]
+    spark.sql(f"DROP TABLE {other}.moved")
+    assert not rows(spark, f"SHOW TABLES IN {other}")
+    assert all(kept.io.new_input(path).exists() for path in kept_files)  # no purge: files stay
+
+    create_events(spark, f"{ns}.b")
+    insert_events(spark, f"{ns}.b", range(5))
+    purged = pyi.load_table(f"{ns.split('.', 1)[1]}.b")
+    purged_files = [task.file.file_path for task in purged.scan().plan_files()]
+    spark.sql(f"DROP TABLE {ns}.b PURGE")
+    assert purged_files and not any(purged.io.new_input(path).exists() for path in purged_files)
+    assert not purged.io.new_input(purged.metadata_location).exists()
+
+
+def test_views(spark, ns: str, server: Server):
+    from pyspark.errors import AnalysisException
+
+    t, v = f"{ns}.events", f"{ns}.big_events"
+    create_events(spark, t)
+    insert_events(spark, t, range(10))
+    spark.sql(f"CREATE VIEW {v} AS SELECT id, category FROM {t} WHERE amount > 5")
+    assert scalar(spark, f"SELECT count(*) FROM {v}") == 5
+    assert [r[1] for r in rows(spark, f"SHOW VIEWS IN {ns}") if not r[2]] == ["big_events"]
+
+    # Iceberg's Spark extension refuses ALTER VIEW ... AS on the client and names the replacement;
+    # CREATE OR REPLACE is the way to change a view's query (a new view version through the catalog).
+    with pytest.raises(AnalysisException, match="CREATE OR REPLACE VIEW"):
+        spark.sql(f"ALTER VIEW {v} AS SELECT id FROM {t}")
+    spark.sql(f"CREATE OR REPLACE VIEW {v} AS SELECT id FROM {t} WHERE amount > 8")
+    spark.sql(f"ALTER VIEW {v} SET TBLPROPERTIES ('team' = 'data-eng')")
+    assert rows(spark, f"SELECT id FROM {v} ORDER BY id") == [(8,), (9,)]
+
+    view = server.catalog().load_view(v.split(".", 1)[1])
+    assert len(view.metadata.versions) == 2 and view.properties["team"] == "data-eng"
+    with pytest.raises(AnalysisException):  # tables and views share one name space
+        spark.sql(f"CREATE VIEW {t} AS SELECT 1 AS one")
+
+    spark.sql(f"DROP VIEW {v}")
+    assert not [r for r in rows(spark, f"SHOW VIEWS IN {ns}") if not r[2]]
+    assert scalar(spark, f"SELECT count(*) FROM {t}") == 10
+
+
+# --- concurrency ------------------------------------------------------------------------------------
+
+
+def test_concurrent_spark_writers_lose_no_row(spark, ns: str, server: Server):
+    """Four sessions (own catalog clients each) append to one table at once: every row lands."""
+    t = f"{ns}.events"
+    create_events(spark, t, **{"commit.retry.num-retries": "30", "commit.retry.min-wait-ms": "20"})
+    writers, batches, errors = 4, 5, []
+
+    def write(w: int) -> None:
+        session = spark.newSession()  # its own catalog client, like another job
+        register_catalog(session, server)
+        try:
+            for b in range(batches):
+                start = (w * batches + b) * 10
+                insert_events(session, t, range(start, start + 10))
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    total = writers * batches * 10
+    assert scalar(spark, f"SELECT count(*) FROM {t}") == total
+    assert scalar(spark, f"SELECT count(DISTINCT id) FROM {t}") == total
+    assert scalar(spark, f"SELECT count(*) FROM {t}.snapshots WHERE operation = 'append'") == writers * batches
+
+
+@pytest.mark.parametrize("delete_mode", ["copy-on-write", "merge-on-read"])
+def test_compaction_planned_before_a_delete_is_refused(spark, ns: str, delete_mode: str):
+    """A compaction that read the table before a DELETE committed must abort, not undo the delete.
+
+    The compaction runs on a table handle loaded before the DELETE; when it commits, the catalog
+    answers 409 (the branch moved), Iceberg refreshes, finds that files it rewrote were changed by
+    the delete, and refuses with a ValidationException. The delete stays; no row comes back.
+    """
+    from py4j.protocol import Py4JJavaError
+
+    t = f"{ns}.events"
+    create_events(spark, t, **{"write.delete.mode": delete_mode})
+    for start in range(0, 40, 10):
+        insert_events(spark, t, range(start, start + 10))
+    jvm = spark._jvm
+    stale = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, t)
+
+    spark.sql(f"DELETE FROM {t} WHERE id % 3 = 0")  # commits: the stale handle does not know
+    after_delete = rows(spark, f"SELECT snapshot_id FROM {t}.snapshots ORDER BY committed_at")
+
+    action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(stale)
+    with pytest.raises(Py4JJavaError) as refused:
+        action.option("rewrite-all", "true").execute()
+    assert "ValidationException" in str(refused.value) or "Cannot commit" in str(refused.value)
+
+    assert rows(spark, f"SELECT snapshot_id FROM {t}.snapshots ORDER BY committed_at") == after_delete
+    assert sorted(r[0] for r in rows(spark, f"SELECT id FROM {t}")) == [i for i in range(40) if i % 3]
+
+
+# --- the pipeline example ---------------------------------------------------------------------------
+
+
+def test_pipeline_example(server: Server, tmp_path: Path):
+    """The documented pipeline: 4 writers, a compaction and a GDPR delete at once, then verification."""
+    if missing := _spark_unavailable():
+        if IN_CI:
+            pytest.fail(missing)
+        pytest.skip(missing)
+    args = [
+        sys.executable, str(EXAMPLE / "pipeline.py"),
+        "--uri", server.url,
+        "--namespace", f"pipeline_{uuid.uuid4().hex[:8]}",
+        "--writers", "4", "--batches", "4", "--rows", "300",
+    ]  # fmt: skip
+    settings = client_settings(server)
+    if settings["warehouse"] == "s3":
+        args += ["--warehouse", "s3", "--s3-access-key", settings["access_key"]]
+        args += ["--s3-secret-key", settings["secret_key"]]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads(done.stdout[: done.stdout.rindex("}") + 1])
+    assert summary["verified"] and summary["appends"] == 16, summary
+    assert summary.get("deletes", 0) >= 1 and not summary.get("jobs failed"), summary
+    assert "verification passed" in done.stdout
