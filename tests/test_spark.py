@@ -465,3 +465,16 @@ def test_pipeline_example(server: Server, tmp_path: Path):
     assert summary["verified"] and summary["appends"] == 16, summary
     assert summary.get("deletes", 0) >= 1 and not summary.get("jobs failed"), summary
     assert "verification passed" in done.stdout
+
+
+def test_spark_caused_no_server_error(server: Server):
+    """Runs last in this module: nothing Spark sent made the shared server answer 500/502/503/504."""
+    import requests
+
+    metrics = requests.get(f"{server.url}/metrics", timeout=10).text
+    errors = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("catalog_http_requests_total{") and re.search(r'status="50[0234]"', line)
+    ]
+    assert not errors, errors
