@@ -479,3 +479,25 @@ def test_spark_caused_no_server_error(server: Server):
         if line.startswith("catalog_http_requests_total{") and re.search(r'status="50[0234]"', line)
     ]
     assert not errors, errors
+
+
+def test_spark_with_credentials_against_an_auth_enabled_server(spark, tmp_path_factory):
+    """``credential=id:secret``: Spark fetches a token from /v1/oauth/tokens and sends it on every call."""
+    from tests.conftest import start_server
+
+    env = {"CATALOG_AUTH_REQUIRED": "true", "CATALOG_OAUTH_CLIENTS": "etl:s3cret", "CATALOG_TOKEN_SECRET": "k"}
+    secured = start_server(tmp_path_factory.mktemp("spark-auth"), "sqlite", env)
+    try:
+        for name, credential in (("lake_auth", "etl:s3cret"), ("lake_bad_secret", "etl:wrong")):
+            for key, value in spark_conf(secured.url, catalog=name).items():
+                if key.startswith(f"spark.sql.catalog.{name}"):
+                    spark.conf.set(key, value)
+            spark.conf.set(f"spark.sql.catalog.{name}.credential", credential)
+        spark.sql("CREATE NAMESPACE lake_auth.secured")
+        spark.sql("CREATE TABLE lake_auth.secured.t (id BIGINT) USING iceberg")
+        spark.sql("INSERT INTO lake_auth.secured.t VALUES (1), (2)")
+        assert scalar(spark, "SELECT count(*) FROM lake_auth.secured.t") == 2
+        with pytest.raises(Exception, match="(?i)not authorized|unauthorized|invalid_client"):
+            spark.sql("SHOW NAMESPACES IN lake_bad_secret").collect()
+    finally:
+        secured.stop()
