@@ -1,32 +1,40 @@
 """Operations of the contract this server deliberately does not serve: a 501 in the Iceberg error
-shape (never a bare 404 "no route"), and never advertised in ``/v1/config``."""
+shape (never a bare 404 "no route"), and never advertised in ``/v1/config``.
+
+Each is routed with exactly the methods the contract gives it (spec/openapi.yaml documents them);
+any other method on these paths is a 405, as on every other path.
+"""
 
 from __future__ import annotations
 
-from litestar import route
+from litestar import delete, get, post
 
 from .. import errors
 
 T = "/v1/namespaces/{namespace:str}/tables/{table:str}"
+F = "/v1/namespaces/{namespace:str}/functions"
 
 
-@route(
-    [
-        T + "/plan",
-        T + "/plan/{plan_id:str}",
-        T + "/tasks",
-        T + "/sign",
-        T + "/unregister",
-        "/v1/namespaces/{namespace:str}/functions",
-        "/v1/namespaces/{namespace:str}/functions/{function:str}",
-    ],
-    http_method=["GET", "POST", "DELETE"],
-)
-async def not_served() -> None:
+def _refuse() -> None:
     raise errors.NotImplementedOperation(
         "Not implemented: this catalog does not serve server-side scan planning, remote signing, "
         "unregister or functions; see /v1/config for the operations it serves"
     )
 
 
-ROUTES = [not_served]
+@post([T + "/plan", T + "/tasks", T + "/sign", T + "/unregister"])
+async def not_served_post() -> None:
+    _refuse()
+
+
+@get([T + "/plan/{plan_id:str}", F, F + "/{function:str}"])
+async def not_served_get() -> None:
+    _refuse()
+
+
+@delete(T + "/plan/{plan_id:str}")
+async def not_served_delete() -> None:
+    _refuse()
+
+
+ROUTES = [not_served_post, not_served_get, not_served_delete]
