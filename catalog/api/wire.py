@@ -26,6 +26,8 @@ JSON = "application/json"
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 _LEVEL_SPLIT = re.compile(r"%1[fF]|\x1f")
+# pageSize is an upper bound the server may lower; this one keeps the SQL LIMIT within 64 bits.
+MAX_PAGE_SIZE = 2**31 - 1
 
 
 async def blocking(fn: Callable[..., T], *args: Any) -> T:
@@ -109,6 +111,7 @@ def page_params(query: Any) -> tuple[str | None, int | None]:
             raise errors.BadRequest(f"Invalid pageSize: {size_raw!r}") from e
         if size < 1:
             raise errors.BadRequest(f"Invalid pageSize: {size}, must be at least 1")
+        size = min(size, MAX_PAGE_SIZE)
     after = None
     if token:
         try:

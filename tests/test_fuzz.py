@@ -1,0 +1,258 @@
+"""Conformance fuzzing: generated requests, valid and invalid, against a real server.
+
+Every response must be documented in spec/openapi.yaml (status code, media type, body schema), no
+response is a 5xx, and every error of a catalog operation has the Iceberg error body. The property
+tests below need no server: the path codec and the commit requirement checks.
+
+Deliberately not checked: that schema-valid requests are accepted (validity of table metadata is
+semantic: a partition field must name an existing column) and that schema-invalid ones are refused
+(the server is lenient where clients differ: ignored headers, case-insensitive query booleans,
+non-string property values converted).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from catalog import errors
+from catalog.api import wire
+from catalog.commit import check_requirements
+from tests.conftest import Server, start_server
+
+SPEC = Path(__file__).resolve().parents[1] / "spec" / "openapi.yaml"
+PREFIX = "fuzz"
+SEED_NS, SEED_TABLE, SEED_VIEW = "seed", "t", "v"
+
+CONFIG = schemathesis.Config.from_dict(
+    {
+        # The prefix is free-form on this server; fuzzing it only tests the router's word list.
+        "parameters": {"prefix": PREFIX},
+        "generation": {"mode": "all"},
+    }
+)
+schema = schemathesis.openapi.from_path(SPEC, config=CONFIG)
+
+
+@schemathesis.check
+def no_server_error(ctx: Any, response: Any, case: Any) -> bool | None:
+    """No 5xx, except the 501 of an operation documented as not served."""
+    status = response.status_code
+    if status == 501 and "501" in case.operation.definition.raw.get("responses", {}):
+        return True
+    assert status < 500, f"server error {status}: {response.text[:500]}"
+    return True
+
+
+@schemathesis.check
+def iceberg_error_shape(ctx: Any, response: Any, case: Any) -> bool | None:
+    """A catalog error is exactly ``{"error": {"message": str, "type": str, "code": <status>}}``."""
+    status = response.status_code
+    if status < 400 or case.method.upper() == "HEAD" or not case.path.startswith("/v1/"):
+        return None
+    if case.path == "/v1/oauth/tokens":  # OAuth 2 error shape, checked by the response schema
+        return None
+    body = response.json()
+    assert isinstance(body, dict) and set(body) == {"error"}, f"not the Iceberg error body: {body!r}"
+    err = body["error"]
+    assert isinstance(err.get("message"), str) and isinstance(err.get("type"), str), err
+    assert err.get("code") == status, f"error code {err.get('code')} != HTTP status {status}"
+    return True
+
+
+CHECKS = [
+    no_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    iceberg_error_shape,
+]
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Its own SQLite server: fuzzed garbage stays out of the shared one. Seeded with a namespace, a
+    table and a view that generated requests are steered to part of the time."""
+    srv = start_server(tmp_path_factory.mktemp("fuzz"))
+    try:
+        _seed(srv.url)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _seed(url: str) -> None:
+    schema_json = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+    ok = requests.post(f"{url}/v1/namespaces", json={"namespace": [SEED_NS]}, timeout=30)
+    assert ok.status_code == 200, ok.text
+    ok = requests.post(
+        f"{url}/v1/namespaces/{SEED_NS}/tables", json={"name": SEED_TABLE, "schema": schema_json}, timeout=30
+    )
+    assert ok.status_code == 200, ok.text
+    view = {
+        "name": SEED_VIEW,
+        "schema": {**schema_json, "schema-id": 0},
+        "view-version": {
+            "version-id": 1,
+            "timestamp-ms": 1,
+            "schema-id": 0,
+            "summary": {},
+            "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}],
+            "default-namespace": [SEED_NS],
+        },
+        "properties": {},
+    }
+    ok = requests.post(f"{url}/v1/namespaces/{SEED_NS}/views", json=view, timeout=30)
+    assert ok.status_code == 200, ok.text
+
+
+_STEER = {"namespace": SEED_NS, "table": SEED_TABLE, "view": SEED_VIEW}
+
+
+@schema.hook
+def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any] | None) -> st.SearchStrategy:
+    """Part of the time, aim at the seeded objects: random names only ever reach the 404 branches."""
+    if not path_parameters:
+        return st.just(path_parameters)
+    steered = {**path_parameters, **{k: v for k, v in _STEER.items() if k in path_parameters}}
+    return st.sampled_from([path_parameters, steered])
+
+
+@schema.parametrize()
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+    database=None,
+)
+def test_operations_conform(case: Any, fuzz_server: Server) -> None:
+    case.call_and_validate(base_url=fuzz_server.url, checks=CHECKS)
+
+
+# -- properties without a server -----------------------------------------------------------------
+
+# Levels a client may send: any text but the empty string (an empty level is refused) and the unit
+# separator itself, which separates levels and so cannot occur inside one.
+LEVEL = st.text(min_size=1, max_size=12).filter(lambda s: s != "" and "\x1f" not in s)
+
+
+@given(st.lists(LEVEL, min_size=1, max_size=4))
+def test_namespace_path_round_trip_java_style(levels: list[str]) -> None:
+    """Java: each level form-encoded (space as ``+``), levels joined by %1F."""
+    raw = "%1F".join(quote_plus(level, safe="") for level in levels)
+    assert wire.decode_namespace(raw) == tuple(levels)
+
+
+@given(st.lists(LEVEL, min_size=1, max_size=4))
+def test_namespace_path_round_trip_percent_style(levels: list[str]) -> None:
+    """pyiceberg: each level percent-encoded (space as %20, ``+`` as %2B), joined by %1F or 0x1F."""
+    assert wire.decode_namespace("%1F".join(quote(level, safe="") for level in levels)) == tuple(levels)
+    assert wire.decode_namespace("%1f".join(quote(level, safe="") for level in levels)) == tuple(levels)
+
+
+@given(LEVEL)
+def test_name_round_trip(name: str) -> None:
+    assert wire.decode_name(quote(name, safe="")) == name
+    assert wire.decode_name(quote_plus(name, safe="")) == name
+
+
+@given(st.lists(LEVEL, min_size=1, max_size=4))
+def test_parent_query_round_trip(levels: list[str]) -> None:
+    """``parent`` arrives already decoded by the query parser (Java: 0x1F between levels) or with
+    the separator still encoded (pyiceberg)."""
+    assert wire.decode_parent("\x1f".join(levels)) == tuple(levels)
+
+
+@given(st.lists(LEVEL, min_size=1, max_size=3), st.integers(0, 3))
+def test_empty_namespace_level_is_refused(levels: list[str], at: int) -> None:
+    levels = [*levels]
+    levels.insert(min(at, len(levels)), "")
+    with pytest.raises(errors.BadRequest):
+        wire.decode_namespace("%1F".join(quote(level, safe="") for level in levels))
+
+
+# -- commit requirements ---------------------------------------------------------------------------
+
+
+def _metadata() -> Any:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.table.sorting import SortField, SortOrder
+    from pyiceberg.transforms import BucketTransform, IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from catalog.commit import new_metadata
+
+    schema_ = Schema(
+        NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False)
+    )
+    spec = PartitionSpec(PartitionField(1, 1000, BucketTransform(4), "id_bucket"))
+    order = SortOrder(SortField(source_id=2, transform=IdentityTransform()))
+    return new_metadata("file:///tmp/warehouse/t", schema_, spec, order, {"format-version": "2"})
+
+
+METADATA = _metadata()
+# (requirement type, field, value on METADATA)
+HOLDING = [
+    ("assert-table-uuid", "uuid", str(METADATA.table_uuid)),
+    ("assert-current-schema-id", "current-schema-id", METADATA.current_schema_id),
+    ("assert-last-assigned-field-id", "last-assigned-field-id", METADATA.last_column_id),
+    ("assert-last-assigned-partition-id", "last-assigned-partition-id", METADATA.last_partition_id),
+    ("assert-default-spec-id", "default-spec-id", METADATA.default_spec_id),
+    ("assert-default-sort-order-id", "default-sort-order-id", METADATA.default_sort_order_id),
+    ("assert-ref-snapshot-id", "snapshot-id", None),  # ref "main" absent: asserted absent
+]
+
+
+def _requirement(type_: str, field: str, value: Any) -> Any:
+    from pydantic import TypeAdapter
+    from pyiceberg.table.update import TableRequirement
+
+    body = {"type": type_, field: value}
+    if type_ == "assert-ref-snapshot-id":
+        body["ref"] = "main"
+    return TypeAdapter(TableRequirement).validate_python(body)
+
+
+@given(st.lists(st.sampled_from(HOLDING), max_size=len(HOLDING)))
+def test_requirements_that_hold_pass(chosen: list[tuple[str, str, Any]]) -> None:
+    check_requirements([_requirement(*r) for r in chosen], METADATA)
+
+
+@given(st.data())
+def test_a_mutated_requirement_fails_naming_it(data: st.DataObject) -> None:
+    type_, field, value = data.draw(st.sampled_from(HOLDING))
+    if type_ == "assert-table-uuid":
+        wrong: Any = str(data.draw(st.uuids().filter(lambda u: str(u) != value)))
+    elif type_ == "assert-ref-snapshot-id":
+        wrong = data.draw(st.integers(min_value=1, max_value=2**62))
+    else:
+        wrong = data.draw(st.integers(min_value=-5, max_value=10_000).filter(lambda v: v != value))
+    others = data.draw(st.lists(st.sampled_from([h for h in HOLDING if h[0] != type_]), max_size=3))
+    requirements = [_requirement(*r) for r in others] + [_requirement(type_, field, wrong)]
+    with pytest.raises(errors.CommitFailed) as caught:
+        check_requirements(requirements, METADATA)
+    assert caught.value.code == 409
+    assert caught.value.message.startswith("Requirement failed")
+    assert caught.value.message.endswith(f"({type_})")
+
+
+def test_uuid_is_a_real_uuid() -> None:
+    uuid.UUID(str(METADATA.table_uuid))
