@@ -341,12 +341,17 @@ def ident(ns: Namespace, name: str) -> str:
     return ".".join((*ns, name))
 
 
+_URI_BREAKERS = "#?\t\r\n"
+
+
 def check_name(name: str) -> None:
     """Names become path segments of the table location: nothing that could escape the warehouse."""
     if not isinstance(name, str) or not name.strip():
         raise errors.BadRequest("Invalid name: must be a non-empty string")
     if "/" in name or "\\" in name or name in (".", "..") or any(c in name for c in "\x00\x1f"):
         raise errors.BadRequest(f"Invalid name: {name!r} contains a path separator or is a relative path segment")
+    if any(c in name for c in _URI_BREAKERS):  # a URI parser would cut the location there, or drop them
+        raise errors.BadRequest(f"Invalid name: {name!r} contains one of '#', '?', tab, CR or LF")
 
 
 def check_namespace(ns: Namespace) -> None:
