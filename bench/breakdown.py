@@ -114,7 +114,7 @@ def _run(settings_kw: dict, commits: int, budget_s: float, history: int) -> dict
     t.wrap(commit_mod, "apply_updates", "  apply_updates")
     t.wrap(commit_mod, "next_location", "  next_location")
     t.wrap(cat.files, "write", "  write new file (files.write)")
-    t.wrap(commit_mod, "dump", "    serialise (commit.dump)")
+    t.wrap(commit_mod, "dump_spliced", "    serialise (commit.dump_spliced)")
     t.wrap(cat.storage, "write_new", "    storage.write_new (create-only write)")
     t.wrap(cat.store, "swap_pointers", "  CAS (store.swap_pointers)")
     t.wrap(cat, "_delete_dropped_files", "  housekeeping (_delete_dropped_files)")

@@ -7,9 +7,13 @@ no-op detection, the create path and the next metadata file name.
 
 from __future__ import annotations
 
+import operator
 import re
 import time
+from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 from pyiceberg.exceptions import CommitFailedException
@@ -18,6 +22,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV1, new_table_metadata
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import (
     AssertCreate,
@@ -200,3 +205,121 @@ def dump(metadata: TableMetadata) -> bytes:
     data = orjson.loads(IcebergBaseModel.model_dump_json(metadata, exclude_none=True, by_alias=True))
     data.setdefault("next-row-id", 0)
     return orjson.dumps(data)
+
+
+# The list fields of the metadata whose elements are immutable models that commits carry over
+# unchanged (appended to, occasionally trimmed): each element is serialised once, then its bytes are
+# copied from the previous file's JSON.
+SPLICED = (
+    "schemas",
+    "partition_specs",
+    "sort_orders",
+    "snapshots",
+    "snapshot_log",
+    "metadata_log",
+    "statistics",
+    "partition_statistics",
+)
+_ALIASES = {name: TableMetadataV1.model_fields[name].alias or name for name in SPLICED}
+
+
+class Elements(NamedTuple):
+    """Where a list's elements are in a dumped file: element ``i`` is
+    ``raw[start + spans[2 * i] : start + spans[2 * i + 1]]``.
+
+    ``items`` is the very list object of the dumped model, which keeps its elements alive: the next
+    dump matches elements by identity (``is``), never by a possibly reused ``id``. Offsets relative
+    to ``start`` stay valid when the list's JSON is copied as one block into the next file.
+    """
+
+    items: list
+    start: int
+    spans: array
+
+
+@dataclass(frozen=True, slots=True)
+class Dumped:
+    """A metadata file's JSON and, per spliced list field, where its elements are."""
+
+    raw: bytes
+    format_version: int
+    lists: dict[str, Elements]
+
+
+def dump_spliced(metadata: TableMetadata, previous: Dumped | None = None) -> Dumped:
+    """``dump(metadata)`` in time proportional to what changed instead of to the table's history.
+
+    A commit's new model shares the elements of its lists (snapshots, logs, schemas...) with the
+    base model. Elements already serialised in ``previous`` (the base file's dump) are copied from
+    its bytes; only new elements and the small top level are serialised. The result parses to the
+    same JSON as ``dump(metadata)``, keys in the same order. Falls back to ``dump`` whenever the
+    top level does not have the expected shape.
+    """
+    if previous is not None and previous.format_version != metadata.format_version:
+        previous = None  # an element's JSON depends on the format (V1 drops sequence-number)
+    top = dump(metadata.model_copy(update={name: [] for name in SPLICED}))
+    marks = []
+    for name in SPLICED:
+        mark = b'"' + _ALIASES[name].encode() + b'":['
+        at = top.find(mark + b"]")
+        if at < 0 or top.find(mark + b"]", at + 1) >= 0:
+            return Dumped(dump(metadata), metadata.format_version, {})
+        marks.append((at + len(mark), name))
+    out = bytearray()
+    lists: dict[str, Elements] = {}
+    cursor = 0
+    for at, name in sorted(marks):
+        out += top[cursor:at]
+        cursor = at
+        items = getattr(metadata, name)
+        elements = _splice(
+            out, items, previous, previous.lists.get(name) if previous else None, metadata.format_version
+        )
+        if elements is None:
+            return Dumped(dump(metadata), metadata.format_version, {})
+        lists[name] = elements
+    out += top[cursor:]
+    return Dumped(bytes(out), metadata.format_version, lists)
+
+
+def _splice(
+    out: bytearray, items: list, previous: Dumped | None, known: Elements | None, format_version: int
+) -> Elements | None:
+    """Append the elements' JSON to ``out``, copied from ``previous`` for the same objects."""
+    start = len(out)
+    spans = array("q")
+    rest = items
+    reused: dict[int, tuple[object, int]] = {}
+    if known is not None and previous is not None and known.items:
+        n = len(known.items)
+        if len(items) >= n and all(map(operator.is_, items, known.items)):  # appended to: the usual commit
+            out += memoryview(previous.raw)[known.start : known.start + known.spans[-1]]
+            spans = array("q", known.spans)
+            rest = items[n:]
+        else:
+            reused = {id(o): (o, i) for i, o in enumerate(known.items)}
+    for item in rest:
+        hit = reused.get(id(item))
+        if hit is not None and hit[0] is item and known is not None and previous is not None:
+            i = hit[1]
+            piece: bytes | memoryview | None = memoryview(previous.raw)[
+                known.start + known.spans[2 * i] : known.start + known.spans[2 * i + 1]
+            ]
+        else:
+            piece = _element(item, format_version)
+        if piece is None:
+            return None
+        if spans:
+            out += b","
+        spans.append(len(out) - start)
+        out += piece
+        spans.append(len(out) - start)
+    return Elements(items, start, spans)
+
+
+def _element(item: object, format_version: int) -> bytes | None:
+    if not isinstance(item, IcebergBaseModel):
+        return None
+    if format_version == 1 and isinstance(item, Snapshot):
+        item = item.model_copy(update={"sequence_number": None})  # as TableMetadataV1.serialize_snapshots
+    return item.model_dump_json().encode()

@@ -11,6 +11,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import orjson
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.view.metadata import ViewMetadata
 
@@ -26,6 +27,9 @@ class MetadataFile:
     raw: bytes
     _parsed: TableMetadata | None = field(default=None, repr=False)
     _view: ViewMetadata | None = field(default=None, repr=False)
+    _refs: bytes | None = field(default=None, repr=False)
+    # Set on files this server wrote: where each element's JSON is, for the next commit's dump to copy.
+    dumped: commit.Dumped | None = field(default=None, repr=False)
 
     @property
     def metadata(self) -> TableMetadata:
@@ -35,6 +39,16 @@ class MetadataFile:
             except Exception as e:  # noqa: BLE001 - a file that is not table metadata
                 raise errors.BadRequest(f"Invalid table metadata file {self.location}: {e}") from e
         return self._parsed
+
+    @property
+    def refs_only(self) -> bytes:
+        """The JSON with only the snapshots that refs point at (``snapshots=refs`` loads), made once."""
+        if self._refs is None:
+            data = orjson.loads(self.raw)
+            keep = {ref["snapshot-id"] for ref in (data.get("refs") or {}).values()}
+            data["snapshots"] = [s for s in data.get("snapshots", []) if s["snapshot-id"] in keep]
+            self._refs = orjson.dumps(data)
+        return self._refs
 
     @property
     def view(self) -> ViewMetadata:
@@ -55,25 +69,37 @@ class MetadataFiles:
         self.hits = 0
         self.misses = 0
 
-    def read(self, location: str) -> MetadataFile:
+    def cached(self, location: str) -> MetadataFile | None:
+        """The file if it is in memory (no I/O), else None."""
         with self._lock:
             cached = self._cache.get(location)
             if cached is not None:
                 self._cache.move_to_end(location)
                 self.hits += 1
-                return cached
+            return cached
+
+    def read(self, location: str) -> MetadataFile:
+        cached = self.cached(location)
+        if cached is not None:
+            return cached
+        with self._lock:
             self.misses += 1
         raw = self.storage.read(location)
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         return self._remember(MetadataFile(location, raw))
 
-    def write(self, location: str, metadata: TableMetadata) -> MetadataFile:
-        """Write a new metadata file; never overwrites (``FileExistsError``)."""
-        raw = commit.dump(metadata)
+    def write(self, location: str, metadata: TableMetadata, base: MetadataFile | None = None) -> MetadataFile:
+        """Write a new metadata file; never overwrites (``FileExistsError``).
+
+        ``base``: the file ``metadata`` was derived from; the JSON of the elements they share
+        (snapshots, log entries, schemas...) is reused from its dump instead of serialised again.
+        """
+        dumped = commit.dump_spliced(metadata, base.dumped if base is not None else None)
+        raw = dumped.raw
         data = gzip.compress(raw) if commit.is_gzip(metadata.properties) else raw
         self.storage.write_new(location, data)
-        return MetadataFile(location, raw, metadata)
+        return MetadataFile(location, raw, metadata, dumped=dumped)
 
     def write_view(self, location: str, metadata: ViewMetadata) -> MetadataFile:
         raw = metadata.model_dump_json().encode()

@@ -9,15 +9,21 @@ The commit loop (``commit_table``), per attempt:
   requirements may still hold on the new base, so go again from 1 (server-side rebase) after a
   jittered backoff, and delete the orphan file. An unknown CAS outcome is a 500 and the file is
   kept, since it may be the committed one.
+
+Within one server process, steps 1-5 for a table run under a lock (one of a fixed set, picked by
+the table's name): a commit that queued behind another reads the pointer that one left and, if its
+requirement no longer holds, is refused without writing a file. Between processes and replicas
+the CAS alone decides, as it does for correctness everywhere.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from pyiceberg.partitioning import PartitionSpec
@@ -50,6 +56,7 @@ class Catalog:
         self.store = store
         self.storage = storage
         self.files = files
+        self._table_locks = [threading.Lock() for _ in range(_TABLE_LOCKS)]
 
     def readiness(self) -> dict[str, str]:
         """Each dependency's state: 'ok' or why not. Ready only when all are 'ok'."""
@@ -106,6 +113,11 @@ class Catalog:
 
     def load_table(self, ns: Namespace, name: str) -> MetadataFile:
         return self.files.read(self.table_entry(ns, name).metadata_location)
+
+    def find_table(self, ns: Namespace, name: str) -> MetadataFile | str:
+        """loadTable without storage I/O: the file if it is cached, else its location to read."""
+        location = self.table_entry(ns, name).metadata_location
+        return self.files.cached(location) or location
 
     # -- tables: create, register, drop, rename --------------------------------------------------
 
@@ -172,12 +184,13 @@ class Catalog:
             return self._commit_create(change)
         with _observed(change):
             for attempt in range(self.settings.commit_max_attempts):
-                staged = self._stage(change)
-                if staged is None:  # nothing to change
-                    return self.load_table(change.namespace, change.name)
-                if self.swap([staged]):
-                    return staged[1]
-                self.lost(ident(change.namespace, change.name), attempt, [staged])
+                with self._serialised([change]):
+                    staged = self._stage(change)
+                    if staged is None:  # nothing to change
+                        return self.load_table(change.namespace, change.name)
+                    if self.swap([staged]):
+                        return staged[1]
+                self.lost(ident(change.namespace, change.name), attempt, [staged], lambda: self._recheck([change]))
             raise self._gave_up([change])
 
     def commit_transaction(self, changes: Sequence[TableChange]) -> None:
@@ -196,29 +209,40 @@ class Catalog:
     def _commit_all(self, changes: Sequence[TableChange]) -> None:
         for attempt in range(self.settings.commit_max_attempts):
             staged: list[tuple[Entry, MetadataFile]] = []
-            try:
-                for change in changes:
-                    one = self._stage(change)
-                    if one is not None:
-                        staged.append(one)
-            except BaseException:
-                self._discard(staged)
-                raise
-            if not staged or self.swap(staged):
-                return
-            self.lost(ident(changes[0].namespace, changes[0].name), attempt, staged)
+            with self._serialised(changes):
+                try:
+                    for change in changes:
+                        one = self._stage(change)
+                        if one is not None:
+                            staged.append(one)
+                except BaseException:
+                    self._discard(staged)
+                    raise
+                if not staged or self.swap(staged):
+                    return
+            self.lost(ident(changes[0].namespace, changes[0].name), attempt, staged, lambda: self._recheck(changes))
         raise self._gave_up(changes)
+
+    @contextmanager
+    def _serialised(self, changes: Sequence[TableChange]) -> Iterator[None]:
+        """Hold the locks of these tables, taken in one order so that transactions cannot deadlock."""
+        slots = sorted({hash((c.namespace, c.name)) % _TABLE_LOCKS for c in changes})
+        with ExitStack() as stack:
+            for slot in slots:
+                stack.enter_context(self._table_locks[slot])
+            yield
 
     def _stage(self, change: TableChange) -> tuple[Entry, MetadataFile] | None:
         """Steps 1-4 for one table: the written-but-uncommitted new file, or None for a no-op."""
         entry = self.table_entry(change.namespace, change.name)
-        base = self.files.read(entry.metadata_location).metadata
+        base_file = self.files.read(entry.metadata_location)
+        base = base_file.metadata
         commit.check_requirements(change.requirements, base)
         new = commit.apply_updates(base, change.updates, entry.metadata_location)
         if new is base:
             return None
         check_location(new.location)
-        return entry, self.files.write(commit.next_location(new, entry.metadata_location), new)
+        return entry, self.files.write(commit.next_location(new, entry.metadata_location), new, base_file)
 
     def swap(self, staged: Sequence[tuple[Entry, MetadataFile]]) -> bool:
         """Step 5, the CAS. True: committed (files cached, dropped log files deleted); False: lost."""
@@ -268,13 +292,29 @@ class Catalog:
             raise
         self.files.remember(written)
 
-    def lost(self, name: str, attempt: int, staged: Sequence[tuple[Entry, MetadataFile]]) -> None:
-        """The CAS lost: delete the orphan files and back off before rebasing on the new pointer."""
+    def lost(
+        self,
+        name: str,
+        attempt: int,
+        staged: Sequence[tuple[Entry, MetadataFile]],
+        recheck: Callable[[], None] = lambda: None,
+    ) -> None:
+        """The CAS lost: delete the orphan files, then back off before rebasing on the new pointer.
+
+        ``recheck`` raises when the requirements no longer hold on the new pointer: that 409 is
+        answered at once, without the backoff and without writing another file.
+        """
         self._discard(staged)
         metrics.REBASES.inc()
         log.info("commit to %s lost the CAS (attempt %d), rebasing", name, attempt + 1)
+        recheck()
         delay = self.settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
         time.sleep(random.uniform(0, delay))
+
+    def _recheck(self, changes: Sequence[TableChange]) -> None:
+        for change in changes:
+            entry = self.table_entry(change.namespace, change.name)
+            commit.check_requirements(change.requirements, self.files.read(entry.metadata_location).metadata)
 
     def _discard(self, staged: Sequence[tuple[Entry, MetadataFile]]) -> None:
         for _, file in staged:
@@ -318,6 +358,10 @@ class Catalog:
         if base := ns_props.get("location"):
             return f"{base.rstrip('/')}/{name}"
         return "/".join([self.storage.root().rstrip("/"), *ns, name])
+
+
+# Commits to different tables share a lock only when their names hash to the same slot.
+_TABLE_LOCKS = 1024
 
 
 @contextmanager

