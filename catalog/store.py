@@ -46,6 +46,7 @@ class Store:
         # A read of a local SQLite file (WAL: never waits for a writer) costs less than handing it
         # to a worker thread: callers may run ``local`` reads on the event loop.
         self.local = engine.dialect.name == "sqlite"
+        self._autocommit_reads = engine.dialect.name == "postgresql"  # SQLite connections already are
         self._get_entry = _Compiled(
             sa.select(E.c.id, E.c.namespace, E.c.name, E.c.kind, E.c.metadata_location).where(
                 E.c.namespace == sa.bindparam("namespace"), E.c.name == sa.bindparam("name")
@@ -175,12 +176,16 @@ class Store:
         """
         conn = self._raw_connection()
         try:
+            if self._autocommit_reads:  # no transaction: no ROLLBACK round trip when it is returned
+                conn.driver_connection.autocommit = True
             cursor = conn.cursor()
             try:
                 cursor.execute(query.sql, query.parameters(values))
                 return cursor.fetchone()
             finally:
                 cursor.close()
+                if self._autocommit_reads:
+                    conn.driver_connection.autocommit = False
         except self._unreachable as e:
             conn.invalidate(e)
             raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
