@@ -211,13 +211,15 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
     }
     stem.with_suffix(".json").write_text(json.dumps(payload, indent=1, default=str, allow_nan=True))
+    written = ".md/.json"
     try:
         chart.chart(results, stem.with_suffix(".png"), title)
+        written += "/.png"
     except Exception:  # noqa: BLE001 - the numbers matter more than the picture
-        log(f"chart failed:\n{traceback.format_exc()}")
+        log(f"chart failed (install the bench extra for matplotlib):\n{traceback.format_exc()}")
     if args.profile:
         write_profiles(results, prof_dir)
-    print(f"\n{title}\n\n{tbl}\n\nwall time {wall:.0f} s; written {stem}.md/.json/.png")
+    print(f"\n{title}\n\n{tbl}\n\nwall time {wall:.0f} s; written {stem}{written}")
     fine = all(r.get("status") == "ok" or r.get("status", "").startswith("unavailable") for r in results.values())
     return 0 if fine else 1
 

@@ -265,11 +265,11 @@ def dump_spliced(metadata: TableMetadata, previous: Dumped | None = None) -> Dum
         if at < 0 or top.find(mark + b"]", at + 1) >= 0:
             return Dumped(dump(metadata), metadata.format_version, {})
         marks.append((at + len(mark), name))
-    out = bytearray()
+    out = _Parts()
     lists: dict[str, Elements] = {}
     cursor = 0
     for at, name in sorted(marks):
-        out += top[cursor:at]
+        out.add(top[cursor:at])
         cursor = at
         items = getattr(metadata, name)
         elements = _splice(
@@ -278,22 +278,34 @@ def dump_spliced(metadata: TableMetadata, previous: Dumped | None = None) -> Dum
         if elements is None:
             return Dumped(dump(metadata), metadata.format_version, {})
         lists[name] = elements
-    out += top[cursor:]
-    return Dumped(bytes(out), metadata.format_version, lists)
+    out.add(top[cursor:])
+    return Dumped(b"".join(out.parts), metadata.format_version, lists)
+
+
+class _Parts:
+    """Pieces of the new file, joined once at the end (one allocation, one copy)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | memoryview] = []
+        self.size = 0
+
+    def add(self, piece: bytes | memoryview) -> None:
+        self.parts.append(piece)
+        self.size += len(piece)
 
 
 def _splice(
-    out: bytearray, items: list, previous: Dumped | None, known: Elements | None, format_version: int
+    out: _Parts, items: list, previous: Dumped | None, known: Elements | None, format_version: int
 ) -> Elements | None:
     """Append the elements' JSON to ``out``, copied from ``previous`` for the same objects."""
-    start = len(out)
+    start = out.size
     spans = array("q")
     rest = items
     reused: dict[int, tuple[object, int]] = {}
     if known is not None and previous is not None and known.items:
         n = len(known.items)
         if len(items) >= n and all(map(operator.is_, items, known.items)):  # appended to: the usual commit
-            out += memoryview(previous.raw)[known.start : known.start + known.spans[-1]]
+            out.add(memoryview(previous.raw)[known.start : known.start + known.spans[-1]])
             spans = array("q", known.spans)
             rest = items[n:]
         else:
@@ -310,10 +322,10 @@ def _splice(
         if piece is None:
             return None
         if spans:
-            out += b","
-        spans.append(len(out) - start)
-        out += piece
-        spans.append(len(out) - start)
+            out.add(b",")
+        spans.append(out.size - start)
+        out.add(piece)
+        spans.append(out.size - start)
     return Elements(items, start, spans)
 
 
