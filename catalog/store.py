@@ -41,8 +41,6 @@ class PointerOutcomeUnknown(Exception):
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        # SQLite has one writer at a time. Writers of this process queue on a lock (handed over at
-        # once) rather than on SQLite's busy handler, which polls with sleeps of up to 100 ms.
         # A read of a local SQLite file (WAL: never waits for a writer) costs less than handing it
         # to a worker thread: callers may run ``local`` reads on the event loop.
         self.local = engine.dialect.name == "sqlite"
@@ -62,7 +60,9 @@ class Store:
         dbapi = engine.dialect.loaded_dbapi
         self._dbapi_error: type[Exception] = dbapi.Error
         self._unreachable: tuple[type[Exception], ...] = (dbapi.OperationalError, dbapi.InterfaceError)
-        self._writers: AbstractContextManager = threading.Lock() if engine.dialect.name == "sqlite" else nullcontext()
+        # SQLite has one writer at a time. Writers of this process queue on a lock (handed over at
+        # once) rather than on SQLite's busy handler, which polls with sleeps of up to 100 ms.
+        self._writers: AbstractContextManager = threading.Lock() if self.local else nullcontext()
 
     # -- connections -----------------------------------------------------------------------------
 
