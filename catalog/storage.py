@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from . import errors
 from .settings import Settings
@@ -30,7 +30,13 @@ def create_storage(settings: Settings) -> Storage:
 
 
 class LocalStorage:
-    """Files under a local directory; locations are ``file:///absolute/path`` URIs."""
+    """Files under a local directory; locations are ``file:///absolute/path`` URIs.
+
+    The path in a location is taken literally, never percent-decoded, because Iceberg's clients
+    read it that way (pyiceberg's and Hadoop's FileIO): ``file:///a b/%41`` is the directory
+    ``/a b/%41``. The metadata files the server writes and the data files clients write then land
+    in the same directory.
+    """
 
     def __init__(self, warehouse: str) -> None:
         path = Path(warehouse[len("file://") :] if warehouse.startswith("file://") else warehouse)
@@ -38,13 +44,18 @@ class LocalStorage:
         self.path.mkdir(parents=True, exist_ok=True)
 
     def root(self) -> str:
-        return self.path.as_uri()
+        return f"file://{self.path.as_posix()}"
 
     @staticmethod
     def _path(location: str) -> Path:
         if location.startswith("file:"):
-            parsed = urlparse(location)
-            return Path(unquote(parsed.path))
+            path = location[len("file:") :]  # file:/p (Hadoop's form), file:///p, file://localhost/p
+            if path.startswith("//"):
+                host, _, rest = path[2:].partition("/")
+                if host not in ("", "localhost"):
+                    raise errors.BadRequest(f"Unsupported location for a local warehouse: {location}")
+                path = "/" + rest
+            return Path(path)
         if "://" in location:
             raise errors.BadRequest(f"Unsupported location for a local warehouse: {location}")
         return Path(location)

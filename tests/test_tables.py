@@ -206,6 +206,30 @@ def test_drop_without_and_with_purge(server, catalog, ns):
         catalog.drop_table(f"{ns}.purged")
 
 
+def test_local_locations_are_literal_paths_like_the_clients_read_them(tmp_path):
+    """A warehouse path with a space, a name with ``%41``: metadata and data in one directory."""
+    from .conftest import start_server
+
+    workdir = tmp_path / "my lake"
+    srv = start_server(workdir)
+    try:
+        catalog = srv.catalog()
+        catalog.create_namespace("n s")
+        table = catalog.create_table(("n s", "t%41"), SCHEMA)
+        table.append(rows(0, 3))
+        table = catalog.load_table(("n s", "t%41"))
+        table_dir = workdir / "warehouse" / "n s" / "t%41"
+        assert table.location() == f"file://{table_dir}"
+        files = {p.relative_to(table_dir).parts[0] for p in table_dir.rglob("*") if p.is_file()}
+        assert files == {"data", "metadata"}
+        assert table.io.new_input(table.metadata_location).exists()  # where a client reads it
+        assert table.scan().to_arrow().num_rows == 3
+        catalog.purge_table(("n s", "t%41"))
+        assert not [p for p in workdir.joinpath("warehouse").rglob("*") if p.is_file()]
+    finally:
+        srv.stop()
+
+
 def test_staged_create(catalog, ns):
     tx = catalog.create_table_transaction(f"{ns}.staged", SCHEMA)
     assert not catalog.table_exists(f"{ns}.staged")  # nothing persisted until the commit
