@@ -352,6 +352,24 @@ def test_rename_and_drop(spark, ns: str, lake: str, server: Server):
     assert not purged.io.new_input(purged.metadata_location).exists()
 
 
+def test_names_with_spaces_and_percent_signs(spark, lake: str, server: Server):
+    """Spark's data files, the server's metadata files and pyiceberg's reads agree on one location."""
+    short = f"sp ns {uuid.uuid4().hex[:6]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.`{short}`")
+    table = f"{lake}.`{short}`.`t%41 x`"
+    create_events(spark, table)
+    insert_events(spark, table, range(6))
+    assert scalar(spark, f"SELECT count(*) FROM {table}") == 6
+
+    pyi = server.catalog().load_table((short, "t%41 x"))
+    assert pyi.location().endswith(f"/{short}/t%41 x")
+    data = [task.file.file_path for task in pyi.scan().plan_files()]
+    assert data and all(pyi.io.new_input(path).exists() for path in [*data, pyi.metadata_location])
+    assert pyi.scan().to_arrow().num_rows == 6
+    spark.sql(f"DROP TABLE {table} PURGE")
+    assert not any(pyi.io.new_input(path).exists() for path in [*data, pyi.metadata_location])
+
+
 def test_views(spark, ns: str, server: Server):
     from pyspark.errors import AnalysisException
 
