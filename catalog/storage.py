@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from . import errors
 from .settings import Settings
@@ -61,9 +61,14 @@ class LocalStorage:
         return Path(location)
 
     def read(self, location: str) -> bytes:
+        path = self._path(location)
         try:
-            return self._path(location).read_bytes()
+            return path.read_bytes()
         except FileNotFoundError as e:
+            # Before locations were literal, the server percent-decoded them: its older files are there.
+            legacy = Path(unquote(str(path)))
+            if legacy != path and legacy.is_file():
+                return legacy.read_bytes()
             raise errors.NotFound(f"Location does not exist: {location}") from e
         except (IsADirectoryError, NotADirectoryError, PermissionError) as e:
             raise errors.NotFound(f"Cannot read metadata file: {location}") from e

@@ -103,6 +103,23 @@ def test_local_write_failure_is_503_and_existing_file_is_refused(tmp_path):
         storage.write_new((blocker / "child.json").as_uri(), b"{}")  # parent is a file: cannot write
 
 
+def test_local_locations_are_literal_and_older_decoded_files_stay_readable(tmp_path):
+    from catalog.storage import LocalStorage
+
+    storage = LocalStorage(str(tmp_path / "my wh"))
+    assert storage.root() == f"file://{tmp_path}/my wh"
+    storage.write_new(f"file://{tmp_path}/my wh/t%41/m.json", b"new")
+    assert (tmp_path / "my wh" / "t%41" / "m.json").read_bytes() == b"new"
+    assert storage.read(f"file:{tmp_path}/my wh/t%41/m.json") == b"new"  # Hadoop's file:/ form
+    (tmp_path / "my wh" / "old").mkdir()
+    (tmp_path / "my wh" / "old" / "m.json").write_bytes(b"old")  # written when locations were decoded
+    assert storage.read(f"file://{tmp_path}/my%20wh/%6Fld/m.json") == b"old"
+    with pytest.raises(errors.NotFound):
+        storage.read(f"file://{tmp_path}/my%20wh/missing.json")
+    with pytest.raises(errors.BadRequest):
+        storage.read("file://elsewhere/tmp/m.json")
+
+
 def _append(md, sid: int, base_location: str):
     """One append commit, as clients send it: add-snapshot then move main."""
     from pyiceberg.table.snapshots import Operation, Snapshot, Summary
