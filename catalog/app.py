@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from . import errors, logs, metrics, migrate
 from .api import config as config_api
-from .api import namespaces, oauth, operations, tables, unserved, wire
+from .api import idempotency, namespaces, oauth, operations, tables, unserved, wire
 from .api import views as views_api
 from .auth import Tokens, parse_clients
 from .db import create_engine
@@ -140,6 +140,7 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         middleware=[
             RequestObservation,
             DefineMiddleware(oauth.BearerAuth, tokens=tokens, required=settings.auth_required),
+            DefineMiddleware(idempotency.Idempotency, lifetime_seconds=settings.idempotency_key_lifetime_seconds),
         ],
         logging_config=None,  # logging is configured once, by the CLI (catalog.logs)
         openapi_config=None,
@@ -157,7 +158,10 @@ def _config(settings: Settings, endpoints: list[str]) -> dict[str, Any]:
     overrides: dict[str, str] = {"namespace-separator": "%1F"}
     if settings.prefix:
         overrides["prefix"] = settings.prefix
-    return {"defaults": client_io_properties(settings), "overrides": overrides, "endpoints": endpoints}
+    config: dict[str, Any] = {"defaults": client_io_properties(settings), "overrides": overrides}
+    if settings.idempotency_key_lifetime_seconds:
+        config["idempotency-key-lifetime"] = f"PT{settings.idempotency_key_lifetime_seconds}S"
+    return {**config, "endpoints": endpoints}
 
 
 def _error_response(request: Request, exc: Exception) -> Response:

@@ -7,6 +7,9 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
 - ``catalog_entries``: tables and views share one identifier space (a view and a table cannot have
   the same name), so both live here, told apart by ``kind``. ``metadata_location`` is THE pointer:
   it only moves by a conditional UPDATE (see ``store.swap_pointer``).
+- ``idempotency_keys``: the final response to each request that carried an ``Idempotency-Key``,
+  replayed when the client retries it (see ``api.idempotency``). A commit's row is written in the
+  commit's own transaction; ``metadata_location`` then stands for the response body's metadata.
 """
 
 from __future__ import annotations
@@ -46,6 +49,17 @@ catalog_entries = sa.Table(
     sa.Column("metadata_location", sa.Text, nullable=False),
     sa.Column("previous_metadata_location", sa.Text, nullable=True),
     sa.UniqueConstraint("namespace", "name", name="uq_entries_namespace_name"),
+)
+
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    sa.Column("key", sa.String(128), primary_key=True),
+    sa.Column("fingerprint", sa.String(64), nullable=False),  # sha256 of method, path and body
+    sa.Column("status", sa.Integer, nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=True),
+    sa.Column("metadata_location", sa.Text, nullable=True),
+    sa.Column("created_ms", sa.BigInteger, nullable=False, index=True),
 )
 
 

@@ -36,7 +36,7 @@ from . import commit, errors, metrics, migrate, purge
 from .files import MetadataFile, MetadataFiles
 from .settings import Settings
 from .storage import Storage
-from .store import Entry, PointerOutcomeUnknown, Store
+from .store import Entry, KeyRecord, KeyTaken, PointerOutcomeUnknown, Store
 
 log = logging.getLogger("catalog.commit")
 Namespace = tuple[str, ...]
@@ -178,8 +178,9 @@ class Catalog:
 
     # -- commits ---------------------------------------------------------------------------------
 
-    def commit_table(self, change: TableChange) -> MetadataFile:
-        """updateTable: the commit loop described in the module docstring."""
+    def commit_table(self, change: TableChange, key: KeyRecord | None = None) -> MetadataFile:
+        """updateTable: the commit loop described in the module docstring. ``key``: the request's
+        idempotency key, recorded in the CAS transaction with the new file as the response."""
         if commit.is_create(change.requirements):
             return self._commit_create(change)
         with _observed(change):
@@ -188,25 +189,25 @@ class Catalog:
                     staged = self._stage(change)
                     if staged is None:  # nothing to change
                         return self.load_table(change.namespace, change.name)
-                    if self.swap([staged]):
+                    if self.swap([staged], key):
                         return staged[1]
                 self.lost(ident(change.namespace, change.name), attempt, [staged], lambda: self._recheck([change]))
             raise self._gave_up([change])
 
-    def commit_transaction(self, changes: Sequence[TableChange]) -> None:
+    def commit_transaction(self, changes: Sequence[TableChange], key: KeyRecord | None = None) -> None:
         """All tables or none: every pointer moves in ONE database transaction, or none does."""
         seen = set()
         for change in changes:
-            key = (change.namespace, change.name)
-            if key in seen:
-                raise errors.IllegalArgument(f"Duplicate table in transaction: {ident(*key)}")
-            seen.add(key)
+            table = (change.namespace, change.name)
+            if table in seen:
+                raise errors.IllegalArgument(f"Duplicate table in transaction: {ident(*table)}")
+            seen.add(table)
             if commit.is_create(change.requirements):
                 raise errors.IllegalArgument("Cannot create a table in a multi-table transaction")
         with _observed(changes[0]):
-            self._commit_all(changes)
+            self._commit_all(changes, key)
 
-    def _commit_all(self, changes: Sequence[TableChange]) -> None:
+    def _commit_all(self, changes: Sequence[TableChange], key: KeyRecord | None) -> None:
         for attempt in range(self.settings.commit_max_attempts):
             staged: list[tuple[Entry, MetadataFile]] = []
             with self._serialised(changes):
@@ -218,7 +219,7 @@ class Catalog:
                 except BaseException:
                     self._discard(staged)
                     raise
-                if not staged or self.swap(staged):
+                if not staged or self.swap(staged, key):
                     return
             self.lost(ident(changes[0].namespace, changes[0].name), attempt, staged, lambda: self._recheck(changes))
         raise self._gave_up(changes)
@@ -244,12 +245,21 @@ class Catalog:
         check_location(new.location)
         return entry, self.files.write(commit.next_location(new, entry.metadata_location), new, base_file)
 
-    def swap(self, staged: Sequence[tuple[Entry, MetadataFile]]) -> bool:
-        """Step 5, the CAS. True: committed (files cached, dropped log files deleted); False: lost."""
+    def swap(self, staged: Sequence[tuple[Entry, MetadataFile]], key: KeyRecord | None = None) -> bool:
+        """Step 5, the CAS. True: committed (files cached, dropped log files deleted); False: lost.
+
+        With ``key``, the idempotency key lands in the same transaction; a 200 response is recorded
+        as the new metadata file. If another request recorded the key first, nothing lands.
+        """
         swaps = [(entry.id, entry.metadata_location, file.location) for entry, file in staged]
+        if key is not None and key.status == 200:
+            key.metadata_location = staged[0][1].location
         metrics.COMMIT_ATTEMPTS.inc()
         try:
-            won = self.store.swap_pointers(swaps)
+            won = self.store.swap_pointers(swaps, key)
+        except KeyTaken:
+            self._discard(staged)
+            raise
         except PointerOutcomeUnknown as e:
             if self._landed(swaps):
                 won = True

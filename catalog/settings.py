@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     commit_max_attempts: int = Field(default=10, ge=1, description="Server-side rebase attempts per commit.")
     commit_backoff_ms: float = Field(default=5.0, ge=0, description="Base of the jittered exponential backoff.")
     metadata_cache_size: int = Field(default=1024, ge=0, description="Parsed metadata files kept in memory.")
+    idempotency_key_lifetime_seconds: int = Field(
+        default=1800,
+        ge=0,
+        description="How long the response to a request with an Idempotency-Key is kept for the client's "
+        "retries (advertised in /v1/config); 0 switches Idempotency-Key support off.",
+    )
 
     # S3 / MinIO (used when the warehouse is s3://...)
     s3_endpoint: str | None = None

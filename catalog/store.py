@@ -10,6 +10,7 @@ Every database error is translated here, once:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from . import errors
 from .db import catalog_entries as E
+from .db import idempotency_keys as K
 from .db import join_namespace, split_namespace
 from .db import namespaces as N
 
@@ -34,8 +36,28 @@ class Entry:
     metadata_location: str
 
 
+@dataclass(slots=True)
+class KeyRecord:
+    """The final response to a request with an ``Idempotency-Key``. With ``metadata_location`` the
+    body is only what follows that file's JSON in the response (see ``api.idempotency``).
+
+    A commit passes one to ``swap_pointers``, which sets ``recorded`` when it landed with the key.
+    """
+
+    key: str
+    fingerprint: str
+    status: int
+    body: bytes | None = None
+    metadata_location: str | None = None
+    recorded: bool = False
+
+
 class PointerOutcomeUnknown(Exception):
     """The pointer UPDATE or its COMMIT failed in a way that hides whether it landed."""
+
+
+class KeyTaken(Exception):
+    """A commit's idempotency key was recorded meanwhile by another request: this one rolled back."""
 
 
 class Store:
@@ -58,7 +80,9 @@ class Store:
             engine.dialect,
         )
         dbapi = engine.dialect.loaded_dbapi
+        self._put_key = _Compiled(K.insert(), engine.dialect)
         self._dbapi_error: type[Exception] = dbapi.Error
+        self._integrity_error: type[Exception] = dbapi.IntegrityError
         self._unreachable: tuple[type[Exception], ...] = (dbapi.OperationalError, dbapi.InterfaceError)
         # SQLite has one writer at a time. Writers of this process queue on a lock (handed over at
         # once) rather than on SQLite's busy handler, which polls with sleeps of up to 100 ms.
@@ -259,16 +283,18 @@ class Store:
         """
         return self.swap_pointers([(entry_id, expected, new)])
 
-    def swap_pointers(self, swaps: Sequence[tuple[int, str, str]]) -> bool:
+    def swap_pointers(self, swaps: Sequence[tuple[int, str, str]], key: KeyRecord | None = None) -> bool:
         """All-or-nothing CAS of several pointers in ONE transaction (multi-table commits).
 
         Rows are updated in id order so that two overlapping transactions lock in the same order and
-        cannot deadlock. Any rowcount 0 rolls the whole transaction back and returns False.
+        cannot deadlock. Any rowcount 0 rolls the whole transaction back and returns False. ``key``
+        is recorded in the same transaction: a commit and its idempotency key land together or not
+        at all (``KeyTaken`` if another request recorded the key first).
         """
         with self._writers:
-            return self._swap_pointers(swaps)
+            return self._swap_pointers(swaps, key)
 
-    def _swap_pointers(self, swaps: Sequence[tuple[int, str, str]]) -> bool:
+    def _swap_pointers(self, swaps: Sequence[tuple[int, str, str]], key: KeyRecord | None) -> bool:
         conn = self._raw_connection()
         try:
             cursor = conn.cursor()
@@ -286,7 +312,15 @@ class Store:
                     if cursor.rowcount != 1:
                         conn.rollback()
                         return False
+                if key is not None:
+                    try:
+                        cursor.execute(self._put_key.sql, self._put_key.parameters(_key_row(key)))
+                    except self._integrity_error as e:
+                        conn.rollback()
+                        raise KeyTaken(key.key) from e
                 conn.commit()
+                if key is not None:
+                    key.recorded = True
                 return True
             except self._dbapi_error as e:
                 _quiet_rollback(conn)
@@ -299,17 +333,54 @@ class Store:
         with self._read() as conn:
             return conn.execute(sa.select(E.c.metadata_location).where(E.c.id == entry_id)).scalar()
 
+    # -- idempotency keys ------------------------------------------------------------------------
+
+    def get_key(self, key: str) -> KeyRecord | None:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(K.c.key, K.c.fingerprint, K.c.status, K.c.body, K.c.metadata_location).where(K.c.key == key)
+            ).first()
+        return None if row is None else KeyRecord(row[0], row[1], row[2], _bytes(row[3]), row[4])
+
+    def put_key(self, record: KeyRecord) -> bool:
+        """Record a final response; False if the key was recorded first by another request."""
+        try:
+            with self._write() as conn:
+                conn.execute(K.insert().values(**_key_row(record)))
+        except exc.IntegrityError:
+            return False
+        return True
+
+    def expire_keys(self, older_than_ms: int) -> int:
+        with self._write() as conn:
+            return conn.execute(K.delete().where(K.c.created_ms < older_than_ms)).rowcount
+
 
 class _Compiled:
     """A statement compiled once for the engine's dialect: its SQL and its DBAPI parameters."""
 
-    def __init__(self, statement: sa.Select | sa.Update, dialect: sa.Dialect) -> None:
+    def __init__(self, statement: sa.Select | sa.Update | sa.Insert, dialect: sa.Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
         self.sql = str(compiled)
         self._order = compiled.positiontup if compiled.positional else None
 
     def parameters(self, values: dict[str, object]) -> tuple | dict[str, object]:
         return values if self._order is None else tuple(values[name] for name in self._order)
+
+
+def _key_row(record: KeyRecord) -> dict[str, object]:
+    return {
+        "key": record.key,
+        "fingerprint": record.fingerprint,
+        "status": record.status,
+        "body": record.body,
+        "metadata_location": record.metadata_location,
+        "created_ms": int(time.time() * 1000),
+    }
+
+
+def _bytes(value: object) -> bytes | None:
+    return None if value is None else bytes(value)  # type: ignore[call-overload]
 
 
 def _exists(conn: Connection, table: sa.Table, cond: sa.ColumnElement[bool]) -> bool:

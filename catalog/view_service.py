@@ -13,7 +13,7 @@ from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 from . import commit, errors, views
 from .files import MetadataFile
 from .service import Catalog, Namespace, check_location, check_name, check_namespace, ident
-from .store import Entry
+from .store import Entry, KeyRecord
 
 
 class Views:
@@ -80,6 +80,7 @@ class Views:
         name: str,
         requirements: Sequence[views.AssertViewUUID],
         updates: Sequence[views.ViewUpdate],
+        key: KeyRecord | None = None,
     ) -> MetadataFile:
         """The view commit loop: the table loop's steps with view metadata (see ``service``)."""
         for attempt in range(self.catalog.settings.commit_max_attempts):
@@ -91,7 +92,7 @@ class Views:
                 return current
             check_location(new.location)
             written = self.files.write_view(_next_location(new, entry.metadata_location), new)
-            if self.catalog.swap([(entry, written)]):
+            if self.catalog.swap([(entry, written)], key):
                 return written
             recheck = functools.partial(self._recheck, ns, name, requirements)
             self.catalog.lost(ident(ns, name), attempt, [(entry, written)], recheck)

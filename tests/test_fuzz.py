@@ -161,7 +161,12 @@ _CREATES = {"createNamespace": "namespace", "createTable": "name", "createView":
 
 def _fresh_names(case: Any) -> None:
     """Every created object gets a fresh name (and namespaces one level, whose parent exists), so a
-    create succeeds or fails the same way on every replay and the links lead to the same places."""
+    create succeeds or fails the same way on every replay and the links lead to the same places.
+    Likewise every Idempotency-Key is fresh: a generated key reused by a later scenario would get
+    the earlier scenario's response replayed."""
+    for header in list(case.headers or {}):
+        if header.lower() == "idempotency-key":
+            case.headers[header] = str(uuid.uuid4())
     field = _CREATES.get(case.operation.definition.raw["operationId"])
     if field is None or not isinstance(case.body, dict):
         return

@@ -167,6 +167,24 @@ def test_advertised_endpoints_are_the_served_catalog_operations(spec):
     assert {(m, _shape(p)) for m, p in advertised} == {(m, _shape(p)) for m, p in served}
 
 
+def test_routes_honouring_idempotency_keys_are_the_documented_ones(spec):
+    """A served operation that documents the Idempotency-Key header is marked idempotent, and only those
+    (the 501 operations document it as upstream does, and answer without an effect)."""
+    app = app_module.create_app(Settings()).app
+    marked = {
+        (method, _shape(_spec_path(route.path)))
+        for route in app.routes
+        for method, (handler, *_) in getattr(route, "route_handler_map", {}).items()
+        if handler.opt.get("idempotent")
+    }
+    documented = {
+        (method, _shape(path))
+        for (method, path), op in _operations(spec).items()
+        if ("idempotency-key", "header", False) in _parameters(spec, op) and "501" not in op["responses"]
+    }
+    assert marked == documented and len(marked) == 13
+
+
 def test_prefixless_form_reaches_the_same_route():
     """The router strips any single prefix segment after /v1/ (unless it is a resource word), so
     /v1/{prefix}/x and /v1/x are the same operation; a configured prefix must match."""

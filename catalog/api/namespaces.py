@@ -21,7 +21,7 @@ async def list_namespaces(request: Request, state: State) -> Response:
     return wire.json_response({"namespaces": [list(ns) for ns in page], "next-page-token": token})
 
 
-@post("/v1/namespaces")
+@post("/v1/namespaces", opt=wire.IDEMPOTENT)
 async def create_namespace(payload: bytes, state: State) -> Response:
     req = wire.parse(CreateNamespaceRequest, payload)
     await wire.blocking(state.catalog.create_namespace, tuple(req.namespace), req.properties)
@@ -41,12 +41,12 @@ async def namespace_exists(namespace: str, state: State) -> None:
     await wire.blocking(state.catalog.load_namespace, wire.decode_namespace(namespace))
 
 
-@delete(NS, status_code=204)
+@delete(NS, status_code=204, opt=wire.IDEMPOTENT)
 async def drop_namespace(namespace: str, state: State) -> None:
     await wire.blocking(state.catalog.drop_namespace, wire.decode_namespace(namespace))
 
 
-@post(NS + "/properties")
+@post(NS + "/properties", opt=wire.IDEMPOTENT)
 async def update_properties(namespace: str, payload: bytes, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(UpdateNamespacePropertiesRequest, payload)

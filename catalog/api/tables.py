@@ -13,7 +13,8 @@ from litestar.datastructures import State
 from .. import commit, errors
 from ..files import MetadataFile
 from ..service import TableChange
-from . import wire
+from ..store import KeyTaken
+from . import idempotency, wire
 from .models import (
     CommitTableRequest,
     CommitTransactionRequest,
@@ -38,7 +39,7 @@ async def list_tables(namespace: str, request: Request, state: State) -> Respons
     )
 
 
-@post(TABLES)
+@post(TABLES, opt=wire.IDEMPOTENT)
 async def create_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(CreateTableRequest, payload)
@@ -90,31 +91,35 @@ async def table_exists(namespace: str, table: str, state: State) -> None:
     await wire.blocking(state.catalog.table_entry, wire.decode_namespace(namespace), wire.decode_name(table))
 
 
-@post(TABLE)
-async def update_table(namespace: str, table: str, payload: bytes, state: State) -> Response:
+@post(TABLE, opt=wire.IDEMPOTENT)
+async def update_table(namespace: str, table: str, payload: bytes, request: Request, state: State) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     req = wire.parse(CommitTableRequest, payload)
     if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
         raise errors.BadRequest("Malformed request: identifier in the body does not match the path")
-    file = await wire.blocking(state.catalog.commit_table, TableChange(ns, name, req.requirements, req.updates))
+    change = TableChange(ns, name, req.requirements, req.updates)
+    try:  # the response is the new file's location and JSON: recorded as the location, and "}"
+        file = await wire.blocking(state.catalog.commit_table, change, idempotency.claim(request, 200, b"}"))
+    except KeyTaken:
+        return await idempotency.replay(request)
     out = b'{"metadata-location":' + orjson.dumps(file.location) + b',"metadata":' + file.raw + b"}"
     return wire.raw_json_response(out, headers={"ETag": etag(file.location, "all")})
 
 
-@delete(TABLE, status_code=204)
+@delete(TABLE, status_code=204, opt=wire.IDEMPOTENT)
 async def drop_table(namespace: str, table: str, request: Request, state: State) -> None:
     purge = wire.is_true(request.query_params.get("purgeRequested"))
     await wire.blocking(state.catalog.drop_table, wire.decode_namespace(namespace), wire.decode_name(table), purge)
 
 
-@post("/v1/tables/rename", status_code=204)
+@post("/v1/tables/rename", status_code=204, opt=wire.IDEMPOTENT)
 async def rename_table(payload: bytes, state: State) -> None:
     req = wire.parse(RenameTableRequest, payload)
     src, dst = req.source, req.destination
     await wire.blocking(state.catalog.rename_table, (tuple(src.namespace), src.name), (tuple(dst.namespace), dst.name))
 
 
-@post("/v1/namespaces/{namespace:str}/register")
+@post("/v1/namespaces/{namespace:str}/register", opt=wire.IDEMPOTENT)
 async def register_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(RegisterTableRequest, payload)
@@ -123,8 +128,8 @@ async def register_table(namespace: str, payload: bytes, request: Request, state
     return wire.raw_json_response(body, headers={"ETag": etag(file.location, "all")})
 
 
-@post("/v1/transactions/commit", status_code=204)
-async def commit_transaction(payload: bytes, state: State) -> None:
+@post("/v1/transactions/commit", status_code=204, opt=wire.IDEMPOTENT)
+async def commit_transaction(payload: bytes, request: Request, state: State) -> Response[None]:
     req = wire.parse(CommitTransactionRequest, payload)
     changes = []
     for change in req.table_changes:
@@ -132,7 +137,11 @@ async def commit_transaction(payload: bytes, state: State) -> None:
             raise errors.BadRequest("Malformed request: every table change needs an identifier")
         ident = change.identifier
         changes.append(TableChange(tuple(ident.namespace), ident.name, change.requirements, change.updates))
-    await wire.blocking(state.catalog.commit_transaction, changes)
+    try:
+        await wire.blocking(state.catalog.commit_transaction, changes, idempotency.claim(request, 204, None))
+    except KeyTaken:
+        return await idempotency.replay(request)
+    return wire.no_content()
 
 
 @get(TABLE + "/credentials")

@@ -8,7 +8,8 @@ from litestar.datastructures import State
 
 from .. import errors
 from ..files import MetadataFile
-from . import wire
+from ..store import KeyTaken
+from . import idempotency, wire
 from .models import CommitViewRequest, CreateViewRequest, RegisterViewRequest, RenameTableRequest
 
 VIEWS = "/v1/namespaces/{namespace:str}/views"
@@ -47,29 +48,33 @@ async def view_exists(namespace: str, view: str, state: State) -> None:
     await wire.blocking(state.views.entry, wire.decode_namespace(namespace), wire.decode_name(view))
 
 
-@post(VIEW)
-async def replace_view(namespace: str, view: str, payload: bytes, state: State) -> Response:
+@post(VIEW, opt=wire.IDEMPOTENT)
+async def replace_view(namespace: str, view: str, payload: bytes, request: Request, state: State) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(view)
     req = wire.parse(CommitViewRequest, payload)
     if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
         raise errors.BadRequest("Malformed request: identifier in the body does not match the path")
-    file = await wire.blocking(state.views.replace, ns, name, req.requirements, req.updates)
+    key = idempotency.claim(request, 200, _after_metadata(state))
+    try:
+        file = await wire.blocking(state.views.replace, ns, name, req.requirements, req.updates, key)
+    except KeyTaken:
+        return await idempotency.replay(request)
     return _load_result(file, state)
 
 
-@delete(VIEW, status_code=204)
+@delete(VIEW, status_code=204, opt=wire.IDEMPOTENT)
 async def drop_view(namespace: str, view: str, state: State) -> None:
     await wire.blocking(state.views.drop, wire.decode_namespace(namespace), wire.decode_name(view))
 
 
-@post("/v1/views/rename", status_code=204)
+@post("/v1/views/rename", status_code=204, opt=wire.IDEMPOTENT)
 async def rename_view(payload: bytes, state: State) -> None:
     req = wire.parse(RenameTableRequest, payload)
     src, dst = req.source, req.destination
     await wire.blocking(state.views.rename, (tuple(src.namespace), src.name), (tuple(dst.namespace), dst.name))
 
 
-@post("/v1/namespaces/{namespace:str}/register-view")
+@post("/v1/namespaces/{namespace:str}/register-view", opt=wire.IDEMPOTENT)
 async def register_view(namespace: str, payload: bytes, state: State) -> Response:
     req = wire.parse(RegisterViewRequest, payload)
     file = await wire.blocking(state.views.register, wire.decode_namespace(namespace), req.name, req.metadata_location)
@@ -78,7 +83,11 @@ async def register_view(namespace: str, payload: bytes, state: State) -> Respons
 
 def _load_result(file: MetadataFile, state: State) -> Response:
     body = b'{"metadata-location":' + orjson.dumps(file.location) + b',"metadata":' + file.raw
-    return wire.raw_json_response(body + b',"config":' + state.table_config + b"}")
+    return wire.raw_json_response(body + _after_metadata(state))
+
+
+def _after_metadata(state: State) -> bytes:
+    return b',"config":' + state.table_config + b"}"
 
 
 ROUTES = [list_views, create_view, load_view, view_exists, replace_view, drop_view, rename_view, register_view]

@@ -23,6 +23,8 @@ from .. import errors
 from ..db import SEP
 
 JSON = "application/json"
+# Route option of the operations that honour an Idempotency-Key (see ``api.idempotency``).
+IDEMPOTENT = {"idempotent": True}
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 _LEVEL_SPLIT = re.compile(r"%1[fF]|\x1f")

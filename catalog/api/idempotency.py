@@ -1,0 +1,202 @@
+"""``Idempotency-Key``: a retried request gets the final response of its first run, with no
+second effect.
+
+For an operation marked ``opt={"idempotent": True}`` that carries the header (and while
+``/v1/config`` advertises ``idempotency-key-lifetime``):
+
+1. The request's fingerprint is the SHA-256 of its method, path and body. A key already recorded
+   with another fingerprint is a 400; a recorded key is answered with its recorded response, and
+   the handler does not run.
+2. Commits record the key in their own CAS transaction (``claim``): a commit that landed is
+   replayed, never run again, even when the server died before it could answer. Its 200 is stored
+   as the new metadata file's location, not as a copy of the metadata.
+3. Other final responses (2xx, and 4xx other than 401, 403, 408 and 429) are recorded after the
+   handler, before the response is sent. If a concurrent request with the same key recorded first,
+   its response is sent instead. 5xx responses are never recorded.
+
+Records older than the lifetime (plus a grace period) are deleted now and then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from typing import Any
+
+import orjson
+from litestar import Request, Response
+
+from .. import errors
+from ..store import KeyRecord
+from . import wire
+
+log = logging.getLogger("catalog.idempotency")
+
+_NOT_FINAL = {401, 403, 408, 429}
+_GRACE_MS = 5 * 60 * 1000
+_EXPIRE_EVERY_S = 60.0
+
+
+def claim(request: Request, status: int, tail: bytes | None) -> KeyRecord | None:
+    """The key record a commit writes in its CAS transaction (None without a key). ``tail``: what
+    follows the metadata JSON in the response (``None`` for a 204)."""
+    pending = request.scope.get("idempotency")
+    if pending is None:
+        return None
+    record = KeyRecord(pending.key, pending.fingerprint, status, tail)
+    pending.record = record
+    return record
+
+
+async def replay(request: Request) -> Response:
+    """The recorded response for this request's key (a commit lost its key to a concurrent twin)."""
+    state, pending = request.scope["app"].state, request.scope["idempotency"]
+    record = await wire.blocking(state.catalog.store.get_key, pending.key)
+    if record is None:  # the twin's transaction rolled back after all: let the client retry
+        raise errors.CommitFailed("Commit failed: a request with the same Idempotency-Key did not complete")
+    pending.replayed = True
+    status, headers, body = await _recorded_response(state, record)
+    return Response(content=body, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
+
+
+class _Pending:
+    __slots__ = ("key", "fingerprint", "record", "replayed")
+
+    def __init__(self, key: str, fingerprint: str) -> None:
+        self.key, self.fingerprint = key, fingerprint
+        self.record: KeyRecord | None = None  # set by ``claim``
+        self.replayed = False  # set by ``replay``
+
+    @property
+    def settled(self) -> bool:
+        """The key's record exists and this response is the one it stands for."""
+        return self.replayed or (self.record is not None and self.record.recorded)
+
+
+class Idempotency:
+    """ASGI middleware: steps 1 and 3 of the module docstring."""
+
+    def __init__(self, app: Any, lifetime_seconds: int) -> None:
+        self.app, self.lifetime_ms = app, lifetime_seconds * 1000
+        self._next_expiry = 0.0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        handler = scope.get("route_handler")
+        key = dict(scope.get("headers") or ()).get(b"idempotency-key")
+        if not (self.lifetime_ms and key is not None and handler is not None and handler.opt.get("idempotent")):
+            await self.app(scope, receive, send)
+            return
+        state = scope["app"].state
+        key_text = key.decode("latin-1").strip()
+        if not 0 < len(key_text) <= 128:
+            await _send(send, *_error(errors.BadRequest("Invalid Idempotency-Key: expected 1 to 128 characters")))
+            return
+        body = await _read_body(receive)
+        digest = hashlib.sha256(f"{scope['method']} {scope['path']}\n".encode() + body).hexdigest()
+        try:
+            recorded = await wire.blocking(state.catalog.store.get_key, key_text)
+        except errors.IcebergError as e:  # the database is away: nothing ran
+            await _send(send, *_error(e))
+            return
+        if recorded is not None:
+            await _send(send, *await _replay_or_refuse(state, recorded, digest))
+            return
+
+        pending = _Pending(key_text, digest)
+        scope = {**scope, "idempotency": pending}
+        response: dict[str, Any] = {"status": 500, "headers": [], "body": b""}
+
+        async def capture(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                response["status"], response["headers"] = message["status"], message.get("headers", [])
+            elif message["type"] == "http.response.body":
+                response["body"] += message.get("body", b"")
+
+        await self.app(scope, _replayed(body), capture)
+        status = response["status"]
+        if status < 500 and status not in _NOT_FINAL and not pending.settled:
+            try:
+                first = await self._record(state, KeyRecord(key_text, digest, status, response["body"] or None))
+            except errors.IcebergError as e:  # the operation's own outcome still stands: answer it
+                log.warning("could not record Idempotency-Key %s: %s", key_text, e.message)
+                first = None
+            if first is not None:
+                status, response["headers"], response["body"] = await _recorded_response(state, first)
+        await _send(send, status, response["headers"], response["body"])
+        await self._expire(state)
+
+    @staticmethod
+    async def _record(state: Any, mine: KeyRecord) -> KeyRecord | None:
+        """Record this response; the record a concurrent twin wrote first, if it did."""
+        if await wire.blocking(state.catalog.store.put_key, mine):
+            return None
+        return await wire.blocking(state.catalog.store.get_key, mine.key)
+
+    async def _expire(self, state: Any) -> None:
+        now = time.monotonic()
+        if now < self._next_expiry:
+            return
+        self._next_expiry = now + _EXPIRE_EVERY_S
+        cutoff = int(time.time() * 1000) - self.lifetime_ms - _GRACE_MS
+        try:
+            await wire.blocking(state.catalog.store.expire_keys, cutoff)
+        except Exception as e:  # noqa: BLE001 - the response is sent; the next request tries again
+            log.warning("could not expire idempotency keys: %s", e)
+            self._next_expiry = 0.0
+
+
+async def _replay_or_refuse(state: Any, record: KeyRecord, fingerprint: str) -> tuple[int, list, bytes]:
+    if record.fingerprint != fingerprint:
+        return _error(errors.BadRequest("Idempotency-Key was already used for a different request"))
+    return await _recorded_response(state, record)
+
+
+async def _recorded_response(state: Any, record: KeyRecord) -> tuple[int, list, bytes]:
+    if record.metadata_location is None:
+        headers = [(b"content-type", wire.JSON.encode())] if record.body else []
+        return record.status, headers, record.body or b""
+    try:
+        file = await wire.blocking(state.catalog.files.read, record.metadata_location)
+    except errors.NotFound:
+        return _error(errors.NotFound(f"The response's metadata file no longer exists: {record.metadata_location}"))
+    except errors.IcebergError as e:  # storage is away
+        return _error(e)
+    head = b'{"metadata-location":' + orjson.dumps(record.metadata_location) + b',"metadata":'
+    return record.status, [(b"content-type", wire.JSON.encode())], head + file.raw + (record.body or b"}")
+
+
+def _error(err: errors.IcebergError) -> tuple[int, list, bytes]:
+    headers = [(b"content-type", wire.JSON.encode())]
+    if err.code == 503:  # as every 503 of this server: nothing changed, retry later
+        headers.append((b"retry-after", b"1"))
+    return err.code, headers, wire.error_body(err.message, err.type, err.code)
+
+
+async def _read_body(receive: Any) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return body
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
+def _replayed(body: bytes) -> Any:
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+async def _send(send: Any, status: int, headers: list, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
