@@ -83,8 +83,9 @@ class Idempotency:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         handler = scope.get("route_handler")
-        key = dict(scope.get("headers") or ()).get(b"idempotency-key")
-        if not (self.lifetime_ms and key is not None and handler is not None and handler.opt.get("idempotent")):
+        idempotent = self.lifetime_ms and handler is not None and handler.opt.get("idempotent")
+        key = dict(scope.get("headers") or ()).get(b"idempotency-key") if idempotent else None
+        if key is None:  # loads and the rest pass straight through
             await self.app(scope, receive, send)
             return
         state = scope["app"].state
