@@ -24,7 +24,6 @@ import logging
 import time
 from typing import Any
 
-import orjson
 from litestar import Request, Response
 
 from .. import errors
@@ -163,8 +162,8 @@ async def _recorded_response(state: Any, record: KeyRecord) -> tuple[int, list, 
         return _error(errors.NotFound(f"The response's metadata file no longer exists: {record.metadata_location}"))
     except errors.IcebergError as e:  # storage is away
         return _error(e)
-    head = b'{"metadata-location":' + orjson.dumps(record.metadata_location) + b',"metadata":'
-    return record.status, [(b"content-type", wire.JSON.encode())], head + file.raw + (record.body or b"}")
+    body = wire.metadata_body(record.metadata_location, file.raw, record.body or b"}")
+    return record.status, [(b"content-type", wire.JSON.encode())], body
 
 
 def _error(err: errors.IcebergError) -> tuple[int, list, bytes]:

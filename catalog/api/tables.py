@@ -102,8 +102,8 @@ async def update_table(namespace: str, table: str, payload: bytes, request: Requ
         file = await wire.blocking(state.catalog.commit_table, change, idempotency.claim(request, 200, b"}"))
     except KeyTaken:
         return await idempotency.replay(request)
-    out = b'{"metadata-location":' + orjson.dumps(file.location) + b',"metadata":' + file.raw + b"}"
-    return wire.raw_json_response(out, headers={"ETag": etag(file.location, "all")})
+    body = wire.metadata_body(file.location, file.raw)
+    return wire.raw_json_response(body, headers={"ETag": etag(file.location, "all")})
 
 
 @delete(TABLE, status_code=204, opt=wire.IDEMPOTENT)
@@ -185,11 +185,10 @@ def _vended(location: Callable[[], str], request: Request, state: State) -> list
 def _load_result(
     location: str | None, raw_metadata: bytes, state: State, credentials: list[dict] | None = None
 ) -> bytes:
-    head_ = b'{"metadata-location":' + orjson.dumps(location) if location else b'{"metadata-location":null'
-    out = head_ + b',"metadata":' + raw_metadata + b',"config":' + state.table_config
+    tail = b',"config":' + state.table_config
     if credentials:
-        out += b',"storage-credentials":' + orjson.dumps(credentials)
-    return out + b"}"
+        tail += b',"storage-credentials":' + orjson.dumps(credentials)
+    return wire.metadata_body(location, raw_metadata, tail + b"}")
 
 
 def _wants_credentials(request: Request) -> bool:

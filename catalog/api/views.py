@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import orjson
 from litestar import Request, Response, delete, get, head, post
 from litestar.datastructures import State
 
@@ -82,8 +81,7 @@ async def register_view(namespace: str, payload: bytes, state: State) -> Respons
 
 
 def _load_result(file: MetadataFile, state: State) -> Response:
-    body = b'{"metadata-location":' + orjson.dumps(file.location) + b',"metadata":' + file.raw
-    return wire.raw_json_response(body + _after_metadata(state))
+    return wire.raw_json_response(wire.metadata_body(file.location, file.raw, _after_metadata(state)))
 
 
 def _after_metadata(state: State) -> bytes:

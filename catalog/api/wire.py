@@ -45,6 +45,12 @@ def raw_json_response(content: bytes, status: int = 200, headers: dict[str, str]
     return Response(content=content, status_code=status, media_type=JSON, headers=headers)
 
 
+def metadata_body(location: str | None, raw_metadata: bytes, tail: bytes = b"}") -> bytes:
+    """``{"metadata-location": ..., "metadata": <the file's JSON as stored>`` + ``tail``: the shape
+    of every table and view result, spliced without re-serialising the metadata."""
+    return b'{"metadata-location":' + orjson.dumps(location) + b',"metadata":' + raw_metadata + tail
+
+
 def no_content() -> Response[None]:
     return Response(content=None, status_code=204)
 
