@@ -36,6 +36,29 @@ def commit(http, ns, name, requirements=(), updates=()):
     )
 
 
+def add_column(created: dict, name: str) -> dict:
+    """A commit body adding column id 3 to a table made by ``create``: once applied, the same body
+    fails its requirement (so two runs of it cannot both succeed)."""
+    return {
+        "requirements": [{"type": "assert-last-assigned-field-id", "last-assigned-field-id": 2}],
+        "updates": [
+            {
+                "action": "add-schema",
+                "schema": {
+                    "type": "struct",
+                    "schema-id": 1,
+                    "fields": [
+                        *created["metadata"]["schemas"][0]["fields"],
+                        {"id": 3, "name": name, "type": "long", "required": False},
+                    ],
+                },
+                "last-column-id": 3,
+            },
+            {"action": "set-current-schema", "schema-id": -1},
+        ],
+    }
+
+
 SET_PROP = {"action": "set-properties", "updates": {"k": "v"}}
 
 WRONG = [

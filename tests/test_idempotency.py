@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.conftest import assert_error, start_server
-from tests.test_commits_http import create, load
+from tests.test_commits_http import add_column, create, load
 
 
 def keyed(key: str) -> dict:
@@ -21,28 +21,6 @@ def keyed(key: str) -> dict:
 
 def set_prop(value: str, requirements=()) -> dict:
     return {"requirements": list(requirements), "updates": [{"action": "set-properties", "updates": {"k": value}}]}
-
-
-def add_column(created: dict, name: str) -> dict:
-    """Adds column id 3: run twice, the second run fails its requirement."""
-    return {
-        "requirements": [{"type": "assert-last-assigned-field-id", "last-assigned-field-id": 2}],
-        "updates": [
-            {
-                "action": "add-schema",
-                "schema": {
-                    "type": "struct",
-                    "schema-id": 1,
-                    "fields": [
-                        *created["metadata"]["schemas"][0]["fields"],
-                        {"id": 3, "name": name, "type": "long", "required": False},
-                    ],
-                },
-                "last-column-id": 3,
-            },
-            {"action": "set-current-schema", "schema-id": -1},
-        ],
-    }
 
 
 def test_config_advertises_the_key_lifetime(http):
