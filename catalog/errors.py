@@ -35,6 +35,12 @@ class NotAuthorized(IcebergError):
     type, code = "NotAuthorizedException", 401
 
 
+class Forbidden(IcebergError):
+    """403: the request is understood and refused, e.g. a location outside the warehouse."""
+
+    type, code = "ForbiddenException", 403
+
+
 class NoSuchNamespace(IcebergError):
     type, code = "NoSuchNamespaceException", 404
 

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import orjson
+from pydantic import ValidationError
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.view.metadata import ViewMetadata
 
@@ -37,7 +38,7 @@ class MetadataFile:
             try:
                 self._parsed = TableMetadataUtil.parse_raw(self.raw)
             except Exception as e:  # noqa: BLE001 - a file that is not table metadata
-                raise errors.BadRequest(f"Invalid table metadata file {self.location}: {e}") from e
+                raise errors.BadRequest(f"Invalid table metadata file {self.location}: {_why(e)}") from e
         return self._parsed
 
     @property
@@ -56,8 +57,18 @@ class MetadataFile:
             try:
                 self._view = ViewMetadata.model_validate_json(self.raw)
             except Exception as e:  # noqa: BLE001 - a file that is not view metadata
-                raise errors.BadRequest(f"Invalid view metadata file {self.location}: {e}") from e
+                raise errors.BadRequest(f"Invalid view metadata file {self.location}: {_why(e)}") from e
         return self._view
+
+
+def _why(e: Exception) -> str:
+    """Where and why a file failed to parse, never what it contains: pydantic's own message quotes
+    the offending input, which would echo a file the client may not read (register names any path)."""
+    if isinstance(e, ValidationError):
+        first = e.errors(include_url=False, include_input=False, include_context=False)[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "document"
+        return f"{where}: {first.get('type', 'invalid')}"
+    return f"not valid metadata ({type(e).__name__})"
 
 
 class MetadataFiles:

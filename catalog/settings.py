@@ -74,6 +74,31 @@ class Settings(BaseSettings):
         "client asks with X-Iceberg-Access-Delegation: vended-credentials), so clients configure only the URI.",
     )
 
+    # The storage boundary (see catalog/locations.py)
+    allowed_locations: str = Field(
+        default="",
+        description="Comma-separated locations outside the warehouse where tables and views may also live "
+        "(e.g. s3://other-bucket/lake,/mnt/lake). The server reads, writes and deletes nothing elsewhere.",
+    )
+    max_metadata_file_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Largest metadata file the server reads (a 10,000-snapshot table's is about 5 MB).",
+    )
+    storage_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Timeout of one storage call (S3 connect/read); a stalled store is a 503."
+    )
+    storage_concurrency: int = Field(
+        default=16,
+        ge=1,
+        description="Storage calls in flight at once, fewer than the request threads (40), so that a stalled "
+        "store cannot take every thread: loads of cached tables, namespace routes and health stay served.",
+    )
+
+    @property
+    def allowed_location_list(self) -> list[str]:
+        return [p.strip() for p in self.allowed_locations.split(",") if p.strip()]
+
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")

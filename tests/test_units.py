@@ -89,35 +89,135 @@ def test_pagination_tokens_round_trip():
     assert wire.page_params({"pageToken": ""}) == (None, None)
 
 
-def test_local_write_failure_is_503_and_existing_file_is_refused(tmp_path):
+def _local(path, **env):
+    from catalog.settings import Settings
     from catalog.storage import LocalStorage
 
-    storage = LocalStorage(str(tmp_path / "wh"))
+    return LocalStorage(Settings(warehouse=str(path), **env))
+
+
+def test_local_write_refuses_overwrites_and_a_file_in_the_way_is_400(tmp_path):
+    storage = _local(tmp_path / "wh")
     target = (tmp_path / "wh" / "m.json").as_uri()
     storage.write_new(target, b"{}")
     with pytest.raises(FileExistsError):
         storage.write_new(target, b"{}")  # create-only
     blocker = tmp_path / "wh" / "file"
     blocker.write_text("x")
-    with pytest.raises(errors.ServiceUnavailable):
-        storage.write_new((blocker / "child.json").as_uri(), b"{}")  # parent is a file: cannot write
+    with pytest.raises(errors.BadRequest):
+        storage.write_new((blocker / "child.json").as_uri(), b"{}")  # the client's path runs through a file
+    with pytest.raises(errors.BadRequest):
+        storage.write_new((tmp_path / "wh" / ("x" * 300) / "m.json").as_uri(), b"{}")  # too long for the fs
 
 
-def test_local_locations_are_literal_and_older_decoded_files_stay_readable(tmp_path):
-    from catalog.storage import LocalStorage
-
-    storage = LocalStorage(str(tmp_path / "my wh"))
+def test_local_locations_are_literal(tmp_path):
+    storage = _local(tmp_path / "my wh")
     assert storage.root() == f"file://{tmp_path}/my wh"
     storage.write_new(f"file://{tmp_path}/my wh/t%41/m.json", b"new")
     assert (tmp_path / "my wh" / "t%41" / "m.json").read_bytes() == b"new"
     assert storage.read(f"file:{tmp_path}/my wh/t%41/m.json") == b"new"  # Hadoop's file:/ form
-    (tmp_path / "my wh" / "old").mkdir()
-    (tmp_path / "my wh" / "old" / "m.json").write_bytes(b"old")  # written when locations were decoded
-    assert storage.read(f"file://{tmp_path}/my%20wh/%6Fld/m.json") == b"old"
     with pytest.raises(errors.NotFound):
-        storage.read(f"file://{tmp_path}/my%20wh/missing.json")
+        storage.read(f"file://{tmp_path}/my wh/missing.json")
     with pytest.raises(errors.BadRequest):
         storage.read("file://elsewhere/tmp/m.json")
+
+
+def test_local_storage_touches_nothing_outside_its_roots(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.json"
+    secret.write_text('{"secret": 1}')
+    storage = _local(tmp_path / "wh", allowed_locations=str(tmp_path / "extra"))
+    for location in (secret.as_uri(), str(secret), f"file://{tmp_path}/wh/../outside/secret.json"):
+        with pytest.raises((errors.Forbidden, errors.BadRequest)):
+            storage.read(location)
+        with pytest.raises((errors.Forbidden, errors.BadRequest)):
+            storage.delete(location)
+    with pytest.raises(errors.Forbidden):
+        storage.write_new((outside / "new.json").as_uri(), b"{}")
+    (tmp_path / "wh" / "link").symlink_to(outside)  # a link inside the warehouse to a place outside it
+    with pytest.raises(errors.Forbidden):
+        storage.read(f"file://{tmp_path}/wh/link/secret.json")
+    with pytest.raises(errors.Forbidden):
+        storage.write_new(f"file://{tmp_path}/wh/link/new.json", b"{}")
+    assert secret.exists() and not (outside / "new.json").exists()
+    storage.write_new((tmp_path / "extra" / "t" / "m.json").as_uri(), b"{}")  # the allow-list is writable
+    assert storage.read((tmp_path / "extra" / "t" / "m.json").as_uri()) == b"{}"
+
+
+def test_local_reads_take_only_bounded_regular_files(tmp_path):
+    import os
+
+    storage = _local(tmp_path / "wh", max_metadata_file_bytes=4096)
+    fifo = tmp_path / "wh" / "pipe.json"
+    os.mkfifo(fifo)
+    (tmp_path / "wh" / "dir.json").mkdir()
+    (tmp_path / "wh" / "big.json").write_bytes(b" " * 5000)
+    for name in ("pipe.json", "dir.json"):  # a FIFO would block a reader forever; both are 404 at once
+        with pytest.raises(errors.NotFound):
+            storage.read((tmp_path / "wh" / name).as_uri())
+    with pytest.raises(errors.BadRequest, match="over the limit"):
+        storage.read((tmp_path / "wh" / "big.json").as_uri())
+
+
+@pytest.mark.parametrize(
+    "raw, normal",
+    [
+        ("/wh/a", "file:///wh/a"),
+        ("file:/wh/a/", "file:///wh/a"),
+        ("file:///wh//a", "file:///wh/a"),
+        ("file://localhost/wh/a", "file:///wh/a"),
+        ("S3A://bucket/wh/a/", "s3://bucket/wh/a"),
+        ("s3://bucket//wh/%41", "s3://bucket/wh/%41"),
+    ],
+)
+def test_locations_normalise_to_one_spelling(raw, normal):
+    from catalog import locations
+
+    assert locations.normalise(raw) == normal
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "  ",
+        "relative/path",
+        "file:relative",
+        "s3:bucket/x",
+        "s3:///x",
+        "/wh/../etc",
+        "/wh/%2e%2E/etc",
+        "/wh/./a",
+        "/wh/a\x00b",
+        "/wh/a\nb",
+        "file://otherhost/wh",
+        "/" + "x" * 3000,
+        5,
+        None,
+    ],
+)
+def test_locations_that_cannot_be_compared_safely_are_refused(raw):
+    from catalog import locations
+
+    with pytest.raises(errors.BadRequest):
+        locations.normalise(raw)
+
+
+def test_location_policy_confines_to_the_roots():
+    from catalog.locations import Locations, ancestors, overlaps
+
+    policy = Locations("s3://lake/wh", ["file:///mnt/extra/"])
+    assert policy.check("s3a://lake/wh/ns/t") == "s3://lake/wh/ns/t"
+    assert policy.check("/mnt/extra/t") == "file:///mnt/extra/t"
+    for outside in ("s3://lake/wh2/t", "s3://lake/w", "s3://other/wh/t", "/mnt/extra2", "/etc/passwd"):
+        with pytest.raises(errors.Forbidden):
+            policy.check(outside)
+    assert (
+        overlaps("s3://b/a", "s3://b/a/x") and overlaps("s3://b/a/x", "s3://b/a") and overlaps("s3://b/a", "s3://b/a")
+    )
+    assert not overlaps("s3://b/a", "s3://b/ab")
+    assert ancestors("s3://b/x/y") == ["s3://b/", "s3://b/x", "s3://b/x/y"]
 
 
 def _append(md, sid: int, base_location: str):

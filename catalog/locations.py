@@ -1,0 +1,115 @@
+"""THE location policy: which storage locations the server may read, write or delete.
+
+Every location in a request or in a metadata file is hostile until ``Locations.check`` accepts it:
+table, view and namespace locations, ``write.*.path`` properties, register's metadata file, and
+every path purge would delete. A location is accepted when, once normalised, it lies under the
+warehouse root or under one of the operator's ``CATALOG_ALLOWED_LOCATIONS``.
+
+Normalisation (``normalise``) makes one spelling per place, so that a prefix comparison means
+"inside": the scheme is lower-cased (``s3a``/``s3n`` are ``s3``); ``file:/p``, ``file:///p``,
+``file://localhost/p`` and a bare ``/p`` are ``file:///p``; repeated and trailing ``/`` go. What
+cannot be compared safely is refused rather than repaired: relative and empty locations, ``.`` and
+``..`` segments (also percent-encoded, since some FileIOs decode them), control characters, and
+anything over ``MAX_LOCATION_BYTES``. Paths are otherwise literal, as the storage layer and the
+clients' FileIOs read them (``%41`` is three characters, not ``A``).
+
+Only pure string logic lives here; ``storage`` re-checks every path it touches (and, on local disk,
+where symlinks really lead), and ``service`` adds the ownership rule: no entry's location may
+equal, contain or lie inside another's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from urllib.parse import unquote
+
+from . import errors
+
+# A location is stored in the catalog and in every metadata file; S3 keys stop at 1,024 bytes.
+MAX_LOCATION_BYTES = 2000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
+_ALIASES = {"s3a": "s3", "s3n": "s3"}
+
+
+def normalise(location: object, what: str = "location") -> str:
+    """The one spelling of ``location``; ``BadRequest`` (400) when it cannot be compared safely."""
+    if not isinstance(location, str) or not location.strip():
+        raise errors.BadRequest(f"Invalid {what}: must be a non-empty absolute location")
+    if len(location.encode("utf-8", "surrogatepass")) > MAX_LOCATION_BYTES:
+        raise errors.BadRequest(f"Invalid {what}: longer than {MAX_LOCATION_BYTES} bytes")
+    if _CONTROL.search(location):
+        raise errors.BadRequest(f"Invalid {what}: contains a control character")
+    match = _SCHEME.match(location)
+    if match is None:
+        if not location.startswith("/"):
+            raise errors.BadRequest(f"Invalid {what} {location!r}: relative locations are not allowed")
+        scheme, authority, path = "file", "", location
+    else:
+        scheme, rest = _ALIASES.get(match.group(1).lower(), match.group(1).lower()), match.group(2)
+        if scheme == "file":
+            authority, path = _file_parts(rest, location, what)
+        elif rest.startswith("//"):
+            authority, _, path = rest[2:].partition("/")
+            if not authority:
+                raise errors.BadRequest(f"Invalid {what} {location!r}: no bucket or host")
+            path = "/" + path
+        else:
+            raise errors.BadRequest(f"Invalid {what} {location!r}: expected scheme://bucket/path")
+    segments = [s for s in path.split("/") if s]
+    if any(unquote(s) in (".", "..") for s in segments):
+        raise errors.BadRequest(f"Invalid {what} {location!r}: '.' and '..' segments are not allowed")
+    return f"{scheme}://{authority}/" + "/".join(segments)
+
+
+def _file_parts(rest: str, location: str, what: str) -> tuple[str, str]:
+    if rest.startswith("//"):  # file://host/p: only the local host
+        host, _, path = rest[2:].partition("/")
+        if host not in ("", "localhost"):
+            raise errors.BadRequest(f"Invalid {what} {location!r}: only local file locations are supported")
+        return "", "/" + path
+    if not rest.startswith("/"):
+        raise errors.BadRequest(f"Invalid {what} {location!r}: relative locations are not allowed")
+    return "", rest  # file:/p, Hadoop's spelling
+
+
+def is_within(location: str, root: str) -> bool:
+    """``location`` is ``root`` or lies below it (both normalised)."""
+    return location == root or location.startswith(root.rstrip("/") + "/")
+
+
+def overlaps(a: str, b: str) -> bool:
+    """One of two normalised locations equals or contains the other."""
+    return is_within(a, b) or is_within(b, a)
+
+
+def ancestors(location: str) -> list[str]:
+    """``location`` and every location that contains it, down to the bucket (normalised input)."""
+    scheme, _, rest = location.partition("://")
+    authority, _, path = rest.partition("/")
+    out = [f"{scheme}://{authority}/"]
+    parts = [p for p in path.split("/") if p]
+    out += [f"{scheme}://{authority}/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+    return out
+
+
+class Locations:
+    """The roots the server may touch: the warehouse and the operator's allow-list."""
+
+    def __init__(self, warehouse_root: str, allowed: Iterable[str] = ()) -> None:
+        self.roots = tuple(dict.fromkeys(normalise(r, "allowed location") for r in (warehouse_root, *allowed)))
+
+    def allows(self, location: str) -> bool:
+        """For a normalised location: under one of the roots."""
+        return any(is_within(location, root) for root in self.roots)
+
+    def check(self, location: object, what: str = "location") -> str:
+        """Normalise ``location`` and require it under a root: 400 when malformed, 403 outside."""
+        normal = normalise(location, what)
+        if not self.allows(normal):
+            raise errors.Forbidden(
+                f"Invalid {what} {location!r}: outside the warehouse and the allowed locations "
+                "(CATALOG_ALLOWED_LOCATIONS)"
+            )
+        return normal
