@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -118,6 +119,8 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         storage = create_storage(settings)
         files = MetadataFiles(storage, settings.metadata_cache_size)
         app.state.catalog = Catalog(settings, Store(engine), storage, files)
+        # Rows from before migration 0003 get their locations in the background (a no-op after).
+        threading.Thread(target=_backfill, args=(app.state.catalog,), name="backfill", daemon=True).start()
         app.state.views = Views(app.state.catalog)
         app.state.tokens = tokens
         app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
@@ -147,6 +150,14 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         debug=False,
     )
     return RawPathRouting(app, settings.prefix)
+
+
+def _backfill(catalog: Catalog) -> None:
+    try:
+        if filled := catalog.backfill_locations():
+            log.info("recorded the locations of %d tables and views created before this version", filled)
+    except Exception as e:  # noqa: BLE001 - retried at the next start; ownership checks skip NULL rows
+        log.warning("could not record the locations of older tables and views: %s", e)
 
 
 async def _raw_body(request: Request) -> bytes:

@@ -48,6 +48,9 @@ catalog_entries = sa.Table(
     sa.Column("kind", sa.String(8), nullable=False),  # 'table' | 'view'
     sa.Column("metadata_location", sa.Text, nullable=False),
     sa.Column("previous_metadata_location", sa.Text, nullable=True),
+    # The entry's normalised location (catalog.locations): no two entries' locations may overlap.
+    # NULL only for rows from before migration 0003 until the server fills them in at start-up.
+    sa.Column("location", sa.Text, nullable=True),
     sa.UniqueConstraint("namespace", "name", name="uq_entries_namespace_name"),
 )
 

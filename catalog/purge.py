@@ -1,18 +1,21 @@
-"""``purgeRequested``: delete every file reachable from a dropped table's metadata.
+"""``purgeRequested``: delete the files of a dropped table that are the table's own.
 
 Like the reference implementation, this deletes what the metadata references (data and delete
 files, manifests, manifest lists, statistics, previous and current metadata files), not the whole
-directory: another table may have been registered or renamed onto files under the same prefix.
-Runs after the catalog row is gone, so a failure here leaves orphan files, never a broken table.
+directory. Unlike it, every path is checked first: the metadata is the client's word, and a
+snapshot's manifest list or a statistics file may name any path, another table's files included.
+Only paths the caller's ``owned`` predicate accepts (the table's own locations, see
+``service.Catalog._owned``) are read or deleted; the rest are skipped and logged. Runs after the
+catalog row is gone, so a failure here leaves orphan files, never a broken table.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 
-from pyiceberg.catalog import delete_data_files, delete_files
-from pyiceberg.io import FileIO, load_file_io
-from pyiceberg.manifest import ManifestFile
+from pyiceberg.io import S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT, FileIO, load_file_io
+from pyiceberg.manifest import ManifestFile, read_manifest_list
 
 from .files import MetadataFile
 from .settings import Settings
@@ -44,30 +47,69 @@ def credential_properties(settings: Settings) -> dict[str, str]:
 
 
 def file_io(settings: Settings, location: str) -> FileIO:
-    return load_file_io(credential_properties(settings), location)
+    props = {
+        **credential_properties(settings),
+        S3_CONNECT_TIMEOUT: str(min(settings.storage_timeout_seconds, 5.0)),
+        S3_REQUEST_TIMEOUT: str(settings.storage_timeout_seconds),
+    }
+    return load_file_io(props, location)
 
 
-def delete_table_files(file: MetadataFile, storage: Storage, settings: Settings) -> None:
+def delete_table_files(file: MetadataFile, owned: Callable[[str], bool], storage: Storage, settings: Settings) -> None:
+    """Delete every file of ``file``'s table that ``owned`` accepts; skip and log the others."""
     metadata = file.metadata
     io = file_io(settings, file.location)
-    manifests: list[ManifestFile] = []
-    manifest_lists: set[str] = set()
-    for snapshot in metadata.snapshots:
-        manifest_lists.add(snapshot.manifest_list)
+    skipped: list[str] = []
+    mine = _Filter(owned, skipped)
+    manifests: dict[str, ManifestFile] = {}
+    manifest_lists = mine({snapshot.manifest_list for snapshot in metadata.snapshots})
+    for manifest_list in manifest_lists:
         try:
-            manifests.extend(snapshot.manifests(io))
+            for manifest in read_manifest_list(io.new_input(manifest_list)):
+                manifests.setdefault(manifest.manifest_path, manifest)
         except Exception:  # noqa: BLE001 - a missing manifest list must not stop the rest
-            log.warning("purge: cannot read manifest list %s", snapshot.manifest_list)
-    unique = {m.manifest_path: m for m in manifests}
-    delete_data_files(io, list(unique.values()))
-    delete_files(io, set(unique), "manifest")
-    delete_files(io, manifest_lists, "manifest list")
-    stats = {s.statistics_path for s in metadata.statistics} | {
+            log.warning("purge: cannot read manifest list %s", manifest_list)
+    data: set[str] = set()
+    for path in mine(manifests):
+        try:
+            data.update(e.data_file.file_path for e in manifests[path].fetch_manifest_entry(io, discard_deleted=False))
+        except Exception:  # noqa: BLE001
+            log.warning("purge: cannot read manifest %s", path)
+    statistics = {s.statistics_path for s in metadata.statistics} | {
         s.statistics_path for s in metadata.partition_statistics
     }
-    delete_files(io, stats, "statistics")
-    for location in {entry.metadata_file for entry in metadata.metadata_log} | {file.location}:
+    metadata_files = {entry.metadata_file for entry in metadata.metadata_log} | {file.location}
+    for kind, paths in (
+        ("data file", mine(data)),
+        ("manifest", mine(manifests)),
+        ("manifest list", manifest_lists),
+        ("statistics file", mine(statistics)),
+        ("metadata file", mine(metadata_files)),
+    ):
+        _delete(storage, kind, paths)
+    if skipped:
+        log.warning(
+            "purge of %s skipped %d path(s) outside the table's own location, e.g. %s",
+            metadata.location,
+            len(skipped),
+            sorted(skipped)[:3],
+        )
+
+
+class _Filter:
+    def __init__(self, owned: Callable[[str], bool], skipped: list[str]) -> None:
+        self.owned, self.skipped = owned, skipped
+
+    def __call__(self, paths: Iterable[str]) -> list[str]:
+        kept = []
+        for path in paths:
+            (kept if self.owned(path) else self.skipped).append(path)
+        return sorted(kept)
+
+
+def _delete(storage: Storage, kind: str, paths: Iterable[str]) -> None:
+    for path in paths:
         try:
-            storage.delete(location)
-        except Exception:  # noqa: BLE001
-            log.warning("purge: cannot delete metadata file %s", location)
+            storage.delete(path)
+        except Exception as e:  # noqa: BLE001 - keep going: delete as much as possible
+            log.warning("purge: cannot delete %s %s: %s", kind, path, getattr(e, "message", e))

@@ -22,7 +22,9 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -34,6 +36,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 
 from . import commit, errors, metrics, migrate, purge
 from .files import MetadataFile, MetadataFiles
+from .locations import is_within, normalise
 from .settings import Settings
 from .storage import Storage
 from .store import Entry, KeyRecord, KeyTaken, PointerOutcomeUnknown, Store
@@ -56,28 +59,33 @@ class Catalog:
         self.store = store
         self.storage = storage
         self.files = files
+        self.locations = storage.locations
         self._table_locks = [threading.Lock() for _ in range(_TABLE_LOCKS)]
+        # Readiness checks run on their own threads, one at a time per check, so that a stalled
+        # dependency neither takes request threads nor piles up checks.
+        self._probe_threads = ThreadPoolExecutor(max_workers=3, thread_name_prefix="readiness")
+        self._probes: dict[str, Future] = {}
 
-    def readiness(self) -> dict[str, str]:
-        """Each dependency's state: 'ok' or why not. Ready only when all are 'ok'."""
-        checks: dict[str, str] = {}
-        for name, check in (("database", self.store.ping), ("storage", self.storage.ping)):
-            try:
-                check()
-                checks[name] = "ok"
-            except Exception as e:  # noqa: BLE001 - reported, not raised
-                checks[name] = getattr(e, "message", str(e))[:300]
-        if checks["database"] == "ok":
-            try:
-                checks["migrations"] = "ok" if migrate.is_at_head(self.store.engine) else "schema is not at head"
-            except Exception as e:  # noqa: BLE001
-                checks["migrations"] = str(e)[:300]
-        return checks
+    def probe(self) -> dict[str, Future]:
+        """Each dependency's check, as a future that resolves when it passed and raises why not.
+        A check still running from an earlier probe is joined, not started again."""
+        checks = {"database": self.store.ping, "migrations": self._at_head, "storage": self.storage.ping}
+        for name, check in checks.items():
+            running = self._probes.get(name)
+            if running is None or running.done():
+                self._probes[name] = self._probe_threads.submit(check)
+        return dict(self._probes)
+
+    def _at_head(self) -> None:
+        if not migrate.is_at_head(self.store.engine):
+            raise errors.ServiceUnavailable("schema is not at head")
 
     # -- namespaces ------------------------------------------------------------------------------
 
     def create_namespace(self, ns: Namespace, properties: dict[str, str]) -> None:
         check_namespace(ns)
+        if "location" in properties:
+            self.locations.check(properties["location"], "namespace location")
         self.store.create_namespace(ns, properties)
 
     def load_namespace(self, ns: Namespace) -> dict[str, str]:
@@ -92,6 +100,8 @@ class Catalog:
     def update_namespace_properties(
         self, ns: Namespace, removals: Sequence[str], updates: dict[str, str]
     ) -> tuple[list[str], list[str], list[str]]:
+        if "location" in updates:
+            self.locations.check(updates["location"], "namespace location")
         return self.store.update_namespace_properties(ns, removals, updates)
 
     def list_namespaces(self, parent: Namespace, after: str | None, limit: int | None) -> list[Namespace]:
@@ -138,37 +148,74 @@ class Catalog:
         self.name_must_be_free(ns, name)
         location = self.location_for(ns, name, ns_props, location)
         metadata = commit.new_metadata(location, schema, spec, order, properties)
+        self._check_paths(metadata.properties)
         if stage:
             return None, metadata
         written = self.files.write(commit.next_location(metadata, None), metadata)
-        self._insert(ns, name, written)
+        self._insert(ns, name, written, "table", metadata.location)
         return written.location, metadata
 
     def register_table(self, ns: Namespace, name: str, location: str, overwrite: bool) -> MetadataFile:
         check_name(name)
-        check_location(location)
         self.load_namespace(ns)
-        file = self.files.read(location)
-        file.metadata  # noqa: B018 - parse now: a file that is not table metadata is a 400
         existing = self.store.get_entry(ns, name)
-        if existing is not None and overwrite and existing.kind == "table":
-            self.store.overwrite_entry(ns, name, location)
+        replaced = existing if existing is not None and overwrite and existing.kind == "table" else None
+        if replaced is None:
+            self.name_must_be_free(ns, name)
+        file, own = self.registrable(location, "table", replaced)
+        if replaced is not None:
+            self.store.overwrite_entry(ns, name, location, own)
         else:
-            self.store.insert_entry(ns, name, "table", location)
+            self.store.insert_entry(ns, name, "table", location, own)
         return file
 
+    def registrable(self, location: str, kind: str, replaced: Entry | None) -> tuple[MetadataFile, str]:
+        """register/register-view: the file, and the location it gives the new entry.
+
+        The file must lie in the allowed roots and be no other entry's current metadata; the table
+        or view it describes must lie in the allowed roots, own its location (see ``claim``), and
+        hold the file (under its location or its ``write.metadata.path``). Each is checked before
+        the next is read, so a refused request reads nothing it may not.
+        """
+        self.locations.check(location, "metadata location")
+        holder = self.store.referencing(location)
+        if holder is not None and (replaced is None or holder.id != replaced.id):
+            other = ident(holder.namespace, holder.name)
+            raise errors.AlreadyExists(f"Metadata file {location} is the current metadata of {holder.kind} {other}")
+        file = self.files.read(location)
+        metadata = file.metadata if kind == "table" else file.view
+        own = self.claim(metadata.location, replaced.id if replaced is not None else None)
+        homes = [own]
+        if kind == "table":
+            self._check_paths(metadata.properties)
+            homes += [normalise(p) for k, p in metadata.properties.items() if k == "write.metadata.path"]
+        if not any(is_within(normalise(location), home) for home in homes):
+            raise errors.BadRequest(
+                f"Metadata file {location} is not in the location of the {kind} it describes ({metadata.location})"
+            )
+        return file, own
+
     def drop_table(self, ns: Namespace, name: str, purge_requested: bool) -> None:
+        """Drop the entry; with ``purge_requested``, then delete the table's files.
+
+        The purge runs after the drop committed and deletes only what lies in the table's own
+        locations (``_owned``). It never turns the completed drop into an error: what it could not
+        delete is logged, for an operator or a later purge of the prefix.
+        """
         entry = self.table_entry(ns, name)
-        doomed = None
-        if purge_requested:
-            try:
-                doomed = self.files.read(entry.metadata_location)
-            except errors.NotFound:  # nothing left to purge; the drop itself must still succeed
-                log.warning("purge of %s: metadata file %s is missing", ident(ns, name), entry.metadata_location)
         if not self.store.delete_entry(entry):
             raise errors.NoSuchTable(f"Table does not exist: {ident(ns, name)}")
-        if doomed is not None:
-            purge.delete_table_files(doomed, self.storage, self.settings)
+        if not purge_requested:
+            return
+        try:
+            doomed = self.files.read(entry.metadata_location)
+            purge.delete_table_files(doomed, self._owned(doomed.metadata), self.storage, self.settings)
+        except Exception as e:  # noqa: BLE001 - the drop stands; the leftovers are reported
+            log.warning(
+                "purge of dropped table %s incomplete, files left under its location: %s",
+                ident(ns, name),
+                getattr(e, "message", str(e)) or type(e).__name__,
+            )
 
     def rename_table(self, src: tuple[Namespace, str], dst: tuple[Namespace, str]) -> None:
         entry = self.table_entry(*src)
@@ -190,6 +237,7 @@ class Catalog:
                     if staged is None:  # nothing to change
                         return self.load_table(change.namespace, change.name)
                     if self.swap([staged], key):
+                        self.record_moves([staged])
                         return staged[1]
                 self.lost(ident(change.namespace, change.name), attempt, [staged], lambda: self._recheck([change]))
             raise self._gave_up([change])
@@ -220,6 +268,7 @@ class Catalog:
                     self._discard(staged)
                     raise
                 if not staged or self.swap(staged, key):
+                    self.record_moves(staged)
                     return
             self.lost(ident(changes[0].namespace, changes[0].name), attempt, staged, lambda: self._recheck(changes))
         raise self._gave_up(changes)
@@ -242,8 +291,12 @@ class Catalog:
         new = commit.apply_updates(base, change.updates, entry.metadata_location)
         if new is base:
             return None
-        check_location(new.location)
-        return entry, self.files.write(commit.next_location(new, entry.metadata_location), new, base_file)
+        self._check_moved(entry, base.location, base.properties, new.location, new.properties)
+        try:
+            written = self.files.write(commit.next_location(new, entry.metadata_location), new, base_file)
+        except errors.IcebergError as e:
+            raise not_committed(e) from e
+        return entry, written
 
     def swap(self, staged: Sequence[tuple[Entry, MetadataFile]], key: KeyRecord | None = None) -> bool:
         """Step 5, the CAS. True: committed (files cached, dropped log files deleted); False: lost.
@@ -289,14 +342,15 @@ class Catalog:
         self.name_must_be_free(change.namespace, change.name)
         commit.check_requirements(change.requirements, None)
         metadata = commit.apply_updates(commit.empty_metadata(), change.updates, None)
-        check_location(metadata.location)
+        self.claim(metadata.location)
+        self._check_paths(metadata.properties)
         written = self.files.write(commit.next_location(metadata, None), metadata)
-        self._insert(change.namespace, change.name, written)
+        self._insert(change.namespace, change.name, written, "table", metadata.location)
         return written
 
-    def _insert(self, ns: Namespace, name: str, written: MetadataFile) -> None:
+    def _insert(self, ns: Namespace, name: str, written: MetadataFile, kind: str, location: str) -> None:
         try:
-            self.store.insert_entry(ns, name, "table", written.location)
+            self.store.insert_entry(ns, name, kind, written.location, normalise(location))
         except errors.IcebergError:
             self.files.delete(written.location)  # known not committed: the row was never inserted
             raise
@@ -347,31 +401,148 @@ class Catalog:
     def _delete_dropped_files(self, entry: Entry, file: MetadataFile) -> None:
         try:
             base = self.files.read(entry.metadata_location).metadata
-            for location in commit.dropped_metadata_files(base, entry.metadata_location, file.metadata):
-                self.files.delete(location)
+            dropped = commit.dropped_metadata_files(base, entry.metadata_location, file.metadata)
+            owned = self._owned(file.metadata, entry.id) if dropped else None
+            for location in dropped:
+                if owned is not None and owned(location):
+                    self.files.delete(location)
         except Exception:  # noqa: BLE001 - housekeeping after a successful commit must not fail it
             log.warning("could not delete old metadata files of %s", file.location)
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def name_must_be_free(self, ns: Namespace, name: str) -> None:
+    def name_must_be_free(self, ns: Namespace, name: str, creating: str = "table") -> None:
         existing = self.store.get_entry(ns, name)
         if existing is not None:
-            kind = "Table" if existing.kind == "table" else "View with same name"
+            if existing.kind == creating:
+                kind = existing.kind.capitalize()
+            else:
+                kind = "View with same name" if existing.kind == "view" else "Table with same name"
             raise errors.AlreadyExists(f"{kind} already exists: {ident(ns, name)}")
 
     def location_for(self, ns: Namespace, name: str, ns_props: dict[str, str], requested: str | None) -> str:
-        """A new table's or view's location: as requested, under the namespace's, or in the warehouse."""
+        """A new table's or view's location: as requested, under the namespace's, or in the warehouse.
+
+        A requested location must be free (``claim``). A location the server chooses is made free:
+        when ``<base>/<name>`` is taken (say, by a table renamed away from this name, which keeps its
+        files), a unique suffix is added, so the new entry never shares a directory with another.
+        """
         if requested:
-            check_location(requested)
+            self.claim(requested)
             return requested.rstrip("/")
-        if base := ns_props.get("location"):
-            return f"{base.rstrip('/')}/{name}"
-        return "/".join([self.storage.root().rstrip("/"), *ns, name])
+        base = (ns_props.get("location") or "/".join([self.storage.root().rstrip("/"), *ns])).rstrip("/")
+        chosen = f"{base}/{name}"
+        if self.store.overlapping(self.locations.check(chosen)):
+            chosen = f"{base}/{name}-{uuid.uuid4().hex[:8]}"
+        self.claim(chosen)
+        return chosen
+
+    # -- locations: the policy (``locations``) and ownership ---------------------------------------
+
+    def claim(self, location: str, exclude_id: int | None = None) -> str:
+        """The normalised ``location`` if an entry may live there: inside the allowed roots (403
+        outside) and overlapping no other entry's location (409): a table or view owns its
+        location, so one entry's commits, purge or registration can never reach another's files."""
+        normal = self.locations.check(location)
+        for other in self.store.overlapping(normal, exclude_id):
+            raise errors.AlreadyExists(
+                f"Location {location} overlaps the location of {other.kind} {ident(other.namespace, other.name)}"
+            )
+        return normal
+
+    def _check_paths(self, properties: dict[str, str], exclude_id: int | None = None) -> None:
+        """``write.*.path`` properties must lie in the allowed roots; the metadata path, where the
+        server itself writes, must not lie inside another entry's location either."""
+        for key in _PATH_PROPERTIES:
+            if (value := properties.get(key)) is None:
+                continue
+            normal = self.locations.check(value, f"{key} property")
+            if key == "write.metadata.path":
+                for other in self.store.overlapping(normal, exclude_id):
+                    if is_within(normal, other.location):
+                        raise errors.AlreadyExists(
+                            f"{key} {value} lies in the location of {other.kind} {ident(other.namespace, other.name)}"
+                        )
+
+    def _check_moved(
+        self, entry: Entry, old: str, old_props: dict[str, str], new: str, new_props: dict[str, str]
+    ) -> None:
+        """On a commit that moves the entry or its paths (rare): the same rules as on create."""
+        if new != old:
+            self.claim(new, entry.id)
+        if any(old_props.get(k) != new_props.get(k) for k in _PATH_PROPERTIES):
+            self._check_paths(new_props, entry.id)
+
+    def _owned(self, metadata: TableMetadata, exclude_id: int | None = None) -> Callable[[str], bool]:
+        """Whether a path is the table's own: inside its location or its ``write.*.path`` prefixes
+        (those the policy allows), and not inside any other entry's location."""
+        prefixes = [normalise(metadata.location)]
+        for key in _PATH_PROPERTIES:
+            if (value := metadata.properties.get(key)) is not None:
+                try:
+                    prefixes.append(self.locations.check(value))
+                except errors.IcebergError:
+                    continue
+        others = [o.location for p in prefixes for o in self.store.overlapping(p, exclude_id)]
+
+        def owned(path: str) -> bool:
+            try:
+                normal = normalise(path)
+            except errors.IcebergError:
+                return False
+            return (
+                self.locations.allows(normal)
+                and any(is_within(normal, p) for p in prefixes)
+                and not any(is_within(normal, o) for o in others)
+            )
+
+        return owned
+
+    def record_moves(self, committed: Sequence[tuple[Entry, MetadataFile]]) -> None:
+        """After a commit: the new location of each entry it moved (set-location; rare)."""
+        for entry, file in committed:
+            base = self.files.read(entry.metadata_location)
+            old, new = (
+                (base.metadata.location, file.metadata.location)
+                if entry.kind == "table"
+                else (
+                    base.view.location,
+                    file.view.location,
+                )
+            )
+            if normalise(new) != normalise(old):
+                self.store.set_location(entry.id, file.location, normalise(new))
+
+    def backfill_locations(self, batch: int = 500) -> int:
+        """Fill in the locations of entries created before migration 0003 (read from their metadata
+        files), so the ownership rule covers them too. Returns how many were filled."""
+        filled = 0
+        while entries := self.store.entries_without_location(batch):
+            for entry in entries:
+                try:
+                    file = self.files.read(entry.metadata_location)
+                    metadata = file.metadata if entry.kind == "table" else file.view
+                    self.store.set_location(entry.id, entry.metadata_location, normalise(metadata.location))
+                    filled += 1
+                except Exception as e:  # noqa: BLE001 - an unreadable entry keeps NULL; reported once
+                    log.warning("cannot record the location of %s: %s", ident(entry.namespace, entry.name), e)
+            if len(entries) < batch or not filled:
+                break
+        return filled
 
 
 # Commits to different tables share a lock only when their names hash to the same slot.
 _TABLE_LOCKS = 1024
+# Properties that put a table's files somewhere other than under its location.
+_PATH_PROPERTIES = ("write.metadata.path", "write.data.path", "write.object-storage.path", "write.folder-storage.path")
+
+
+def not_committed(e: errors.IcebergError) -> errors.IcebergError:
+    """An error before the CAS: the commit certainly did not happen, so never a 500 (which clients
+    read as "state unknown"): what the operator must fix is a 503 too, with its message."""
+    if e.code >= 500 and not isinstance(e, errors.ServiceUnavailable):
+        return errors.ServiceUnavailable(e.message)
+    return e
 
 
 @contextmanager
@@ -413,8 +584,3 @@ def check_namespace(ns: Namespace) -> None:
         raise errors.BadRequest("Invalid namespace: must have at least one level")
     for level in ns:
         check_name(level)
-
-
-def check_location(location: str) -> None:
-    if ".." in location.split("/"):
-        raise errors.BadRequest(f"Invalid location {location!r}: '..' segments are not allowed")

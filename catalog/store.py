@@ -36,6 +36,17 @@ class Entry:
     metadata_location: str
 
 
+@dataclass(frozen=True, slots=True)
+class Located:
+    """An entry and its normalised location (the ownership rule's view of an entry)."""
+
+    id: int
+    namespace: tuple[str, ...]
+    name: str
+    kind: str
+    location: str
+
+
 @dataclass(slots=True)
 class KeyRecord:
     """The final response to a request with an ``Idempotency-Key``. With ``metadata_location`` the
@@ -225,8 +236,9 @@ class Store:
         with self._read() as conn:
             return [r.name for r in conn.execute(q)]
 
-    def insert_entry(self, ns: tuple[str, ...], name: str, kind: str, location: str) -> None:
-        """Register a new table or view. 409 if the name is taken (by a table or a view)."""
+    def insert_entry(self, ns: tuple[str, ...], name: str, kind: str, metadata_location: str, location: str) -> None:
+        """Register a new table or view (``location``: its normalised location). 409 if the name is
+        taken (by a table or a view)."""
         ident = ".".join((*ns, name))
         try:
             with self._write() as conn:
@@ -234,19 +246,71 @@ class Store:
                 if taken is not None:
                     raise _name_taken(kind, taken, ident)
                 conn.execute(
-                    E.insert().values(namespace=join_namespace(ns), name=name, kind=kind, metadata_location=location)
+                    E.insert().values(
+                        namespace=join_namespace(ns),
+                        name=name,
+                        kind=kind,
+                        metadata_location=metadata_location,
+                        location=location,
+                    )
                 )
         except exc.IntegrityError as e:
             raise _name_taken(kind, kind, ident) from e
 
-    def overwrite_entry(self, ns: tuple[str, ...], name: str, location: str) -> None:
+    def overwrite_entry(self, ns: tuple[str, ...], name: str, metadata_location: str, location: str) -> None:
         """Register-with-overwrite: point an existing table at another metadata file."""
         with self._write() as conn:
             conn.execute(
                 E.update()
                 .where(E.c.namespace == join_namespace(ns), E.c.name == name, E.c.kind == "table")
-                .values(metadata_location=location, previous_metadata_location=E.c.metadata_location)
+                .values(
+                    metadata_location=metadata_location,
+                    previous_metadata_location=E.c.metadata_location,
+                    location=location,
+                )
             )
+
+    # -- locations (the ownership rule, see service) ---------------------------------------------
+
+    def overlapping(self, location: str, exclude_id: int | None = None) -> list[Located]:
+        """Entries whose location equals, contains or lies inside ``location`` (normalised).
+
+        Containing locations are found by equality with each ancestor, contained ones by prefix
+        (``LIKE`` with the wildcards escaped). Runs on creates, registers and location changes only.
+        """
+        from .locations import ancestors
+
+        q = sa.select(E.c.id, E.c.namespace, E.c.name, E.c.kind, E.c.location).where(
+            sa.or_(E.c.location.in_(ancestors(location)), E.c.location.startswith(location + "/", autoescape=True))
+        )
+        if exclude_id is not None:
+            q = q.where(E.c.id != exclude_id)
+        with self._read() as conn:
+            return [Located(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in conn.execute(q)]
+
+    def referencing(self, metadata_location: str) -> Entry | None:
+        """The entry whose pointer is this metadata file, if any."""
+        q = sa.select(E.c.id, E.c.namespace, E.c.name, E.c.kind, E.c.metadata_location).where(
+            E.c.metadata_location == metadata_location
+        )
+        with self._read() as conn:
+            row = conn.execute(q.limit(1)).first()
+        return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
+
+    def set_location(self, entry_id: int, metadata_location: str, location: str) -> None:
+        """Record an entry's new location, if its pointer is still the file that moved it there."""
+        with self._write() as conn:
+            conn.execute(
+                E.update()
+                .where(E.c.id == entry_id, E.c.metadata_location == metadata_location)
+                .values(location=location)
+            )
+
+    def entries_without_location(self, limit: int) -> list[Entry]:
+        q = sa.select(E.c.id, E.c.namespace, E.c.name, E.c.kind, E.c.metadata_location)
+        with self._read() as conn:
+            rows = conn.execute(q.where(E.c.location.is_(None)).order_by(E.c.id).limit(limit)).all()
+        return [Entry(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in rows]
 
     def delete_entry(self, entry: Entry) -> bool:
         with self._write() as conn:

@@ -12,7 +12,8 @@ from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
 from . import commit, errors, views
 from .files import MetadataFile
-from .service import Catalog, Namespace, check_location, check_name, check_namespace, ident
+from .locations import normalise
+from .service import Catalog, Namespace, check_name, check_namespace, ident, not_committed
 from .store import Entry, KeyRecord
 
 
@@ -48,20 +49,16 @@ class Views:
     ) -> MetadataFile:
         check_name(name)
         ns_props = self.catalog.load_namespace(ns)
-        existing = self.store.get_entry(ns, name)
-        if existing is not None:
-            kind = "View" if existing.kind == "view" else "Table with same name"
-            raise errors.AlreadyExists(f"{kind} already exists: {ident(ns, name)}")
+        self.catalog.name_must_be_free(ns, name, "view")
         metadata = views.new_view(self.catalog.location_for(ns, name, ns_props, location), schema, version, properties)
         return self._insert(ns, name, self.files.write_view(_next_location(metadata, None), metadata))
 
     def register(self, ns: Namespace, name: str, location: str) -> MetadataFile:
         check_name(name)
-        check_location(location)
         self.catalog.load_namespace(ns)
-        file = self.files.read(location)
-        file.view  # noqa: B018 - a file that is not view metadata is a 400
-        self.store.insert_entry(ns, name, "view", location)
+        self.catalog.name_must_be_free(ns, name, "view")
+        file, own = self.catalog.registrable(location, "view", None)
+        self.store.insert_entry(ns, name, "view", location, own)
         return file
 
     def drop(self, ns: Namespace, name: str) -> None:
@@ -90,9 +87,14 @@ class Views:
             new = views.apply_updates(current.view, updates)
             if new is current.view:
                 return current
-            check_location(new.location)
-            written = self.files.write_view(_next_location(new, entry.metadata_location), new)
+            if new.location != current.view.location:
+                self.catalog.claim(new.location, entry.id)
+            try:
+                written = self.files.write_view(_next_location(new, entry.metadata_location), new)
+            except errors.IcebergError as e:
+                raise not_committed(e) from e
             if self.catalog.swap([(entry, written)], key):
+                self.catalog.record_moves([(entry, written)])
                 return written
             recheck = functools.partial(self._recheck, ns, name, requirements)
             self.catalog.lost(ident(ns, name), attempt, [(entry, written)], recheck)
@@ -103,7 +105,7 @@ class Views:
 
     def _insert(self, ns: Namespace, name: str, written: MetadataFile) -> MetadataFile:
         try:
-            self.store.insert_entry(ns, name, "view", written.location)
+            self.store.insert_entry(ns, name, "view", written.location, normalise(written.view.location))
         except errors.IcebergError:
             self.files.delete(written.location)
             raise

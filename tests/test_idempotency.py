@@ -137,7 +137,7 @@ def test_commit_and_its_key_land_in_one_transaction(tmp_path):
     migrate.upgrade(engine)
     store = Store(engine)
     store.create_namespace(("n",), {})
-    store.insert_entry(("n",), "t", "table", "v0")
+    store.insert_entry(("n",), "t", "table", "v0", "file:///wh/n/t")
     entry = store.get_entry(("n",), "t")
 
     key = KeyRecord("k1", "f" * 64, 200, b"}", "v1")

@@ -166,9 +166,14 @@ def test_rename_within_and_across_namespaces(catalog, ns):
 
 
 def test_register_table(catalog, ns):
+    """Register moves a table's files into the catalog under a name; a table owns its files, so a
+    live table's metadata cannot be registered a second time (one purge would destroy both)."""
     table = catalog.create_table(f"{ns}.orig", SCHEMA)
     table.append(rows(0, 3))
     location = catalog.load_table(f"{ns}.orig").metadata_location
+    with pytest.raises(TableAlreadyExistsError, match="current metadata of table"):
+        catalog.register_table(f"{ns}.copy", location)
+    catalog.drop_table(f"{ns}.orig")  # without purge: the files stay, unowned
     registered = catalog.register_table(f"{ns}.copy", location)
     assert registered.metadata_location == location
     assert registered.scan().to_arrow().num_rows == 3
@@ -176,9 +181,10 @@ def test_register_table(catalog, ns):
     after = catalog.load_table(f"{ns}.copy")
     assert after.metadata_location.split("/")[-1].startswith("00002-")
     assert after.scan().to_arrow().num_rows == 4
-    assert catalog.load_table(f"{ns}.orig").metadata_location == location  # untouched
     with pytest.raises(TableAlreadyExistsError):
         catalog.register_table(f"{ns}.copy", location)
+    with pytest.raises(TableAlreadyExistsError, match="overlaps the location of table"):
+        catalog.register_table(f"{ns}.again", location)  # an older file of the same table
 
 
 def test_drop_without_and_with_purge(server, catalog, ns):
