@@ -17,9 +17,8 @@ from collections.abc import Callable, Iterable
 from pyiceberg.io import S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT, FileIO, load_file_io
 from pyiceberg.manifest import ManifestFile, read_manifest_list
 
-from .files import MetadataFile
+from .files import MetadataFile, MetadataFiles
 from .settings import Settings
-from .storage import Storage
 
 log = logging.getLogger("catalog.purge")
 
@@ -55,8 +54,11 @@ def file_io(settings: Settings, location: str) -> FileIO:
     return load_file_io(props, location)
 
 
-def delete_table_files(file: MetadataFile, owned: Callable[[str], bool], storage: Storage, settings: Settings) -> None:
-    """Delete every file of ``file``'s table that ``owned`` accepts; skip and log the others."""
+def delete_table_files(
+    file: MetadataFile, owned: Callable[[str], bool], files: MetadataFiles, settings: Settings
+) -> None:
+    """Delete every file of ``file``'s table that ``owned`` accepts; skip and log the others.
+    Deletes go through ``files``, so no deleted metadata file stays in its cache."""
     metadata = file.metadata
     io = file_io(settings, file.location)
     skipped: list[str] = []
@@ -86,7 +88,7 @@ def delete_table_files(file: MetadataFile, owned: Callable[[str], bool], storage
         ("statistics file", mine(statistics)),
         ("metadata file", mine(metadata_files)),
     ):
-        _delete(storage, kind, paths)
+        _delete(files, kind, paths)
     if skipped:
         log.warning(
             "purge of %s skipped %d path(s) outside the table's own location, e.g. %s",
@@ -107,9 +109,9 @@ class _Filter:
         return sorted(kept)
 
 
-def _delete(storage: Storage, kind: str, paths: Iterable[str]) -> None:
+def _delete(files: MetadataFiles, kind: str, paths: Iterable[str]) -> None:
     for path in paths:
         try:
-            storage.delete(path)
+            files.delete(path)
         except Exception as e:  # noqa: BLE001 - keep going: delete as much as possible
             log.warning("purge: cannot delete %s %s: %s", kind, path, getattr(e, "message", e))

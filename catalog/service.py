@@ -209,7 +209,7 @@ class Catalog:
             return
         try:
             doomed = self.files.read(entry.metadata_location)
-            purge.delete_table_files(doomed, self._owned(doomed.metadata), self.storage, self.settings)
+            purge.delete_table_files(doomed, self._owned(doomed.metadata), self.files, self.settings)
         except Exception as e:  # noqa: BLE001 - the drop stands; the leftovers are reported
             log.warning(
                 "purge of dropped table %s incomplete, files left under its location: %s",

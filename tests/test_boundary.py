@@ -1,0 +1,390 @@
+"""The warehouse boundary, tried as an attacker would, on both backends.
+
+Every test names storage paths the server must not touch (a directory outside the warehouse, a
+foreign bucket, the same bucket outside the warehouse prefix, another table's location) and then
+looks at the filesystem or the bucket itself, not only at the status code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import assert_error, start_server
+from tests.test_commits_http import SCHEMA, commit, create, load
+
+LEAKS = ("SECRET", "root:", "PATH=", "Traceback", "input_value", "[SQL")
+
+
+class LocalPlace:
+    """A directory the server must never touch."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def uri(self, name: str) -> str:
+        return (self.root / name).as_uri()
+
+    def put(self, name: str, data: bytes) -> str:
+        (self.root / name).write_bytes(data)
+        return self.uri(name)
+
+    def names(self) -> set[str]:
+        return {str(p.relative_to(self.root)) for p in self.root.rglob("*")}
+
+
+class S3Place:
+    """A bucket prefix the server must never touch."""
+
+    def __init__(self, client, bucket: str, prefix: str) -> None:
+        self.client, self.bucket, self.prefix = client, bucket, prefix
+
+    def uri(self, name: str) -> str:
+        return f"s3://{self.bucket}/{self.prefix}/{name}"
+
+    def put(self, name: str, data: bytes) -> str:
+        self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=data)
+        return self.uri(name)
+
+    def names(self) -> set[str]:
+        listed = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix + "/")
+        return {o["Key"][len(self.prefix) + 1 :] for o in listed.get("Contents", [])}
+
+
+@pytest.fixture
+def outside(server, request, tmp_path) -> list:
+    """Places outside the warehouse: a local directory; on S3 also a foreign bucket and the
+    warehouse's own bucket outside the warehouse prefix."""
+    if server.backend != "postgres-s3":
+        return [LocalPlace(tmp_path / "outside")]
+    s3 = request.getfixturevalue("services")["s3"]
+    client = s3.client()
+    foreign = f"foreign-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(Bucket=foreign)
+    return [S3Place(client, foreign, "lake"), S3Place(client, s3.bucket, f"outside-{uuid.uuid4().hex[:8]}")]
+
+
+@pytest.fixture
+def inside(server, request) -> LocalPlace | S3Place:
+    """The server's own warehouse, where a client with storage access may plant files."""
+    warehouse = server.env["CATALOG_WAREHOUSE"]
+    if server.backend != "postgres-s3":
+        return LocalPlace(Path(warehouse) / f"planted-{uuid.uuid4().hex[:8]}")
+    s3 = request.getfixturevalue("services")["s3"]
+    bucket, _, prefix = warehouse[len("s3://") :].partition("/")
+    return S3Place(s3.client(), bucket, f"{prefix}/planted-{uuid.uuid4().hex[:8]}")
+
+
+def snapshot(sid: int, manifest_list: str, parent: int | None = None, seq: int = 1) -> dict:
+    return {
+        "snapshot-id": sid,
+        **({"parent-snapshot-id": parent} if parent else {}),
+        "sequence-number": seq,
+        "timestamp-ms": int(time.time() * 1000),
+        "manifest-list": manifest_list,
+        "summary": {"operation": "append"},
+        "schema-id": 0,
+    }
+
+
+def statistics(sid: int, path: str) -> dict:
+    file = {"snapshot-id": sid, "statistics-path": path, "file-size-in-bytes": 1, "file-footer-size-in-bytes": 1}
+    return {"action": "set-statistics", "snapshot-id": sid, "statistics": {**file, "blob-metadata": []}}
+
+
+def no_leak(resp: requests.Response) -> None:
+    assert not any(marker in resp.text for marker in LEAKS), resp.text
+
+
+# -- purge -----------------------------------------------------------------------------------------
+
+
+def test_purge_deletes_only_the_tables_own_files(http, ns, outside):
+    victims = [place.put(f"victim-{i}.avro", b"precious") for i, place in enumerate(outside)]
+    neighbour = create(http, ns, "neighbour")
+    doomed = create(http, ns, "doomed")
+    own_file = doomed["metadata-location"]
+    updates = [
+        {"action": "add-snapshot", "snapshot": snapshot(1, victims[0])},
+        {"action": "add-snapshot", "snapshot": snapshot(2, neighbour["metadata-location"], 1, 2)},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 2},
+        statistics(1, victims[-1]),
+        statistics(2, neighbour["metadata-location"]),
+    ]
+    resp = commit(http, ns, "doomed", [], updates)
+    assert resp.status_code == 200, resp.text
+    resp = http("DELETE", f"/v1/namespaces/{ns}/tables/doomed?purgeRequested=true")
+    assert resp.status_code == 204, resp.text
+    for place, victim in zip(outside, victims, strict=True):
+        assert victim.rsplit("/", 1)[1] in place.names()  # never deleted
+    assert load(http, ns, "neighbour")["metadata-location"] == neighbour["metadata-location"]
+    assert http.get(f"/v1/namespaces/{ns}/tables/doomed").status_code == 404
+    assert_error(
+        http.post(f"/v1/namespaces/{ns}/register", json={"name": "back", "metadata-location": own_file}),
+        404,
+        "NotFoundException",
+    )  # the table's own files did go
+
+
+def test_a_failing_purge_still_drops_the_table(catalog, ns):
+    """A manifest gone missing stops the purge half way; the drop had already happened, so the
+    answer is still 204 (a 500 made clients retry into a 404)."""
+    from tests.test_tables import SCHEMA as PY_SCHEMA
+    from tests.test_tables import rows
+
+    table = catalog.create_table(f"{ns}.t", PY_SCHEMA)
+    table.append(rows(0, 3))
+    table = catalog.load_table(f"{ns}.t")
+    data_files = [task.file.file_path for task in table.scan().plan_files()]
+    for manifest in table.current_snapshot().manifests(table.io):
+        table.io.delete(manifest.manifest_path)
+    catalog.purge_table(f"{ns}.t")  # raises on any error status
+    assert not catalog.table_exists(f"{ns}.t")
+    assert all(table.io.new_input(p).exists() for p in data_files)  # what could not be found is left, and logged
+
+
+# -- register ----------------------------------------------------------------------------------------
+
+
+def test_register_reads_nothing_outside_and_echoes_nothing(server, http, ns, outside, inside):
+    for place in outside:
+        secret = place.put("secret.metadata.json", b'{"format-version": "SECRET-value"}')
+        resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "x", "metadata-location": secret})
+        assert_error(resp, 403, "ForbiddenException", "outside the warehouse")
+        no_leak(resp)
+    if server.backend == "sqlite":
+        for path in ("/etc/passwd", "/proc/self/environ", "file:///etc/hostname", "/dev/zero"):
+            resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "x", "metadata-location": path})
+            assert_error(resp, 403, "ForbiddenException")
+            no_leak(resp)
+    planted = inside.put("bad.metadata.json", b'{"format-version": "SECRET-value", "table-uuid": "SECRET"}')
+    resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "x", "metadata-location": planted})
+    assert_error(resp, 400, "BadRequestException", "Invalid table metadata file")
+    no_leak(resp)
+    for body in ({"name": "x", "metadata-location": "relative/m.json"}, {"name": "x", "metadata-location": ""}):
+        assert_error(http.post(f"/v1/namespaces/{ns}/register", json=body), 400, "BadRequestException")
+    assert http.get(f"/v1/namespaces/{ns}/tables/x").status_code == 404
+
+
+def test_another_tables_metadata_cannot_be_registered(http, ns):
+    """Registering a live table's file would give two entries one set of files: one purge would
+    destroy the other table."""
+    original = create(http, ns, "original")
+    commit(http, ns, "original", [], [{"action": "set-properties", "updates": {"k": "v"}}])
+    current = load(http, ns, "original")
+    for location, reason in (
+        (current["metadata-location"], "is the current metadata of table"),
+        (original["metadata-location"], "overlaps the location of table"),  # an older file of it
+    ):
+        resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "copy", "metadata-location": location})
+        assert_error(resp, 409, "AlreadyExistsException", reason)
+    view = http.post(
+        f"/v1/namespaces/{ns}/register-view", json={"name": "v", "metadata-location": original["metadata-location"]}
+    )
+    assert view.status_code in (400, 409), view.text
+    assert load(http, ns, "original")["metadata-location"] == current["metadata-location"]
+
+
+# -- writes ------------------------------------------------------------------------------------------
+
+
+def test_no_location_outside_the_warehouse_is_accepted(server, http, ns, outside):
+    create(http, ns, "t")
+    before = load(http, ns, "t")["metadata-location"]
+    for place in outside:
+        target = place.uri(f"t-{uuid.uuid4().hex[:6]}")
+        attempts = [
+            http.post(f"/v1/namespaces/{ns}/tables", json={"name": "a", "schema": SCHEMA, "location": target}),
+            http.post(
+                f"/v1/namespaces/{ns}/tables",
+                json={"name": "b", "schema": SCHEMA, "properties": {"write.metadata.path": target}},
+            ),
+            commit(http, ns, "t", [], [{"action": "set-location", "location": target}]),
+            commit(http, ns, "t", [], [{"action": "set-properties", "updates": {"write.metadata.path": target}}]),
+            http.post("/v1/namespaces", json={"namespace": [f"{ns}_loc"], "properties": {"location": target}}),
+            http.post(f"/v1/namespaces/{ns}/properties", json={"updates": {"location": target}}),
+            http.post(
+                f"/v1/namespaces/{ns}/views",
+                json={"name": "v", "schema": SCHEMA, "location": target, "view-version": _version(ns)},
+            ),
+        ]
+        for resp in attempts:
+            assert_error(resp, 403, "ForbiddenException", "outside the warehouse")
+        assert place.names() == set()  # nothing written there
+    for bad in ("", "relative/dir", "file:relative", "/tmp/../etc", "/wh/x\u0000y"):
+        resp = commit(http, ns, "t", [], [{"action": "set-location", "location": bad}])
+        assert_error(resp, 400, "BadRequestException")
+    assert load(http, ns, "t")["metadata-location"] == before
+    assert http.get(f"/v1/namespaces/{ns}_loc").status_code == 404
+    assert not Path("/metadata").exists()  # once, set-location "" wrote at the filesystem root
+
+
+def test_tables_own_their_locations(http, ns):
+    a = create(http, ns, "a")
+    home = a["metadata"]["location"]
+    parent = home.rsplit("/", 1)[0]
+    for location in (home, home + "/", home + "/inside", parent):
+        resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": "b", "schema": SCHEMA, "location": location})
+        assert_error(resp, 409, "AlreadyExistsException", f"overlaps the location of table {ns}.a")
+    create(http, ns, "c")
+    assert_error(
+        commit(http, ns, "c", [], [{"action": "set-location", "location": home}]), 409, "AlreadyExistsException"
+    )
+    inside_a = {"write.metadata.path": home + "/metadata"}
+    resp = commit(http, ns, "c", [], [{"action": "set-properties", "updates": inside_a}])
+    assert_error(resp, 409, "AlreadyExistsException", f"in the location of table {ns}.a")
+    # A renamed table keeps its directory; a new table of the old name gets a directory of its own.
+    rename = {"source": {"namespace": [ns], "name": "a"}, "destination": {"namespace": [ns], "name": "a2"}}
+    assert http.post("/v1/tables/rename", json=rename).status_code == 204
+    again = create(http, ns, "a")["metadata"]["location"]
+    assert again != home and again.startswith(home + "-")
+    moved = commit(http, ns, "c", [], [{"action": "set-location", "location": parent + "/c-moved"}])
+    assert moved.status_code == 200, moved.text  # a free location is fine, and is then owned
+    resp = http.post(
+        f"/v1/namespaces/{ns}/tables", json={"name": "d", "schema": SCHEMA, "location": parent + "/c-moved"}
+    )
+    assert_error(resp, 409, "AlreadyExistsException", f"overlaps the location of table {ns}.c")
+
+
+def _version(ns: str) -> dict:
+    return {
+        "version-id": 1,
+        "schema-id": 0,
+        "timestamp-ms": int(time.time() * 1000),
+        "summary": {},
+        "representations": [{"type": "sql", "sql": "SELECT 1", "dialect": "spark"}],
+        "default-namespace": [ns],
+    }
+
+
+# -- bounded reads -----------------------------------------------------------------------------------
+
+
+def test_fifos_devices_and_links_out_are_refused_at_once(tmp_path):
+    server = start_server(tmp_path)  # a local warehouse to plant files in
+    http, ns = _Http(server.url), "n"
+    assert http.post("/v1/namespaces", json={"namespace": [ns]}).status_code == 200
+    planted = Path(server.env["CATALOG_WAREHOUSE"]) / "planted"
+    planted.mkdir()
+    os.mkfifo(planted / "pipe.metadata.json")
+    (planted / "zero.metadata.json").symlink_to("/dev/zero")
+    (planted / "dir.metadata.json").mkdir()
+    cases = {"pipe": 404, "zero": 403, "dir": 404, "missing": 404}
+
+    def register(case: str) -> int:
+        body = {"name": f"x_{case}", "metadata-location": (planted / f"{case}.metadata.json").as_uri()}
+        return http.post(f"/v1/namespaces/{ns}/register", json=body).status_code
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:  # 45 FIFO registers once hung every request thread
+        codes = list(pool.map(register, ["pipe"] * 45 + list(cases)))
+    try:
+        assert codes == [404] * 45 + list(cases.values())
+        assert time.monotonic() - start < 20
+        assert http.get("/v1/config").status_code == 200
+    finally:
+        server.stop()
+
+
+class _Http:
+    def __init__(self, base: str) -> None:
+        self.base, self.session = base, requests.Session()
+
+    def get(self, path: str, **kw) -> requests.Response:
+        return self.session.get(self.base + path, timeout=60, **kw)
+
+    def post(self, path: str, **kw) -> requests.Response:
+        return self.session.post(self.base + path, timeout=60, **kw)
+
+
+def test_an_oversized_metadata_file_is_refused_before_it_is_read(tmp_path):
+    server = start_server(tmp_path, extra_env={"CATALOG_MAX_METADATA_FILE_BYTES": str(1 << 20)})
+    try:
+        http = requests.Session()
+        assert http.post(f"{server.url}/v1/namespaces", json={"namespace": ["n"]}).status_code == 200
+        big = tmp_path / "warehouse" / "n" / "big" / "metadata" / "00000-x.metadata.json"
+        big.parent.mkdir(parents=True)
+        with big.open("wb") as f:
+            f.truncate(2 << 30)  # 2 GiB, sparse: reading it whole would exhaust the server
+        rss_before = _rss_kb(server.proc.pid)
+        start = time.monotonic()
+        resp = http.post(
+            f"{server.url}/v1/namespaces/n/register", json={"name": "big", "metadata-location": big.as_uri()}
+        )
+        assert_error(resp, 400, "BadRequestException", "over the limit")
+        assert time.monotonic() - start < 5
+        assert _rss_kb(server.proc.pid) - rss_before < 50_000
+    finally:
+        server.stop()
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+# -- a stalled store -----------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_stalled_store_does_not_stall_cached_loads_or_readiness(services, tmp_path):
+    """SIGSTOP the S3 server: storage-bound requests fail after a bound (503), and meanwhile a
+    cached loadTable and readiness answer within seconds, because storage calls hold a bounded
+    number of threads for a bounded time."""
+    from tests import services as svc
+    from tests.conftest import s3_env
+    from tests.test_production import new_database
+
+    s3 = svc.start_seaweedfs(tmp_path / "s3")
+    env = {
+        "CATALOG_DATABASE_URL": new_database(services["pg"], f"stall_{uuid.uuid4().hex[:8]}"),
+        **s3_env(s3, "stall"),
+        "CATALOG_STORAGE_TIMEOUT_SECONDS": "2",
+        "CATALOG_STORAGE_CONCURRENCY": "4",
+    }
+    server = start_server(tmp_path / "server", "postgres-s3", env)
+    http = requests.Session()
+    try:
+        assert http.post(f"{server.url}/v1/namespaces", json={"namespace": ["n"]}).status_code == 200
+        body = {"name": "hot", "schema": SCHEMA}
+        assert http.post(f"{server.url}/v1/namespaces/n/tables", json=body).status_code == 200
+        assert http.get(f"{server.url}/v1/namespaces/n/tables/hot").status_code == 200  # now cached
+        os.killpg(s3.proc.pid, signal.SIGSTOP)
+        codes: list[int] = []
+
+        def storage_bound(i: int) -> None:
+            body = {"name": f"t{i}", "schema": SCHEMA}
+            codes.append(requests.post(f"{server.url}/v1/namespaces/n/tables", json=body, timeout=120).status_code)
+
+        writers = [threading.Thread(target=storage_bound, args=(i,)) for i in range(48)]
+        for w in writers:
+            w.start()
+        time.sleep(1.0)  # every request thread that will wait on storage is waiting now
+        start = time.monotonic()
+        assert http.get(f"{server.url}/v1/namespaces/n/tables/hot", timeout=30).status_code == 200
+        cached_load = time.monotonic() - start
+        start = time.monotonic()
+        ready = http.get(f"{server.url}/health/ready", timeout=30)
+        readiness = time.monotonic() - start
+        assert ready.status_code == 503 and "storage" in ready.json()["checks"]
+        assert http.get(f"{server.url}/v1/namespaces/n", timeout=30).status_code == 200
+        for w in writers:
+            w.join(120)
+        assert cached_load < 5 and readiness < 4, (cached_load, readiness)
+        assert len(codes) == 48 and set(codes) <= {503}, codes
+    finally:
+        os.killpg(s3.proc.pid, signal.SIGCONT)
+        server.stop()
+        s3.stop()
