@@ -140,6 +140,10 @@ and the migration Job, so every replica and the Job see the same URL.
 {{- define "iceberg-catalog.storageEnv" -}}
 - name: CATALOG_WAREHOUSE
   value: {{ include "iceberg-catalog.warehouse" . | quote }}
+{{- with .Values.allowedLocations }}
+- name: CATALOG_ALLOWED_LOCATIONS
+  value: {{ join "," . | quote }}
+{{- end }}
 {{- with .Values.s3.endpoint }}
 - name: CATALOG_S3_ENDPOINT
   value: {{ . | quote }}
