@@ -15,7 +15,6 @@ engines raise to the maximum) it is accepted here too.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
@@ -170,12 +169,15 @@ def _check_scalars(new: TableMetadata) -> None:
             _in_range(value, name, (fields[name].alias or name) if name in fields else name)
 
 
-def _changed(before: list, after: list) -> list:
-    """The elements of ``after`` that are not (the same objects as) ``before``'s: what a commit added."""
-    if len(after) >= len(before) and all(map(operator.is_, before, after)):
-        return after[len(before) :]
-    known = {id(item) for item in before}
-    return [item for item in after if id(item) not in known]
+def _appended(before: list, after: list) -> list | None:
+    """What ``after`` appends to ``before`` (a commit's usual change), or None when it is not an append.
+
+    List equality compares identity first, element by element in C: on the elements a commit shares
+    with its base it costs microseconds for 10,000 snapshots."""
+    n = len(before)
+    if len(after) >= n and after[:n] == before:
+        return after[n:]
+    return None
 
 
 # --- partition specs and sort orders ---------------------------------------------------------------
@@ -222,8 +224,8 @@ def _compatible(spec_or_order: PartitionSpec | SortOrder, schema: Schema) -> Non
 
 
 def _added_snapshots(base: TableMetadata, new: TableMetadata) -> list[Snapshot]:
-    added = _changed(base.snapshots, new.snapshots)
-    if len(new.snapshots) - len(added) == len(base.snapshots):
+    added = _appended(base.snapshots, new.snapshots)
+    if added is not None:
         return added
     # Snapshots were also removed (or rebuilt): decide by id, not by identity.
     before = {snapshot.snapshot_id for snapshot in base.snapshots}
@@ -311,7 +313,7 @@ def _check_logs(base: TableMetadata | None, new: TableMetadata) -> None:
     """Log entries in time order and last-updated-ms not before the last of each, give or take a
     minute: commits come from machines whose clocks differ a little, never by much."""
     log = new.snapshot_log
-    if base is not None and len(log) >= len(base.snapshot_log) and all(map(operator.is_, base.snapshot_log, log)):
+    if base is not None and _appended(base.snapshot_log, log) is not None:
         start = max(len(base.snapshot_log) - 1, 0)  # the base is in order: check from its last entry on
     else:
         start = 0
