@@ -16,7 +16,6 @@ engines raise to the maximum) it is accepted here too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import pairwise
 
 from pydantic import BaseModel
 from pyiceberg.exceptions import ValidationError
@@ -311,26 +310,42 @@ def _check_refs(base: TableMetadata | None, new: TableMetadata, added: Sequence[
 
 def _check_logs(base: TableMetadata | None, new: TableMetadata) -> None:
     """Log entries in time order and last-updated-ms not before the last of each, give or take a
-    minute: commits come from machines whose clocks differ a little, never by much."""
+    minute: commits come from machines whose clocks differ a little, never by much.
+
+    Only the entries this commit added are compared with their predecessors: a table whose older
+    history broke the rule (written before it was enforced) can still commit and expire snapshots."""
     log = new.snapshot_log
-    if base is not None and _appended(base.snapshot_log, log) is not None:
-        start = max(len(base.snapshot_log) - 1, 0)  # the base is in order: check from its last entry on
-    else:
-        start = 0
-    for previous, entry in pairwise(log[start:]):
-        if entry.timestamp_ms - previous.timestamp_ms < -ONE_MINUTE_MS:
-            raise errors.ValidationFailed("[BUG] Expected sorted snapshot log entries.")
+    _check_order(log, _new_positions(base.snapshot_log if base is not None else [], log), "snapshot log entries")
     if log and new.last_updated_ms - log[-1].timestamp_ms < -ONE_MINUTE_MS:
         raise errors.ValidationFailed(
             f"Invalid update timestamp {new.last_updated_ms}: before last snapshot log entry at {log[-1].timestamp_ms}"
         )
-    # The metadata log is short (write.metadata.previous-versions-max) and shifts as it is trimmed.
     files = new.metadata_log
-    for previous, entry in pairwise(files):
-        if entry.timestamp_ms - previous.timestamp_ms < -ONE_MINUTE_MS:
-            raise errors.ValidationFailed("[BUG] Expected sorted previous metadata log entries.")
+    _check_order(
+        files, _new_positions(base.metadata_log if base is not None else [], files), "previous metadata log entries"
+    )
     if files and new.last_updated_ms - files[-1].timestamp_ms < -ONE_MINUTE_MS:
         raise errors.ValidationFailed(
             f"Invalid update timestamp {new.last_updated_ms}: "
             f"before the latest metadata log entry timestamp {files[-1].timestamp_ms}"
         )
+
+
+def _new_positions(before: list, after: list) -> Iterable[int]:
+    """Where ``after`` holds entries that ``before`` did not: its tail when appended to (the usual
+    commit, in microseconds); else found by value (expiry, or the metadata log trimmed at its head)."""
+    appended = _appended(before, after)
+    if appended is not None:
+        return range(len(after) - len(appended), len(after))
+    known = set(map(_log_key, before))
+    return [i for i, entry in enumerate(after) if _log_key(entry) not in known]
+
+
+def _log_key(entry: object) -> tuple:
+    return entry.timestamp_ms, getattr(entry, "snapshot_id", None) or getattr(entry, "metadata_file", None)
+
+
+def _check_order(log: list, positions: Iterable[int], what: str) -> None:
+    for i in positions:
+        if i > 0 and log[i].timestamp_ms - log[i - 1].timestamp_ms < -ONE_MINUTE_MS:
+            raise errors.ValidationFailed(f"[BUG] Expected sorted {what}.")
