@@ -35,7 +35,7 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.typedef import IcebergBaseModel
 
-from . import errors
+from . import errors, invariants
 
 # Properties that describe the table rather than configure it; never persisted (Java's reserved set).
 RESERVED_PROPERTIES = frozenset(
@@ -87,10 +87,14 @@ def apply_updates(base: TableMetadata, updates: Sequence[TableUpdate], base_loca
     if not updates:
         return base
     try:
+        invariants.check_ranges(updates)
         if base_location is None:  # a create: build from empty and validate the whole model once
             new = update_table_metadata(base, tuple(updates), enforce_validation=True)
+            invariants.check_create(new, updates)
         else:
             new = _update_without_copy(base, updates, base_location)
+            if not _unchanged(base, new):
+                invariants.check_commit(base, new, updates)
     except errors.IcebergError:
         raise
     except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as e:
@@ -119,8 +123,6 @@ def _update_without_copy(base: TableMetadata, updates: Sequence[TableUpdate], ba
         new = _update_table_metadata_log(new, base_location, base.last_updated_ms)
         if new.last_updated_ms == base.last_updated_ms:
             new = new.model_copy(update={"last_updated_ms": int(time.time() * 1000)})
-    new.spec().check_compatible(new.schema())
-    new.sort_order().check_compatible(new.schema())
     return new
 
 
@@ -140,13 +142,16 @@ def new_metadata(
     format_version = properties.get("format-version", "2")
     persisted = {**DEFAULT_PROPERTIES, **{k: v for k, v in properties.items() if k not in RESERVED_PROPERTIES}}
     try:
-        return new_table_metadata(
+        invariants.check_ranges(item for item in (schema, spec, order) if item is not None)
+        metadata = new_table_metadata(
             schema=schema,
             partition_spec=spec or UNPARTITIONED_PARTITION_SPEC,
             sort_order=order or UNSORTED_SORT_ORDER,
             location=location,
             properties={**persisted, "format-version": format_version},
         )
+        invariants.check_create(metadata)
+        return metadata
     except errors.IcebergError:
         raise
     except Exception as e:  # noqa: BLE001 - a spec or order that does not fit the schema, a bad version

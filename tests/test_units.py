@@ -230,7 +230,7 @@ def _append(md, sid: int, base_location: str):
         snapshot_id=sid,
         parent_snapshot_id=parent,
         sequence_number=getattr(md, "last_sequence_number", 0) + 1,
-        timestamp_ms=1_700_000_000_000 + sid,
+        timestamp_ms=md.last_updated_ms + 1,  # not before the table's last update (Java's time-order rule)
         manifest_list=f"file:///wh/ns/t/metadata/snap-{sid}.avro",
         summary=Summary(Operation.APPEND, **{"added-records": "1"}),
         schema_id=md.current_schema_id,
