@@ -34,7 +34,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 
-from . import commit, errors, metrics, migrate, purge
+from . import commit, errors, invariants, metrics, migrate, purge
 from .files import MetadataFile, MetadataFiles
 from .locations import is_within, normalise
 from .settings import Settings
@@ -184,6 +184,8 @@ class Catalog:
             raise errors.AlreadyExists(f"Metadata file {location} is the current metadata of {holder.kind} {other}")
         file = self.files.read(location)
         metadata = file.metadata if kind == "table" else file.view
+        if kind == "table":
+            invariants.check_ranges([metadata])  # ids beyond Java's long would come back as floats
         own = self.claim(metadata.location, replaced.id if replaced is not None else None)
         homes = [own]
         if kind == "table":

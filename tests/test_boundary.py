@@ -7,6 +7,7 @@ looks at the filesystem or the bucket itself, not only at the status code.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -35,6 +36,7 @@ class LocalPlace:
         return (self.root / name).as_uri()
 
     def put(self, name: str, data: bytes) -> str:
+        (self.root / name).parent.mkdir(parents=True, exist_ok=True)
         (self.root / name).write_bytes(data)
         return self.uri(name)
 
@@ -170,6 +172,15 @@ def test_register_reads_nothing_outside_and_echoes_nothing(server, http, ns, out
     resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "x", "metadata-location": planted})
     assert_error(resp, 400, "BadRequestException", "Invalid table metadata file")
     no_leak(resp)
+    create(http, ns, "huge")  # a file whose ids do not fit Java's long: refused, not served as floats
+    raw = load(http, ns, "huge")["metadata"]
+    assert http("DELETE", f"/v1/namespaces/{ns}/tables/huge").status_code == 204
+    raw["current-snapshot-id"], raw["last-sequence-number"] = 2**70, 2**64
+    huge = inside.put(
+        "huge/metadata/00009-x.metadata.json", json.dumps({**raw, "location": inside.uri("huge")}).encode()
+    )
+    resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "huge", "metadata-location": huge})
+    assert_error(resp, 400, "ValidationException", "Cannot parse to a long value")
     for body in ({"name": "x", "metadata-location": "relative/m.json"}, {"name": "x", "metadata-location": ""}):
         assert_error(http.post(f"/v1/namespaces/{ns}/register", json=body), 400, "BadRequestException")
     assert http.get(f"/v1/namespaces/{ns}/tables/x").status_code == 404
