@@ -8,9 +8,10 @@ last-updated-ms in time order within Java's one-minute tolerance for clock skew.
 
 A commit checks only what changed relative to its (already valid) base, so a table with 10,000
 snapshots commits as fast as a new one; a create checks its whole, small, result. Messages are Java's
-where Java has one. Where Java 1.9 accepts something (a snapshot whose parent is gone, an
-``assign-uuid`` on an existing table, a ``last-column-id`` lower than the current one, which both
-engines raise to the maximum) it is accepted here too.
+where Java has one. Where Java 1.9 accepts something (a snapshot whose parent is gone, a ``last-column-id``
+lower than the current one, which both engines raise to the maximum) it is accepted here too. One
+exception: a table's uuid never changes (Java 1.9's table builder lets ``assign-uuid`` replace it,
+its view builder refuses), because clients' ``assert-table-uuid`` is only as good as that identity.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def check_commit(base: TableMetadata, new: TableMetadata, updates: Sequence[Tabl
     """Raise a 400 (or a retryable 409) when ``new``, built from ``base`` by ``updates``, is invalid.
 
     The updates' own numbers were checked by ``check_ranges`` before they were applied."""
+    if new.table_uuid != base.table_uuid:  # the identity every assert-table-uuid relies on
+        raise errors.ValidationFailed(f"Cannot reassign uuid: {base.table_uuid} to {new.table_uuid}")
     _check_scalars(new)
     _check_specs_and_orders(base, new, updates)
     added = _added_snapshots(base, new)
