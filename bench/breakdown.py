@@ -82,7 +82,7 @@ def _run(settings_kw: dict, commits: int, budget_s: float, history: int) -> dict
     engine = create_engine(settings)
     migrate.upgrade(engine)
     storage = create_storage(settings)
-    files = MetadataFiles(storage, settings.metadata_cache_size)
+    files = MetadataFiles(storage, settings.metadata_cache_bytes)
     cat = Catalog(settings, Store(engine), storage, files)
     cat.create_namespace(NS, {})
     schema = Schema.model_validate(wire.schema(50))

@@ -7,6 +7,7 @@ the environment, so several uvicorn workers all see the same settings.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -60,6 +61,11 @@ def _migrate(settings: Settings, revision: str, down: bool) -> int:
 def _serve(settings: Settings) -> int:
     import uvicorn
 
+    from .connections import BoundedHttpProtocol
+
+    max_connections = _fit_connections(settings.max_connections)
+    # The protocol reads its limits from the environment in each worker process: pass the lowered cap.
+    os.environ["CATALOG_MAX_CONNECTIONS"] = str(max_connections)
     uvicorn.run(
         "catalog.app:app_from_env",
         factory=True,
@@ -70,11 +76,42 @@ def _serve(settings: Settings) -> int:
         log_config=None,  # keep our (JSON) handler for uvicorn's loggers too
         access_log=False,
         timeout_graceful_shutdown=30,
+        # Deadlines for incomplete requests and the connection cap (uvicorn has neither): connections.py.
+        http=BoundedHttpProtocol,
+        ws="none",  # no WebSocket routes: an Upgrade request is served as plain HTTP
+        # +1: uvicorn counts the connection asking among the open ones; it also bounds running requests.
+        limit_concurrency=max_connections + 1,
         # Longer than clients' pooled-connection idle time: a server closing an idle keep-alive
         # connection just as a client reuses it makes the client see "connection aborted".
-        timeout_keep_alive=75,
+        timeout_keep_alive=settings.idle_timeout_seconds,
     )
     return 0
+
+
+# Descriptors the process needs besides client connections: database pool, storage clients, logs...
+_FD_RESERVE = 256
+
+
+def _fit_connections(wanted: int) -> int:
+    """Raise the soft open-file limit to the hard one, and lower the connection cap so that the
+    connections, plus what the process needs besides, fit in it: refusing a connection with a 503 is
+    better than failing accept() or a database connection with EMFILE."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as e:  # e.g. an unlimited hard limit some systems refuse
+            logging.getLogger("catalog").warning("could not raise the open-file limit to %s: %s", hard, e)
+    if soft == resource.RLIM_INFINITY or wanted + _FD_RESERVE <= soft:
+        return wanted
+    fitted = max(1, soft - _FD_RESERVE)
+    logging.getLogger("catalog").warning(
+        "max_connections %d does not fit the open-file limit %d: serving at most %d", wanted, soft, fitted
+    )
+    return fitted
 
 
 if __name__ == "__main__":

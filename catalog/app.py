@@ -117,7 +117,7 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         if settings.is_sqlite or settings.auto_migrate:
             migrate.upgrade(engine)
         storage = create_storage(settings)
-        files = MetadataFiles(storage, settings.metadata_cache_size)
+        files = MetadataFiles(storage, settings.metadata_cache_bytes)
         app.state.catalog = Catalog(settings, Store(engine), storage, files)
         # Rows from before migration 0003 get their locations in the background (a no-op after).
         threading.Thread(target=_backfill, args=(app.state.catalog,), name="backfill", daemon=True).start()
@@ -128,6 +128,9 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         app.state.vended = credential_properties(settings) if settings.s3_vend_credentials else {}
         metrics.GAUGES.add("catalog_metadata_cache_hits", "Metadata file reads served from memory", lambda: files.hits)
         metrics.GAUGES.add("catalog_metadata_cache_misses", "Metadata file reads from storage", lambda: files.misses)
+        metrics.GAUGES.add(
+            "catalog_metadata_cache_bytes", "Memory charged to cached metadata files", lambda: files.cached_bytes
+        )
         metrics.GAUGES.add("catalog_db_pool_checked_out", "Database connections in use", engine.pool.checkedout)
         metrics.GAUGES.add("catalog_db_pool_size", "Database pool size", engine.pool.size)
         try:
@@ -140,10 +143,15 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         dependencies={"payload": Provide(_raw_body)},
         lifespan=[lifespan],
         exception_handlers={Exception: _error_response},
+        request_max_body_size=settings.max_request_bytes,
         middleware=[
             RequestObservation,
             DefineMiddleware(oauth.BearerAuth, tokens=tokens, required=settings.auth_required),
-            DefineMiddleware(idempotency.Idempotency, lifetime_seconds=settings.idempotency_key_lifetime_seconds),
+            DefineMiddleware(
+                idempotency.Idempotency,
+                lifetime_seconds=settings.idempotency_key_lifetime_seconds,
+                max_body_bytes=settings.max_request_bytes,
+            ),
         ],
         logging_config=None,  # logging is configured once, by the CLI (catalog.logs)
         openapi_config=None,
@@ -198,6 +206,8 @@ def _as_iceberg(exc: Exception) -> errors.IcebergError:
         code = exc.status_code
         if code == 404:
             err: errors.IcebergError = errors.NotFound(f"No route for this path: {exc.detail}")
+        elif code == 413:  # Litestar's request_max_body_size; the same error as api.idempotency's
+            err = errors.RequestTooLarge()
         elif code < 500:
             err = errors.BadRequest(f"Malformed request: {exc.detail}")
         else:

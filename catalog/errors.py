@@ -79,6 +79,15 @@ class CommitFailed(IcebergError):
     type, code = "CommitFailedException", 409
 
 
+class RequestTooLarge(IcebergError):
+    """413: the request body is over ``max_request_bytes``; it was not read further."""
+
+    type, code = "RequestTooLargeException", 413
+
+    def __init__(self, message: str = "Request body is larger than the server accepts") -> None:
+        super().__init__(message)
+
+
 class UnprocessableEntity(IcebergError):
     type, code = "UnprocessableEntityException", 422
 

@@ -31,6 +31,46 @@ class Settings(BaseSettings):
     log_level: str = "info"
     log_format: str = Field(default="json", pattern="^(json|text)$", description="json: one object per line.")
 
+    # Limits: what one client can hold (README "Limits" says what happens when each is hit)
+    max_request_bytes: int = Field(
+        default=10_000_000,
+        ge=1,
+        description="Largest request body; a larger one (declared or received) is refused 413 before it is "
+        "buffered, Idempotency-Key requests included.",
+    )
+    metadata_cache_bytes: int = Field(
+        default=512 * 2**20,
+        ge=0,
+        description="Memory budget of the metadata file cache, counted as 10x each file's JSON size (the "
+        "parsed model costs ~8x, see files.py); a file over the budget is not cached; 0 disables the cache.",
+    )
+    max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="Open HTTP connections per server process; more are answered 503 and closed at once "
+        "(lowered at start if the open-file limit cannot hold it).",
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Time a connection has to send a complete request head (from connecting, or from the "
+        "first byte of a next request); the connection is closed after it.",
+    )
+    body_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Time a request has to send its whole body once its head is complete; closed after it.",
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="Largest request head (request line and headers); 431 beyond."
+    )
+    idle_timeout_seconds: int = Field(
+        default=75,
+        ge=1,
+        description="Keep-alive: an idle connection between requests is closed after this. Longer than "
+        "clients' pooled-connection idle time, so the server is not the side that closes a reused connection.",
+    )
+
     # Authentication (OAuth2 client credentials; off unless auth_required)
     auth_required: bool = Field(default=False, description="Require a bearer token on every /v1 route.")
     oauth_clients: str | None = Field(default=None, description="Clients for /v1/oauth/tokens: id:secret,id2:secret2")
@@ -54,7 +94,6 @@ class Settings(BaseSettings):
     # Commit loop
     commit_max_attempts: int = Field(default=10, ge=1, description="Server-side rebase attempts per commit.")
     commit_backoff_ms: float = Field(default=5.0, ge=0, description="Base of the jittered exponential backoff.")
-    metadata_cache_size: int = Field(default=1024, ge=0, description="Parsed metadata files kept in memory.")
     idempotency_key_lifetime_seconds: int = Field(
         default=1800,
         ge=0,

@@ -15,6 +15,10 @@ For an operation marked ``opt={"idempotent": True}`` that carries the header (an
    its response is sent instead. 5xx responses are never recorded.
 
 Records older than the lifetime (plus a grace period) are deleted now and then.
+
+The body has to be read whole before the handler runs (it is part of the fingerprint), so this
+middleware applies ``max_request_bytes`` itself, as Litestar does for other requests: a body declared
+or received over the limit is answered 413 at once, without reading the rest.
 """
 
 from __future__ import annotations
@@ -76,8 +80,8 @@ class _Pending:
 class Idempotency:
     """ASGI middleware: steps 1 and 3 of the module docstring."""
 
-    def __init__(self, app: Any, lifetime_seconds: int) -> None:
-        self.app, self.lifetime_ms = app, lifetime_seconds * 1000
+    def __init__(self, app: Any, lifetime_seconds: int, max_body_bytes: int) -> None:
+        self.app, self.lifetime_ms, self.max_body_bytes = app, lifetime_seconds * 1000, max_body_bytes
         self._next_expiry = 0.0
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -92,7 +96,13 @@ class Idempotency:
         if not 0 < len(key_text) <= 128:
             await _send(send, *_error(errors.BadRequest("Invalid Idempotency-Key: expected 1 to 128 characters")))
             return
-        body = await _read_body(receive)
+        try:
+            body = await _read_body(scope, receive, self.max_body_bytes)
+        except errors.RequestTooLarge as e:
+            await _send(send, *_error(e))
+            return
+        if body is None:  # the client left before sending all of it: nothing to run, no one to answer
+            return
         digest = hashlib.sha256(f"{scope['method']} {scope['path']}\n".encode() + body).hexdigest()
         try:
             recorded = await wire.blocking(state.catalog.store.get_key, key_text)
@@ -105,15 +115,17 @@ class Idempotency:
 
         pending = _Pending(key_text, digest)
         scope = {**scope, "idempotency": pending}
-        response: dict[str, Any] = {"status": 500, "headers": [], "body": b""}
+        response: dict[str, Any] = {"status": 500, "headers": []}
+        chunks: list[bytes] = []  # joined once: growing one bytes object is quadratic
 
         async def capture(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 response["status"], response["headers"] = message["status"], message.get("headers", [])
             elif message["type"] == "http.response.body":
-                response["body"] += message.get("body", b"")
+                chunks.append(message.get("body", b""))
 
         await self.app(scope, _replayed(body), capture)
+        response["body"] = b"".join(chunks)
         status = response["status"]
         if status < 500 and status not in _NOT_FINAL and not pending.settled:
             try:
@@ -173,15 +185,25 @@ def _error(err: errors.IcebergError) -> tuple[int, list, bytes]:
     return err.code, headers, wire.error_body(err.message, err.type, err.code)
 
 
-async def _read_body(receive: Any) -> bytes:
-    body = b""
+async def _read_body(scope: dict[str, Any], receive: Any, limit: int) -> bytes | None:
+    """The whole body, in linear time; ``RequestTooLarge`` as soon as the declared length or the
+    bytes received pass ``limit``; None if the client disconnected first."""
+    declared = dict(scope.get("headers") or ()).get(b"content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise errors.RequestTooLarge()
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return body
-        body += message.get("body", b"")
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise errors.RequestTooLarge()
+        chunks.append(chunk)
         if not message.get("more_body"):
-            return body
+            return b"".join(chunks)
 
 
 def _replayed(body: bytes) -> Any:

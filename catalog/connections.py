@@ -1,0 +1,131 @@
+"""The HTTP connection protocol: uvicorn's httptools protocol plus the deadlines it lacks.
+
+uvicorn (0.54) arms a timer only between requests (``timeout_keep_alive``, after a response). A
+connection that sends nothing after connecting, or sends its request head a byte at a time
+(slowloris), or a body that never ends, is held forever: each holds a file descriptor, and 1,100 of
+them exhausted the server's. uvicorn's ``limit_concurrency`` does not help there: it is checked
+only when a request head is complete, so a connection that never completes one is never counted
+against it. httptools also buffers a header of any length (uvicorn's ``h11_max_incomplete_event_size``
+applies to the h11 protocol only).
+
+This protocol adds, per connection:
+
+- a head deadline (``header_timeout_seconds``), from connecting or from the first byte of a next
+  request on a kept-alive connection, to the end of the request head;
+- a body deadline (``body_timeout_seconds``), from the end of the head to the end of the body;
+- a head size cap (``max_header_bytes``): 431 and close;
+- the connection cap (``max_connections``): a connection over it is answered 503 and closed as soon
+  as it is accepted, instead of holding a descriptor until its request head is complete.
+
+A deadline that passes closes the connection. The idle time between requests stays uvicorn's
+keep-alive timer (``idle_timeout_seconds``).
+"""
+
+from __future__ import annotations
+
+import functools
+from asyncio import TimerHandle
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .api import wire
+from .settings import Settings
+
+
+@functools.cache
+def _limits() -> Settings:
+    # uvicorn builds the protocol itself (in each worker process): the limits come from the
+    # environment, where the CLI puts every setting.
+    return Settings()
+
+
+def _response(status: int, reason: str, type_: str, message: str, extra: bytes = b"") -> bytes:
+    """A complete HTTP response, written before any request reached the app (hence not app.py's)."""
+    body = wire.error_body(message, type_, status)
+    head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\nconnection: close\r\n".encode()
+    return head + extra + b"content-length: %d\r\n\r\n" % len(body) + body
+
+
+# As every 503 of this server: nothing was done, retry later.
+_UNAVAILABLE = _response(
+    503, "Service Unavailable", "ServiceUnavailableException", "Too many open connections", b"retry-after: 1\r\n"
+)
+_HEAD_TOO_LARGE = _response(
+    431, "Request Header Fields Too Large", "RequestHeaderFieldsTooLargeException", "Request head is too large"
+)
+
+
+class BoundedHttpProtocol(HttpToolsProtocol):
+    """Passed to uvicorn as ``http=``; see the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        limits = _limits()
+        self._max_connections = limits.max_connections
+        self._head_timeout = limits.header_timeout_seconds
+        self._body_timeout = limits.body_timeout_seconds
+        self._max_head = limits.max_header_bytes
+        self._deadline: TimerHandle | None = None
+        self._reading_head = False
+        self._head_bytes = 0
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self._max_connections:
+            self._refuse(_UNAVAILABLE)
+            return
+        self._start_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        counting = self._reading_head
+        super().data_received(data)
+        # A chunk that completes the head is let through whole: the head is at most one read over.
+        if counting and self._reading_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > self._max_head:
+                self._refuse(_HEAD_TOO_LARGE)
+
+    # httptools parser callbacks
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if not self._reading_head:  # a next request on a kept-alive connection
+            self._start_head()
+
+    def on_headers_complete(self) -> None:
+        self._reading_head = False
+        self._arm(self._body_timeout)
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def _start_head(self) -> None:
+        self._reading_head, self._head_bytes = True, 0
+        self._arm(self._head_timeout)
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()  # a handler still reading the body sees a disconnect
+
+    def _refuse(self, response: bytes) -> None:
+        self._disarm()
+        self._reading_head = False
+        if not self.transport.is_closing():
+            self.transport.write(response)
+            self.transport.close()
