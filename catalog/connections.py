@@ -69,6 +69,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._deadline: TimerHandle | None = None
         self._reading_head = False
         self._head_bytes = 0
+        self._draining = False
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -82,13 +83,15 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._draining:  # answered and closing: what the client still sends is discarded
+            return
         counting = self._reading_head
         super().data_received(data)
         # A chunk that completes the head is let through whole: the head is at most one read over.
         if counting and self._reading_head:
             self._head_bytes += len(data)
             if self._head_bytes > self._max_head:
-                self._refuse(_HEAD_TOO_LARGE)
+                self._refuse(_HEAD_TOO_LARGE, linger=2.0)
 
     # httptools parser callbacks
     def on_message_begin(self) -> None:
@@ -123,9 +126,18 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()  # a handler still reading the body sees a disconnect
 
-    def _refuse(self, response: bytes) -> None:
+    def _refuse(self, response: bytes, linger: float = 0.0) -> None:
+        """Answer and close. ``linger``: half-close first and discard what the client still sends for
+        up to that long: closing a socket with unread data resets the connection, and a reset can
+        destroy the answer before the client reads it (a client still sending its head, for one)."""
         self._disarm()
         self._reading_head = False
-        if not self.transport.is_closing():
-            self.transport.write(response)
+        if self.transport.is_closing():
+            return
+        self.transport.write(response)
+        if linger and self.transport.can_write_eof():
+            self._draining = True
+            self.transport.write_eof()
+            self._deadline = self.loop.call_later(linger, self._expired)
+        else:
             self.transport.close()
