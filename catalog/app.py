@@ -187,8 +187,9 @@ def _error_response(request: Request, exc: Exception) -> Response:
     err = _as_iceberg(exc)
     if err.code == 503:  # an unreachable dependency: expected in operation, no traceback needed
         log.warning("%s %s -> 503: %s", request.method, request.url.path, err.message)
-    elif err.code >= 500:
-        log.error("%s %s -> %s: %s", request.method, request.url.path, err.code, err.message, exc_info=exc)
+    elif err.code >= 500:  # the details (SQL, stack) go to the log only; the body has the request id
+        detail = err.message if err is exc else f"{type(exc).__name__}: {exc}"
+        log.error("%s %s -> %s: %s", request.method, request.url.path, err.code, detail, exc_info=exc)
     # 503 means nothing was changed and the dependency may come back: tell clients when to retry.
     headers = {"Retry-After": "1"} if err.code == 503 else None
     if request.method == "HEAD":
@@ -198,25 +199,30 @@ def _error_response(request: Request, exc: Exception) -> Response:
 
 
 def _as_iceberg(exc: Exception) -> errors.IcebergError:
+    """The Iceberg error for any exception. One that is not an Iceberg error is a bug: its text may
+    hold SQL, parameters or file content, so the client gets a fixed message with the request id
+    (the log line with the details carries the same id)."""
     if isinstance(exc, errors.IcebergError):
         return exc
     if isinstance(exc, ValidationError):
         return errors.BadRequest(f"Malformed request: {wire.describe(exc)}")
-    if isinstance(exc, HTTPException):
+    if isinstance(exc, HTTPException) and exc.status_code < 500:
         code = exc.status_code
         if code == 404:
             err: errors.IcebergError = errors.NotFound(f"No route for this path: {exc.detail}")
         elif code == 413:  # Litestar's request_max_body_size; the same error as api.idempotency's
             err = errors.RequestTooLarge()
-        elif code < 500:
-            err = errors.BadRequest(f"Malformed request: {exc.detail}")
         else:
-            err = errors.IcebergError(str(exc.detail))
+            err = errors.BadRequest(f"Malformed request: {exc.detail}")
         err.code = code
         if code == 405:
             err.type = "MethodNotAllowedException"
         return err
-    return errors.IcebergError(f"Internal server error: {type(exc).__name__}: {exc}")
+    rid = logs.request_id.get() or "none"
+    err = errors.IcebergError(f"Internal server error (request id {rid}); the details are in the server log")
+    if isinstance(exc, HTTPException):
+        err.code = exc.status_code
+    return err
 
 
 async def _send_error(send: Any, err: errors.IcebergError) -> None:

@@ -34,12 +34,12 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 
-from . import commit, errors, invariants, metrics, migrate, purge
+from . import commit, errors, invariants, metrics, migrate, names, purge
 from .files import MetadataFile, MetadataFiles
 from .locations import is_within, normalise
 from .settings import Settings
 from .storage import Storage
-from .store import Entry, KeyRecord, KeyTaken, PointerOutcomeUnknown, Store
+from .store import Entry, KeyRecord, PointerOutcomeUnknown, Store
 
 log = logging.getLogger("catalog.commit")
 Namespace = tuple[str, ...]
@@ -305,6 +305,12 @@ class Catalog:
 
         With ``key``, the idempotency key lands in the same transaction; a 200 response is recorded
         as the new metadata file. If another request recorded the key first, nothing lands.
+
+        Status codes tell the truth: every failure known not to have committed (the store raises
+        anything but ``PointerOutcomeUnknown`` only then) deletes the new files and is raised as it
+        is (503 for the database). A failed COMMIT is settled by a fresh read of the pointers: landed
+        is a success; unmoved is a known failure where the read is authoritative (SQLite); anything
+        else is a 500 ``CommitStateUnknown`` and the files are kept, since one may be the committed one.
         """
         swaps = [(entry.id, entry.metadata_location, file.location) for entry, file in staged]
         if key is not None and key.status == 200:
@@ -312,16 +318,21 @@ class Catalog:
         metrics.COMMIT_ATTEMPTS.inc()
         try:
             won = self.store.swap_pointers(swaps, key)
-        except KeyTaken:
-            self._discard(staged)
-            raise
         except PointerOutcomeUnknown as e:
-            if self._landed(swaps):
-                won = True
-            else:
+            landed = self._landed(swaps)
+            if landed is False and e.settled:
+                self._discard(staged)
+                raise errors.ServiceUnavailable(f"Database unavailable, nothing was committed: {e}") from e
+            if not landed:
                 metrics.UNKNOWN.inc()
                 log.error("commit outcome unknown for %s: %s", [f.location for _, f in staged], e)
                 raise errors.CommitStateUnknown(f"Commit state unknown, the database connection failed: {e}") from e
+            won = True
+            if key is not None:
+                key.recorded = True  # it is in the transaction that landed
+        except Exception:
+            self._discard(staged)  # known not committed: nothing points at these files
+            raise
         if won:
             metrics.COMMITS.labels("transaction" if len(staged) > 1 else "table").inc()
             for entry, file in staged:
@@ -330,12 +341,22 @@ class Catalog:
                     self._delete_dropped_files(entry, file)
         return won
 
-    def _landed(self, swaps: Sequence[tuple[int, str, str]]) -> bool:
-        """After a failed COMMIT, a fresh read that shows every new pointer proves the commit landed."""
+    def _landed(self, swaps: Sequence[tuple[int, str, str]]) -> bool | None:
+        """After a failed COMMIT, a fresh read: True if it landed, False if every pointer is where it
+        was, None if that cannot be told (the read failed, or the pointers moved on since).
+
+        One new pointer in place proves the whole transaction landed: its file name is fresh (a
+        uuid), so no other commit can have set it, and the transaction is atomic.
+        """
         try:
-            return all(self.store.read_pointer(entry_id) == new for entry_id, _, new in swaps)
+            now = [self.store.read_pointer(entry_id) for entry_id, _, _ in swaps]
         except Exception:  # noqa: BLE001 - still unreachable: the outcome stays unknown
+            return None
+        if any(pointer == new for pointer, (_, _, new) in zip(now, swaps, strict=True)):
+            return True
+        if all(pointer == expected for pointer, (_, expected, _) in zip(now, swaps, strict=True)):
             return False
+        return None
 
     def _commit_create(self, change: TableChange) -> MetadataFile:
         """Commit of a staged create (assert-create): build from empty, write 00000, insert the row."""
@@ -568,21 +589,24 @@ def ident(ns: Namespace, name: str) -> str:
     return ".".join((*ns, name))
 
 
-_URI_BREAKERS = "#?\t\r\n"
-
-
 def check_name(name: str) -> None:
-    """Names become path segments of the table location: nothing that could escape the warehouse."""
+    """A new name (or namespace level) becomes a path segment of a table location, inside a URI:
+    nothing that could escape the warehouse or that a URI cannot carry, and within the limits of
+    ``catalog.names``. 400 before any SQL."""
     if not isinstance(name, str) or not name.strip():
         raise errors.BadRequest("Invalid name: must be a non-empty string")
-    if "/" in name or "\\" in name or name in (".", "..") or any(c in name for c in "\x00\x1f"):
-        raise errors.BadRequest(f"Invalid name: {name!r} contains a path separator or is a relative path segment")
-    if any(c in name for c in _URI_BREAKERS):  # a URI parser would cut the location there, or drop them
-        raise errors.BadRequest(f"Invalid name: {name!r} contains one of '#', '?', tab, CR or LF")
+    names.check_name_fits(name)
+    if any(c < " " or c == "\x7f" for c in name):  # includes 0x1F, the level separator
+        raise errors.BadRequest(f"Invalid name: {names.shown(name)} contains a control character (tab, CR, LF, ...)")
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise errors.BadRequest(
+            f"Invalid name: {names.shown(name)} contains a path separator or is a relative path segment"
+        )
+    if "#" in name or "?" in name:  # a URI parser would cut the location there
+        raise errors.BadRequest(f"Invalid name: {names.shown(name)} contains '#' or '?'")
 
 
 def check_namespace(ns: Namespace) -> None:
-    if not ns:
-        raise errors.BadRequest("Invalid namespace: must have at least one level")
+    names.check_namespace_fits(ns)  # first: the depth bounds the loop
     for level in ns:
         check_name(level)

@@ -1,14 +1,20 @@
 """SQL access: reads, inserts and the conditional UPDATE that is the commit.
 
-Every database error is translated here, once:
-- an error before anything could have been written -> ``ServiceUnavailable`` (503, nothing changed);
-- an error while the pointer UPDATE/COMMIT was in flight -> ``PointerOutcomeUnknown`` (the service
-  decides between "it landed" and 500 ``CommitStateUnknown``);
-- a unique-key violation on insert -> ``AlreadyExists`` (409).
+Every database error is translated here, by ``_translate``, and no SQL text or parameter reaches a
+client:
+- a missing table or column (the schema is not migrated) -> 503 naming ``iceberg-catalog migrate``;
+- a value the database refuses (``DataError``) -> 400;
+- an unreachable, full or failing database, or an exhausted pool -> 503 ``ServiceUnavailable``
+  (nothing changed);
+- a unique-key violation on insert -> ``AlreadyExists`` (409), by the caller.
+In the CAS transaction, any error before COMMIT is sent is a known failure (503: a transaction that
+never sent COMMIT cannot have committed); only a failure of the COMMIT itself is
+``PointerOutcomeUnknown``, which the service settles with a fresh read of the pointer.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -25,6 +31,8 @@ from .db import catalog_entries as E
 from .db import idempotency_keys as K
 from .db import join_namespace, split_namespace
 from .db import namespaces as N
+
+log = logging.getLogger("catalog.store")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +72,16 @@ class KeyRecord:
 
 
 class PointerOutcomeUnknown(Exception):
-    """The pointer UPDATE or its COMMIT failed in a way that hides whether it landed."""
+    """The COMMIT of the pointer UPDATE failed: it may or may not have landed.
+
+    ``settled``: a fresh read of the pointers now tells the outcome for certain. True on SQLite (a
+    local file, committed synchronously: once COMMIT has returned an error, nothing more will land);
+    False on a server database, where a lost connection can leave the COMMIT still running there.
+    """
+
+    def __init__(self, message: str, settled: bool) -> None:
+        super().__init__(message)
+        self.settled = settled
 
 
 class KeyTaken(Exception):
@@ -103,22 +120,15 @@ class Store:
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        try:
-            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                yield conn
-        except exc.OperationalError as e:
-            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
-        except exc.InterfaceError as e:
-            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+        with _translated(), self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            yield conn
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        """A write transaction whose failure means nothing was changed (no pointer moves in here)."""
-        try:
-            with self._writers, self.engine.begin() as conn:
-                yield conn
-        except (exc.OperationalError, exc.InterfaceError) as e:
-            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+        """A write transaction whose failure means nothing was changed (no pointer moves in here).
+        Unique-key violations reach the caller as ``IntegrityError``: only it knows which key."""
+        with _translated(keep=exc.IntegrityError), self._writers, self.engine.begin() as conn:
+            yield conn
 
     def ping(self) -> None:
         with self._read() as conn:
@@ -196,10 +206,8 @@ class Store:
         return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
 
     def _raw_connection(self) -> PoolProxiedConnection:
-        try:
+        with _translated():
             return self.engine.raw_connection()
-        except (exc.OperationalError, exc.InterfaceError, *self._unreachable) as e:
-            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
 
     def _fetch_one(self, query: _Compiled, values: dict[str, object]) -> tuple | None:
         """One row of a precompiled query on a pooled DBAPI connection.
@@ -221,9 +229,13 @@ class Store:
                 cursor.close()
                 if self._autocommit_reads:
                     conn.driver_connection.autocommit = False
-        except self._unreachable as e:
-            conn.invalidate(e)
-            raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
+        except self._dbapi_error as e:
+            if isinstance(e, self._unreachable):
+                conn.invalidate(e)
+            translated = _translate(e)
+            if translated is None:
+                raise
+            raise translated from e
         finally:
             conn.close()
 
@@ -359,16 +371,14 @@ class Store:
             return self._swap_pointers(swaps, key)
 
     def _swap_pointers(self, swaps: Sequence[tuple[int, str, str]], key: KeyRecord | None) -> bool:
+        """The CAS transaction. Until COMMIT is sent nothing can have landed, so every failure before
+        it is a known one (translated, at worst 503); only a failed COMMIT is ``PointerOutcomeUnknown``."""
         conn = self._raw_connection()
         try:
             cursor = conn.cursor()
             try:
                 if self.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
                     cursor.execute("BEGIN IMMEDIATE")
-            except self._unreachable as e:  # nothing was written
-                conn.invalidate(e)
-                raise errors.ServiceUnavailable(f"Database unavailable: {_short(e)}") from e
-            try:
                 for entry_id, expected, new in sorted(swaps):
                     cursor.execute(
                         self._swap.sql, self._swap.parameters({"id": entry_id, "expected": expected, "new": new})
@@ -382,14 +392,19 @@ class Store:
                     except self._integrity_error as e:
                         conn.rollback()
                         raise KeyTaken(key.key) from e
-                conn.commit()
-                if key is not None:
-                    key.recorded = True
-                return True
             except self._dbapi_error as e:
                 _quiet_rollback(conn)
                 conn.invalidate(e)
-                raise PointerOutcomeUnknown(_short(e)) from e
+                raise _translate(e) or _not_committed(e) from e
+            try:
+                conn.commit()
+            except Exception as e:  # noqa: BLE001 - whatever failed here, COMMIT may have been sent
+                _quiet_rollback(conn)
+                conn.invalidate(e)
+                raise PointerOutcomeUnknown(_short(e), settled=self.local) from e
+            if key is not None:
+                key.recorded = True
+            return True
         finally:
             conn.close()
 
@@ -473,5 +488,60 @@ def _quiet_rollback(trans: sa.Transaction | PoolProxiedConnection) -> None:
         pass
 
 
+# How a missing table or column reads: PostgreSQL's SQLSTATEs (undefined_table, undefined_column)
+# and SQLite's messages. Either means the schema is behind the code: the operator must migrate.
+_SCHEMA_STATES = frozenset({"42P01", "42703"})
+_SCHEMA_MESSAGES = ("no such table", "no such column", "has no column named")
+NOT_MIGRATED = (
+    "Database schema is missing or out of date: run `iceberg-catalog migrate` (or start with CATALOG_AUTO_MIGRATE=true)"
+)
+
+
+def _translate(e: BaseException) -> errors.IcebergError | None:
+    """THE translation of a database error into what a client is told; None when it is not a known
+    kind (a bug: the caller re-raises it, and the renderer answers 500 without its text).
+
+    Only the driver's own first line is quoted, never SQLAlchemy's text, which carries the SQL and
+    its parameters.
+    """
+    if isinstance(e, exc.TimeoutError):  # no connection free in the pool within the pool timeout
+        return errors.ServiceUnavailable("Database unavailable: no free connection in the pool")
+    orig = getattr(e, "orig", None) or e
+    text = str(orig).lower()
+    if getattr(orig, "sqlstate", None) in _SCHEMA_STATES or any(m in text for m in _SCHEMA_MESSAGES):
+        return errors.ServiceUnavailable(NOT_MIGRATED)
+    # PEP 249 class names, matched as SQLAlchemy itself matches them: one test for wrapped and raw
+    # errors of any driver (psycopg.errors.DiskFull is an OperationalError, for instance).
+    kinds = {c.__name__ for c in (*type(orig).__mro__, *type(e).__mro__)}
+    if "DataError" in kinds:  # a value the database cannot hold: the request's fault
+        return errors.BadRequest(f"Invalid value: the database refused it ({_short(orig)})")
+    if kinds & {"OperationalError", "InterfaceError"}:  # unreachable, full, locked, shutting down
+        return errors.ServiceUnavailable(f"Database unavailable: {_short(orig)}")
+    return None
+
+
+@contextmanager
+def _translated(keep: type[Exception] | tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """Translate database errors raised in the block (see ``_translate``); ``keep`` passes through."""
+    try:
+        yield
+    except keep:
+        raise
+    except (exc.DBAPIError, exc.TimeoutError) as e:
+        translated = _translate(e)
+        if translated is None:
+            raise
+        raise translated from e
+
+
+def _not_committed(e: BaseException) -> errors.IcebergError:
+    """An untranslated error in the CAS transaction before COMMIT: still, nothing landed."""
+    log.error("database error before COMMIT, nothing was committed", exc_info=e)
+    return errors.ServiceUnavailable("Database error before the commit: nothing was committed")
+
+
 def _short(e: BaseException) -> str:
-    return str(getattr(e, "orig", e)).strip().splitlines()[0][:300] if str(e) else type(e).__name__
+    """The first line of the driver's message (no SQL), or the error's type when it has none."""
+    orig = getattr(e, "orig", None) or e
+    lines = str(orig).strip().splitlines()
+    return lines[0][:300] if lines else type(orig).__name__

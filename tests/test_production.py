@@ -240,19 +240,26 @@ def test_storage_down_moves_nothing(own_pg, tmp_path):
 
 
 def test_connection_killed_during_the_update_is_commit_state_unknown(own_pg, services, tmp_path):
+    """The connection dies while the COMMIT of the pointer UPDATE is in flight: the client cannot
+    know whether it landed, so neither can the server (a kill before COMMIT is a known failure, a
+    503: tests/test_status_codes.py)."""
     server = start_server(
         tmp_path / "srv", "postgres-s3", {"CATALOG_DATABASE_URL": own_pg.url, **s3_env(services["s3"], "kill")}
     )
     try:
         base = server.url
         created = create_n_t(base)
-        # make the pointer UPDATE slow, so that the test can kill its connection mid-statement
+        # make the COMMIT of the pointer UPDATE slow (a deferred trigger runs at COMMIT), so that
+        # the test can kill its connection while COMMIT is in flight
         with psycopg.connect(own_pg.superuser_dsn.rsplit("/", 1)[0] + "/catalog", autocommit=True) as su:
             su.execute(
                 "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql "
                 "AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$"
             )
-            su.execute("CREATE TRIGGER slow BEFORE UPDATE ON catalog_entries FOR EACH ROW EXECUTE FUNCTION slow()")
+            su.execute(
+                "CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON catalog_entries DEFERRABLE INITIALLY DEFERRED "
+                "FOR EACH ROW EXECUTE FUNCTION slow()"
+            )
             result: dict = {}
 
             def commit():
@@ -267,10 +274,10 @@ def test_connection_killed_during_the_update_is_commit_state_unknown(own_pg, ser
             deadline = time.monotonic() + 20
             killed = 0
             while not killed:
-                assert time.monotonic() < deadline, "the UPDATE never started"
+                assert time.monotonic() < deadline, "the COMMIT never started"
                 killed = su.execute(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE query LIKE 'UPDATE catalog_entries%' AND state = 'active'"
+                    "WHERE query = 'COMMIT' AND state = 'active' AND datname = 'catalog'"
                 ).fetchone()[0]
                 time.sleep(0.05)
             worker.join(60)

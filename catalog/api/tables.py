@@ -115,8 +115,7 @@ async def drop_table(namespace: str, table: str, request: Request, state: State)
 @post("/v1/tables/rename", status_code=204, opt=wire.IDEMPOTENT)
 async def rename_table(payload: bytes, state: State) -> None:
     req = wire.parse(RenameTableRequest, payload)
-    src, dst = req.source, req.destination
-    await wire.blocking(state.catalog.rename_table, (tuple(src.namespace), src.name), (tuple(dst.namespace), dst.name))
+    await wire.blocking(state.catalog.rename_table, wire.identifier(req.source), wire.identifier(req.destination))
 
 
 @post("/v1/namespaces/{namespace:str}/register", opt=wire.IDEMPOTENT)
@@ -135,8 +134,7 @@ async def commit_transaction(payload: bytes, request: Request, state: State) -> 
     for change in req.table_changes:
         if change.identifier is None:
             raise errors.BadRequest("Malformed request: every table change needs an identifier")
-        ident = change.identifier
-        changes.append(TableChange(tuple(ident.namespace), ident.name, change.requirements, change.updates))
+        changes.append(TableChange(*wire.identifier(change.identifier), change.requirements, change.updates))
     try:
         await wire.blocking(state.catalog.commit_transaction, changes, idempotency.claim(request, 204, None))
     except KeyTaken:

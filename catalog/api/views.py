@@ -69,8 +69,7 @@ async def drop_view(namespace: str, view: str, state: State) -> None:
 @post("/v1/views/rename", status_code=204, opt=wire.IDEMPOTENT)
 async def rename_view(payload: bytes, state: State) -> None:
     req = wire.parse(RenameTableRequest, payload)
-    src, dst = req.source, req.destination
-    await wire.blocking(state.views.rename, (tuple(src.namespace), src.name), (tuple(dst.namespace), dst.name))
+    await wire.blocking(state.views.rename, wire.identifier(req.source), wire.identifier(req.destination))
 
 
 @post("/v1/namespaces/{namespace:str}/register-view", opt=wire.IDEMPOTENT)

@@ -19,7 +19,7 @@ import orjson
 from litestar import Response
 from pydantic import BaseModel, ValidationError
 
-from .. import errors
+from .. import errors, names
 from ..db import SEP
 
 JSON = "application/json"
@@ -78,17 +78,18 @@ def describe(e: ValidationError) -> str:
 
 
 def decode_namespace(raw: str) -> tuple[str, ...]:
-    """A namespace path segment: levels joined by %1F (or a raw 0x1F), each level URL-encoded."""
+    """A namespace path segment: levels joined by %1F (or a raw 0x1F), each level URL-encoded.
+    400 for what no stored namespace can be (see ``catalog.names``), before any SQL."""
     levels = tuple(unquote_plus(level) for level in _LEVEL_SPLIT.split(raw))
     if not levels or any(level == "" for level in levels):
-        raise errors.BadRequest(f"Invalid namespace: {unquote_plus(raw)!r}")
+        raise errors.BadRequest(f"Invalid namespace: {names.shown(unquote_plus(raw))}")
+    names.check_namespace_fits(levels)
     return levels
 
 
 def decode_name(raw: str) -> str:
     name = unquote_plus(raw)
-    if not name:
-        raise errors.BadRequest("Invalid name: empty")
+    names.check_name_fits(name)
     return name
 
 
@@ -96,7 +97,18 @@ def decode_parent(value: str | None) -> tuple[str, ...]:
     """The ``parent`` query parameter: levels joined by 0x1F (Java) or by a still-encoded %1F (pyiceberg)."""
     if not value:
         return ()
-    return tuple(unquote(level) for level in _LEVEL_SPLIT.split(value))
+    levels = tuple(unquote(level) for level in _LEVEL_SPLIT.split(value))
+    names.check_namespace_fits(levels, "parent")
+    return levels
+
+
+def identifier(ident: Any) -> tuple[tuple[str, ...], str]:
+    """A table or view identifier from a body (rename, transactions): (namespace, name), with the
+    same checks as one in the path."""
+    ns = tuple(ident.namespace)
+    names.check_namespace_fits(ns)
+    names.check_name_fits(ident.name)
+    return ns, ident.name
 
 
 def is_true(value: str | None) -> bool:
@@ -124,8 +136,9 @@ def page_params(query: Any) -> tuple[str | None, int | None]:
     if token:
         try:
             after = base64.urlsafe_b64decode(token.encode()).decode()
-        except Exception as e:  # noqa: BLE001
-            raise errors.BadRequest(f"Invalid pageToken: {token!r}") from e
+        except Exception as e:  # noqa: BLE001 - any undecodable token is the client's mistake
+            raise errors.BadRequest(f"Invalid pageToken: {names.shown(token)}") from e
+        names.check_key_fits(after, "pageToken")
     return after, size
 
 

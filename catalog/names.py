@@ -1,0 +1,61 @@
+"""What a namespace or a name can be: limits checked before any SQL, so that every backend gives the
+same 400 instead of a database error (PostgreSQL refuses what SQLite silently stores).
+
+- A namespace level, and a table or view name, is at most 255 bytes of UTF-8. It becomes one
+  segment of a table location, and 255 is the segment limit of common filesystems.
+- A namespace has at most 32 levels, joined (by 0x1F) into at most 1024 bytes. The key columns are
+  ``String(1024)`` (catalog/db.py). The limit counts bytes, not characters, so that a namespace key
+  plus a name stays far below PostgreSQL's B-tree entry limit (about 2.7 kB).
+- No NUL, anywhere: PostgreSQL text cannot hold it, so no name with one can exist.
+
+Creating something checks more (``service.check_name``: no control characters, path separators or
+URI delimiters). A lookup checks only what no stored name can be, so that a stored name stays
+reachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import errors
+
+MAX_NAME_BYTES = 255
+MAX_NAMESPACE_BYTES = 1024
+MAX_NAMESPACE_LEVELS = 32
+
+
+def shown(text: str) -> str:
+    """A value quoted in an error message, cut short: the client sent it, it need not get it all back."""
+    return repr(text) if len(text) <= 64 else repr(text[:64]) + "..."
+
+
+def utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_name_fits(name: str, what: str = "name") -> None:
+    """400 unless ``name`` could be a stored level or name: not empty, no NUL, at most 255 bytes."""
+    if not name:
+        raise errors.BadRequest(f"Invalid {what}: empty")
+    if "\x00" in name:
+        raise errors.BadRequest(f"Invalid {what}: {shown(name)} contains NUL")
+    if utf8_size(name) > MAX_NAME_BYTES:
+        raise errors.BadRequest(f"Invalid {what}: {shown(name)} is longer than {MAX_NAME_BYTES} bytes (UTF-8)")
+
+
+def check_namespace_fits(levels: Sequence[str], what: str = "namespace") -> None:
+    """400 unless ``levels`` could be a stored namespace: every level fits, within the depth and size."""
+    if not levels:
+        raise errors.BadRequest(f"Invalid {what}: must have at least one level")
+    if len(levels) > MAX_NAMESPACE_LEVELS:
+        raise errors.BadRequest(f"Invalid {what}: {len(levels)} levels, at most {MAX_NAMESPACE_LEVELS} are allowed")
+    for level in levels:
+        check_name_fits(level, f"{what} level")
+    if utf8_size("\x1f".join(levels)) > MAX_NAMESPACE_BYTES:
+        raise errors.BadRequest(f"Invalid {what}: longer than {MAX_NAMESPACE_BYTES} bytes (UTF-8) in all")
+
+
+def check_key_fits(key: str, what: str) -> None:
+    """A stored key sent back by the client (a page token): no NUL, no longer than any key can be."""
+    if "\x00" in key or utf8_size(key) > MAX_NAMESPACE_BYTES:
+        raise errors.BadRequest(f"Invalid {what}: not a key this server issued")
