@@ -456,7 +456,9 @@ class Catalog:
         base = (ns_props.get("location") or "/".join([self.storage.root().rstrip("/"), *ns])).rstrip("/")
         chosen = f"{base}/{name}"
         if self.store.overlapping(self.locations.check(chosen)):
-            chosen = f"{base}/{name}-{uuid.uuid4().hex[:8]}"
+            # cut to leave room for the suffix: a path segment is at most MAX_NAME_BYTES on disk too
+            stem = name.encode()[: names.MAX_NAME_BYTES - 9].decode(errors="ignore")
+            chosen = f"{base}/{stem}-{uuid.uuid4().hex[:8]}"
         self.claim(chosen)
         return chosen
 

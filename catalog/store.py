@@ -206,7 +206,7 @@ class Store:
         return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
 
     def _raw_connection(self) -> PoolProxiedConnection:
-        with _translated():
+        with _translated(driver=(self._dbapi_error,)):
             return self.engine.raw_connection()
 
     def _fetch_one(self, query: _Compiled, values: dict[str, object]) -> tuple | None:
@@ -521,13 +521,15 @@ def _translate(e: BaseException) -> errors.IcebergError | None:
 
 
 @contextmanager
-def _translated(keep: type[Exception] | tuple[type[Exception], ...] = ()) -> Iterator[None]:
-    """Translate database errors raised in the block (see ``_translate``); ``keep`` passes through."""
+def _translated(keep: type[Exception] | tuple[type[Exception], ...] = (), driver: tuple = ()) -> Iterator[None]:
+    """Translate database errors raised in the block (see ``_translate``); ``keep`` passes through.
+    ``driver``: the driver's own error classes, for blocks that can raise them unwrapped (connecting
+    through ``engine.raw_connection()`` does)."""
     try:
         yield
     except keep:
         raise
-    except (exc.DBAPIError, exc.TimeoutError) as e:
+    except (exc.DBAPIError, exc.TimeoutError, *driver) as e:
         translated = _translate(e)
         if translated is None:
             raise

@@ -258,6 +258,14 @@ def test_tables_own_their_locations(http, ns):
     assert http.post("/v1/tables/rename", json=rename).status_code == 204
     again = create(http, ns, "a")["metadata"]["location"]
     assert again != home and again.startswith(home + "-")
+    # The same with the longest name there is (255 bytes): the suffixed segment still fits a filesystem.
+    longest = "l" * 255
+    first = create(http, ns, longest)["metadata"]["location"]
+    rename = {"source": {"namespace": [ns], "name": longest}, "destination": {"namespace": [ns], "name": "l2"}}
+    assert http.post("/v1/tables/rename", json=rename).status_code == 204
+    second = create(http, ns, longest)["metadata"]["location"]
+    assert second != first and len(second.rsplit("/", 1)[1]) == 255
+    assert commit(http, ns, longest, [], [{"action": "set-properties", "updates": {"k": "v"}}]).status_code == 200
     moved = commit(http, ns, "c", [], [{"action": "set-location", "location": parent + "/c-moved"}])
     assert moved.status_code == 200, moved.text  # a free location is fine, and is then owned
     resp = http.post(
