@@ -117,6 +117,47 @@ def test_sqlite_disk_full_is_503_and_moves_nothing(tmp_path):
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
+def test_local_warehouse_full_is_503_and_leaves_no_partial_file(tmp_path):
+    """The warehouse on a full filesystem: writing the new metadata file fails before the CAS, so
+    the commit is a known failure, and the partly written file is removed."""
+    mnt = tmp_path / "whfs"
+    mnt.mkdir()
+    _mount_tmpfs(mnt, "1m")
+    server = None
+    try:
+        server = start_server(tmp_path / "srv", extra_env={"CATALOG_WAREHOUSE": str(mnt / "wh")})
+        base = server.url
+        assert requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).status_code == 200
+        resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": SCHEMA}, timeout=30)
+        assert resp.status_code == 200, resp.text
+        created = resp.json()["metadata-location"]
+        folder = _metadata_dir(created)
+        files_before = sorted(os.listdir(folder))
+        _fill(mnt / "filler")
+
+        for failed in (
+            requests.post(f"{base}/v1/namespaces/n/tables/t", json={"updates": [SET_PROP]}, timeout=60),
+            requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "u", "schema": SCHEMA}, timeout=60),
+        ):
+            err = assert_error(failed, 503, "ServiceUnavailableException")
+            assert "space" in err["message"], err
+            assert_clean(failed)
+        assert sorted(os.listdir(folder)) == files_before  # no partial file
+        assert requests.get(f"{base}/v1/namespaces/n/tables/u", timeout=30).status_code == 404
+        assert requests.get(f"{base}/v1/namespaces/n/tables/t", timeout=30).json()["metadata-location"] == created
+
+        (mnt / "filler").unlink()
+        ok = requests.post(f"{base}/v1/namespaces/n/tables/t", json={"updates": [SET_PROP]}, timeout=60)
+        assert ok.status_code == 200, ok.text
+        again = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "u", "schema": SCHEMA}, timeout=60)
+        assert again.status_code == 200, again.text
+    finally:
+        if server is not None:
+            server.stop()
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
 def new_database(pg, name: str) -> tuple[str, str]:
     """A fresh database on the suite's PostgreSQL: (SQLAlchemy URL, superuser DSN of it)."""
     with psycopg.connect(pg.superuser_dsn, autocommit=True) as conn:
