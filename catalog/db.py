@@ -52,6 +52,9 @@ catalog_entries = sa.Table(
     # NULL only for rows from before migration 0003 until the server fills them in at start-up.
     sa.Column("location", sa.Text, nullable=True),
     sa.UniqueConstraint("namespace", "name", name="uq_entries_namespace_name"),
+    # Serves the overlap lookup (store.overlapping): equality with each ancestor and, on PostgreSQL
+    # where text_pattern_ops lets a btree answer it, the prefix LIKE.
+    sa.Index("ix_entries_location", "location", postgresql_ops={"location": "text_pattern_ops"}),
 )
 
 idempotency_keys = sa.Table(

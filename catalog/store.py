@@ -31,6 +31,7 @@ from .db import catalog_entries as E
 from .db import idempotency_keys as K
 from .db import join_namespace, split_namespace
 from .db import namespaces as N
+from .locations import ancestors, overlaps
 
 log = logging.getLogger("catalog.store")
 
@@ -290,15 +291,15 @@ class Store:
         Containing locations are found by equality with each ancestor, contained ones by prefix
         (``LIKE`` with the wildcards escaped). Runs on creates, registers and location changes only.
         """
-        from .locations import ancestors
-
         q = sa.select(E.c.id, E.c.namespace, E.c.name, E.c.kind, E.c.location).where(
             sa.or_(E.c.location.in_(ancestors(location)), E.c.location.startswith(location + "/", autoescape=True))
         )
         if exclude_id is not None:
             q = q.where(E.c.id != exclude_id)
         with self._read() as conn:
-            return [Located(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in conn.execute(q)]
+            rows = conn.execute(q).all()
+        # LIKE is case-insensitive on SQLite: keep only exact overlaps
+        return [Located(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in rows if overlaps(r[4], location)]
 
     def referencing(self, metadata_location: str) -> Entry | None:
         """The entry whose pointer is this metadata file, if any."""

@@ -22,8 +22,10 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("catalog_entries") as batch:
         batch.add_column(sa.Column("location", sa.Text, nullable=True))
+        batch.create_index("ix_entries_location", ["location"], postgresql_ops={"location": "text_pattern_ops"})
 
 
 def downgrade() -> None:
     with op.batch_alter_table("catalog_entries") as batch:
+        batch.drop_index("ix_entries_location")
         batch.drop_column("location")
