@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -203,3 +204,43 @@ def assert_error(resp: requests.Response, code: int, type_: str, contains: str =
     assert err["code"] == code and err["type"] == type_, err
     assert isinstance(err["message"], str) and contains in err["message"], err
     return err
+
+
+def commit_with_its_connection_killed(su, base: str, at: str) -> requests.Response:
+    """POST a set-properties commit to table n.t of the server at ``base`` and kill its database
+    connection while the pointer UPDATE runs (``at="update"``: before COMMIT is sent) or while its
+    COMMIT runs (``at="commit"``). ``su``: an autocommit superuser psycopg connection to the
+    server's database. A trigger sleeping 3 s makes the moment last long enough to be caught."""
+    su.execute(
+        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$"
+    )
+    if at == "update":
+        su.execute("CREATE TRIGGER slow BEFORE UPDATE ON catalog_entries FOR EACH ROW EXECUTE FUNCTION slow()")
+        running = "query LIKE 'UPDATE catalog_entries%'"
+    else:  # a deferred constraint trigger runs at COMMIT
+        su.execute(
+            "CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON catalog_entries DEFERRABLE INITIALLY DEFERRED "
+            "FOR EACH ROW EXECUTE FUNCTION slow()"
+        )
+        running = "query = 'COMMIT'"
+    result: dict = {}
+
+    def commit() -> None:
+        body = {"updates": [{"action": "set-properties", "updates": {"killed": "during " + at}}]}
+        result["resp"] = requests.post(f"{base}/v1/namespaces/n/tables/t", json=body, timeout=60)
+
+    worker = threading.Thread(target=commit)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not su.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            f"WHERE datname = current_database() AND state = 'active' AND {running}"
+        ).fetchone()[0]:
+            assert time.monotonic() < deadline, f"the {at} never started"
+            time.sleep(0.05)
+    finally:
+        worker.join(60)
+        su.execute("DROP TRIGGER slow ON catalog_entries")
+        su.execute("DROP FUNCTION slow()")
+    return result["resp"]

@@ -17,7 +17,7 @@ import requests
 from pyiceberg.exceptions import CommitFailedException
 
 from tests import services as svc
-from tests.conftest import assert_error, s3_client_props, s3_env, start_server
+from tests.conftest import assert_error, commit_with_its_connection_killed, s3_client_props, s3_env, start_server
 from tests.test_commits_http import SCHEMA as RAW_SCHEMA
 from tests.test_migrations import check_round_trip
 from tests.test_tables import SCHEMA, rows
@@ -249,40 +249,9 @@ def test_connection_killed_during_the_update_is_commit_state_unknown(own_pg, ser
     try:
         base = server.url
         created = create_n_t(base)
-        # make the COMMIT of the pointer UPDATE slow (a deferred trigger runs at COMMIT), so that
-        # the test can kill its connection while COMMIT is in flight
         with psycopg.connect(own_pg.superuser_dsn.rsplit("/", 1)[0] + "/catalog", autocommit=True) as su:
-            su.execute(
-                "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql "
-                "AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$"
-            )
-            su.execute(
-                "CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON catalog_entries DEFERRABLE INITIALLY DEFERRED "
-                "FOR EACH ROW EXECUTE FUNCTION slow()"
-            )
-            result: dict = {}
-
-            def commit():
-                result["resp"] = requests.post(
-                    f"{base}/v1/namespaces/n/tables/t",
-                    json={"updates": [{"action": "set-properties", "updates": {"a": "b"}}]},
-                    timeout=60,
-                )
-
-            worker = threading.Thread(target=commit)
-            worker.start()
-            deadline = time.monotonic() + 20
-            killed = 0
-            while not killed:
-                assert time.monotonic() < deadline, "the COMMIT never started"
-                killed = su.execute(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE query = 'COMMIT' AND state = 'active' AND datname = 'catalog'"
-                ).fetchone()[0]
-                time.sleep(0.05)
-            worker.join(60)
-            su.execute("DROP TRIGGER slow ON catalog_entries")
-        err = assert_error(result["resp"], 500, "CommitStateUnknownException")
+            resp = commit_with_its_connection_killed(su, base, at="commit")
+        err = assert_error(resp, 500, "CommitStateUnknownException")
         assert "unknown" in err["message"].lower()
         # afterwards the table points at the old or the new file, and either is readable
         loaded = requests.get(f"{base}/v1/namespaces/n/tables/t", timeout=30)

@@ -14,9 +14,9 @@ import errno
 import os
 import subprocess
 import sys
-import threading
-import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -30,7 +30,7 @@ from catalog import errors, logs
 from catalog.db import create_engine
 from catalog.settings import Settings
 from catalog.store import Store, _short, _translate
-from tests.conftest import IN_CI, assert_error, s3_client_props, s3_env, start_server
+from tests.conftest import IN_CI, assert_error, commit_with_its_connection_killed, s3_client_props, s3_env, start_server
 from tests.test_commits_http import SCHEMA, create
 
 LEAKS = ("SELECT", "INSERT", "UPDATE", "[SQL", "Traceback", "psycopg", "sqlalchemy")
@@ -51,13 +51,34 @@ def assert_400(resp: requests.Response, contains: str = "") -> None:
 # -- 1. a failure known not to have committed is a 503, and leaves no file -------------------------
 
 
-def _mount_tmpfs(where: Path, size: str) -> None:
-    out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+@contextmanager
+def _table_on_a_full_disk(tmp_path: Path, size: str, env: Callable[[Path], dict]) -> Iterator[tuple[str, Path, str]]:
+    """A server whose ``env(mount)`` puts its database or warehouse on a small tmpfs, with table n.t
+    created, then the tmpfs filled up: yields (server URL, the filler file, the table's metadata
+    location). Skipped where no tmpfs can be mounted, except under CI=true, where that fails."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True)
     if out.returncode != 0:
         reason = f"cannot mount a tmpfs here: {out.stderr.decode(errors='replace').strip()}"
         if IN_CI:
             pytest.fail(f"CI=true: {reason}")
         pytest.skip(reason)
+    server = None
+    try:
+        server = start_server(tmp_path / "srv", extra_env=env(mnt))
+        base = server.url
+        assert requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).status_code == 200
+        resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": SCHEMA}, timeout=30)
+        assert resp.status_code == 200, resp.text
+        filler = mnt / "filler"
+        assert _fill(filler) > 0
+        yield base, filler, resp.json()["metadata-location"]
+    finally:
+        if server is not None:
+            server.stop()
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def _fill(path: Path) -> int:
@@ -74,27 +95,16 @@ def _fill(path: Path) -> int:
     return written
 
 
-def _metadata_dir(location: str) -> Path:
-    return Path(location.removeprefix("file://")).parent
+def _files_of(location: str) -> list[str]:
+    """The files in the folder of a local metadata file."""
+    return sorted(os.listdir(Path(location.removeprefix("file://")).parent))
 
 
 def test_sqlite_disk_full_is_503_and_moves_nothing(tmp_path):
     """The database file on a full filesystem: the pointer cannot move, and the server knows it."""
-    mnt = tmp_path / "dbfs"
-    mnt.mkdir()
-    _mount_tmpfs(mnt, "2m")
-    server = None
-    try:
-        server = start_server(tmp_path / "srv", extra_env={"CATALOG_DATABASE_URL": f"sqlite:///{mnt / 'catalog.db'}"})
-        base = server.url
-        assert requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).status_code == 200
-        resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": SCHEMA}, timeout=30)
-        assert resp.status_code == 200, resp.text
-        created = resp.json()["metadata-location"]
-        folder = _metadata_dir(created)
-        files_before = sorted(os.listdir(folder))
-        assert _fill(mnt / "filler") > 0
-
+    env = lambda mnt: {"CATALOG_DATABASE_URL": f"sqlite:///{mnt / 'catalog.db'}"}  # noqa: E731
+    with _table_on_a_full_disk(tmp_path, "2m", env) as (base, filler, created):
+        files_before = _files_of(created)
         failed = requests.post(f"{base}/v1/namespaces/n/tables/t", json={"updates": [SET_PROP]}, timeout=60)
         err = assert_error(failed, 503, "ServiceUnavailableException")
         assert "full" in err["message"], err
@@ -102,39 +112,25 @@ def test_sqlite_disk_full_is_503_and_moves_nothing(tmp_path):
         assert_clean(failed)
         loaded = requests.get(f"{base}/v1/namespaces/n/tables/t", timeout=30)
         assert loaded.json()["metadata-location"] == created
-        assert sorted(os.listdir(folder)) == files_before  # the uncommitted file was deleted
+        assert _files_of(created) == files_before  # the uncommitted file was deleted
 
-        (mnt / "filler").unlink()
+        filler.unlink()
         ok = requests.post(f"{base}/v1/namespaces/n/tables/t", json={"updates": [SET_PROP]}, timeout=60)
         assert ok.status_code == 200, ok.text
         moved = requests.get(f"{base}/v1/namespaces/n/tables/t", timeout=30).json()
         assert moved["metadata-location"] == ok.json()["metadata-location"] != created
         assert moved["metadata"]["properties"]["k"] == "v"
-    finally:
-        if server is not None:
-            server.stop()
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def test_local_warehouse_full_is_503_and_leaves_no_partial_file(tmp_path):
     """The warehouse on a full filesystem: writing the new metadata file fails before the CAS, so
     the commit is a known failure, and the partly written file is removed."""
-    mnt = tmp_path / "whfs"
-    mnt.mkdir()
-    _mount_tmpfs(mnt, "1m")
-    server = None
-    try:
-        server = start_server(tmp_path / "srv", extra_env={"CATALOG_WAREHOUSE": str(mnt / "wh")})
-        base = server.url
-        assert requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).status_code == 200
-        resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": SCHEMA}, timeout=30)
-        assert resp.status_code == 200, resp.text
-        created = resp.json()["metadata-location"]
-        folder = _metadata_dir(created)
-        files_before = sorted(os.listdir(folder))
-        _fill(mnt / "filler")
-
+    with _table_on_a_full_disk(tmp_path, "1m", lambda mnt: {"CATALOG_WAREHOUSE": str(mnt / "wh")}) as (
+        base,
+        filler,
+        created,
+    ):
+        files_before = _files_of(created)
         for failed in (
             requests.post(f"{base}/v1/namespaces/n/tables/t", json={"updates": [SET_PROP]}, timeout=60),
             requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "u", "schema": SCHEMA}, timeout=60),
@@ -142,20 +138,15 @@ def test_local_warehouse_full_is_503_and_leaves_no_partial_file(tmp_path):
             err = assert_error(failed, 503, "ServiceUnavailableException")
             assert "space" in err["message"], err
             assert_clean(failed)
-        assert sorted(os.listdir(folder)) == files_before  # no partial file
+        assert _files_of(created) == files_before  # no partial file
         assert requests.get(f"{base}/v1/namespaces/n/tables/u", timeout=30).status_code == 404
         assert requests.get(f"{base}/v1/namespaces/n/tables/t", timeout=30).json()["metadata-location"] == created
 
-        (mnt / "filler").unlink()
+        filler.unlink()
         ok = requests.post(f"{base}/v1/namespaces/n/tables/t", json={"updates": [SET_PROP]}, timeout=60)
         assert ok.status_code == 200, ok.text
         again = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "u", "schema": SCHEMA}, timeout=60)
         assert again.status_code == 200, again.text
-    finally:
-        if server is not None:
-            server.stop()
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def new_database(pg, name: str) -> tuple[str, str]:
@@ -185,34 +176,10 @@ def test_postgres_connection_lost_before_commit_is_503_and_leaves_no_file(servic
         created = resp.json()["metadata-location"]
         keys_before = _s3_keys(services, f"{prefix}/n/t/metadata/")
         with psycopg.connect(su_dsn, autocommit=True) as su:
-            su.execute(
-                "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql "
-                "AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$"
-            )
-            su.execute("CREATE TRIGGER slow BEFORE UPDATE ON catalog_entries FOR EACH ROW EXECUTE FUNCTION slow()")
-            result: dict = {}
-
-            def commit() -> None:
-                result["resp"] = requests.post(
-                    f"{base}/v1/namespaces/n/tables/t", json={"updates": [SET_PROP]}, timeout=60
-                )
-
-            worker = threading.Thread(target=commit)
-            worker.start()
-            deadline = time.monotonic() + 20
-            killed = 0
-            while not killed:
-                assert time.monotonic() < deadline, "the UPDATE never started"
-                killed = su.execute(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND query LIKE 'UPDATE catalog_entries%' AND state = 'active'"
-                ).fetchone()[0]
-                time.sleep(0.05)
-            worker.join(60)
-            su.execute("DROP TRIGGER slow ON catalog_entries")
-        assert_error(result["resp"], 503, "ServiceUnavailableException")
-        assert result["resp"].headers.get("Retry-After")
-        assert_clean(result["resp"])
+            resp = commit_with_its_connection_killed(su, base, at="update")
+        assert_error(resp, 503, "ServiceUnavailableException")
+        assert resp.headers.get("Retry-After")
+        assert_clean(resp)
         loaded = requests.get(f"{base}/v1/namespaces/n/tables/t", timeout=30).json()
         assert loaded["metadata-location"] == created
         assert _s3_keys(services, f"{prefix}/n/t/metadata/") == keys_before  # no orphan
@@ -312,7 +279,8 @@ def test_bad_names_in_bodies_are_400_and_create_nothing(http, ns, server, bad):
     assert http.get(f"/v1/namespaces/{ns}/views").json()["identifiers"] == []
     assert http.get(f"/v1/namespaces/{ns}/tables/t").json()["metadata-location"] == created["metadata-location"]
     if server.backend == "sqlite":  # the local warehouse: no directory for the refused table
-        assert sorted(p.name for p in _metadata_dir(created["metadata-location"]).parent.parent.iterdir()) == ["t"]
+        namespace_dir = Path(created["metadata-location"].removeprefix("file://")).parent.parent.parent
+        assert sorted(p.name for p in namespace_dir.iterdir()) == ["t"]
 
 
 def test_namespace_depth_and_size_limits(http, ns):
