@@ -135,7 +135,7 @@ def test_keyed_streamed_body_over_the_limit_is_refused_before_it_is_read(bounded
     elapsed = time.monotonic() - start
     assert answered, f"no answer while sending {sent} bytes"
     assert status == 413 and _error_type(body) == "RequestTooLargeException", (status, body[:300])
-    assert elapsed < 1.0, elapsed
+    assert elapsed < 5.0, elapsed  # a bound on behaviour, not a speed target: buffering 50 MB took far longer
     assert sent < 10 * MAX_BODY, sent  # answered long before the 50 MB were sent
     assert _rss_kib(pid) - rss_before < 20 * 1024, (rss_before, _rss_kib(pid))
 
