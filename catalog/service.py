@@ -39,7 +39,7 @@ from .files import MetadataFile, MetadataFiles
 from .locations import is_within, normalise
 from .settings import Settings
 from .storage import Storage
-from .store import Entry, KeyRecord, PointerOutcomeUnknown, Store
+from .store import Entry, KeyRecord, LocationTaken, PointerOutcomeUnknown, Store
 
 log = logging.getLogger("catalog.commit")
 Namespace = tuple[str, ...]
@@ -470,9 +470,7 @@ class Catalog:
         location, so one entry's commits, purge or registration can never reach another's files."""
         normal = self.locations.check(location)
         for other in self.store.overlapping(normal, exclude_id):
-            raise errors.AlreadyExists(
-                f"Location {location} overlaps the location of {other.kind} {ident(other.namespace, other.name)}"
-            )
+            raise LocationTaken(location, other)
         return normal
 
     def _check_paths(self, properties: dict[str, str], exclude_id: int | None = None) -> None:

@@ -85,6 +85,15 @@ class PointerOutcomeUnknown(Exception):
         self.settled = settled
 
 
+class LocationTaken(errors.AlreadyExists):
+    """409: ``location`` equals, contains or lies inside the location of another entry."""
+
+    def __init__(self, location: str, other: Located) -> None:
+        super().__init__(
+            f"Location {location} overlaps the location of {other.kind} {'.'.join((*other.namespace, other.name))}"
+        )
+
+
 class KeyTaken(Exception):
     """A commit's idempotency key was recorded meanwhile by another request: this one rolled back."""
 
@@ -258,6 +267,7 @@ class Store:
                 taken = _holder_of(conn, ns, name)
                 if taken is not None:
                     raise _name_taken(kind, taken, ident)
+                self._location_free(conn, location, None)
                 conn.execute(
                     E.insert().values(
                         namespace=join_namespace(ns),
@@ -272,10 +282,13 @@ class Store:
 
     def overwrite_entry(self, ns: tuple[str, ...], name: str, metadata_location: str, location: str) -> None:
         """Register-with-overwrite: point an existing table at another metadata file."""
+        where = (E.c.namespace == join_namespace(ns), E.c.name == name, E.c.kind == "table")
         with self._write() as conn:
+            replaced = conn.execute(sa.select(E.c.id).where(*where)).scalar()
+            self._location_free(conn, location, replaced)
             conn.execute(
                 E.update()
-                .where(E.c.namespace == join_namespace(ns), E.c.name == name, E.c.kind == "table")
+                .where(*where)
                 .values(
                     metadata_location=metadata_location,
                     previous_metadata_location=E.c.metadata_location,
@@ -291,15 +304,19 @@ class Store:
         Containing locations are found by equality with each ancestor, contained ones by prefix
         (``LIKE`` with the wildcards escaped). Runs on creates, registers and location changes only.
         """
-        q = sa.select(E.c.id, E.c.namespace, E.c.name, E.c.kind, E.c.location).where(
-            sa.or_(E.c.location.in_(ancestors(location)), E.c.location.startswith(location + "/", autoescape=True))
-        )
-        if exclude_id is not None:
-            q = q.where(E.c.id != exclude_id)
         with self._read() as conn:
-            rows = conn.execute(q).all()
-        # LIKE is case-insensitive on SQLite: keep only exact overlaps
-        return [Located(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in rows if overlaps(r[4], location)]
+            return _overlapping(conn, location, exclude_id)
+
+    def _location_free(self, conn: Connection, location: str, exclude_id: int | None) -> None:
+        """In the transaction that inserts or moves an entry: ``LocationTaken`` if another entry
+        overlaps ``location``. The service checked before writing any file; this closes the race
+        between two creates that both passed that check. Writers are serialised for it: SQLite's
+        write transactions are (BEGIN IMMEDIATE); on PostgreSQL an advisory lock held until the
+        transaction ends does it, taken only by these rare inserts, never by commits."""
+        if not self.local:
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCATIONS_LOCK})
+        for other in _overlapping(conn, location, exclude_id):
+            raise LocationTaken(location, other)
 
     def referencing(self, metadata_location: str) -> Entry | None:
         """The entry whose pointer is this metadata file, if any."""
@@ -465,6 +482,21 @@ def _bytes(value: object) -> bytes | None:
 
 def _exists(conn: Connection, table: sa.Table, cond: sa.ColumnElement[bool]) -> bool:
     return conn.execute(sa.select(sa.literal(1)).select_from(table).where(cond)).first() is not None
+
+
+def _overlapping(conn: Connection, location: str, exclude_id: int | None) -> list[Located]:
+    q = sa.select(E.c.id, E.c.namespace, E.c.name, E.c.kind, E.c.location).where(
+        sa.or_(E.c.location.in_(ancestors(location)), E.c.location.startswith(location + "/", autoescape=True))
+    )
+    if exclude_id is not None:
+        q = q.where(E.c.id != exclude_id)
+    rows = conn.execute(q).all()
+    # LIKE is case-insensitive on SQLite: keep only exact overlaps
+    return [Located(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in rows if overlaps(r[4], location)]
+
+
+# The advisory lock key that serialises location claims on PostgreSQL (any constant the catalog owns).
+_LOCATIONS_LOCK = 0x1CEB_E4C0
 
 
 def _holder_of(conn: Connection, ns: tuple[str, ...], name: str) -> str | None:

@@ -274,6 +274,26 @@ def test_tables_own_their_locations(http, ns):
     assert_error(resp, 409, "AlreadyExistsException", f"overlaps the location of table {ns}.c")
 
 
+def test_racing_creates_of_overlapping_locations_exactly_one_wins(http, ns):
+    """Creates that ask for the same or nested locations, released together: the check before the
+    metadata file is written and the re-check in the inserting transaction leave exactly one."""
+    home = create(http, ns, "anchor")["metadata"]["location"].rsplit("/", 1)[0] + "/contested"
+    wanted = [home, home + "/inner", home + "/inner/deeper"]
+    n = 12
+    barrier = threading.Barrier(n)
+
+    def create_at(i: int) -> int:
+        body = {"name": f"r{i}", "schema": SCHEMA, "location": wanted[i % len(wanted)]}
+        barrier.wait()
+        return requests.post(f"{http.base}/v1/namespaces/{ns}/tables", json=body, timeout=60).status_code
+
+    with ThreadPoolExecutor(n) as pool:
+        codes = list(pool.map(create_at, range(n)))
+    assert sorted(codes) == [200] + [409] * (n - 1), codes
+    names = {i["name"] for i in http.get(f"/v1/namespaces/{ns}/tables").json()["identifiers"]}
+    assert names == {"anchor", f"r{codes.index(200)}"}
+
+
 def _version(ns: str) -> dict:
     return {
         "version-id": 1,
