@@ -212,9 +212,10 @@ def test_stateful_links_conform(fuzz_server: Server) -> None:
 
 # -- properties without a server -----------------------------------------------------------------
 
-# Levels a client may send: any text but the empty string (an empty level is refused) and the unit
-# separator itself, which separates levels and so cannot occur inside one.
-LEVEL = st.text(min_size=1, max_size=12).filter(lambda s: s != "" and "\x1f" not in s)
+# Levels a client may send: any text but the empty string (an empty level is refused), the unit
+# separator itself, which separates levels and so cannot occur inside one, and NUL, which no stored
+# name can hold (catalog.names); at most 12 characters, so within the 255-byte limit.
+LEVEL = st.text(min_size=1, max_size=12).filter(lambda s: s != "" and "\x1f" not in s and "\x00" not in s)
 
 
 @settings(database=None, deadline=None)  # timing varies on a shared CI machine
@@ -255,6 +256,21 @@ def test_empty_namespace_level_is_refused(levels: list[str], at: int) -> None:
     levels.insert(min(at, len(levels)), "")
     with pytest.raises(errors.BadRequest):
         wire.decode_namespace("%1F".join(quote(level, safe="") for level in levels))
+
+
+@settings(database=None, deadline=None)  # timing varies on a shared CI machine
+@given(st.lists(LEVEL, min_size=1, max_size=3), st.integers(0, 3), st.sampled_from(["nul", "long"]))
+def test_a_level_no_name_can_be_is_refused_everywhere(levels: list[str], at: int, bad: str) -> None:
+    """A level or name with a NUL, or over 255 bytes of UTF-8, is a 400 in every decoder."""
+    levels = [*levels]
+    i = min(at, len(levels) - 1)
+    levels[i] = levels[i] + "\x00" if bad == "nul" else levels[i] + "é" * 128
+    with pytest.raises(errors.BadRequest):
+        wire.decode_namespace("%1F".join(quote(level, safe="") for level in levels))
+    with pytest.raises(errors.BadRequest):
+        wire.decode_parent("\x1f".join(levels))
+    with pytest.raises(errors.BadRequest):
+        wire.decode_name(quote(levels[i], safe=""))
 
 
 # -- commit requirements ---------------------------------------------------------------------------
