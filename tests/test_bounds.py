@@ -153,7 +153,7 @@ def test_declared_length_over_the_limit_is_refused_unread(bounded, keyed):
         sock.sendall(head)
         status, body = _answer(sock, 3)
     assert status == 413 and _error_type(body) == "RequestTooLargeException", (status, body[:300])
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 5.0  # a bound on behaviour: unread, so no waiting on a body
 
 
 def test_sent_body_over_the_limit_is_the_same_error_with_or_without_key(bounded, web):
@@ -314,8 +314,9 @@ def test_slow_body_is_closed_after_the_body_timeout(bounded):
 def test_endless_request_head_is_refused_431(bounded):
     """A head growing without end is refused once it passes ``max_header_bytes``, before the timeout."""
     with _connect(bounded) as sock:
-        sock.sendall(b"GET /v1/config HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ")
-        sent = 0
+        head = b"GET /v1/config HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "
+        sock.sendall(head)
+        sent = len(head)
         try:
             for _ in range(40):  # up to 40 x 8 KB, without ever ending the head
                 sock.sendall(b"b" * 8192)
