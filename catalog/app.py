@@ -23,8 +23,7 @@ from pydantic import ValidationError
 
 from . import errors, logs, metrics, migrate
 from .api import config as config_api
-from .api import idempotency, namespaces, oauth, operations, tables, unserved, wire
-from .api import views as views_api
+from .api import entries, idempotency, namespaces, oauth, operations, unserved, wire
 from .auth import Tokens, parse_clients
 from .db import create_engine
 from .files import MetadataFiles
@@ -33,11 +32,10 @@ from .service import Catalog
 from .settings import Settings
 from .storage import create_storage
 from .store import Store
-from .view_service import Views
 
 log = logging.getLogger("catalog")
 
-CATALOG_ROUTES = [*namespaces.ROUTES, *tables.ROUTES, *views_api.ROUTES]
+CATALOG_ROUTES = [*namespaces.ROUTES, *entries.ROUTES]
 # /v1/<prefix>/<resource>...: the optional prefix segment clients insert after /v1/.
 _PREFIXED = re.compile(r"^/v1/([^/]+)/(namespaces|tables|views|transactions)(/.*)?$")
 _UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "config", "oauth"}
@@ -121,7 +119,6 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         app.state.catalog = Catalog(settings, Store(engine), storage, files)
         # Rows from before migration 0003 get their locations in the background (a no-op after).
         threading.Thread(target=_backfill, args=(app.state.catalog,), name="backfill", daemon=True).start()
-        app.state.views = Views(app.state.catalog)
         app.state.tokens = tokens
         app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
         app.state.table_config = orjson.dumps(client_io_properties(settings))
@@ -190,12 +187,8 @@ def _error_response(request: Request, exc: Exception) -> Response:
     elif err.code >= 500:  # the details (SQL, stack) go to the log only; the body has the request id
         detail = err.message if err is exc else f"{type(exc).__name__}: {exc}"
         log.error("%s %s -> %s: %s", request.method, request.url.path, err.code, detail, exc_info=exc)
-    # 503 means nothing was changed and the dependency may come back: tell clients when to retry.
-    headers = {"Retry-After": "1"} if err.code == 503 else None
-    if request.method == "HEAD":
-        return Response(content=None, status_code=err.code, headers=headers)
-    body = wire.error_body(err.message, err.type, err.code)
-    return Response(content=body, status_code=err.code, media_type=wire.JSON, headers=headers)
+    status, headers, body = errors.render(err, head=request.method == "HEAD")
+    return Response(content=body or None, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
 
 
 def _as_iceberg(exc: Exception) -> errors.IcebergError:
@@ -209,25 +202,21 @@ def _as_iceberg(exc: Exception) -> errors.IcebergError:
     if isinstance(exc, HTTPException) and exc.status_code < 500:
         code = exc.status_code
         if code == 404:
-            err: errors.IcebergError = errors.NotFound(f"No route for this path: {exc.detail}")
-        elif code == 413:  # Litestar's request_max_body_size; the same error as api.idempotency's
-            err = errors.RequestTooLarge()
-        else:
-            err = errors.BadRequest(f"Malformed request: {exc.detail}")
-        err.code = code
+            return errors.FromFramework(f"No route for this path: {exc.detail}", 404, "NotFoundException")
+        if code == 413:  # Litestar's request_max_body_size; the same error as api.idempotency's
+            return errors.RequestTooLarge()
         if code == 405:
-            err.type = "MethodNotAllowedException"
-        return err
+            return errors.FromFramework(f"Malformed request: {exc.detail}", 405, "MethodNotAllowedException")
+        return errors.FromFramework(f"Malformed request: {exc.detail}", code)
     rid = logs.request_id.get() or "none"
-    err = errors.IcebergError(f"Internal server error (request id {rid}); the details are in the server log")
-    if isinstance(exc, HTTPException):
-        err.code = exc.status_code
-    return err
+    message = f"Internal server error (request id {rid}); the details are in the server log"
+    code = exc.status_code if isinstance(exc, HTTPException) else 500
+    return errors.FromFramework(message, code, "InternalServerError")
 
 
 async def _send_error(send: Any, err: errors.IcebergError) -> None:
-    body = wire.error_body(err.message, err.type, err.code)
-    await send({"type": "http.response.start", "status": err.code, "headers": [(b"content-type", b"application/json")]})
+    status, headers, body = errors.render(err)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -1,342 +1,351 @@
-"""The pure part of a commit: requirements + updates -> new TableMetadata. No I/O.
+"""The commit engine: the one loop that moves pointers. updateTable, transactions/commit,
+replaceView and creates (plain and staged) all run through ``CommitEngine.commit``; tables and views
+plug in only their pure requirement-and-update function (``catalog.metadata``).
 
-pyiceberg owns the metadata model and the semantics of every update action; this module adds what a
-server needs around it: the REST error mapping (409 for a stale premise, 400 for a bad request), the
-no-op detection, the create path and the next metadata file name.
+Per attempt, under the entries' process-local locks:
+  1. read each entry's pointer and that metadata file (cached by location: files are immutable);
+  2. apply: check the requirements and apply the updates (pure). A failed requirement is a 409 and
+     is NOT retried: the client's premise is stale. An unchanged result ends the commit;
+  3. check the locations the new metadata claims (``ownership``), write the new file create-only;
+  4. compare-and-swap every pointer in ONE transaction, with the Idempotency-Key's row (a create
+     inserts its row instead).
+Losing the CAS means another commit landed in between: the orphan files are deleted, the
+requirements are checked on the new pointer at once (a 409 needs no backoff), and after a jittered
+backoff the loop goes again from 1 (a server-side rebase). A failed COMMIT is settled by a fresh
+read of the pointers; if that cannot tell, the answer is 500 CommitStateUnknown and the files are
+kept, since one of them may be the committed one.
+
+The locks make a commit that queued behind another read the pointer that one left, so a stale
+requirement is refused without writing a file. Between processes and replicas the CAS alone
+decides, as it does for correctness everywhere.
 """
 
 from __future__ import annotations
 
-import operator
-import re
+import logging
+import random
+import threading
 import time
-from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any
 
-import orjson
-from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
-from pyiceberg.schema import Schema
-from pyiceberg.table import TableProperties
-from pyiceberg.table.locations import load_location_provider
-from pyiceberg.table.metadata import TableMetadata, TableMetadataV1, new_table_metadata
-from pyiceberg.table.snapshots import Snapshot
-from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.table.update import (
-    AssertCreate,
-    TableRequirement,
-    TableUpdate,
-    _apply_table_update,
-    _TableMetadataUpdateContext,
-    _update_table_metadata_log,
-    update_table_metadata,
-)
-from pyiceberg.typedef import IcebergBaseModel
+from . import errors, metrics
+from .files import MetadataFile, MetadataFiles, next_location
+from .metadata import tables, views
+from .ownership import Ownership
+from .settings import Settings
+from .store import Entry, KeyRecord, PointerOutcomeUnknown, Store, Swap, Swapped
 
-from . import errors, invariants
-
-# Properties that describe the table rather than configure it; never persisted (Java's reserved set).
-RESERVED_PROPERTIES = frozenset(
-    {
-        "format-version",
-        "uuid",
-        "snapshot-count",
-        "current-snapshot-id",
-        "current-snapshot-summary",
-        "current-snapshot-timestamp-ms",
-        "current-schema",
-        "default-partition-spec",
-        "default-sort-order",
-    }
-)
-DEFAULT_PROPERTIES = {"write.parquet.compression-codec": "zstd"}
-_VERSION = re.compile(r"^(\d+)-[0-9a-fA-F-]{36}(?:\.gz)?\.metadata\.json$")
-# pyiceberg phrases Java's RetryableValidationException (a stale sequence number or first-row-id) as a
-# ValueError; the client must rebuild its snapshot, so it is a 409, not a 400.
-_RETRYABLE = ("older than last sequence number", "first row id smaller than")
-
-
-def is_create(requirements: Sequence[TableRequirement]) -> bool:
-    """A commit is a (staged) create when it asserts the table does not exist; then only that may be asserted."""
-    creates = [r for r in requirements if isinstance(r, AssertCreate)]
-    if creates and len(creates) != len(requirements):
-        raise errors.IllegalArgument("Invalid create requirements: assert-create must be the only requirement")
-    return bool(creates)
-
-
-def check_requirements(requirements: Sequence[TableRequirement], base: TableMetadata | None) -> None:
-    """Raise 409 ``CommitFailed`` naming the first requirement that does not hold on ``base``."""
-    for requirement in requirements:
-        try:
-            requirement.validate(base)
-        except CommitFailedException as e:
-            message = str(e)
-            if not message.startswith("Requirement failed"):
-                message = f"Requirement failed: {message[0].lower()}{message[1:]}"
-            raise errors.CommitFailed(f"{message} ({requirement.type})") from e
-
-
-def apply_updates(base: TableMetadata, updates: Sequence[TableUpdate], base_location: str | None) -> TableMetadata:
-    """Apply ``updates`` to ``base``; returns ``base`` itself when nothing changed.
-
-    ``base_location`` (the current pointer) is appended to the metadata-log, trimmed to
-    ``write.metadata.previous-versions-max``; ``None`` for a create (empty log).
-    """
-    if not updates:
-        return base
-    try:
-        invariants.check_ranges(updates)
-        if base_location is None:  # a create: build from empty and validate the whole model once
-            new = update_table_metadata(base, tuple(updates), enforce_validation=True)
-            invariants.check_create(new, updates)
-        else:
-            new = _update_without_copy(base, updates, base_location)
-            if not _unchanged(base, new):
-                invariants.check_commit(base, new, updates)
-    except errors.IcebergError:
-        raise
-    except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as e:
-        message = str(e) or type(e).__name__
-        if any(marker in message for marker in _RETRYABLE):
-            raise errors.CommitFailed(f"Validation failed, please retry: {message}") from e
-        raise errors.ValidationFailed(message) from e
-    except Exception as e:  # pydantic.ValidationError and friends: the request produced invalid metadata
-        raise errors.ValidationFailed(_first_line(e)) from e
-    return base if _unchanged(base, new) else new
-
-
-def _update_without_copy(base: TableMetadata, updates: Sequence[TableUpdate], base_location: str) -> TableMetadata:
-    """pyiceberg's ``update_table_metadata`` minus its final deep copy of the whole model.
-
-    That copy made every commit O(history): 230 ms of a 10,000-snapshot table's commit, against
-    3 ms for the updates themselves. The server never mutates a metadata model (cached models are
-    shared read-only; each update builds new ones with ``model_copy(update=...)``), so sharing the
-    unchanged parts between the base and the new model is safe.
-    """
-    context = _TableMetadataUpdateContext()
-    new = base
-    for update in updates:
-        new = _apply_table_update(update, new, context)
-    if context.has_changes():
-        new = _update_table_metadata_log(new, base_location, base.last_updated_ms)
-        if new.last_updated_ms == base.last_updated_ms:
-            new = new.model_copy(update={"last_updated_ms": int(time.time() * 1000)})
-    return new
-
-
-def empty_metadata() -> TableMetadata:
-    """The starting point of a staged create's commit (its updates upgrade the format version)."""
-    return TableMetadataV1.model_construct(last_column_id=-1, schema=Schema())
-
-
-def new_metadata(
-    location: str,
-    schema: Schema,
-    spec: PartitionSpec | None,
-    order: SortOrder | None,
-    properties: dict[str, str],
-) -> TableMetadata:
-    """Metadata of a new table: fresh field ids, reserved properties stripped, Java's defaults added."""
-    format_version = properties.get("format-version", "2")
-    persisted = {**DEFAULT_PROPERTIES, **{k: v for k, v in properties.items() if k not in RESERVED_PROPERTIES}}
-    try:
-        invariants.check_ranges(item for item in (schema, spec, order) if item is not None)
-        metadata = new_table_metadata(
-            schema=schema,
-            partition_spec=spec or UNPARTITIONED_PARTITION_SPEC,
-            sort_order=order or UNSORTED_SORT_ORDER,
-            location=location,
-            properties={**persisted, "format-version": format_version},
-        )
-        invariants.check_create(metadata)
-        return metadata
-    except errors.IcebergError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a spec or order that does not fit the schema, a bad version
-        raise errors.ValidationFailed(_first_line(e)) from e
-
-
-def version_of(metadata_location: str) -> int:
-    """The NNNNN of ``NNNNN-<uuid>.metadata.json``; -1 for a file named otherwise (registered files)."""
-    match = _VERSION.match(metadata_location.rsplit("/", 1)[-1])
-    return int(match.group(1)) if match else -1
-
-
-def next_location(metadata: TableMetadata, current_location: str | None) -> str:
-    """``<metadata dir>/<version+1>-<uuid>.metadata.json``, honouring write.metadata.path and the codec."""
-    version = version_of(current_location) + 1 if current_location else 0
-    provider = load_location_provider(metadata.location, metadata.properties)
-    location = provider.new_table_metadata_file_location(version)
-    if is_gzip(metadata.properties):
-        location = location[: -len(".metadata.json")] + ".gz.metadata.json"
-    return location
-
-
-def is_gzip(properties: dict[str, str]) -> bool:
-    return str(properties.get("write.metadata.compression-codec", "none")).lower() == "gzip"
-
-
-def dropped_metadata_files(base: TableMetadata, base_location: str, new: TableMetadata) -> set[str]:
-    """Previous metadata files that fell out of the log, when delete-after-commit is enabled."""
-    enabled = new.properties.get(TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED, "false")
-    if str(enabled).lower() != "true":
-        return set()
-    before = {entry.metadata_file for entry in base.metadata_log} | {base_location}
-    after = {entry.metadata_file for entry in new.metadata_log}
-    return before - after
-
-
-def _unchanged(base: TableMetadata, new: TableMetadata) -> bool:
-    # pyiceberg bumps last-updated-ms (and the log) only when an update changed something.
-    return new.last_updated_ms == base.last_updated_ms and new.metadata_log == base.metadata_log
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0] if "\n" not in text else " ".join(text.split())[:500]
-
-
-def dump(metadata: TableMetadata) -> bytes:
-    """The JSON of a metadata file, as pyiceberg writes it.
-
-    pyiceberg's V3 model refuses to serialise itself (its writer is unfinished), but a catalog must
-    carry V3 tables that Spark creates: dump it with the generic pydantic serialiser, adding the
-    required ``next-row-id``.
-    """
-    if metadata.format_version < 3:
-        return metadata.model_dump_json().encode()
-    data = orjson.loads(IcebergBaseModel.model_dump_json(metadata, exclude_none=True, by_alias=True))
-    data.setdefault("next-row-id", 0)
-    return orjson.dumps(data)
-
-
-# The list fields of the metadata whose elements are immutable models that commits carry over
-# unchanged (appended to, occasionally trimmed): each element is serialised once, then its bytes are
-# copied from the previous file's JSON.
-SPLICED = (
-    "schemas",
-    "partition_specs",
-    "sort_orders",
-    "snapshots",
-    "snapshot_log",
-    "metadata_log",
-    "statistics",
-    "partition_statistics",
-)
-_ALIASES = {name: TableMetadataV1.model_fields[name].alias or name for name in SPLICED}
-
-
-class Elements(NamedTuple):
-    """Where a list's elements are in a dumped file: element ``i`` is
-    ``raw[start + spans[2 * i] : start + spans[2 * i + 1]]``.
-
-    ``items`` is the very list object of the dumped model, which keeps its elements alive: the next
-    dump matches elements by identity (``is``), never by a possibly reused ``id``. Offsets relative
-    to ``start`` stay valid when the list's JSON is copied as one block into the next file.
-    """
-
-    items: list
-    start: int
-    spans: array
+log = logging.getLogger("catalog.commit")
+Namespace = tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Dumped:
-    """A metadata file's JSON and, per spliced list field, where its elements are."""
+class Kind:
+    """What differs between tables and views: the pure commit function and the names."""
 
-    raw: bytes
-    format_version: int
-    lists: dict[str, Elements]
+    name: str  # "table" | "view", as stored in catalog_entries.kind
+    apply: Callable[..., dict[str, Any]]  # (base, requirements, updates, *, base_location, now_ms) -> new
+    missing: type[errors.IcebergError]
 
-
-def dump_spliced(metadata: TableMetadata, previous: Dumped | None = None) -> Dumped:
-    """``dump(metadata)`` in time proportional to what changed instead of to the table's history.
-
-    A commit's new model shares the elements of its lists (snapshots, logs, schemas...) with the
-    base model. Elements already serialised in ``previous`` (the base file's dump) are copied from
-    its bytes; only new elements and the small top level are serialised. The result parses to the
-    same JSON as ``dump(metadata)``, keys in the same order. Falls back to ``dump`` whenever the
-    top level does not have the expected shape.
-    """
-    if previous is not None and previous.format_version != metadata.format_version:
-        previous = None  # an element's JSON depends on the format (V1 drops sequence-number)
-    top = dump(metadata.model_copy(update={name: [] for name in SPLICED}))
-    marks = []
-    for name in SPLICED:
-        mark = b'"' + _ALIASES[name].encode() + b'":['
-        at = top.find(mark + b"]")
-        if at < 0 or top.find(mark + b"]", at + 1) >= 0:
-            return Dumped(dump(metadata), metadata.format_version, {})
-        marks.append((at + len(mark), name))
-    out = _Parts()
-    lists: dict[str, Elements] = {}
-    cursor = 0
-    for at, name in sorted(marks):
-        out.add(top[cursor:at])
-        cursor = at
-        items = getattr(metadata, name)
-        elements = _splice(
-            out, items, previous, previous.lists.get(name) if previous else None, metadata.format_version
-        )
-        if elements is None:
-            return Dumped(dump(metadata), metadata.format_version, {})
-        lists[name] = elements
-    out.add(top[cursor:])
-    return Dumped(b"".join(out.parts), metadata.format_version, lists)
+    @property
+    def noun(self) -> str:
+        return self.name.capitalize()
 
 
-class _Parts:
-    """Pieces of the new file, joined once at the end (one allocation, one copy)."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes | memoryview] = []
-        self.size = 0
-
-    def add(self, piece: bytes | memoryview) -> None:
-        self.parts.append(piece)
-        self.size += len(piece)
+TABLE = Kind("table", tables.apply, errors.NoSuchTable)
+VIEW = Kind("view", views.apply, errors.NoSuchView)
+KINDS = {kind.name: kind for kind in (TABLE, VIEW)}
 
 
-def _splice(
-    out: _Parts, items: list, previous: Dumped | None, known: Elements | None, format_version: int
-) -> Elements | None:
-    """Append the elements' JSON to ``out``, copied from ``previous`` for the same objects."""
-    start = out.size
-    spans = array("q")
-    rest = items
-    reused: dict[int, tuple[object, int]] = {}
-    if known is not None and previous is not None and known.items:
-        n = len(known.items)
-        if len(items) >= n and all(map(operator.is_, items, known.items)):  # appended to: the usual commit
-            out.add(memoryview(previous.raw)[known.start : known.start + known.spans[-1]])
-            spans = array("q", known.spans)
-            rest = items[n:]
-        else:
-            reused = {id(o): (o, i) for i, o in enumerate(known.items)}
-    for item in rest:
-        hit = reused.get(id(item))
-        if hit is not None and hit[0] is item and known is not None and previous is not None:
-            i = hit[1]
-            piece: bytes | memoryview | None = memoryview(previous.raw)[
-                known.start + known.spans[2 * i] : known.start + known.spans[2 * i + 1]
-            ]
-        else:
-            piece = _element(item, format_version)
-        if piece is None:
-            return None
-        if spans:
-            out.add(b",")
-        spans.append(out.size - start)
-        out.add(piece)
-        spans.append(out.size - start)
-    return Elements(items, start, spans)
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One entry's part of a commit. ``created``: the metadata of a plain create, built by the
+    service; a staged create is a change whose requirements are ``assert-create``."""
+
+    kind: Kind
+    namespace: Namespace
+    name: str
+    requirements: Sequence[dict[str, Any]] = ()
+    updates: Sequence[dict[str, Any]] = ()
+    created: dict[str, Any] | None = None
+
+    @property
+    def ident(self) -> str:
+        return ".".join((*self.namespace, self.name))
+
+    @property
+    def creates(self) -> bool:
+        return self.created is not None or any(r.get("type") == "assert-create" for r in self.requirements)
 
 
-def _element(item: object, format_version: int) -> bytes | None:
-    if not isinstance(item, IcebergBaseModel):
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The commit landed (or changed nothing). ``files``: each change's current metadata file.
+    ``recorded``: the Idempotency-Key was recorded in the commit's own transaction."""
+
+    files: tuple[MetadataFile, ...]
+    recorded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """Another request with the same Idempotency-Key committed first; this one changed nothing.
+    Its recorded response is the answer."""
+
+
+Outcome = Committed | Replayed
+
+
+@dataclass(slots=True)
+class _Staged:
+    change: Change
+    entry: Entry | None  # None: a create
+    base: MetadataFile | None
+    new: MetadataFile
+    location: str  # the entry's normalised location after the commit
+
+
+class CommitEngine:
+    def __init__(self, settings: Settings, store: Store, files: MetadataFiles, ownership: Ownership) -> None:
+        self.settings = settings
+        self.store = store
+        self.files = files
+        self.ownership = ownership
+        self._locks = [threading.Lock() for _ in range(_LOCKS)]
+
+    def commit(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome:
+        """Apply ``changes`` atomically: every pointer moves, or none does. ``key``: the request's
+        Idempotency-Key record, written in the CAS transaction (its ``metadata_location`` is filled
+        in with the first change's new file)."""
+        kind = changes[0].kind.name if len(changes) == 1 else "transaction"
+        start = time.perf_counter()
+        try:
+            for attempt in range(self.settings.commit_max_attempts):
+                with self._serialised(changes):
+                    current, staged = self._stage(changes, kind)
+                    if not staged:  # nothing changed
+                        return Committed(tuple(current), recorded=False)
+                    outcome = self._swap(current, staged, key, kind)
+                    if outcome is not None:
+                        return outcome
+                self._lost(changes, staged, attempt, kind)
+            names = ", ".join(c.ident for c in changes)
+            metrics.CONFLICTS.labels("cas").inc()
+            log.warning("commit conflict: %s=%s cause=cas attempts=%d", kind, names, attempt + 1)
+            raise errors.CommitFailed(
+                f"Commit failed: {names} changed concurrently {attempt + 1} times in a row; refresh and retry"
+            )
+        finally:
+            metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
+
+    # -- steps 1-3 -------------------------------------------------------------------------------
+
+    def _stage(self, changes: Sequence[Change], kind: str) -> tuple[list[MetadataFile], list[_Staged]]:
+        """Read, apply and write every change: each change's file after the commit (the new one, or
+        the base when the change is a no-op) and the written-but-uncommitted ones. A failure
+        deletes the files already written."""
+        current: list[MetadataFile] = []
+        staged: list[_Staged] = []
+        try:
+            for change in changes:
+                one = self._stage_one(change, kind)
+                if isinstance(one, _Staged):
+                    staged.append(one)
+                    current.append(one.new)
+                else:
+                    current.append(one)
+        except BaseException:
+            self._discard(staged)
+            raise
+        return current, staged
+
+    def _stage_one(self, change: Change, kind: str) -> _Staged | MetadataFile:
+        with _step(kind, "read"):
+            entry, base = self._read(change)
+        with _step(kind, "apply"):
+            new = self._apply(change, base)
+        if base is not None and new is base.data:
+            return base
+        with _step(kind, "write"):
+            location = self.ownership.check_new(entry.id if entry else None, base.data if base else None, new)
+            try:
+                written = self.files.write(next_location(new, entry.metadata_location if entry else None), new, base)
+            except errors.IcebergError as e:
+                raise not_committed(e) from e
+        return _Staged(change, entry, base, written, location)
+
+    def _read(self, change: Change) -> tuple[Entry | None, MetadataFile | None]:
+        entry = self.store.get_entry(change.namespace, change.name)
+        if change.creates:
+            if entry is not None:
+                raise name_taken(change.kind, entry.kind, change.ident)
+            return None, None
+        if entry is None or entry.kind != change.kind.name:
+            raise change.kind.missing(f"{change.kind.noun} does not exist: {change.ident}")
+        return entry, self.files.read(entry.metadata_location)
+
+    def _apply(self, change: Change, base: MetadataFile | None) -> dict[str, Any]:
+        if change.created is not None:
+            return change.created
+        try:
+            return change.kind.apply(
+                base.data if base else None,
+                list(change.requirements),
+                list(change.updates),
+                base_location=base.location if base else None,
+                now_ms=int(time.time() * 1000),
+            )
+        except errors.CommitFailed as e:  # the client's premise no longer holds: refused, not retried
+            metrics.CONFLICTS.labels("requirement").inc()
+            log.warning("commit conflict: %s=%s cause=requirement %s", change.kind.name, change.ident, e.message)
+            raise
+
+    # -- step 4 ----------------------------------------------------------------------------------
+
+    def _swap(
+        self, current: list[MetadataFile], staged: list[_Staged], key: KeyRecord | None, kind: str
+    ) -> Outcome | None:
+        """The CAS (or, for a create, the insert). None: lost, go again."""
+        if key is not None and key.status == 200:  # a 200 is the (first) entry's new metadata
+            key = KeyRecord(key.key, key.fingerprint, key.status, metadata_location=current[0].location)
+        creates = [s for s in staged if s.entry is None]
+        metrics.COMMIT_ATTEMPTS.inc()
+        with _step(kind, "cas"):
+            if creates:  # a create commits alone (the API refuses creates in transactions)
+                self._insert(creates[0])
+                return self._won(current, staged, kind, recorded=False)
+            swaps = [Swap(s.entry.id, s.entry.metadata_location, s.new.location, s.location) for s in staged]
+            try:
+                result = self.store.swap_pointers(swaps, key)
+            except PointerOutcomeUnknown as e:
+                return self._settle(current, staged, swaps, e, kind, key is not None)
+            except Exception:
+                self._discard(staged)  # known not committed: nothing points at these files
+                raise
+        if result is Swapped.WON:
+            return self._won(current, staged, kind, recorded=key is not None)
+        if result is Swapped.KEY_TAKEN:
+            self._discard(staged)
+            return Replayed()
         return None
-    if format_version == 1 and isinstance(item, Snapshot):
-        item = item.model_copy(update={"sequence_number": None})  # as TableMetadataV1.serialize_snapshots
-    return item.model_dump_json().encode()
+
+    def _insert(self, staged: _Staged) -> None:
+        change = staged.change
+        try:
+            self.store.insert_entry(
+                change.namespace, change.name, change.kind.name, staged.new.location, staged.location
+            )
+        except errors.IcebergError:
+            self._discard([staged])  # known not committed: the row was never inserted
+            raise
+
+    def _won(self, current: list[MetadataFile], staged: list[_Staged], kind: str, recorded: bool) -> Committed:
+        metrics.COMMITS.labels(kind).inc()
+        for one in staged:
+            self.files.remember(one.new)
+            if one.base is not None and one.entry is not None:
+                self._delete_dropped_files(one)
+        return Committed(tuple(current), recorded)
+
+    def _settle(
+        self,
+        current: list[MetadataFile],
+        staged: list[_Staged],
+        swaps: list[Swap],
+        e: PointerOutcomeUnknown,
+        kind: str,
+        keyed: bool,
+    ) -> Outcome:
+        """After a failed COMMIT: a fresh read of the pointers. One new pointer in place proves the
+        whole transaction landed (its file name is fresh, and the transaction is atomic)."""
+        try:
+            now = [self.store.read_pointer(s.entry_id) for s in swaps]
+        except Exception:  # noqa: BLE001 - still unreachable: the outcome stays unknown
+            now = None
+        if now is not None and any(p == s.new for p, s in zip(now, swaps, strict=True)):
+            return self._won(current, staged, kind, recorded=keyed)
+        if now is not None and e.settled and all(p == s.expected for p, s in zip(now, swaps, strict=True)):
+            self._discard(staged)
+            raise errors.ServiceUnavailable(f"Database unavailable, nothing was committed: {e}") from e
+        metrics.UNKNOWN.inc()
+        log.error("commit outcome unknown for %s: %s", [s.new.location for s in staged], e)
+        raise errors.CommitStateUnknown(f"Commit state unknown, the database connection failed: {e}") from e
+
+    # -- lost: rebase ----------------------------------------------------------------------------
+
+    def _lost(self, changes: Sequence[Change], staged: list[_Staged], attempt: int, kind: str) -> None:
+        """Delete the orphans; answer a requirement that no longer holds at once (409, no backoff,
+        no file written); else back off before rebasing on the new pointers."""
+        self._discard(staged)
+        metrics.REBASES.inc()
+        log.info("commit to %s lost the CAS (attempt %d), rebasing", ", ".join(c.ident for c in changes), attempt + 1)
+        for change in changes:
+            _, base = self._read(change)
+            self._apply(change, base)
+        delay = self.settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
+        time.sleep(random.uniform(0, delay))
+
+    @contextmanager
+    def _serialised(self, changes: Sequence[Change]) -> Iterator[None]:
+        """Hold the locks of these entries, taken in one order so that transactions cannot deadlock."""
+        slots = sorted({hash((c.namespace, c.name)) % _LOCKS for c in changes})
+        with ExitStack() as stack:
+            for slot in slots:
+                stack.enter_context(self._locks[slot])
+            yield
+
+    def _discard(self, staged: Sequence[_Staged]) -> None:
+        for one in staged:
+            try:
+                self.files.delete(one.new.location)
+            except Exception:  # noqa: BLE001 - an orphan file is harmless; never mask the real outcome
+                log.warning("could not delete uncommitted metadata file %s", one.new.location)
+
+    def _delete_dropped_files(self, one: _Staged) -> None:
+        """``write.metadata.delete-after-commit.enabled``: delete the previous metadata files that
+        fell out of the metadata log, those the table owns."""
+        assert one.base is not None and one.entry is not None
+        new = one.new.data
+        if str((new.get("properties") or {}).get("write.metadata.delete-after-commit.enabled")).lower() != "true":
+            return
+        try:
+            before = {e["metadata-file"] for e in one.base.data.get("metadata-log") or []} | {one.base.location}
+            after = {e["metadata-file"] for e in new.get("metadata-log") or []}
+            dropped = before - after
+            owned = self.ownership.owned(new, one.entry.id) if dropped else None
+            for location in dropped:
+                if owned is not None and owned(location):
+                    self.files.delete(location)
+        except Exception:  # noqa: BLE001 - housekeeping after a successful commit must not fail it
+            log.warning("could not delete old metadata files of %s", one.new.location)
+
+
+# Commits to different entries share a lock only when their names hash to the same slot.
+_LOCKS = 1024
+
+
+@contextmanager
+def _step(kind: str, step: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        metrics.COMMIT_STEP_SECONDS.labels(kind, step).observe(time.perf_counter() - start)
+
+
+def not_committed(e: errors.IcebergError) -> errors.IcebergError:
+    """An error before the CAS: the commit certainly did not happen, so never a 500 (which clients
+    read as "state unknown"): what the operator must fix is a 503 too, with its message."""
+    if e.code >= 500 and not isinstance(e, errors.ServiceUnavailable):
+        return errors.ServiceUnavailable(e.message)
+    return e
+
+
+def name_taken(creating: Kind, existing: str, ident: str) -> errors.AlreadyExists:
+    if existing == creating.name:
+        return errors.AlreadyExists(f"{creating.noun} already exists: {ident}")
+    other = "View with same name" if existing == "view" else "Table with same name"
+    return errors.AlreadyExists(f"{other} already exists: {ident}")

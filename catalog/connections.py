@@ -29,7 +29,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .api import wire
+from . import errors
 from .settings import Settings
 
 
@@ -40,20 +40,16 @@ def _limits() -> Settings:
     return Settings()
 
 
-def _response(status: int, reason: str, type_: str, message: str, extra: bytes = b"") -> bytes:
-    """A complete HTTP response, written before any request reached the app (hence not app.py's)."""
-    body = wire.error_body(message, type_, status)
-    head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\nconnection: close\r\n".encode()
-    return head + extra + b"content-length: %d\r\n\r\n" % len(body) + body
+def _response(err: errors.IcebergError, reason: str) -> bytes:
+    """A complete HTTP response, written before any request reached the app."""
+    status, headers, body = errors.render(err)
+    head = f"HTTP/1.1 {status} {reason}\r\nconnection: close\r\n".encode()
+    head += b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+    return head + b"content-length: %d\r\n\r\n" % len(body) + body
 
 
-# As every 503 of this server: nothing was done, retry later.
-_UNAVAILABLE = _response(
-    503, "Service Unavailable", "ServiceUnavailableException", "Too many open connections", b"retry-after: 1\r\n"
-)
-_HEAD_TOO_LARGE = _response(
-    431, "Request Header Fields Too Large", "RequestHeaderFieldsTooLargeException", "Request head is too large"
-)
+_UNAVAILABLE = _response(errors.ServiceUnavailable("Too many open connections"), "Service Unavailable")
+_HEAD_TOO_LARGE = _response(errors.HeadTooLarge("Request head is too large"), "Request Header Fields Too Large")
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):

@@ -6,7 +6,7 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
   (``\\x1f``), ``parent`` the same for the parent ('' at the top level).
 - ``catalog_entries``: tables and views share one identifier space (a view and a table cannot have
   the same name), so both live here, told apart by ``kind``. ``metadata_location`` is THE pointer:
-  it only moves by a conditional UPDATE (see ``store.swap_pointer``).
+  it only moves by a conditional UPDATE (see ``store.Store.swap_pointers``).
 - ``idempotency_keys``: the final response to each request that carried an ``Idempotency-Key``,
   replayed when the client retries it (see ``api.idempotency``). A commit's row is written in the
   commit's own transaction; ``metadata_location`` then stands for the response body's metadata.

@@ -1,11 +1,13 @@
 """Errors carrying the Iceberg REST error ``type`` and HTTP status.
 
 Clients branch on the ``type`` string (Java's exception simple name), so these names are part of the
-protocol. This module imports no web framework: the API layer turns them into the error body
-``{"error": {"message", "type", "code"}}``.
+protocol. This module imports no web framework; ``render`` is the one place an error becomes the
+wire's status, headers and body ``{"error": {"message", "type", "code"}}``.
 """
 
 from __future__ import annotations
+
+import orjson
 
 
 class IcebergError(Exception):
@@ -88,6 +90,20 @@ class RequestTooLarge(IcebergError):
         super().__init__(message)
 
 
+class HeadTooLarge(IcebergError):
+    """431: the request head is over ``max_header_bytes`` (answered before any route runs)."""
+
+    type, code = "RequestHeaderFieldsTooLargeException", 431
+
+
+class FromFramework(IcebergError):
+    """An error the web framework raised (no route, wrong method...), with its status."""
+
+    def __init__(self, message: str, code: int, type_: str = "BadRequestException") -> None:
+        super().__init__(message)
+        self.code, self.type = code, type_
+
+
 class UnprocessableEntity(IcebergError):
     type, code = "UnprocessableEntityException", 422
 
@@ -106,3 +122,15 @@ class ServiceUnavailable(IcebergError):
 
 class NotImplementedOperation(IcebergError):
     type, code = "NotImplementedException", 501
+
+
+def render(err: IcebergError, head: bool = False) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """(status, headers, body) of an error response. Every 503 means nothing was changed and the
+    dependency may come back: it tells clients when to retry. A HEAD response has no body."""
+    headers = [(b"content-type", b"application/json")]
+    if err.code == 503:
+        headers.append((b"retry-after", b"1"))
+    elif err.code == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    body = b"" if head else orjson.dumps({"error": {"message": err.message, "type": err.type, "code": err.code}})
+    return err.code, headers, body

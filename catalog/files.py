@@ -15,68 +15,54 @@ memory than its gauge says, never more.
 from __future__ import annotations
 
 import gzip
+import re
 import threading
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
-from pydantic import ValidationError
-from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
-from pyiceberg.view.metadata import ViewMetadata
 
-from . import commit, errors
+from . import errors
+from .metadata import encoding
+from .metadata.encoding import Dumped
 from .storage import Storage
 
 
 @dataclass(slots=True)
 class MetadataFile:
-    """One metadata file: its JSON as stored (decompressed) and, on demand, the parsed model."""
+    """One metadata file (a table's or a view's): its JSON as stored (decompressed) and, on demand,
+    the parsed document, which is never modified (commits build new documents)."""
 
     location: str
     raw: bytes
-    _parsed: TableMetadata | None = field(default=None, repr=False)
-    _view: ViewMetadata | None = field(default=None, repr=False)
+    _data: dict[str, Any] | None = field(default=None, repr=False)
     _refs: bytes | None = field(default=None, repr=False)
     # Set on files this server wrote: where each element's JSON is, for the next commit's dump to copy.
-    dumped: commit.Dumped | None = field(default=None, repr=False)
+    dumped: Dumped | None = field(default=None, repr=False)
 
     @property
-    def metadata(self) -> TableMetadata:
-        if self._parsed is None:
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
             try:
-                self._parsed = TableMetadataUtil.parse_raw(self.raw)
-            except Exception as e:  # noqa: BLE001 - a file that is not table metadata
-                raise errors.BadRequest(f"Invalid table metadata file {self.location}: {_why(e)}") from e
-        return self._parsed
+                data = orjson.loads(self.raw)
+            except orjson.JSONDecodeError as e:  # the position only: never the file's content
+                raise errors.BadRequest(f"Invalid metadata file {self.location}: not JSON (at byte {e.pos})") from e
+            if not isinstance(data, dict):
+                raise errors.BadRequest(f"Invalid metadata file {self.location}: not a JSON object")
+            self._data = data
+        return self._data
 
     @property
     def refs_only(self) -> bytes:
         """The JSON with only the snapshots that refs point at (``snapshots=refs`` loads), made once."""
         if self._refs is None:
-            data = orjson.loads(self.raw)
-            keep = {ref["snapshot-id"] for ref in (data.get("refs") or {}).values()}
-            data["snapshots"] = [s for s in data.get("snapshots", []) if s["snapshot-id"] in keep]
-            self._refs = orjson.dumps(data)
+            data = self.data
+            keep = {ref.get("snapshot-id") for ref in (data.get("refs") or {}).values() if isinstance(ref, dict)}
+            snapshots = [s for s in data.get("snapshots") or [] if s.get("snapshot-id") in keep]
+            self._refs = orjson.dumps({**data, "snapshots": snapshots})
         return self._refs
-
-    @property
-    def view(self) -> ViewMetadata:
-        if self._view is None:
-            try:
-                self._view = ViewMetadata.model_validate_json(self.raw)
-            except Exception as e:  # noqa: BLE001 - a file that is not view metadata
-                raise errors.BadRequest(f"Invalid view metadata file {self.location}: {_why(e)}") from e
-        return self._view
-
-
-def _why(e: Exception) -> str:
-    """Where and why a file failed to parse, never what it contains: pydantic's own message quotes
-    the offending input, which would echo a file the client may not read (register names any path)."""
-    if isinstance(e, ValidationError):
-        first = e.errors(include_url=False, include_input=False, include_context=False)[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "document"
-        return f"{where}: {first.get('type', 'invalid')}"
-    return f"not valid metadata ({type(e).__name__})"
 
 
 # Bytes of memory a cached file may hold per byte of its JSON (see the module docstring).
@@ -116,22 +102,17 @@ class MetadataFiles:
             raw = gzip.decompress(raw)
         return self._remember(MetadataFile(location, raw))
 
-    def write(self, location: str, metadata: TableMetadata, base: MetadataFile | None = None) -> MetadataFile:
-        """Write a new metadata file; never overwrites (``FileExistsError``).
+    def write(self, location: str, doc: dict[str, Any], base: MetadataFile | None = None) -> MetadataFile:
+        """Write a new metadata file; never overwrites (``FileExistsError``). Gzipped when its name
+        says so (``next_location``).
 
-        ``base``: the file ``metadata`` was derived from; the JSON of the elements they share
-        (snapshots, log entries, schemas...) is reused from its dump instead of serialised again.
+        ``base``: the file ``doc`` was derived from; the JSON of the elements they share (snapshots,
+        log entries, schemas...) is copied from its dump instead of serialised again.
         """
-        dumped = commit.dump_spliced(metadata, base.dumped if base is not None else None)
+        dumped = encoding.dump(doc, base.dumped if base is not None else None)
         raw = dumped.raw
-        data = gzip.compress(raw) if commit.is_gzip(metadata.properties) else raw
-        self.storage.write_new(location, data)
-        return MetadataFile(location, raw, metadata, dumped=dumped)
-
-    def write_view(self, location: str, metadata: ViewMetadata) -> MetadataFile:
-        raw = metadata.model_dump_json().encode()
-        self.storage.write_new(location, raw)
-        return MetadataFile(location, raw, _view=metadata)
+        self.storage.write_new(location, gzip.compress(raw) if location.endswith(".gz.metadata.json") else raw)
+        return MetadataFile(location, raw, doc, dumped=dumped)
 
     def remember(self, written: MetadataFile) -> None:
         """Cache a file once it is known to be committed (an uncommitted file is usually deleted)."""
@@ -162,3 +143,27 @@ class MetadataFiles:
 
 def _cost(file: MetadataFile) -> int:
     return len(file.raw) * COST_PER_JSON_BYTE
+
+
+_VERSION = re.compile(r"^(\d+)-[0-9a-fA-F-]{36}(?:\.gz)?\.metadata\.json$")
+
+
+def version_of(metadata_location: str) -> int:
+    """The NNNNN of ``NNNNN-<uuid>.metadata.json``; -1 for a file named otherwise (registered files)."""
+    match = _VERSION.match(metadata_location.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else -1
+
+
+def next_location(doc: dict[str, Any], current_location: str | None) -> str:
+    """``<metadata dir>/<version+1>-<uuid>[.gz].metadata.json`` for a table or a view: the directory
+    is ``write.metadata.path`` or ``<location>/metadata``; ``.gz`` when the table's
+    ``write.metadata.compression-codec`` is gzip (views are never compressed)."""
+    version = version_of(current_location) + 1 if current_location else 0
+    properties = doc.get("properties") or {}
+    directory = properties.get("write.metadata.path") or f"{doc['location'].rstrip('/')}/metadata"
+    codec = ".gz" if "table-uuid" in doc and is_gzip(properties) else ""
+    return f"{directory.rstrip('/')}/{version:05d}-{uuid.uuid4()}{codec}.metadata.json"
+
+
+def is_gzip(properties: dict[str, str]) -> bool:
+    return str(properties.get("write.metadata.compression-codec", "none")).lower() == "gzip"

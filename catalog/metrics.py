@@ -28,7 +28,12 @@ REQUEST_SECONDS = Histogram(
 COMMIT_ATTEMPTS = Counter(
     "catalog_commit_attempts_total", "Compare-and-swap attempts (one per rebase)", registry=REGISTRY
 )
-COMMITS = Counter("catalog_commits_total", "Commits that moved a pointer", ["kind"], registry=REGISTRY)
+COMMITS = Counter(
+    "catalog_commits_total",
+    "Commits that moved a pointer, by kind (table | view | transaction)",
+    ["kind"],
+    registry=REGISTRY,
+)
 CONFLICTS = Counter(
     "catalog_commit_conflict_total", "Commits answered 409, by cause (requirement | cas)", ["cause"], registry=REGISTRY
 )
@@ -36,8 +41,16 @@ REBASES = Counter("catalog_commit_rebase_total", "Lost CAS races retried on the 
 UNKNOWN = Counter("catalog_commit_state_unknown_total", "Commits answered 500 CommitStateUnknown", registry=REGISTRY)
 COMMIT_SECONDS = Histogram(
     "catalog_commit_duration_seconds",
-    "Commit latency, from the first read to the answer",
+    "Commit latency, from the first read to the answer, by kind (table | view | transaction)",
+    ["kind"],
     buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
+COMMIT_STEP_SECONDS = Histogram(
+    "catalog_commit_step_seconds",
+    "Time in each step of a commit attempt (read | apply | write | cas), by kind",
+    ["kind", "step"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
     registry=REGISTRY,
 )
 

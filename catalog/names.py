@@ -8,7 +8,7 @@ same 400 instead of a database error (PostgreSQL refuses what SQLite silently st
   plus a name stays far below PostgreSQL's B-tree entry limit (about 2.7 kB).
 - No NUL, anywhere: PostgreSQL text cannot hold it, so no name with one can exist.
 
-Creating something checks more (``service.check_name``: no control characters, path separators or
+Creating something checks more (``check_name`` below: no control characters, path separators or
 URI delimiters). A lookup checks only what no stored name can be, so that a stored name stays
 reachable.
 """
@@ -59,3 +59,24 @@ def check_key_fits(key: str, what: str) -> None:
     """A stored key sent back by the client (a page token): no NUL, no longer than any key can be."""
     if "\x00" in key or utf8_size(key) > MAX_NAMESPACE_BYTES:
         raise errors.BadRequest(f"Invalid {what}: not a key this server issued")
+
+
+def check_name(name: str) -> None:
+    """A new name (or namespace level) becomes a path segment of a table location, inside a URI:
+    nothing that could escape the warehouse or that a URI cannot carry, and within the limits of
+    ``catalog.names``. 400 before any SQL."""
+    if not isinstance(name, str) or not name.strip():
+        raise errors.BadRequest("Invalid name: must be a non-empty string")
+    check_name_fits(name)
+    if any(c < " " or c == "\x7f" for c in name):  # includes 0x1F, the level separator
+        raise errors.BadRequest(f"Invalid name: {shown(name)} contains a control character (tab, CR, LF, ...)")
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise errors.BadRequest(f"Invalid name: {shown(name)} contains a path separator or is a relative path segment")
+    if "#" in name or "?" in name:  # a URI parser would cut the location there
+        raise errors.BadRequest(f"Invalid name: {shown(name)} contains '#' or '?'")
+
+
+def check_namespace(ns: tuple[str, ...]) -> None:
+    check_namespace_fits(ns)  # first: the depth bounds the loop
+    for level in ns:
+        check_name(level)

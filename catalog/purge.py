@@ -5,7 +5,7 @@ files, manifests, manifest lists, statistics, previous and current metadata file
 directory. Unlike it, every path is checked first: the metadata is the client's word, and a
 snapshot's manifest list or a statistics file may name any path, another table's files included.
 Only paths the caller's ``owned`` predicate accepts (the table's own locations, see
-``service.Catalog._owned``) are read or deleted; the rest are skipped and logged. Runs after the
+``ownership.Ownership.owned``) are read or deleted; the rest are skipped and logged. Runs after the
 catalog row is gone, so a failure here leaves orphan files, never a broken table.
 """
 
@@ -59,12 +59,12 @@ def delete_table_files(
 ) -> None:
     """Delete every file of ``file``'s table that ``owned`` accepts; skip and log the others.
     Deletes go through ``files``, so no deleted metadata file stays in its cache."""
-    metadata = file.metadata
+    metadata = file.data
     io = file_io(settings, file.location)
     skipped: list[str] = []
     mine = _Filter(owned, skipped)
     manifests: dict[str, ManifestFile] = {}
-    manifest_lists = mine({snapshot.manifest_list for snapshot in metadata.snapshots})
+    manifest_lists = mine({s["manifest-list"] for s in metadata.get("snapshots") or [] if "manifest-list" in s})
     for manifest_list in manifest_lists:
         try:
             for manifest in read_manifest_list(io.new_input(manifest_list)):
@@ -77,10 +77,10 @@ def delete_table_files(
             data.update(e.data_file.file_path for e in manifests[path].fetch_manifest_entry(io, discard_deleted=False))
         except Exception:  # noqa: BLE001
             log.warning("purge: cannot read manifest %s", path)
-    statistics = {s.statistics_path for s in metadata.statistics} | {
-        s.statistics_path for s in metadata.partition_statistics
+    statistics = {s["statistics-path"] for s in metadata.get("statistics") or []} | {
+        s["statistics-path"] for s in metadata.get("partition-statistics") or []
     }
-    metadata_files = {entry.metadata_file for entry in metadata.metadata_log} | {file.location}
+    metadata_files = {entry["metadata-file"] for entry in metadata.get("metadata-log") or []} | {file.location}
     for kind, paths in (
         ("data file", mine(data)),
         ("manifest", mine(manifests)),
@@ -92,7 +92,7 @@ def delete_table_files(
     if skipped:
         log.warning(
             "purge of %s skipped %d path(s) outside the table's own location, e.g. %s",
-            metadata.location,
+            metadata.get("location"),
             len(skipped),
             sorted(skipped)[:3],
         )

@@ -14,6 +14,7 @@ never sent COMMIT cannot have committed); only a failure of the COMMIT itself is
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
@@ -56,20 +57,34 @@ class Located:
     location: str
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class KeyRecord:
-    """The final response to a request with an ``Idempotency-Key``. With ``metadata_location`` the
-    body is only what follows that file's JSON in the response (see ``api.idempotency``).
-
-    A commit passes one to ``swap_pointers``, which sets ``recorded`` when it landed with the key.
-    """
+    """What an ``Idempotency-Key`` stands for: the final response to its first request. A commit's
+    200 is its new ``metadata_location`` (the response is rebuilt from that file); any other
+    response is its ``body``."""
 
     key: str
     fingerprint: str
     status: int
     body: bytes | None = None
     metadata_location: str | None = None
-    recorded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """One pointer move of a CAS transaction: ``expected`` -> ``new``; ``location`` is the entry's
+    normalised location after it (a commit may move the table)."""
+
+    entry_id: int
+    expected: str
+    new: str
+    location: str
+
+
+class Swapped(enum.Enum):
+    WON = "won"
+    LOST = "lost"  # a pointer was no longer the expected one: nothing changed
+    KEY_TAKEN = "key-taken"  # another request recorded the Idempotency-Key first: nothing changed
 
 
 class PointerOutcomeUnknown(Exception):
@@ -94,10 +109,6 @@ class LocationTaken(errors.AlreadyExists):
         )
 
 
-class KeyTaken(Exception):
-    """A commit's idempotency key was recorded meanwhile by another request: this one rolled back."""
-
-
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -114,7 +125,11 @@ class Store:
         self._swap = _Compiled(
             E.update()
             .where(E.c.id == sa.bindparam("id"), E.c.metadata_location == sa.bindparam("expected"))
-            .values(metadata_location=sa.bindparam("new"), previous_metadata_location=sa.bindparam("expected")),
+            .values(
+                metadata_location=sa.bindparam("new"),
+                previous_metadata_location=sa.bindparam("expected"),
+                location=sa.bindparam("location"),
+            ),
             engine.dialect,
         )
         dbapi = engine.dialect.loaded_dbapi
@@ -367,28 +382,21 @@ class Store:
 
     # -- the compare-and-swap --------------------------------------------------------------------
 
-    def swap_pointer(self, entry_id: int, expected: str, new: str) -> bool:
-        """Move one pointer from ``expected`` to ``new``; True if this call won.
+    def swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None = None) -> Swapped:
+        """The commit: all-or-nothing compare-and-swap of one or more pointers in ONE transaction.
 
-        This single conditional UPDATE is the commit: the database serialises UPDATEs of a row, and
-        the WHERE clause is re-evaluated against the latest committed version, so of N racing calls
-        with the same ``expected`` exactly one sees rowcount 1. Raises ``PointerOutcomeUnknown`` when
-        the connection fails while the statement or its COMMIT is in flight.
-        """
-        return self.swap_pointers([(entry_id, expected, new)])
-
-    def swap_pointers(self, swaps: Sequence[tuple[int, str, str]], key: KeyRecord | None = None) -> bool:
-        """All-or-nothing CAS of several pointers in ONE transaction (multi-table commits).
-
-        Rows are updated in id order so that two overlapping transactions lock in the same order and
-        cannot deadlock. Any rowcount 0 rolls the whole transaction back and returns False. ``key``
-        is recorded in the same transaction: a commit and its idempotency key land together or not
-        at all (``KeyTaken`` if another request recorded the key first).
+        Each pointer moves by a conditional UPDATE: the database serialises UPDATEs of a row and
+        re-evaluates the WHERE clause against the latest committed version, so of N racing calls
+        with the same ``expected`` exactly one sees rowcount 1. Rows are updated in id order so that
+        two overlapping transactions lock in the same order and cannot deadlock; any rowcount 0
+        rolls the whole transaction back (``LOST``). ``key`` is recorded in the same transaction: a
+        commit and its idempotency key land together or not at all. Raises
+        ``PointerOutcomeUnknown`` when the COMMIT itself fails.
         """
         with self._writers:
             return self._swap_pointers(swaps, key)
 
-    def _swap_pointers(self, swaps: Sequence[tuple[int, str, str]], key: KeyRecord | None) -> bool:
+    def _swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None) -> Swapped:
         """The CAS transaction. Until COMMIT is sent nothing can have landed, so every failure before
         it is a known one (translated, at worst 503); only a failed COMMIT is ``PointerOutcomeUnknown``."""
         conn = self._raw_connection()
@@ -397,19 +405,23 @@ class Store:
             try:
                 if self.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
                     cursor.execute("BEGIN IMMEDIATE")
-                for entry_id, expected, new in sorted(swaps):
-                    cursor.execute(
-                        self._swap.sql, self._swap.parameters({"id": entry_id, "expected": expected, "new": new})
-                    )
+                for swap in sorted(swaps, key=lambda s: s.entry_id):
+                    values = {
+                        "id": swap.entry_id,
+                        "expected": swap.expected,
+                        "new": swap.new,
+                        "location": swap.location,
+                    }
+                    cursor.execute(self._swap.sql, self._swap.parameters(values))
                     if cursor.rowcount != 1:
                         conn.rollback()
-                        return False
+                        return Swapped.LOST
                 if key is not None:
                     try:
                         cursor.execute(self._put_key.sql, self._put_key.parameters(_key_row(key)))
-                    except self._integrity_error as e:
+                    except self._integrity_error:
                         conn.rollback()
-                        raise KeyTaken(key.key) from e
+                        return Swapped.KEY_TAKEN
             except self._dbapi_error as e:
                 _quiet_rollback(conn)
                 conn.invalidate(e)
@@ -420,9 +432,7 @@ class Store:
                 _quiet_rollback(conn)
                 conn.invalidate(e)
                 raise PointerOutcomeUnknown(_short(e), settled=self.local) from e
-            if key is not None:
-                key.recorded = True
-            return True
+            return Swapped.WON
         finally:
             conn.close()
 

@@ -131,7 +131,7 @@ def test_commit_and_its_key_land_in_one_transaction(tmp_path):
     from catalog import migrate
     from catalog.db import create_engine
     from catalog.settings import Settings
-    from catalog.store import KeyRecord, KeyTaken, Store
+    from catalog.store import KeyRecord, Store, Swap, Swapped
 
     engine = create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}"))
     migrate.upgrade(engine)
@@ -140,12 +140,13 @@ def test_commit_and_its_key_land_in_one_transaction(tmp_path):
     store.insert_entry(("n",), "t", "table", "v0", "file:///wh/n/t")
     entry = store.get_entry(("n",), "t")
 
-    key = KeyRecord("k1", "f" * 64, 200, b"}", "v1")
-    assert store.swap_pointers([(entry.id, "v0", "v1")], key) and key.recorded
-    assert store.get_key("k1") == KeyRecord("k1", "f" * 64, 200, b"}", "v1")
-    with pytest.raises(KeyTaken):
-        store.swap_pointers([(entry.id, "v1", "v2")], KeyRecord("k1", "f" * 64, 200, b"}", "v2"))
+    key = KeyRecord("k1", "f" * 64, 200, metadata_location="v1")
+    assert store.swap_pointers([Swap(entry.id, "v0", "v1", "file:///wh/n/t")], key) is Swapped.WON
+    assert store.get_key("k1") == key
+    retried = KeyRecord("k1", "f" * 64, 200, metadata_location="v2")
+    assert store.swap_pointers([Swap(entry.id, "v1", "v2", "file:///wh/n/t")], retried) is Swapped.KEY_TAKEN
     assert store.get_entry(("n",), "t").metadata_location == "v1"  # the CAS rolled back with the key
+    assert store.swap_pointers([Swap(entry.id, "v0", "v2", "file:///wh/n/t")]) is Swapped.LOST
     assert not store.put_key(KeyRecord("k1", "g" * 64, 409, b"{}"))
     assert store.expire_keys(older_than_ms=0) == 0 and store.get_key("k1") is not None
     assert store.expire_keys(older_than_ms=2**62) == 1 and store.get_key("k1") is None

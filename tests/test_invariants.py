@@ -510,31 +510,23 @@ def test_java_reference_agrees_on_staged_creates(http, ns, iceberg_java):
 def test_history_written_before_the_rules_does_not_block_commits():
     """Pure logic: only entries a commit adds are checked, so a table whose older log entries are out
     of order (written before these checks) still commits, while a new out-of-order entry is refused."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.table.metadata import MetadataLogEntry
-    from pyiceberg.table.snapshots import SnapshotLogEntry
-    from pyiceberg.table.update import SetPropertiesUpdate
-    from pyiceberg.types import LongType, NestedField
-
-    from catalog import commit, errors
+    from catalog import errors
+    from catalog.metadata import tables
 
     now = int(time.time() * 1000)
-    md = commit.new_metadata("file:///wh/t", Schema(NestedField(1, "id", LongType())), None, None, {})
-    md = md.model_copy(
-        update={
-            "metadata_log": [
-                MetadataLogEntry(metadata_file="file:///wh/t/metadata/a.json", timestamp_ms=now),
-                MetadataLogEntry(metadata_file="file:///wh/t/metadata/b.json", timestamp_ms=now - 10 * MINUTE),
-            ],
-            "snapshot_log": [
-                SnapshotLogEntry(snapshot_id=1, timestamp_ms=now),
-                SnapshotLogEntry(snapshot_id=2, timestamp_ms=now - 10 * MINUTE),
-            ],
-        }
-    )
-    new = commit.apply_updates(md, [SetPropertiesUpdate(updates={"k": "v"})], "file:///wh/t/metadata/c.json")
-    assert new.properties["k"] == "v"
+    schema = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": True}]}
+    md = tables.new_table(location="file:///wh/t", schema=schema, spec=None, order=None, properties={}, now_ms=now)
+    md = {
+        **md,
+        "metadata-log": [
+            {"metadata-file": "file:///wh/t/metadata/a.json", "timestamp-ms": now},
+            {"metadata-file": "file:///wh/t/metadata/b.json", "timestamp-ms": now - 10 * MINUTE},
+        ],
+    }
+    update = [{"action": "set-properties", "updates": {"k": "v"}}]
+    new = tables.apply(md, [], update, base_location="file:///wh/t/metadata/c.json", now_ms=now)
+    assert new["properties"]["k"] == "v"
     # the entry this commit adds (the base's last-updated-ms) would go back 10 minutes from the one before
-    behind = md.model_copy(update={"metadata_log": md.metadata_log[:1], "last_updated_ms": now - 10 * MINUTE})
+    behind = {**md, "metadata-log": md["metadata-log"][:1], "last-updated-ms": now - 10 * MINUTE}
     with pytest.raises(errors.ValidationFailed, match="Expected sorted previous metadata log entries"):
-        commit.apply_updates(behind, [SetPropertiesUpdate(updates={"k": "v"})], "file:///wh/t/metadata/c.json")
+        tables.apply(behind, [], update, base_location="file:///wh/t/metadata/c.json", now_ms=now)

@@ -29,7 +29,7 @@ from catalog import app as app_module
 from catalog import errors, logs
 from catalog.db import create_engine
 from catalog.settings import Settings
-from catalog.store import Store, _short, _translate
+from catalog.store import Store, Swap, _short, _translate
 from tests.conftest import IN_CI, assert_error, commit_with_its_connection_killed, s3_client_props, s3_env, start_server
 from tests.test_commits_http import SCHEMA, create
 
@@ -349,7 +349,7 @@ def test_sqlite_translator_sends_an_unmigrated_database_to_migrate(tmp_path):
             lambda: store.get_namespace(("a",)),
             lambda: store.get_entry(("a",), "t"),
             lambda: store.create_namespace(("a",), {}),
-            lambda: store.swap_pointer(1, "x", "y"),
+            lambda: store.swap_pointers([Swap(1, "x", "y", "file:///l")]),
         ):
             with pytest.raises(errors.ServiceUnavailable, match="iceberg-catalog migrate"):
                 call()

@@ -3,57 +3,57 @@
 from __future__ import annotations
 
 import pytest
-from pyiceberg.schema import Schema
-from pyiceberg.table.update import AssertCreate, AssertCurrentSchemaId, SetPropertiesUpdate
-from pyiceberg.types import LongType, NestedField
 
-from catalog import commit, errors
+from catalog import errors
 from catalog.api import wire
+from catalog.files import next_location, version_of
+from catalog.metadata import tables
 
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
+SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
 
-def fresh():
-    return commit.new_metadata(
-        "file:///wh/ns/t", SCHEMA, None, None, {"format-version": "2", "owner": "x", "uuid": "bad"}
+def fresh(**properties):
+    return tables.new_table(
+        location="file:///wh/ns/t",
+        schema=SCHEMA,
+        spec=None,
+        order=None,
+        properties={"format-version": "2", "owner": "x", "uuid": "bad", **properties},
+        now_ms=1_700_000_000_000,
     )
 
 
 def test_new_metadata_strips_reserved_and_adds_defaults():
     md = fresh()
-    assert md.properties == {"owner": "x", "write.parquet.compression-codec": "zstd"}
-    assert md.format_version == 2 and md.last_partition_id == 999 and md.metadata_log == []
+    assert md["properties"] == {"owner": "x", "write.parquet.compression-codec": "zstd"}
+    assert md["format-version"] == 2 and md["last-partition-id"] == 999 and md["metadata-log"] == []
 
 
 def test_version_and_next_location():
-    assert commit.version_of("s3://b/t/metadata/00012-6c97e413-d51b-4538-ac70-12fe2a85cb83.metadata.json") == 12
-    assert commit.version_of("s3://b/t/metadata/v3.metadata.json") == -1
-    loc = commit.next_location(
-        fresh(), "file:///wh/ns/t/metadata/00004-6c97e413-d51b-4538-ac70-12fe2a85cb83.metadata.json"
-    )
+    assert version_of("s3://b/t/metadata/00012-6c97e413-d51b-4538-ac70-12fe2a85cb83.metadata.json") == 12
+    assert version_of("s3://b/t/metadata/v3.metadata.json") == -1
+    loc = next_location(fresh(), "file:///wh/ns/t/metadata/00004-6c97e413-d51b-4538-ac70-12fe2a85cb83.metadata.json")
     assert loc.startswith("file:///wh/ns/t/metadata/00005-") and loc.endswith(".metadata.json")
-    assert commit.next_location(fresh(), None).split("/")[-1].startswith("00000-")
+    assert next_location(fresh(), None).split("/")[-1].startswith("00000-")
+    gz = next_location(fresh(**{"write.metadata.compression-codec": "gzip", "write.metadata.path": "s3://m/"}), None)
+    assert gz.startswith("s3://m/00000-") and gz.endswith(".gz.metadata.json")
 
 
 def test_requirement_failure_names_requirement():
-    with pytest.raises(errors.CommitFailed) as e:
-        commit.check_requirements([AssertCurrentSchemaId(current_schema_id=4)], fresh())
-    assert "Requirement failed" in e.value.message and "assert-current-schema-id" in e.value.message
-    assert "expected 4, found 0" in e.value.message
-
-
-def test_create_requirement_must_be_alone():
-    assert commit.is_create([AssertCreate()])
-    assert not commit.is_create([AssertCurrentSchemaId(current_schema_id=0)])
-    with pytest.raises(errors.IllegalArgument):
-        commit.is_create([AssertCreate(), AssertCurrentSchemaId(current_schema_id=0)])
+    with pytest.raises(errors.RequirementFailed) as e:
+        tables.apply(
+            fresh(), [{"type": "assert-current-schema-id", "current-schema-id": 4}], [], base_location="l", now_ms=1
+        )
+    assert e.value.code == 409 and "assert-current-schema-id" in e.value.message
 
 
 def test_apply_updates_noop_and_change():
     md = fresh()
-    assert commit.apply_updates(md, [], "loc") is md
-    new = commit.apply_updates(md, [SetPropertiesUpdate(updates={"a": "b"})], "file:///wh/ns/t/metadata/00000-x.json")
-    assert new.properties["a"] == "b" and new.metadata_log[-1].metadata_file.endswith("00000-x.json")
+    assert tables.apply(md, [], [], base_location="loc", now_ms=1) is md
+    log = "file:///wh/ns/t/metadata/00000-x.json"
+    new = tables.apply(md, [], [{"action": "set-properties", "updates": {"a": "b"}}], base_location=log, now_ms=2)
+    assert new["properties"]["a"] == "b" and new["metadata-log"][-1]["metadata-file"] == log
+    assert "a" not in md["properties"]  # the base is never modified
 
 
 @pytest.mark.parametrize(
@@ -218,66 +218,3 @@ def test_location_policy_confines_to_the_roots():
     )
     assert not overlaps("s3://b/a", "s3://b/ab")
     assert ancestors("s3://b/x/y") == ["s3://b/", "s3://b/x", "s3://b/x/y"]
-
-
-def _append(md, sid: int, base_location: str):
-    """One append commit, as clients send it: add-snapshot then move main."""
-    from pyiceberg.table.snapshots import Operation, Snapshot, Summary
-    from pyiceberg.table.update import AddSnapshotUpdate, SetSnapshotRefUpdate
-
-    parent = md.current_snapshot_id
-    snap = Snapshot(
-        snapshot_id=sid,
-        parent_snapshot_id=parent,
-        sequence_number=getattr(md, "last_sequence_number", 0) + 1,
-        timestamp_ms=md.last_updated_ms + 1,  # not before the table's last update (Java's time-order rule)
-        manifest_list=f"file:///wh/ns/t/metadata/snap-{sid}.avro",
-        summary=Summary(Operation.APPEND, **{"added-records": "1"}),
-        schema_id=md.current_schema_id,
-        **({"first_row_id": md.next_row_id or 0, "added_rows": 1} if md.format_version == 3 else {}),
-    )
-    updates = [
-        AddSnapshotUpdate(snapshot=snap),
-        SetSnapshotRefUpdate(ref_name="main", type="branch", snapshot_id=sid),
-    ]
-    return commit.apply_updates(md, updates, base_location)
-
-
-@pytest.mark.parametrize("format_version", ["1", "2", "3"])
-def test_spliced_dump_equals_full_dump_through_a_history(format_version):
-    """The incremental dump reuses the previous file's bytes: it must still equal the full dump as
-    appends, schema changes, snapshot expiry and log trimming add, replace and drop elements."""
-    import orjson
-    from pyiceberg.table.update import AddSchemaUpdate, RemoveSnapshotsUpdate, SetCurrentSchemaUpdate
-
-    md = commit.new_metadata(
-        "file:///wh/ns/t",
-        SCHEMA,
-        None,
-        None,
-        {"format-version": format_version, "write.metadata.previous-versions-max": "4"},
-    )
-    dumped = commit.dump_spliced(md)
-    steps = [("append", 10 + i) for i in range(6)] + [("schema", 0), ("expire", 0)] + [("append", 30), ("append", 31)]
-    for n, (step, sid) in enumerate(steps):
-        location = f"file:///wh/ns/t/metadata/{n:05d}-x.metadata.json"
-        if step == "append":
-            new = _append(md, sid, location)
-        elif step == "schema":
-            wider = Schema(*SCHEMA.fields, NestedField(2, "v", LongType(), required=False), schema_id=1)
-            new = commit.apply_updates(
-                md, [AddSchemaUpdate(schema_=wider), SetCurrentSchemaUpdate(schema_id=-1)], location
-            )
-        else:
-            new = commit.apply_updates(md, [RemoveSnapshotsUpdate(snapshot_ids=[10, 11, 12])], location)
-        previous, dumped = dumped, commit.dump_spliced(new, dumped)
-        full = commit.dump(new)
-        assert orjson.loads(dumped.raw) == orjson.loads(full), step
-        assert list(orjson.loads(dumped.raw)) == list(orjson.loads(full))  # same key order
-        if format_version != "3":  # V3's full dump goes through orjson: equal as JSON, not as bytes
-            assert dumped.raw == full
-        assert dumped.lists and dumped.raw is not previous.raw
-        md = new
-    final = orjson.loads(dumped.raw)
-    assert [s["snapshot-id"] for s in final["snapshots"]] == [13, 14, 15, 30, 31]
-    assert len(final["metadata-log"]) == 4

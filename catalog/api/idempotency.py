@@ -7,9 +7,10 @@ For an operation marked ``opt={"idempotent": True}`` that carries the header (an
 1. The request's fingerprint is the SHA-256 of its method, path and body. A key already recorded
    with another fingerprint is a 400; a recorded key is answered with its recorded response, and
    the handler does not run.
-2. Commits record the key in their own CAS transaction (``claim``): a commit that landed is
+2. Commits record the key in their own CAS transaction (``key_of``): a commit that landed is
    replayed, never run again, even when the server died before it could answer. Its 200 is stored
-   as the new metadata file's location, not as a copy of the metadata.
+   as the new metadata file's location, not as a copy of the metadata, and rebuilt in the shape of
+   the route's result (``entries.COMMIT_RESULT`` / ``LOAD_RESULT``).
 3. Other final responses (2xx, and 4xx other than 401, 403, 408 and 429) are recorded after the
    handler, before the response is sent. If a concurrent request with the same key recorded first,
    its response is sent instead. 5xx responses are never recorded.
@@ -31,6 +32,7 @@ from typing import Any
 from litestar import Request, Response
 
 from .. import errors
+from ..service import Committed
 from ..store import KeyRecord
 from . import wire
 
@@ -41,40 +43,40 @@ _GRACE_MS = 5 * 60 * 1000
 _EXPIRE_EVERY_S = 60.0
 
 
-def claim(request: Request, status: int, tail: bytes | None) -> KeyRecord | None:
-    """The key record a commit writes in its CAS transaction (None without a key). ``tail``: what
-    follows the metadata JSON in the response (``None`` for a 204)."""
+def key_of(request: Request, status: int) -> KeyRecord | None:
+    """The record a commit writes in its CAS transaction, if the request has a key: its status
+    (the commit engine adds the new metadata location of a 200)."""
     pending = request.scope.get("idempotency")
-    if pending is None:
-        return None
-    record = KeyRecord(pending.key, pending.fingerprint, status, tail)
-    pending.record = record
-    return record
+    return None if pending is None else KeyRecord(pending.key, pending.fingerprint, status)
+
+
+def settle(request: Request, outcome: Committed) -> None:
+    """Tell the middleware the commit recorded the key itself (so it records nothing more)."""
+    pending = request.scope.get("idempotency")
+    if pending is not None and outcome.recorded:
+        pending.settled = True
 
 
 async def replay(request: Request) -> Response:
     """The recorded response for this request's key (a commit lost its key to a concurrent twin)."""
     state, pending = request.scope["app"].state, request.scope["idempotency"]
-    record = await wire.blocking(state.catalog.store.get_key, pending.key)
+    record = await wire.blocking(state.catalog.recorded, pending.key)
     if record is None:  # the twin's transaction rolled back after all: let the client retry
         raise errors.CommitFailed("Commit failed: a request with the same Idempotency-Key did not complete")
-    pending.replayed = True
-    status, headers, body = await _recorded_response(state, record)
+    pending.settled = True
+    status, headers, body = await _recorded_response(request.scope, record)
     return Response(content=body, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
 
 
 class _Pending:
-    __slots__ = ("key", "fingerprint", "record", "replayed")
+    """The key of the request being handled; ``settled`` once its record exists and the response
+    is the one it stands for (set by ``settle`` and ``replay``, in this layer only)."""
+
+    __slots__ = ("key", "fingerprint", "settled")
 
     def __init__(self, key: str, fingerprint: str) -> None:
         self.key, self.fingerprint = key, fingerprint
-        self.record: KeyRecord | None = None  # set by ``claim``
-        self.replayed = False  # set by ``replay``
-
-    @property
-    def settled(self) -> bool:
-        """The key's record exists and this response is the one it stands for."""
-        return self.replayed or (self.record is not None and self.record.recorded)
+        self.settled = False
 
 
 class Idempotency:
@@ -94,23 +96,25 @@ class Idempotency:
         state = scope["app"].state
         key_text = key.decode("latin-1").strip()
         if not 0 < len(key_text) <= 128:
-            await _send(send, *_error(errors.BadRequest("Invalid Idempotency-Key: expected 1 to 128 characters")))
+            await _send(
+                send, *errors.render(errors.BadRequest("Invalid Idempotency-Key: expected 1 to 128 characters"))
+            )
             return
         try:
             body = await _read_body(scope, receive, self.max_body_bytes)
         except errors.RequestTooLarge as e:
-            await _send(send, *_error(e))
+            await _send(send, *errors.render(e))
             return
         if body is None:  # the client left before sending all of it: nothing to run, no one to answer
             return
         digest = hashlib.sha256(f"{scope['method']} {scope['path']}\n".encode() + body).hexdigest()
         try:
-            recorded = await wire.blocking(state.catalog.store.get_key, key_text)
+            recorded = await wire.blocking(state.catalog.recorded, key_text)
         except errors.IcebergError as e:  # the database is away: nothing ran
-            await _send(send, *_error(e))
+            await _send(send, *errors.render(e))
             return
         if recorded is not None:
-            await _send(send, *await _replay_or_refuse(state, recorded, digest))
+            await _send(send, *await _replay_or_refuse(scope, recorded, digest))
             return
 
         pending = _Pending(key_text, digest)
@@ -128,22 +132,16 @@ class Idempotency:
         response["body"] = b"".join(chunks)
         status = response["status"]
         if status < 500 and status not in _NOT_FINAL and not pending.settled:
+            mine = KeyRecord(key_text, digest, status, response["body"] or None)
             try:
-                first = await self._record(state, KeyRecord(key_text, digest, status, response["body"] or None))
+                first = await wire.blocking(state.catalog.record, mine)
             except errors.IcebergError as e:  # the operation's own outcome still stands: answer it
                 log.warning("could not record Idempotency-Key %s: %s", key_text, e.message)
                 first = None
-            if first is not None:
-                status, response["headers"], response["body"] = await _recorded_response(state, first)
+            if first is not None:  # a concurrent twin recorded first: its response is the answer
+                status, response["headers"], response["body"] = await _recorded_response(scope, first)
         await _send(send, status, response["headers"], response["body"])
         await self._expire(state)
-
-    @staticmethod
-    async def _record(state: Any, mine: KeyRecord) -> KeyRecord | None:
-        """Record this response; the record a concurrent twin wrote first, if it did."""
-        if await wire.blocking(state.catalog.store.put_key, mine):
-            return None
-        return await wire.blocking(state.catalog.store.get_key, mine.key)
 
     async def _expire(self, state: Any) -> None:
         now = time.monotonic()
@@ -152,37 +150,37 @@ class Idempotency:
         self._next_expiry = now + _EXPIRE_EVERY_S
         cutoff = int(time.time() * 1000) - self.lifetime_ms - _GRACE_MS
         try:
-            await wire.blocking(state.catalog.store.expire_keys, cutoff)
+            await wire.blocking(state.catalog.expire_keys, cutoff)
         except Exception as e:  # noqa: BLE001 - the response is sent; the next request tries again
             log.warning("could not expire idempotency keys: %s", e)
             self._next_expiry = 0.0
 
 
-async def _replay_or_refuse(state: Any, record: KeyRecord, fingerprint: str) -> tuple[int, list, bytes]:
+async def _replay_or_refuse(scope: dict[str, Any], record: KeyRecord, fingerprint: str) -> tuple[int, list, bytes]:
     if record.fingerprint != fingerprint:
-        return _error(errors.BadRequest("Idempotency-Key was already used for a different request"))
-    return await _recorded_response(state, record)
+        return errors.render(errors.BadRequest("Idempotency-Key was already used for a different request"))
+    return await _recorded_response(scope, record)
 
 
-async def _recorded_response(state: Any, record: KeyRecord) -> tuple[int, list, bytes]:
+async def _recorded_response(scope: dict[str, Any], record: KeyRecord) -> tuple[int, list, bytes]:
+    """The response a record stands for. A commit's 200 is rebuilt from its metadata file, in the
+    shape its route answers (the route's ``result`` option: a commit or a load result)."""
     if record.metadata_location is None:
         headers = [(b"content-type", wire.JSON.encode())] if record.body else []
         return record.status, headers, record.body or b""
+    state = scope["app"].state
     try:
-        file = await wire.blocking(state.catalog.files.read, record.metadata_location)
+        file = await wire.blocking(state.catalog.read_file, record.metadata_location)
     except errors.NotFound:
-        return _error(errors.NotFound(f"The response's metadata file no longer exists: {record.metadata_location}"))
+        return errors.render(
+            errors.NotFound(f"The response's metadata file no longer exists: {record.metadata_location}")
+        )
     except errors.IcebergError as e:  # storage is away
-        return _error(e)
-    body = wire.metadata_body(record.metadata_location, file.raw, record.body or b"}")
+        return errors.render(e)
+    handler = scope.get("route_handler")
+    config = state.table_config if handler is not None and handler.opt.get("result") == "load" else None
+    body = wire.load_result(record.metadata_location, file.raw, config)
     return record.status, [(b"content-type", wire.JSON.encode())], body
-
-
-def _error(err: errors.IcebergError) -> tuple[int, list, bytes]:
-    headers = [(b"content-type", wire.JSON.encode())]
-    if err.code == 503:  # as every 503 of this server: nothing changed, retry later
-        headers.append((b"retry-after", b"1"))
-    return err.code, headers, wire.error_body(err.message, err.type, err.code)
 
 
 async def _read_body(scope: dict[str, Any], receive: Any, limit: int) -> bytes | None:

@@ -1,20 +1,17 @@
-"""Request bodies the server parses. Response bodies are built directly as JSON.
+"""Request bodies the server parses: their envelopes. Response bodies are built directly as JSON.
 
-pyiceberg's own request models are client-side (some fields required that the spec makes optional),
-so the server defines its own, reusing pyiceberg's Schema/PartitionSpec/SortOrder and its discriminated
-unions of TableRequirement and TableUpdate (an unknown ``action`` or ``type`` fails to parse: 400).
+Schemas, partition specs, sort orders, view versions, requirements and updates stay JSON objects
+here: the metadata engine (``catalog.metadata``) validates them, with the Java reference's rules,
+for every format version (a malformed one is a 400 there).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.schema import Schema
-from pyiceberg.table.sorting import SortOrder
-from pyiceberg.table.update import TableRequirement, TableUpdate
-from pyiceberg.view.metadata import ViewVersion
+from typing import Any
 
-from ..views import AssertViewUUID, ViewUpdate
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+JSONObject = dict[str, Any]
 
 
 class Body(BaseModel):
@@ -59,9 +56,9 @@ class TableIdentifier(Body):
 class CreateTableRequest(Body):
     name: str
     location: str | None = None
-    table_schema: Schema = Field(alias="schema")
-    partition_spec: PartitionSpec | None = Field(default=None, alias="partition-spec")
-    write_order: SortOrder | None = Field(default=None, alias="write-order")
+    table_schema: JSONObject = Field(alias="schema")
+    partition_spec: JSONObject | None = Field(default=None, alias="partition-spec")
+    write_order: JSONObject | None = Field(default=None, alias="write-order")
     stage_create: bool = Field(default=False, alias="stage-create")
     properties: dict[str, str] = Field(default_factory=dict)
 
@@ -82,14 +79,16 @@ class RenameTableRequest(Body):
     destination: TableIdentifier
 
 
-class CommitTableRequest(Body):
+class CommitRequest(Body):
+    """updateTable, replaceView, and each table change of a transaction."""
+
     identifier: TableIdentifier | None = None
-    requirements: list[TableRequirement] = Field(default_factory=list)
-    updates: list[TableUpdate] = Field(default_factory=list)
+    requirements: list[JSONObject] = Field(default_factory=list)
+    updates: list[JSONObject] = Field(default_factory=list)
 
 
 class CommitTransactionRequest(Body):
-    table_changes: list[CommitTableRequest] = Field(alias="table-changes", min_length=1)
+    table_changes: list[CommitRequest] = Field(alias="table-changes", min_length=1)
 
 
 class ReportMetricsRequest(Body):
@@ -99,20 +98,14 @@ class ReportMetricsRequest(Body):
 class CreateViewRequest(Body):
     name: str
     location: str | None = None
-    view_schema: Schema = Field(alias="schema")
-    view_version: ViewVersion = Field(alias="view-version")
+    view_schema: JSONObject = Field(alias="schema")
+    view_version: JSONObject = Field(alias="view-version")
     properties: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("properties", mode="before")
     @classmethod
     def _as_strings(cls, v: object) -> object:
         return _str_values(v) if v is not None else {}
-
-
-class CommitViewRequest(Body):
-    identifier: TableIdentifier | None = None
-    requirements: list[AssertViewUUID] = Field(default_factory=list)
-    updates: list[ViewUpdate] = Field(default_factory=list)
 
 
 class RegisterViewRequest(Body):

@@ -62,11 +62,11 @@ class BearerAuth:
                     raise InvalidToken("missing bearer token")
                 self.tokens.verify(token.strip())
             except InvalidToken as e:
-                err = errors.NotAuthorized(f"Not authorized: {e}")
-                body = wire.error_body(err.message, err.type, err.code)
-                headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
-                await send({"type": "http.response.start", "status": 401, "headers": headers})
-                await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+                status, headers, body = errors.render(
+                    errors.NotAuthorized(f"Not authorized: {e}"), head=scope["method"] == "HEAD"
+                )
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
 

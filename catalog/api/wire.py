@@ -45,18 +45,22 @@ def raw_json_response(content: bytes, status: int = 200, headers: dict[str, str]
     return Response(content=content, status_code=status, media_type=JSON, headers=headers)
 
 
-def metadata_body(location: str | None, raw_metadata: bytes, tail: bytes = b"}") -> bytes:
-    """``{"metadata-location": ..., "metadata": <the file's JSON as stored>`` + ``tail``: the shape
-    of every table and view result, spliced without re-serialising the metadata."""
-    return b'{"metadata-location":' + orjson.dumps(location) + b',"metadata":' + raw_metadata + tail
+def load_result(
+    location: str | None, raw_metadata: bytes, config: bytes | None = None, credentials: list[dict] | None = None
+) -> bytes:
+    """The body of every table and view result: ``{"metadata-location", "metadata"`` (the file's
+    JSON as stored, spliced in without re-serialising it), then ``config`` (a JSON object) and
+    ``storage-credentials`` when given: a CommitTableResponse, LoadTableResult or LoadViewResult."""
+    body = b'{"metadata-location":' + orjson.dumps(location) + b',"metadata":' + raw_metadata
+    if config is not None:
+        body += b',"config":' + config
+    if credentials:
+        body += b',"storage-credentials":' + orjson.dumps(credentials)
+    return body + b"}"
 
 
 def no_content() -> Response[None]:
     return Response(content=None, status_code=204)
-
-
-def error_body(message: str, type_: str, code: int) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": type_, "code": code}})
 
 
 def parse(model: type[M], data: bytes) -> M:

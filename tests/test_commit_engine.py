@@ -1,0 +1,140 @@
+"""The commit engine in process, on a real SQLite file and a real local warehouse (no HTTP): the
+outcomes it returns, what it records with an Idempotency-Key, that views go through the same loop
+(lock, metrics, conflict causes), and that the cache never holds a document that differs from its
+file. HTTP-level behaviour is in test_commits_http.py and test_views.py."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import orjson
+import pytest
+
+from catalog import errors, metrics, migrate
+from catalog.db import create_engine
+from catalog.files import MetadataFiles
+from catalog.service import TABLE, VIEW, Catalog, Change, Committed
+from catalog.settings import Settings
+from catalog.storage import create_storage
+from catalog.store import KeyRecord, Store
+
+SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+VIEW_VERSION = {
+    "version-id": 1,
+    "schema-id": 0,
+    "timestamp-ms": 1_700_000_000_000,
+    "summary": {"engine-name": "test"},
+    "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}],
+    "default-namespace": ["n"],
+}
+
+
+@pytest.fixture
+def catalog(tmp_path):
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "wh"))
+    engine = create_engine(settings)
+    migrate.upgrade(engine)
+    storage = create_storage(settings)
+    cat = Catalog(settings, Store(engine), storage, MetadataFiles(storage, settings.metadata_cache_bytes))
+    cat.create_namespace(("n",), {})
+    yield cat
+    engine.dispose()
+
+
+def append(metadata: dict, snapshot_id: int) -> list[dict]:
+    snapshot = {
+        "snapshot-id": snapshot_id,
+        "sequence-number": metadata["last-sequence-number"] + 1,
+        "timestamp-ms": metadata["last-updated-ms"] + 1,
+        "manifest-list": f"{metadata['location']}/metadata/snap-{snapshot_id}.avro",
+        "summary": {"operation": "append"},
+        "schema-id": 0,
+    }
+    if metadata.get("current-snapshot-id") not in (None, -1):
+        snapshot["parent-snapshot-id"] = metadata["current-snapshot-id"]
+    return [
+        {"action": "add-snapshot", "snapshot": snapshot},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+    ]
+
+
+def test_outcomes_and_the_recorded_key(catalog):
+    created = catalog.create_table(("n",), "t", None, {"schema": SCHEMA})
+    change = Change(TABLE, ("n",), "t", updates=append(created.data, 1))
+    key = KeyRecord("k", "f" * 64, 200)
+    outcome = catalog.commit([change], key)
+    assert isinstance(outcome, Committed) and outcome.recorded
+    assert catalog.recorded("k") == KeyRecord("k", "f" * 64, 200, metadata_location=outcome.files[0].location)
+    # a twin with the same key (its commit would apply on the new base): nothing changes, Replayed
+    again = Change(TABLE, ("n",), "t", updates=append(outcome.files[0].data, 2))
+    assert not isinstance(catalog.commit([again], key), Committed)
+    assert catalog.load(TABLE, ("n",), "t").location == outcome.files[0].location
+    # an empty commit changes nothing and writes nothing
+    unchanged = catalog.commit([Change(TABLE, ("n",), "t")])
+    assert isinstance(unchanged, Committed) and unchanged.files[0].location == outcome.files[0].location
+    assert not unchanged.recorded
+
+
+def test_cached_documents_equal_their_files(catalog):
+    """Every commit shares the unchanged parts of its base: none of them may change under a file
+    already written and cached."""
+    current = catalog.create_table(("n",), "t", None, {"schema": SCHEMA})
+    history = [current]
+    for i in range(1, 8):
+        updates = append(current.data, i) + [{"action": "set-properties", "updates": {"round": str(i)}}]
+        if i == 5:
+            updates.append({"action": "remove-snapshots", "snapshot-ids": [1, 2]})
+        outcome = catalog.commit([Change(TABLE, ("n",), "t", updates=updates)])
+        current = outcome.files[0]
+        history.append(current)
+    for file in history:
+        assert orjson.loads(file.raw) == file.data
+        with open(file.location.removeprefix("file://"), "rb") as f:
+            assert orjson.loads(f.read()) == file.data
+
+
+def test_views_commit_through_the_same_engine(catalog):
+    created = catalog.create_view(("n",), "v", None, {"schema": SCHEMA, "view-version": VIEW_VERSION})
+    before = metrics.COMMITS.labels("view")._value.get()
+    version = {**VIEW_VERSION, "version-id": 2, "representations": [{"type": "sql", "sql": "select 2", "dialect": "spark"}]}
+    updates = [{"action": "add-view-version", "view-version": version}, {"action": "set-current-view-version", "view-version-id": -1}]
+    uuid = created.data["view-uuid"]
+    outcome = catalog.commit([Change(VIEW, ("n",), "v", [{"type": "assert-view-uuid", "uuid": uuid}], updates)])
+    assert isinstance(outcome, Committed) and outcome.files[0].data["current-version-id"] == 2
+    assert metrics.COMMITS.labels("view")._value.get() == before + 1
+    conflicts = metrics.CONFLICTS.labels("requirement")._value.get()
+    with pytest.raises(errors.RequirementFailed):
+        catalog.commit([Change(VIEW, ("n",), "v", [{"type": "assert-view-uuid", "uuid": "0" * 32}], updates)])
+    assert metrics.CONFLICTS.labels("requirement")._value.get() == conflicts + 1
+    with pytest.raises(errors.NoSuchView):
+        catalog.commit([Change(VIEW, ("n",), "t-missing", updates=updates)])
+
+
+def test_a_failed_transaction_names_the_table_that_failed(catalog, caplog):
+    for name in ("a", "b"):
+        catalog.create_table(("n",), name, None, {"schema": SCHEMA})
+    stale = [{"type": "assert-current-schema-id", "current-schema-id": 7}]
+    with pytest.raises(errors.RequirementFailed):
+        catalog.commit([Change(TABLE, ("n",), "a"), Change(TABLE, ("n",), "b", stale)])
+    conflict = [r.getMessage() for r in caplog.records if "commit conflict" in r.getMessage()]
+    assert conflict and "n.b" in conflict[-1] and "n.a" not in conflict[-1]
+
+
+def test_racing_commits_one_winner_per_base(catalog):
+    """Eight writers with the same premise (main at the same snapshot): one wins, seven get 409,
+    and exactly the winner's snapshot is on main."""
+    base = catalog.create_table(("n",), "t", None, {"schema": SCHEMA}).data
+
+    def write(i: int) -> str:
+        premise = [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": None}]
+        try:
+            catalog.commit([Change(TABLE, ("n",), "t", premise, append(base, 100 + i))])
+            return "won"
+        except errors.CommitFailed:
+            return "409"
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(write, range(8)))
+    assert sorted(results) == ["409"] * 7 + ["won"]
+    final = catalog.load(TABLE, ("n",), "t").data
+    assert [s["snapshot-id"] for s in final["snapshots"]] == [100 + results.index("won")]
