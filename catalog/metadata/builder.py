@@ -472,8 +472,8 @@ class Builder:
             partitioning.check_order(order["fields"], schema)
         self._check_sequence_numbers()
         self._check_refs()
-        metadata_log = self._metadata_log(base_location, last_updated)
         snapshot_log = self._snapshot_log(last_updated)
+        metadata_log = self._metadata_log(base_location, last_updated)
         current = self.current_snapshot_id
         if current < 0 and not (self.snapshots and current != -1 and current in self.snapshot_ids()):
             current = None if version >= 3 else -1

@@ -265,7 +265,7 @@ class _Builder:
             if not before <= after:
                 raise errors.ValidationFailed(
                     f"Cannot replace view due to loss of view dialects ({REPLACE_DROP_DIALECT_ALLOWED}=false):\n"
-                    f"Previous dialects: {sorted(before)}\nNew dialects: {sorted(after)}"
+                    f"Previous dialects: [{', '.join(sorted(before))}]\nNew dialects: [{', '.join(sorted(after))}]"
                 )
         value = self.properties.get(VERSION_HISTORY_SIZE)
         history_size = java_int(value, VERSION_HISTORY_SIZE) if value is not None else VERSION_HISTORY_SIZE_DEFAULT
