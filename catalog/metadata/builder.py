@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid as uuids
+from operator import itemgetter
 from typing import Any
 
 from .. import errors
@@ -63,6 +64,49 @@ def java_int(value: str, what: str) -> int:
     return int(value)
 
 
+class SnapshotIds:
+    """The snapshot ids of a metadata's ``snapshots`` list, read-only: a large set shared from commit to
+    commit plus a small set of the ids added since. A commit that appends a snapshot extends the index
+    instead of rebuilding it, so checking a new id against 10,000 existing ones costs the same as
+    against one. The extras are folded into a new large set when they pass ``FOLD`` (amortised)."""
+
+    FOLD = 256
+    __slots__ = ("bulk", "extra")
+
+    def __init__(self, bulk: set[int] | frozenset[int], extra: frozenset[int] = frozenset()) -> None:
+        self.bulk, self.extra = bulk, extra
+
+    def __contains__(self, snapshot_id: object) -> bool:
+        return snapshot_id in self.extra or snapshot_id in self.bulk
+
+    def plus(self, added: set[int]) -> SnapshotIds:
+        extra = self.extra | added
+        if len(extra) > self.FOLD:
+            return SnapshotIds(self.bulk | extra)
+        return SnapshotIds(self.bulk, extra)
+
+
+_INDEXES: dict[int, tuple[list, int, SnapshotIds]] = {}
+_INDEXES_SIZE = 256
+
+
+def snapshot_index(snapshots: list[dict]) -> SnapshotIds:
+    """The ids of a ``snapshots`` list, memoised by the list's identity (the entry keeps the list alive,
+    so its id is not reused; its length guards against a list changed in place)."""
+    hit = _INDEXES.get(id(snapshots))
+    if hit is not None and hit[0] is snapshots and hit[1] == len(snapshots):
+        return hit[2]
+    index = SnapshotIds(set(map(itemgetter("snapshot-id"), snapshots)))
+    remember_index(snapshots, index)
+    return index
+
+
+def remember_index(snapshots: list[dict], index: SnapshotIds) -> None:
+    if len(_INDEXES) >= _INDEXES_SIZE:
+        _INDEXES.pop(next(iter(_INDEXES)))
+    _INDEXES[id(snapshots)] = (snapshots, len(snapshots), index)
+
+
 class Builder:
     """Java's ``TableMetadata.Builder`` over JSON. Lists start as the base's own objects and are
     copied the first time they change (``_own``); ``changes`` records what Java records."""
@@ -78,7 +122,8 @@ class Builder:
         self.last_added_order: int | None = None
         self.added_snapshots: dict[int, requests.Snapshot] = {}
         self.added_log_entries = 0
-        self._ids: set[int] | None = None
+        self._index: SnapshotIds | None = None  # the base's ids, read-only
+        self._new_ids: set[int] = set()  # ids added by this commit
         self._schemas: dict[int, dict] | None = None
         if base is None:
             if not 1 <= format_version <= SUPPORTED_FORMAT_VERSION:
@@ -133,10 +178,12 @@ class Builder:
             self.owned.add(name)
         return getattr(self, name)
 
-    def snapshot_ids(self) -> set[int]:
-        if self._ids is None:
-            self._ids = {snapshot["snapshot-id"] for snapshot in self.snapshots}
-        return self._ids
+    def has_snapshot(self, snapshot_id: int) -> bool:
+        if snapshot_id in self._new_ids:
+            return True
+        if self._index is None:
+            self._index = snapshot_index(self.snapshots) if self.snapshots else SnapshotIds(frozenset())
+        return snapshot_id in self._index
 
     def schemas_by_id(self) -> dict[int, dict]:
         if self._schemas is None:
@@ -296,8 +343,7 @@ class Builder:
             raise errors.ValidationFailed("Attempting to add a snapshot before a partition spec is added")
         if not self.sort_orders:
             raise errors.ValidationFailed("Attempting to add a snapshot before a sort order is added")
-        ids = self.snapshot_ids()
-        if snapshot.snapshot_id in ids:
+        if self.has_snapshot(snapshot.snapshot_id):
             raise errors.ValidationFailed(f"Snapshot already exists for id: {snapshot.snapshot_id}")
         stale = snapshot.sequence_number <= self.last_sequence_number and snapshot.parent_id is not None
         if self.format_version != 1 and stale:
@@ -317,7 +363,7 @@ class Builder:
         self.last_updated_ms = snapshot.timestamp_ms
         self.last_sequence_number = snapshot.sequence_number
         self._own("snapshots").append(snapshot.json)
-        ids.add(snapshot.snapshot_id)
+        self._new_ids.add(snapshot.snapshot_id)
         self.added_snapshots[snapshot.snapshot_id] = snapshot
         self.changes.append(("add-snapshot", snapshot.snapshot_id))
 
@@ -325,7 +371,7 @@ class Builder:
         existing = self.refs.get(ref.name)
         if existing is not None and requests.ref_key(existing) == requests.ref_key(ref.json):
             return
-        if ref.snapshot_id not in self.snapshot_ids():
+        if not self.has_snapshot(ref.snapshot_id):
             raise errors.ValidationFailed(f"Cannot set {ref.name} to unknown snapshot: {ref.snapshot_id}")
         added = self.added_snapshots.get(ref.snapshot_id)
         if added is not None:
@@ -347,16 +393,16 @@ class Builder:
             self.changes.append(("remove-snapshot-ref",))
 
     def u_remove_snapshots(self, snapshot_ids: list[int]) -> None:
-        ids = self.snapshot_ids()
-        removed = ids.intersection(snapshot_ids)
+        removed = {snapshot_id for snapshot_id in snapshot_ids if self.has_snapshot(snapshot_id)}
         if removed:
             self.snapshots = [s for s in self.snapshots if s["snapshot-id"] not in removed]
             self.owned.add("snapshots")
-            ids.difference_update(removed)
+            self._index = SnapshotIds(set(map(itemgetter("snapshot-id"), self.snapshots)))
+            self._new_ids = set()
             self.changes.append(("remove-snapshots",))
             self._drop_statistics("statistics", removed)
             self._drop_statistics("partition_statistics", removed)
-        for name in [name for name, ref in self.refs.items() if ref["snapshot-id"] not in ids]:
+        for name in [name for name, ref in self.refs.items() if not self.has_snapshot(ref["snapshot-id"])]:
             self.u_remove_snapshot_ref(name)
 
     def _drop_statistics(self, name: str, snapshot_ids: set[int]) -> None:
@@ -475,7 +521,7 @@ class Builder:
         snapshot_log = self._snapshot_log(last_updated)
         metadata_log = self._metadata_log(base_location, last_updated)
         current = self.current_snapshot_id
-        if current < 0 and not (self.snapshots and current != -1 and current in self.snapshot_ids()):
+        if current < 0 and not (self.snapshots and current != -1 and self.has_snapshot(current)):
             current = None if version >= 3 else -1
         out: dict[str, Any] = {"format-version": version, "table-uuid": self.uuid or str(uuids.uuid4())}
         out["location"] = location
@@ -506,6 +552,8 @@ class Builder:
         out["partition-statistics"] = self.partition_statistics
         out["snapshot-log"] = snapshot_log
         out["metadata-log"] = metadata_log
+        if self.snapshots is not (base or {}).get("snapshots") and self._index is not None:
+            remember_index(self.snapshots, self._index.plus(self._new_ids) if self._new_ids else self._index)
         return out
 
     def _location(self) -> str:
@@ -575,20 +623,19 @@ class Builder:
         intermediate.discard(self.current_snapshot_id)
         removed = self.changed("remove-snapshots")
         if intermediate or removed:
-            ids = self.snapshot_ids()
             first_new = len(log) - new_entries
             rebuilt: list[dict] = []
             new_entries = 0
             for i, entry in enumerate(log):
                 snapshot_id = entry["snapshot-id"]
-                if snapshot_id in ids:
+                if self.has_snapshot(snapshot_id):
                     if snapshot_id not in intermediate:
                         rebuilt.append(entry)
                         new_entries += i >= first_new
                 elif removed:
                     rebuilt.clear()
                     new_entries = 0
-            if self.current_snapshot_id in ids and (
+            if self.has_snapshot(self.current_snapshot_id) and (
                 not rebuilt or rebuilt[-1]["snapshot-id"] != self.current_snapshot_id
             ):
                 raise errors.ValidationFailed(
