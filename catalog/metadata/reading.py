@@ -40,7 +40,7 @@ def _number(node: dict, key: str, kind: str, low: int, high: int, default: Any) 
         if default is not _MISSING:
             return default
         raise errors.BadRequest(f"Cannot parse missing {kind}: {key}")
-    article = "an" if kind == "int" else "a"
+    article, kind = ("an", "integer") if kind == "int" else ("a", kind)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise errors.BadRequest(f"Cannot parse to {article} {kind} value: {key}: {show(value)}")
     if isinstance(value, float):
