@@ -38,8 +38,8 @@ def parse_transform(text: str) -> Transform:
         if name in ("bucket", "truncate"):
             digits = match.group(2)
             width = int(digits)
-            if width > r.INT_MAX:
-                raise errors.ValidationFailed(f'For input string: "{digits}"')
+            if width > r.INT_MAX:  # Java: NumberFormatException
+                raise errors.ValidationFailed(f"Cannot parse to an integer value: {name}[{digits}]")
             if width <= 0:
                 what = "number of buckets" if name == "bucket" else "truncate width"
                 raise errors.ValidationFailed(f"Invalid {what}: {width} (must be > 0)")

@@ -55,7 +55,7 @@ DEFAULT_VALUES_MIN_FORMAT_VERSION = 3
 def _java_int(digits: str) -> int:
     value = int(digits)
     if value > r.INT_MAX:
-        raise errors.ValidationFailed(f'For input string: "{digits}"')
+        raise errors.ValidationFailed(f"Cannot parse to an integer value: {digits}")
     return value
 
 
