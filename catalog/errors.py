@@ -81,6 +81,15 @@ class CommitFailed(IcebergError):
     type, code = "CommitFailedException", 409
 
 
+class RequirementFailed(CommitFailed):
+    """409: a commit's requirement (assert-...) does not hold on the current metadata; the message names it."""
+
+
+class RetryableValidation(CommitFailed):
+    """409: Java's RetryableValidationException (a stale sequence number or first-row-id): the client
+    must rebuild its change on the new metadata and retry."""
+
+
 class RequestTooLarge(IcebergError):
     """413: the request body is over ``max_request_bytes``; it was not read further."""
 

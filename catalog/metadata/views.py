@@ -1,0 +1,326 @@
+"""View metadata: a commit's requirements checked and its updates applied to the view's metadata JSON
+the way Iceberg Java's ``ViewMetadata.Builder`` and ``build()`` do (1.9.0; the version-log timestamp of
+a re-activated version is the commit's time, as Java 1.10 fixed it).
+
+Pure and copy-on-write like ``tables``: ``base`` is never mutated, untouched lists are shared, and a
+commit that Java would record no change for returns ``base`` itself.
+"""
+
+from __future__ import annotations
+
+import uuid as uuids
+from typing import Any, NamedTuple
+
+from .. import errors
+from . import reading as r
+from . import requests, schemas
+from .builder import java_int
+from .requests import Update
+
+SUPPORTED_VIEW_FORMAT_VERSION = 1
+VERSION_HISTORY_SIZE = "version.history.num-entries"
+VERSION_HISTORY_SIZE_DEFAULT = 10
+REPLACE_DROP_DIALECT_ALLOWED = "replace.drop-dialect.allowed"
+
+
+class Version(NamedTuple):
+    json: dict  # as Java writes it
+    version_id: int
+    schema_id: int
+
+
+def _version(node: Any) -> Version:
+    """Java's ``ViewVersionParser.fromJson``; only SQL representations can be written back."""
+    node = r.obj(node, "view version")
+    version_id = r.int_(node, "version-id")
+    schema_id = r.int_(node, "schema-id")
+    timestamp_ms = r.long_(node, "timestamp-ms")
+    summary = r.str_map(node, "summary")
+    representations = []
+    for item in r.array(node, "representations"):
+        item = r.obj(item, "view representation")
+        kind = r.str_(item, "type").lower()
+        if kind != "sql":
+            raise errors.BadRequest(f"Cannot serialize unsupported view representation: {r.show(kind)}")
+        representations.append({"type": "sql", "sql": r.str_(item, "sql"), "dialect": r.str_(item, "dialect")})
+    default_catalog = r.str_or_none(node, "default-catalog")
+    if node.get("default-namespace") is None:
+        raise errors.BadRequest("Cannot parse missing field: default-namespace")
+    namespace = r.str_list(node, "default-namespace")
+    out: dict[str, Any] = {"version-id": version_id, "timestamp-ms": timestamp_ms, "schema-id": schema_id}
+    out["summary"] = summary
+    if default_catalog is not None:
+        out["default-catalog"] = default_catalog
+    out["default-namespace"] = namespace
+    out["representations"] = representations
+    return Version(out, version_id, schema_id)
+
+
+def _view_version(node: dict) -> Version:
+    if node.get("view-version") is None:
+        raise errors.BadRequest("Cannot parse missing field: view-version")
+    return _version(node["view-version"])
+
+
+def _view_version_id(node: dict) -> int:
+    return r.int_(node, "view-version-id")
+
+
+UPDATE_PARSERS = {
+    "assign-uuid": requests.uuid_,
+    "upgrade-format-version": requests.format_version,
+    "add-schema": requests.schema,
+    "set-location": requests.location,
+    "set-properties": requests.set_properties,
+    "remove-properties": requests.remove_properties,
+    "add-view-version": _view_version,
+    "set-current-view-version": _view_version_id,
+}
+
+
+def new_view(
+    *,
+    location: str,
+    schema: dict,
+    version: dict,
+    properties: dict[str, str],
+    now_ms: int,
+    view_uuid: str | None = None,
+) -> dict:
+    """createView: Java's ``ViewMetadata.builder()`` with the properties, the location and the version as
+    current (schema id 0, version id 1). The version keeps the client's timestamp and summary."""
+    parsed = _version(version)
+    builder = _Builder(None, now_ms)
+    builder.uuid = view_uuid or str(uuids.uuid4())
+    builder.set_properties(properties)
+    builder.set_location(location)
+    schema_id = builder.add_schema(schemas.parse_schema(schema))
+    first = {**parsed.json, "version-id": 1, "schema-id": schema_id}
+    builder.set_current_version(builder.add_version(Version(first, 1, schema_id)))
+    return builder.build()
+
+
+def apply(
+    base: dict | None, requirements: list[dict], updates: list[dict], *, base_location: str | None, now_ms: int
+) -> dict:
+    """Check ``requirements`` (only ``assert-view-uuid`` applies to a view), then apply ``updates`` like
+    Java's ``ViewMetadata.Builder``; returns ``base`` itself when nothing changed. Views keep no log of
+    metadata files, so ``base_location`` is not used."""
+    checks = requests.parse_requirements(requirements, requests.VIEW_REQUIREMENTS)
+    changes = requests.parse_updates(updates, UPDATE_PARSERS)
+    if base is None:
+        raise errors.BadRequest("A view commit needs an existing view")
+    for check in checks:
+        actual = base.get("view-uuid")
+        if actual is None or check.value.lower() != actual.lower():
+            raise errors.RequirementFailed(
+                f"Requirement failed: view UUID does not match: expected {actual} != {check.value}"
+            )
+    builder = _Builder(base, now_ms)
+    for update in changes:
+        builder.apply(update)
+    return builder.build()
+
+
+class _Builder:
+    def __init__(self, base: dict | None, now_ms: int) -> None:
+        self.base, self.now_ms = base, now_ms
+        self.changes: list[tuple] = []
+        self.last_added_version: int | None = None
+        self.last_added_schema: int | None = None
+        self.history_entry: dict | None = None
+        if base is None:
+            self.uuid, self.format_version, self.location = None, 1, None
+            self.properties: dict[str, str] = {}
+            self.schemas: list[dict] = []
+            self.versions: list[dict] = []
+            self.history: list[dict] = []
+            self.current_version_id = 0
+            self.previous: dict | None = None
+            return
+        self.uuid = base.get("view-uuid")
+        self.format_version = base.get("format-version", 1)
+        self.location = base.get("location")
+        self.properties = base.get("properties") or {}
+        self.schemas = base.get("schemas") or []
+        self.versions = base.get("versions") or []
+        self.history = base.get("version-log") or []
+        self.current_version_id = base["current-version-id"]
+        self.previous = next((v for v in self.versions if v["version-id"] == self.current_version_id), None)
+
+    def apply(self, update: Update) -> None:
+        action, value = update
+        if action == "assign-uuid":
+            if self.uuid is not None and value != self.uuid:
+                raise errors.ValidationFailed("Cannot reassign uuid")
+            if value != self.uuid:
+                self.uuid = value
+                self.changes.append((action,))
+        elif action == "upgrade-format-version":
+            if value < self.format_version:
+                raise errors.ValidationFailed(f"Cannot downgrade v{self.format_version} view to v{value}")
+            if value != self.format_version:
+                self.format_version = value
+                self.changes.append((action,))
+        elif action == "add-schema":
+            self.add_schema(value)
+        elif action == "set-location":
+            self.set_location(value)
+        elif action == "set-properties":
+            self.set_properties(value)
+        elif action == "remove-properties":
+            if value:
+                self.properties = {k: v for k, v in self.properties.items() if k not in set(value)}
+                self.changes.append((action,))
+        elif action == "add-view-version":
+            self.add_version(value)
+        else:
+            self.set_current_version(value)
+
+    def set_properties(self, updates: dict[str, str]) -> None:
+        if updates:
+            self.properties = {**self.properties, **updates}
+            self.changes.append(("set-properties",))
+
+    def set_location(self, location: str | None) -> None:
+        if location is None:
+            raise errors.ValidationFailed("Invalid location: null")
+        if location != self.location:
+            self.location = location
+            self.changes.append(("set-location",))
+
+    def add_schema(self, schema: schemas.Schema) -> int:
+        new_id = 0
+        for existing in self.schemas:
+            if schema.same(existing):
+                return existing["schema-id"]
+            if existing["schema-id"] >= new_id:
+                new_id = existing["schema-id"] + 1
+        self.schemas = [*self.schemas, schema.with_id(new_id).json]
+        self.changes.append(("add-schema", new_id))
+        self.last_added_schema = new_id
+        return new_id
+
+    def add_version(self, version: Version) -> int:
+        new_id = version.version_id
+        for existing in self.versions:
+            if _same_version(existing, version.json):
+                new_id = existing["version-id"]
+                break
+            if existing["version-id"] >= new_id:
+                new_id = existing["version-id"] + 1
+        if any(existing["version-id"] == new_id for existing in self.versions):
+            self.last_added_version = new_id if ("add-view-version", new_id) in self.changes else None
+            return new_id
+        schema_id = version.schema_id
+        if schema_id == -1:
+            if self.last_added_schema is None:
+                raise errors.ValidationFailed("Cannot set last added schema: no schema has been added")
+            schema_id = self.last_added_schema
+        if all(schema["schema-id"] != schema_id for schema in self.schemas):
+            raise errors.ValidationFailed(f"Cannot add version with unknown schema: {schema_id}")
+        dialects: set[str] = set()
+        for representation in version.json["representations"]:
+            dialect = representation["dialect"].lower()
+            if dialect in dialects:
+                raise errors.ValidationFailed(
+                    f"Invalid view version: Cannot add multiple queries for dialect {dialect}"
+                )
+            dialects.add(dialect)
+        self.versions = [*self.versions, {**version.json, "version-id": new_id, "schema-id": schema_id}]
+        self.changes.append(("add-view-version", new_id))
+        self.last_added_version = new_id
+        return new_id
+
+    def set_current_version(self, version_id: int) -> None:
+        if version_id == -1:
+            if self.last_added_version is None:
+                raise errors.ValidationFailed("Cannot set last version id: no current version id has been set")
+            version_id = self.last_added_version
+        if version_id == self.current_version_id:
+            return
+        version = next((v for v in self.versions if v["version-id"] == version_id), None)
+        if version is None:
+            raise errors.ValidationFailed(f"Cannot set current version to unknown version: {version_id}")
+        self.current_version_id = version_id
+        self.changes.append(("set-current-view-version",))
+        added = ("add-view-version", version_id) in self.changes
+        timestamp = version["timestamp-ms"] if added else self.now_ms
+        self.history_entry = {"timestamp-ms": timestamp, "version-id": version_id}
+
+    def build(self) -> dict:
+        if not self.changes and self.base is not None:
+            return self.base
+        if self.location is None:
+            raise errors.ValidationFailed("Invalid location: null")
+        if not self.versions:
+            raise errors.ValidationFailed("Invalid view: no versions were added")
+        if not 0 < self.format_version <= SUPPORTED_VIEW_FORMAT_VERSION:
+            raise errors.ValidationFailed(f"Unsupported format version: {self.format_version}")
+        history = self.history if self.history_entry is None else [*self.history, self.history_entry]
+        current = next(v for v in self.versions if v["version-id"] == self.current_version_id)
+        allowed = str(self.properties.get(REPLACE_DROP_DIALECT_ALLOWED, "false")).lower() == "true"
+        if self.previous is not None and not allowed:
+            before, after = _dialects(self.previous), _dialects(current)
+            if not before <= after:
+                raise errors.ValidationFailed(
+                    f"Cannot replace view due to loss of view dialects ({REPLACE_DROP_DIALECT_ALLOWED}=false):\n"
+                    f"Previous dialects: [{', '.join(sorted(before))}]\nNew dialects: [{', '.join(sorted(after))}]"
+                )
+        value = self.properties.get(VERSION_HISTORY_SIZE)
+        history_size = java_int(value, VERSION_HISTORY_SIZE) if value is not None else VERSION_HISTORY_SIZE_DEFAULT
+        if history_size <= 0:
+            raise errors.ValidationFailed(f"{VERSION_HISTORY_SIZE} must be positive but was {history_size}")
+        added = {change[1] for change in self.changes if change[0] == "add-view-version"}
+        keep = max(len(added | {self.current_version_id}), history_size)
+        versions = self.versions
+        if len(versions) > keep:
+            versions = _expire(versions, keep, current)
+            retained = {v["version-id"] for v in versions}
+            kept_history: list[dict] = []
+            for entry in history:
+                if entry["version-id"] in retained:
+                    kept_history.append(entry)
+                else:  # history before a version that is gone is dropped
+                    kept_history.clear()
+            history = kept_history
+        out: dict[str, Any] = {"view-uuid": self.uuid or str(uuids.uuid4()), "format-version": self.format_version}
+        out["location"] = self.location
+        if self.properties:
+            out["properties"] = self.properties
+        out["schemas"] = self.schemas
+        out["current-version-id"] = self.current_version_id
+        out["versions"] = versions
+        out["version-log"] = history
+        return out
+
+
+def _expire(versions: list[dict], keep: int, current: dict) -> list[dict]:
+    """Java's ``expireVersions``: the current version, then the newest others (by id) up to ``keep``."""
+    newest = sorted(versions, key=lambda v: v["version-id"], reverse=True)[:keep]
+    retained = [current]
+    for version in newest:
+        if len(retained) == keep:
+            break
+        if version["version-id"] != current["version-id"]:
+            retained.append(version)
+    return retained
+
+
+def _same_version(one: dict, two: dict) -> bool:
+    """Java's ``sameViewVersion``: all but the version id, timestamp and operation."""
+    return (
+        one.get("summary") == two.get("summary")
+        and _representations(one) == _representations(two)
+        and one.get("default-catalog") == two.get("default-catalog")
+        and one.get("default-namespace") == two.get("default-namespace")
+        and one.get("schema-id") == two.get("schema-id")
+    )
+
+
+def _representations(version: dict) -> list[tuple]:
+    return [(str(rep.get("type")).lower(), rep.get("sql"), rep.get("dialect")) for rep in version["representations"]]
+
+
+def _dialects(version: dict) -> set[str]:
+    return {rep["dialect"].lower() for rep in version["representations"] if str(rep.get("type")).lower() == "sql"}
