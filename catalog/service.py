@@ -16,7 +16,7 @@ from . import errors, migrate, names, purge
 from .commit import TABLE, VIEW, Change, CommitEngine, Committed, Kind, Outcome, name_taken
 from .files import MetadataFile, MetadataFiles
 from .locations import is_within, normalise
-from .metadata import tables, views
+from .metadata import registered, tables, views
 from .names import check_name, check_namespace
 from .ownership import Ownership
 from .settings import Settings
@@ -170,7 +170,7 @@ class Catalog:
             other = ident(holder.namespace, holder.name)
             raise errors.AlreadyExists(f"Metadata file {location} is the current metadata of {holder.kind} {other}")
         file = self.files.read(location)
-        doc = (tables if kind is TABLE else views).check_file(file.data)
+        doc = (registered.check_table if kind is TABLE else registered.check_view)(file.data)
         own = self.ownership.claim(doc["location"], replaced.id if replaced is not None else None)
         homes = [own]
         if kind is TABLE:

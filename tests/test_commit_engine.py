@@ -96,8 +96,15 @@ def test_cached_documents_equal_their_files(catalog):
 def test_views_commit_through_the_same_engine(catalog):
     created = catalog.create_view(("n",), "v", None, {"schema": SCHEMA, "view-version": VIEW_VERSION})
     before = metrics.COMMITS.labels("view")._value.get()
-    version = {**VIEW_VERSION, "version-id": 2, "representations": [{"type": "sql", "sql": "select 2", "dialect": "spark"}]}
-    updates = [{"action": "add-view-version", "view-version": version}, {"action": "set-current-view-version", "view-version-id": -1}]
+    version = {
+        **VIEW_VERSION,
+        "version-id": 2,
+        "representations": [{"type": "sql", "sql": "select 2", "dialect": "spark"}],
+    }
+    updates = [
+        {"action": "add-view-version", "view-version": version},
+        {"action": "set-current-view-version", "view-version-id": -1},
+    ]
     uuid = created.data["view-uuid"]
     outcome = catalog.commit([Change(VIEW, ("n",), "v", [{"type": "assert-view-uuid", "uuid": uuid}], updates)])
     assert isinstance(outcome, Committed) and outcome.files[0].data["current-version-id"] == 2

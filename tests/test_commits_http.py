@@ -67,11 +67,11 @@ WRONG = [
         {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 42},
         "branch or tag main is missing, expected 42",
     ),
-    ({"type": "assert-last-assigned-field-id", "last-assigned-field-id": 7}, "expected 7, found 2"),
-    ({"type": "assert-current-schema-id", "current-schema-id": 3}, "expected 3, found 0"),
-    ({"type": "assert-last-assigned-partition-id", "last-assigned-partition-id": 1005}, "expected 1005, found 999"),
-    ({"type": "assert-default-spec-id", "default-spec-id": 4}, "expected 4, found 0"),
-    ({"type": "assert-default-sort-order-id", "default-sort-order-id": 9}, "expected 9, found 0"),
+    ({"type": "assert-last-assigned-field-id", "last-assigned-field-id": 7}, "expected id 7 != 2"),
+    ({"type": "assert-current-schema-id", "current-schema-id": 3}, "expected id 3 != 0"),
+    ({"type": "assert-last-assigned-partition-id", "last-assigned-partition-id": 1005}, "expected id 1005 != 999"),
+    ({"type": "assert-default-spec-id", "default-spec-id": 4}, "expected id 4 != 0"),
+    ({"type": "assert-default-sort-order-id", "default-sort-order-id": 9}, "expected id 9 != 0"),
 ]
 
 
@@ -154,7 +154,6 @@ INVALID_UPDATES = [
     {"action": "set-current-schema", "schema-id": 99},
     {"action": "set-default-spec", "spec-id": 5},
     {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 123},
-    {"action": "remove-snapshots", "snapshot-ids": [1]},
     {"action": "set-location", "location": "file:///tmp/../etc"},
 ]
 
@@ -166,6 +165,15 @@ def test_invalid_update_is_400_and_changes_nothing(http, ns, update):
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["type"] in ("ValidationException", "BadRequestException")
     assert load(http, ns, "t")["metadata-location"] == before["metadata-location"]
+
+
+def test_removals_of_what_is_not_there_change_nothing(http, ns):
+    """As in Java: removing an unknown snapshot id or a missing property is ignored, not an error."""
+    before = create(http, ns, "t")
+    resp = commit(http, ns, "t", [], [{"action": "remove-snapshots", "snapshot-ids": [1]}])
+    assert resp.status_code == 200 and resp.json()["metadata-location"] == before["metadata-location"], resp.text
+    resp = commit(http, ns, "t", [], [{"action": "remove-properties", "removals": ["never-set"]}])
+    assert resp.status_code == 200 and resp.json()["metadata"]["properties"] == before["metadata"]["properties"]
 
 
 def test_commit_to_missing_table_or_namespace_is_404(http, ns):

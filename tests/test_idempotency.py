@@ -8,7 +8,6 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 import requests
 
 from tests.conftest import assert_error, start_server

@@ -51,7 +51,9 @@ def test_apply_updates_noop_and_change():
     md = fresh()
     assert tables.apply(md, [], [], base_location="loc", now_ms=1) is md
     log = "file:///wh/ns/t/metadata/00000-x.json"
-    new = tables.apply(md, [], [{"action": "set-properties", "updates": {"a": "b"}}], base_location=log, now_ms=2)
+    new = tables.apply(
+        md, [], [{"action": "set-properties", "updates": {"a": "b"}}], base_location=log, now_ms=1_700_000_000_001
+    )
     assert new["properties"]["a"] == "b" and new["metadata-log"][-1]["metadata-file"] == log
     assert "a" not in md["properties"]  # the base is never modified
 

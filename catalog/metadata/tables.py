@@ -174,8 +174,17 @@ def apply(
 
 
 def check_requirements(checks: list[requests.Requirement], base: dict) -> None:
-    """Raise ``RequirementFailed`` naming the first requirement that does not hold on ``base``."""
+    """Raise ``RequirementFailed`` naming the first requirement that does not hold on ``base``, its
+    message ending with the requirement's type."""
     for check in checks:
+        try:
+            _check(check, base)
+        except errors.RequirementFailed as e:
+            raise errors.RequirementFailed(f"{e.message} ({check.type})") from None
+
+
+def _check(check: requests.Requirement, base: dict) -> None:
+    if True:
         kind, expected = check.type, check.value
         if kind == "assert-create":
             raise errors.RequirementFailed("Requirement failed: table already exists")
