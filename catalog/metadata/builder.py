@@ -141,6 +141,8 @@ class Builder:
             self.owned = {"schemas", "specs", "sort_orders", "properties", "refs", "snapshots", "statistics",
                           "partition_statistics", "snapshot_log", "encryption_keys"}  # fmt: skip
             return
+        if not 1 <= format_version <= SUPPORTED_FORMAT_VERSION:
+            raise errors.ValidationFailed(f"Cannot read unsupported version {format_version}")
         self.format_version = format_version
         self.uuid = base.get("table-uuid")
         self.location = base.get("location")

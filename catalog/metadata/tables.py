@@ -86,6 +86,7 @@ def new_table(
     """createTable (not staged): Java's ``TableMetadata.newTableMetadata``. Fresh column ids (from 1),
     fresh partition field ids (from 1000), sort order 1 unless unsorted, reserved properties dropped,
     the format version from the ``format-version`` property (default 2), Java's new-table defaults."""
+    r.str_map({"properties": properties}, "properties")
     version = properties.get("format-version")
     format_version = java_int(version, "format-version") if version is not None else DEFAULT_FORMAT_VERSION
     given = schemas.parse_schema(schema)

@@ -89,6 +89,7 @@ def new_view(
 ) -> dict:
     """createView: Java's ``ViewMetadata.builder()`` with the properties, the location and the version as
     current (schema id 0, version id 1). The version keeps the client's timestamp and summary."""
+    r.str_map({"properties": properties}, "properties")
     parsed = _version(version)
     builder = _Builder(None, now_ms)
     builder.uuid = view_uuid or str(uuids.uuid4())
