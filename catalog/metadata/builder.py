@@ -14,9 +14,9 @@ from operator import itemgetter
 from typing import Any
 
 from .. import errors
-from . import partitioning, requests, schemas
+from . import parsing, partitioning, schemas
 from . import reading as r
-from .requests import Update
+from .parsing import Update
 
 MAIN = "main"
 SUPPORTED_FORMAT_VERSION = 3
@@ -24,7 +24,6 @@ ROW_LINEAGE_FORMAT_VERSION = 3
 ONE_MINUTE_MS = 60_000
 PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 PREVIOUS_VERSIONS_MAX_DEFAULT = 100
-UNSORTED = {"order-id": 0, "fields": []}
 _JAVA_INT = re.compile(r"[+-]?\d+", re.ASCII)
 
 
@@ -120,7 +119,7 @@ class Builder:
         self.last_added_schema: int | None = None
         self.last_added_spec: int | None = None
         self.last_added_order: int | None = None
-        self.added_snapshots: dict[int, requests.Snapshot] = {}
+        self.added_snapshots: dict[int, parsing.Snapshot] = {}
         self.added_log_entries = 0
         self._index: SnapshotIds | None = None  # the base's ids, read-only
         self._new_ids: set[int] = set()  # ids added by this commit
@@ -150,7 +149,7 @@ class Builder:
         self.last_column_id = base["last-column-id"]
         self.schemas, self.current_schema_id = read_schemas(base)
         self.specs, self.default_spec_id, self.last_partition_id = read_specs(base)
-        self.sort_orders = base.get("sort-orders") or [UNSORTED]
+        self.sort_orders = base.get("sort-orders") or [{"order-id": 0, "fields": []}]
         self.default_sort_order_id = base.get("default-sort-order-id", 0)
         self.properties = base.get("properties") or {}
         self.current_snapshot_id = current_snapshot_id(base)
@@ -319,9 +318,7 @@ class Builder:
             is_new = self.last_added_order is not None and ("add-sort-order", self.last_added_order) in self.changes
             self.last_added_order = new_id if is_new else None
             return
-        self._own("sort_orders").append(
-            {"order-id": new_id, "fields": bound["fields"]} if bound["fields"] else UNSORTED
-        )
+        self._own("sort_orders").append({"order-id": new_id, "fields": bound["fields"]} if bound["fields"] else bound)
         self.changes.append(("add-sort-order", new_id))
         self.last_added_order = new_id
 
@@ -338,7 +335,7 @@ class Builder:
         self.default_sort_order_id = order_id
         self.changes.append(("set-default-sort-order",))
 
-    def u_add_snapshot(self, snapshot: requests.Snapshot) -> None:
+    def u_add_snapshot(self, snapshot: parsing.Snapshot) -> None:
         if not self.schemas:
             raise errors.ValidationFailed("Attempting to add a snapshot before a schema is added")
         if not self.specs:
@@ -369,9 +366,9 @@ class Builder:
         self.added_snapshots[snapshot.snapshot_id] = snapshot
         self.changes.append(("add-snapshot", snapshot.snapshot_id))
 
-    def u_set_snapshot_ref(self, ref: requests.Ref) -> None:
+    def u_set_snapshot_ref(self, ref: parsing.Ref) -> None:
         existing = self.refs.get(ref.name)
-        if existing is not None and requests.ref_key(existing) == requests.ref_key(ref.json):
+        if existing is not None and parsing.ref_key(existing) == parsing.ref_key(ref.json):
             return
         if not self.has_snapshot(ref.snapshot_id):
             raise errors.ValidationFailed(f"Cannot set {ref.name} to unknown snapshot: {ref.snapshot_id}")

@@ -14,10 +14,10 @@ import re
 import uuid as uuids
 
 from .. import errors
-from . import partitioning, requests, schemas
+from . import parsing, partitioning, schemas
 from . import reading as r
 from .builder import MAIN, Builder, current_snapshot_id, java_int, read_schemas, read_specs
-from .requests import Update
+from .parsing import Update
 
 DEFAULT_FORMAT_VERSION = 2
 RESERVED_PROPERTIES = frozenset(
@@ -44,29 +44,29 @@ COMMIT_PROPERTIES = (
 _JAVA_INT = re.compile(r"[+-]?\d+", re.ASCII)
 
 UPDATE_PARSERS = {
-    "assign-uuid": requests.uuid_,
-    "upgrade-format-version": requests.format_version,
-    "add-schema": requests.schema,
-    "set-current-schema": requests.schema_id,
-    "add-spec": requests.spec,
-    "set-default-spec": requests.spec_id,
-    "add-sort-order": requests.sort_order,
-    "set-default-sort-order": requests.sort_order_id,
-    "add-snapshot": requests.snapshot,
-    "set-snapshot-ref": requests.snapshot_ref,
-    "remove-snapshots": requests.snapshot_ids,
-    "remove-snapshot-ref": requests.ref_name,
-    "set-location": requests.location,
-    "set-properties": requests.set_properties,
-    "remove-properties": requests.remove_properties,
-    "set-statistics": requests.statistics,
-    "remove-statistics": requests.snapshot_id,
-    "set-partition-statistics": requests.partition_statistics,
-    "remove-partition-statistics": requests.snapshot_id,
-    "remove-partition-specs": requests.int_set("spec-ids"),
-    "remove-schemas": requests.int_set("schema-ids"),
-    "add-encryption-key": requests.encryption_key,
-    "remove-encryption-key": requests.key_id,
+    "assign-uuid": parsing.uuid_,
+    "upgrade-format-version": parsing.format_version,
+    "add-schema": parsing.schema,
+    "set-current-schema": parsing.schema_id,
+    "add-spec": parsing.spec,
+    "set-default-spec": parsing.spec_id,
+    "add-sort-order": parsing.sort_order,
+    "set-default-sort-order": parsing.sort_order_id,
+    "add-snapshot": parsing.snapshot,
+    "set-snapshot-ref": parsing.snapshot_ref,
+    "remove-snapshots": parsing.snapshot_ids,
+    "remove-snapshot-ref": parsing.ref_name,
+    "set-location": parsing.location,
+    "set-properties": parsing.set_properties,
+    "remove-properties": parsing.remove_properties,
+    "set-statistics": parsing.statistics,
+    "remove-statistics": parsing.snapshot_id,
+    "set-partition-statistics": parsing.partition_statistics,
+    "remove-partition-statistics": parsing.snapshot_id,
+    "remove-partition-specs": parsing.int_set("spec-ids"),
+    "remove-schemas": parsing.int_set("schema-ids"),
+    "add-encryption-key": parsing.encryption_key,
+    "remove-encryption-key": parsing.key_id,
 }
 
 
@@ -156,8 +156,8 @@ def apply(
     ``base_location`` (the current metadata file) goes to the metadata-log, trimmed to
     ``write.metadata.previous-versions-max``. Raises ``RequirementFailed`` (409), ``RetryableValidation``
     (409), ``ValidationFailed`` (400) or ``BadRequest`` (400)."""
-    checks = requests.parse_requirements(requirements, requests.TABLE_REQUIREMENTS)
-    changes = requests.parse_updates(updates, UPDATE_PARSERS)
+    checks = parsing.parse_requirements(requirements, parsing.TABLE_REQUIREMENTS)
+    changes = parsing.parse_updates(updates, UPDATE_PARSERS)
     creates = [check for check in checks if check.type == "assert-create"]
     if creates and len(creates) != len(checks):
         raise errors.BadRequest("Invalid create requirements: assert-create must be the only requirement")
@@ -174,7 +174,7 @@ def apply(
     return builder.build(base_location)
 
 
-def check_requirements(checks: list[requests.Requirement], base: dict) -> None:
+def check_requirements(checks: list[parsing.Requirement], base: dict) -> None:
     """Raise ``RequirementFailed`` naming the first requirement that does not hold on ``base``."""
     for check in checks:
         kind, expected = check.type, check.value
