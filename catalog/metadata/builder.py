@@ -85,13 +85,16 @@ class SnapshotIds:
         return SnapshotIds(self.bulk, extra)
 
 
+# Memoised indexes of long snapshot lists, by the list's identity. An entry keeps its list alive (so
+# the id cannot be reused); a few entries suffice for the tables being committed to right now, and
+# the lists are mostly shared with the metadata the server caches anyway. Short lists are not worth it.
 _INDEXES: dict[int, tuple[list, int, SnapshotIds]] = {}
-_INDEXES_SIZE = 256
+_INDEXES_SIZE = 8
+_INDEXED_FROM = 1000
 
 
 def snapshot_index(snapshots: list[dict]) -> SnapshotIds:
-    """The ids of a ``snapshots`` list, memoised by the list's identity (the entry keeps the list alive,
-    so its id is not reused; its length guards against a list changed in place)."""
+    """The ids of a ``snapshots`` list (its length guards against a list changed in place)."""
     hit = _INDEXES.get(id(snapshots))
     if hit is not None and hit[0] is snapshots and hit[1] == len(snapshots):
         return hit[2]
@@ -101,6 +104,9 @@ def snapshot_index(snapshots: list[dict]) -> SnapshotIds:
 
 
 def remember_index(snapshots: list[dict], index: SnapshotIds) -> None:
+    if len(snapshots) < _INDEXED_FROM:
+        return
+    _INDEXES.pop(id(snapshots), None)
     if len(_INDEXES) >= _INDEXES_SIZE:
         _INDEXES.pop(next(iter(_INDEXES)))
     _INDEXES[id(snapshots)] = (snapshots, len(snapshots), index)
@@ -179,6 +185,14 @@ class Builder:
             self.owned.add(name)
         return getattr(self, name)
 
+    def _append(self, name: str, item: dict) -> None:
+        """Append to a list attribute; the first append copies the base's list once, item included."""
+        if name in self.owned:
+            getattr(self, name).append(item)
+        else:
+            setattr(self, name, [*getattr(self, name), item])
+            self.owned.add(name)
+
     def has_snapshot(self, snapshot_id: int) -> bool:
         if snapshot_id in self._new_ids:
             return True
@@ -241,7 +255,7 @@ class Builder:
         self.last_column_id = new_last
         if not found:
             added = schema.with_id(new_id).json
-            self._own("schemas").append(added)
+            self._append("schemas", added)
             self.schemas_by_id()[new_id] = added
         self.changes.append(("add-schema", new_id))
         self.last_added_schema = new_id
@@ -361,7 +375,7 @@ class Builder:
             self.next_row_id += snapshot.added_rows
         self.last_updated_ms = snapshot.timestamp_ms
         self.last_sequence_number = snapshot.sequence_number
-        self._own("snapshots").append(snapshot.json)
+        self._append("snapshots", snapshot.json)
         self._new_ids.add(snapshot.snapshot_id)
         self.added_snapshots[snapshot.snapshot_id] = snapshot
         self.changes.append(("add-snapshot", snapshot.snapshot_id))
@@ -379,7 +393,7 @@ class Builder:
             self.current_snapshot_id = ref.snapshot_id
             if self.last_updated_ms is None:
                 self.last_updated_ms = self.now_ms
-            self._own("snapshot_log").append({"timestamp-ms": self.last_updated_ms, "snapshot-id": ref.snapshot_id})
+            self._append("snapshot_log", {"timestamp-ms": self.last_updated_ms, "snapshot-id": ref.snapshot_id})
             self.added_log_entries += 1
         self._own("refs")[ref.name] = ref.json
         self.changes.append(("set-snapshot-ref", ref.name, ref.snapshot_id))
@@ -471,7 +485,7 @@ class Builder:
 
     def u_add_encryption_key(self, key: dict) -> None:
         if all(existing["key-id"] != key["key-id"] for existing in self.encryption_keys):
-            self._own("encryption_keys").append(key)
+            self._append("encryption_keys", key)
             self.changes.append(("add-encryption-key",))
 
     def u_remove_encryption_key(self, key_id: str) -> None:
