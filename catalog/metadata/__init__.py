@@ -5,7 +5,7 @@ reference changes it. Pure (no I/O; the caller passes the clock) and copy-on-wri
   (format v1, v2 and v3; staged creates when there is no base).
 - ``views.new_view`` / ``views.apply``: the same for views.
 - ``schemas`` and ``partitioning``: schema, type, partition spec and sort order JSON, validated.
-- ``requests``: parsing requirements and updates; ``reading``: field access like Java's ``JsonUtil``.
+- ``parsing``: parsing a request's requirements and updates; ``reading``: field access like Java's ``JsonUtil``.
 """
 
 from . import tables, views

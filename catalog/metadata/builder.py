@@ -14,9 +14,9 @@ from operator import itemgetter
 from typing import Any
 
 from .. import errors
-from . import partitioning, requests, schemas
+from . import parsing, partitioning, schemas
 from . import reading as r
-from .requests import Update
+from .parsing import Update
 
 MAIN = "main"
 SUPPORTED_FORMAT_VERSION = 3
@@ -24,7 +24,6 @@ ROW_LINEAGE_FORMAT_VERSION = 3
 ONE_MINUTE_MS = 60_000
 PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 PREVIOUS_VERSIONS_MAX_DEFAULT = 100
-UNSORTED = {"order-id": 0, "fields": []}
 _JAVA_INT = re.compile(r"[+-]?\d+", re.ASCII)
 
 
@@ -86,13 +85,16 @@ class SnapshotIds:
         return SnapshotIds(self.bulk, extra)
 
 
+# Memoised indexes of long snapshot lists, by the list's identity. An entry keeps its list alive (so
+# the id cannot be reused); a few entries suffice for the tables being committed to right now, and
+# the lists are mostly shared with the metadata the server caches anyway. Short lists are not worth it.
 _INDEXES: dict[int, tuple[list, int, SnapshotIds]] = {}
-_INDEXES_SIZE = 256
+_INDEXES_SIZE = 8
+_INDEXED_FROM = 1000
 
 
 def snapshot_index(snapshots: list[dict]) -> SnapshotIds:
-    """The ids of a ``snapshots`` list, memoised by the list's identity (the entry keeps the list alive,
-    so its id is not reused; its length guards against a list changed in place)."""
+    """The ids of a ``snapshots`` list (its length guards against a list changed in place)."""
     hit = _INDEXES.get(id(snapshots))
     if hit is not None and hit[0] is snapshots and hit[1] == len(snapshots):
         return hit[2]
@@ -102,6 +104,9 @@ def snapshot_index(snapshots: list[dict]) -> SnapshotIds:
 
 
 def remember_index(snapshots: list[dict], index: SnapshotIds) -> None:
+    if len(snapshots) < _INDEXED_FROM:
+        return
+    _INDEXES.pop(id(snapshots), None)
     if len(_INDEXES) >= _INDEXES_SIZE:
         _INDEXES.pop(next(iter(_INDEXES)))
     _INDEXES[id(snapshots)] = (snapshots, len(snapshots), index)
@@ -120,7 +125,7 @@ class Builder:
         self.last_added_schema: int | None = None
         self.last_added_spec: int | None = None
         self.last_added_order: int | None = None
-        self.added_snapshots: dict[int, requests.Snapshot] = {}
+        self.added_snapshots: dict[int, parsing.Snapshot] = {}
         self.added_log_entries = 0
         self._index: SnapshotIds | None = None  # the base's ids, read-only
         self._new_ids: set[int] = set()  # ids added by this commit
@@ -141,6 +146,8 @@ class Builder:
             self.owned = {"schemas", "specs", "sort_orders", "properties", "refs", "snapshots", "statistics",
                           "partition_statistics", "snapshot_log", "encryption_keys"}  # fmt: skip
             return
+        if not 1 <= format_version <= SUPPORTED_FORMAT_VERSION:
+            raise errors.ValidationFailed(f"Cannot read unsupported version {format_version}")
         self.format_version = format_version
         self.uuid = base.get("table-uuid")
         self.location = base.get("location")
@@ -148,7 +155,7 @@ class Builder:
         self.last_column_id = base["last-column-id"]
         self.schemas, self.current_schema_id = read_schemas(base)
         self.specs, self.default_spec_id, self.last_partition_id = read_specs(base)
-        self.sort_orders = base.get("sort-orders") or [UNSORTED]
+        self.sort_orders = base.get("sort-orders") or [{"order-id": 0, "fields": []}]
         self.default_sort_order_id = base.get("default-sort-order-id", 0)
         self.properties = base.get("properties") or {}
         self.current_snapshot_id = current_snapshot_id(base)
@@ -177,6 +184,14 @@ class Builder:
             setattr(self, name, value.copy())
             self.owned.add(name)
         return getattr(self, name)
+
+    def _append(self, name: str, item: dict) -> None:
+        """Append to a list attribute; the first append copies the base's list once, item included."""
+        if name in self.owned:
+            getattr(self, name).append(item)
+        else:
+            setattr(self, name, [*getattr(self, name), item])
+            self.owned.add(name)
 
     def has_snapshot(self, snapshot_id: int) -> bool:
         if snapshot_id in self._new_ids:
@@ -240,7 +255,7 @@ class Builder:
         self.last_column_id = new_last
         if not found:
             added = schema.with_id(new_id).json
-            self._own("schemas").append(added)
+            self._append("schemas", added)
             self.schemas_by_id()[new_id] = added
         self.changes.append(("add-schema", new_id))
         self.last_added_schema = new_id
@@ -317,9 +332,7 @@ class Builder:
             is_new = self.last_added_order is not None and ("add-sort-order", self.last_added_order) in self.changes
             self.last_added_order = new_id if is_new else None
             return
-        self._own("sort_orders").append(
-            {"order-id": new_id, "fields": bound["fields"]} if bound["fields"] else UNSORTED
-        )
+        self._own("sort_orders").append({"order-id": new_id, "fields": bound["fields"]} if bound["fields"] else bound)
         self.changes.append(("add-sort-order", new_id))
         self.last_added_order = new_id
 
@@ -336,7 +349,7 @@ class Builder:
         self.default_sort_order_id = order_id
         self.changes.append(("set-default-sort-order",))
 
-    def u_add_snapshot(self, snapshot: requests.Snapshot) -> None:
+    def u_add_snapshot(self, snapshot: parsing.Snapshot) -> None:
         if not self.schemas:
             raise errors.ValidationFailed("Attempting to add a snapshot before a schema is added")
         if not self.specs:
@@ -362,14 +375,14 @@ class Builder:
             self.next_row_id += snapshot.added_rows
         self.last_updated_ms = snapshot.timestamp_ms
         self.last_sequence_number = snapshot.sequence_number
-        self._own("snapshots").append(snapshot.json)
+        self._append("snapshots", snapshot.json)
         self._new_ids.add(snapshot.snapshot_id)
         self.added_snapshots[snapshot.snapshot_id] = snapshot
         self.changes.append(("add-snapshot", snapshot.snapshot_id))
 
-    def u_set_snapshot_ref(self, ref: requests.Ref) -> None:
+    def u_set_snapshot_ref(self, ref: parsing.Ref) -> None:
         existing = self.refs.get(ref.name)
-        if existing is not None and requests.ref_key(existing) == requests.ref_key(ref.json):
+        if existing is not None and parsing.ref_key(existing) == parsing.ref_key(ref.json):
             return
         if not self.has_snapshot(ref.snapshot_id):
             raise errors.ValidationFailed(f"Cannot set {ref.name} to unknown snapshot: {ref.snapshot_id}")
@@ -380,7 +393,7 @@ class Builder:
             self.current_snapshot_id = ref.snapshot_id
             if self.last_updated_ms is None:
                 self.last_updated_ms = self.now_ms
-            self._own("snapshot_log").append({"timestamp-ms": self.last_updated_ms, "snapshot-id": ref.snapshot_id})
+            self._append("snapshot_log", {"timestamp-ms": self.last_updated_ms, "snapshot-id": ref.snapshot_id})
             self.added_log_entries += 1
         self._own("refs")[ref.name] = ref.json
         self.changes.append(("set-snapshot-ref", ref.name, ref.snapshot_id))
@@ -472,7 +485,7 @@ class Builder:
 
     def u_add_encryption_key(self, key: dict) -> None:
         if all(existing["key-id"] != key["key-id"] for existing in self.encryption_keys):
-            self._own("encryption_keys").append(key)
+            self._append("encryption_keys", key)
             self.changes.append(("add-encryption-key",))
 
     def u_remove_encryption_key(self, key_id: str) -> None:

@@ -464,7 +464,7 @@ def check_compatibility(schema: Schema, format_version: int) -> None:
 
 
 _CACHE: dict[int, tuple[dict, Schema]] = {}
-_CACHE_SIZE = 64
+_CACHE_SIZE = 16
 
 
 def schema_of(json: dict) -> Schema:

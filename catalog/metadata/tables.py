@@ -14,10 +14,10 @@ import re
 import uuid as uuids
 
 from .. import errors
-from . import partitioning, requests, schemas
+from . import parsing, partitioning, schemas
 from . import reading as r
 from .builder import MAIN, Builder, current_snapshot_id, java_int, read_schemas, read_specs
-from .requests import Update
+from .parsing import Update
 
 DEFAULT_FORMAT_VERSION = 2
 RESERVED_PROPERTIES = frozenset(
@@ -44,29 +44,29 @@ COMMIT_PROPERTIES = (
 _JAVA_INT = re.compile(r"[+-]?\d+", re.ASCII)
 
 UPDATE_PARSERS = {
-    "assign-uuid": requests.uuid_,
-    "upgrade-format-version": requests.format_version,
-    "add-schema": requests.schema,
-    "set-current-schema": requests.schema_id,
-    "add-spec": requests.spec,
-    "set-default-spec": requests.spec_id,
-    "add-sort-order": requests.sort_order,
-    "set-default-sort-order": requests.sort_order_id,
-    "add-snapshot": requests.snapshot,
-    "set-snapshot-ref": requests.snapshot_ref,
-    "remove-snapshots": requests.snapshot_ids,
-    "remove-snapshot-ref": requests.ref_name,
-    "set-location": requests.location,
-    "set-properties": requests.set_properties,
-    "remove-properties": requests.remove_properties,
-    "set-statistics": requests.statistics,
-    "remove-statistics": requests.snapshot_id,
-    "set-partition-statistics": requests.partition_statistics,
-    "remove-partition-statistics": requests.snapshot_id,
-    "remove-partition-specs": requests.int_set("spec-ids"),
-    "remove-schemas": requests.int_set("schema-ids"),
-    "add-encryption-key": requests.encryption_key,
-    "remove-encryption-key": requests.key_id,
+    "assign-uuid": parsing.uuid_,
+    "upgrade-format-version": parsing.format_version,
+    "add-schema": parsing.schema,
+    "set-current-schema": parsing.schema_id,
+    "add-spec": parsing.spec,
+    "set-default-spec": parsing.spec_id,
+    "add-sort-order": parsing.sort_order,
+    "set-default-sort-order": parsing.sort_order_id,
+    "add-snapshot": parsing.snapshot,
+    "set-snapshot-ref": parsing.snapshot_ref,
+    "remove-snapshots": parsing.snapshot_ids,
+    "remove-snapshot-ref": parsing.ref_name,
+    "set-location": parsing.location,
+    "set-properties": parsing.set_properties,
+    "remove-properties": parsing.remove_properties,
+    "set-statistics": parsing.statistics,
+    "remove-statistics": parsing.snapshot_id,
+    "set-partition-statistics": parsing.partition_statistics,
+    "remove-partition-statistics": parsing.snapshot_id,
+    "remove-partition-specs": parsing.int_set("spec-ids"),
+    "remove-schemas": parsing.int_set("schema-ids"),
+    "add-encryption-key": parsing.encryption_key,
+    "remove-encryption-key": parsing.key_id,
 }
 
 
@@ -86,6 +86,7 @@ def new_table(
     """createTable (not staged): Java's ``TableMetadata.newTableMetadata``. Fresh column ids (from 1),
     fresh partition field ids (from 1000), sort order 1 unless unsorted, reserved properties dropped,
     the format version from the ``format-version`` property (default 2), Java's new-table defaults."""
+    r.str_map({"properties": properties}, "properties")
     version = properties.get("format-version")
     format_version = java_int(version, "format-version") if version is not None else DEFAULT_FORMAT_VERSION
     given = schemas.parse_schema(schema)
@@ -155,8 +156,8 @@ def apply(
     ``base_location`` (the current metadata file) goes to the metadata-log, trimmed to
     ``write.metadata.previous-versions-max``. Raises ``RequirementFailed`` (409), ``RetryableValidation``
     (409), ``ValidationFailed`` (400) or ``BadRequest`` (400)."""
-    checks = requests.parse_requirements(requirements, requests.TABLE_REQUIREMENTS)
-    changes = requests.parse_updates(updates, UPDATE_PARSERS)
+    checks = parsing.parse_requirements(requirements, parsing.TABLE_REQUIREMENTS)
+    changes = parsing.parse_updates(updates, UPDATE_PARSERS)
     creates = [check for check in checks if check.type == "assert-create"]
     if creates and len(creates) != len(checks):
         raise errors.BadRequest("Invalid create requirements: assert-create must be the only requirement")
@@ -173,7 +174,7 @@ def apply(
     return builder.build(base_location)
 
 
-def check_requirements(checks: list[requests.Requirement], base: dict) -> None:
+def check_requirements(checks: list[parsing.Requirement], base: dict) -> None:
     """Raise ``RequirementFailed`` naming the first requirement that does not hold on ``base``, its
     message ending with the requirement's type."""
     for check in checks:
@@ -183,40 +184,35 @@ def check_requirements(checks: list[requests.Requirement], base: dict) -> None:
             raise errors.RequirementFailed(f"{e.message} ({check.type})") from None
 
 
-def _check(check: requests.Requirement, base: dict) -> None:
-    if True:
-        kind, expected = check.type, check.value
-        if kind == "assert-create":
-            raise errors.RequirementFailed("Requirement failed: table already exists")
-        if kind == "assert-table-uuid":
-            actual = base.get("table-uuid")
-            if actual is None or expected.lower() != actual.lower():
+def _check(check: parsing.Requirement, base: dict) -> None:
+    kind, expected = check.type, check.value
+    if kind == "assert-create":
+        raise errors.RequirementFailed("Requirement failed: table already exists")
+    if kind == "assert-table-uuid":
+        actual = base.get("table-uuid")
+        if actual is None or expected.lower() != actual.lower():
+            raise errors.RequirementFailed(f"Requirement failed: UUID does not match: expected {actual} != {expected}")
+    elif kind == "assert-ref-snapshot-id":
+        ref = (base.get("refs") or {}).get(check.ref)
+        if ref is None and "refs" not in base and check.ref == MAIN and current_snapshot_id(base) != -1:
+            ref = {"snapshot-id": current_snapshot_id(base), "type": "branch"}
+        if ref is not None:
+            what = "tag" if str(ref.get("type")).lower() == "tag" else "branch"
+            if expected is None:
+                raise errors.RequirementFailed(f"Requirement failed: {what} {check.ref} was created concurrently")
+            if expected != ref["snapshot-id"]:
                 raise errors.RequirementFailed(
-                    f"Requirement failed: UUID does not match: expected {actual} != {expected}"
+                    f"Requirement failed: {what} {check.ref} has changed: "
+                    f"expected id {expected} != {ref['snapshot-id']}"
                 )
-        elif kind == "assert-ref-snapshot-id":
-            ref = (base.get("refs") or {}).get(check.ref)
-            if ref is None and "refs" not in base and check.ref == MAIN and current_snapshot_id(base) != -1:
-                ref = {"snapshot-id": current_snapshot_id(base), "type": "branch"}
-            if ref is not None:
-                what = "tag" if str(ref.get("type")).lower() == "tag" else "branch"
-                if expected is None:
-                    raise errors.RequirementFailed(f"Requirement failed: {what} {check.ref} was created concurrently")
-                if expected != ref["snapshot-id"]:
-                    raise errors.RequirementFailed(
-                        f"Requirement failed: {what} {check.ref} has changed: "
-                        f"expected id {expected} != {ref['snapshot-id']}"
-                    )
-            elif expected is not None:
-                raise errors.RequirementFailed(
-                    f"Requirement failed: branch or tag {check.ref} is missing, expected {expected}"
-                )
-        else:
-            actual, what = _asserted(kind, base)
-            if expected != actual:
-                raise errors.RequirementFailed(
-                    f"Requirement failed: {what} changed: expected id {expected} != {actual}"
-                )
+        elif expected is not None:
+            raise errors.RequirementFailed(
+                f"Requirement failed: branch or tag {check.ref} is missing, expected {expected}"
+            )
+    else:
+        actual, what = _asserted(kind, base)
+        if expected != actual:
+            raise errors.RequirementFailed(f"Requirement failed: {what} changed: expected id {expected} != {actual}")
 
 
 def _asserted(kind: str, base: dict) -> tuple[int, str]:

@@ -12,10 +12,10 @@ import uuid as uuids
 from typing import Any, NamedTuple
 
 from .. import errors
+from . import parsing, schemas
 from . import reading as r
-from . import requests, schemas
 from .builder import java_int
-from .requests import Update
+from .parsing import Update
 
 SUPPORTED_VIEW_FORMAT_VERSION = 1
 VERSION_HISTORY_SIZE = "version.history.num-entries"
@@ -67,12 +67,12 @@ def _view_version_id(node: dict) -> int:
 
 
 UPDATE_PARSERS = {
-    "assign-uuid": requests.uuid_,
-    "upgrade-format-version": requests.format_version,
-    "add-schema": requests.schema,
-    "set-location": requests.location,
-    "set-properties": requests.set_properties,
-    "remove-properties": requests.remove_properties,
+    "assign-uuid": parsing.uuid_,
+    "upgrade-format-version": parsing.format_version,
+    "add-schema": parsing.schema,
+    "set-location": parsing.location,
+    "set-properties": parsing.set_properties,
+    "remove-properties": parsing.remove_properties,
     "add-view-version": _view_version,
     "set-current-view-version": _view_version_id,
 }
@@ -89,6 +89,7 @@ def new_view(
 ) -> dict:
     """createView: Java's ``ViewMetadata.builder()`` with the properties, the location and the version as
     current (schema id 0, version id 1). The version keeps the client's timestamp and summary."""
+    r.str_map({"properties": properties}, "properties")
     parsed = _version(version)
     builder = _Builder(None, now_ms)
     builder.uuid = view_uuid or str(uuids.uuid4())
@@ -106,8 +107,8 @@ def apply(
     """Check ``requirements`` (only ``assert-view-uuid`` applies to a view), then apply ``updates`` like
     Java's ``ViewMetadata.Builder``; returns ``base`` itself when nothing changed. Views keep no log of
     metadata files, so ``base_location`` is not used."""
-    checks = requests.parse_requirements(requirements, requests.VIEW_REQUIREMENTS)
-    changes = requests.parse_updates(updates, UPDATE_PARSERS)
+    checks = parsing.parse_requirements(requirements, parsing.VIEW_REQUIREMENTS)
+    changes = parsing.parse_updates(updates, UPDATE_PARSERS)
     if base is None:
         raise errors.BadRequest("A view commit needs an existing view")
     for check in checks:
@@ -170,7 +171,8 @@ class _Builder:
             self.set_properties(value)
         elif action == "remove-properties":
             if value:
-                self.properties = {k: v for k, v in self.properties.items() if k not in set(value)}
+                removals = set(value)
+                self.properties = {k: v for k, v in self.properties.items() if k not in removals}
                 self.changes.append((action,))
         elif action == "add-view-version":
             self.add_version(value)
@@ -258,7 +260,9 @@ class _Builder:
         if not 0 < self.format_version <= SUPPORTED_VIEW_FORMAT_VERSION:
             raise errors.ValidationFailed(f"Unsupported format version: {self.format_version}")
         history = self.history if self.history_entry is None else [*self.history, self.history_entry]
-        current = next(v for v in self.versions if v["version-id"] == self.current_version_id)
+        current = next((v for v in self.versions if v["version-id"] == self.current_version_id), None)
+        if current is None:
+            raise errors.ValidationFailed(f"Cannot find current version {self.current_version_id} in view versions")
         allowed = str(self.properties.get(REPLACE_DROP_DIALECT_ALLOWED, "false")).lower() == "true"
         if self.previous is not None and not allowed:
             before, after = _dialects(self.previous), _dialects(current)
