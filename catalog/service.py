@@ -170,7 +170,11 @@ class Catalog:
             other = ident(holder.namespace, holder.name)
             raise errors.AlreadyExists(f"Metadata file {location} is the current metadata of {holder.kind} {other}")
         file = self.files.read(location)
-        doc = (registered.check_table if kind is TABLE else registered.check_view)(file.data)
+        try:
+            doc = (registered.check_table if kind is TABLE else registered.check_view)(file.data)
+        except errors.IcebergError as e:  # the file may not be the client's to read: the field, not its value
+            reason = e.message.rsplit(": ", 1)[0]
+            raise type(e)(f"Invalid {kind.name} metadata file {location}: {reason}") from e
         own = self.ownership.claim(doc["location"], replaced.id if replaced is not None else None)
         homes = [own]
         if kind is TABLE:

@@ -105,8 +105,12 @@ def test_replace_adds_version_and_schema(http, ns):
     assert [e["version-id"] for e in md["version-log"]] == [1, 2]
     assert resp.json()["metadata-location"].split("/")[-1].startswith("00001-")
     # the same version again is reused, not duplicated
-    again = http.post(f"/v1/namespaces/{ns}/views/v", json=commit).json()["metadata"]
-    assert len(again["versions"]) == 2 and again["current-version-id"] == 2
+    same = {"action": "add-view-version", "view-version": raw_version(ns, "SELECT 1, 2", 1)}
+    again = {**commit, "updates": [same, {"action": "set-current-view-version", "view-version-id": 2}]}
+    reused = http.post(f"/v1/namespaces/{ns}/views/v", json=again).json()["metadata"]
+    assert len(reused["versions"]) == 2 and reused["current-version-id"] == 2
+    # as in Java, "-1" (the last added schema) means nothing when the schema was already there
+    assert_error(http.post(f"/v1/namespaces/{ns}/views/v", json=commit), 400, "ValidationException", "no schema")
     stale = {**commit, "requirements": [{"type": "assert-view-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}]}
     assert_error(
         http.post(f"/v1/namespaces/{ns}/views/v", json=stale), 409, "CommitFailedException", "Requirement failed"
