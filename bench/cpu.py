@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -41,8 +42,13 @@ def _timed(fn: Callable[[], Any], budget_s: float, max_reps: int = 50) -> tuple[
 def _measure(cases: dict[str, tuple[bytes, str]], budget_s: float) -> dict:
     try:
         from catalog.metadata import tables as engine
+
+        import catalog
     except ImportError:
         engine = None
+    else:  # an editable install can serve catalog.metadata from another checkout than catalog itself
+        if Path(engine.__file__).resolve().parents[1] != Path(catalog.__file__).resolve().parent:
+            engine = None
     out: dict = {"engine": "catalog.metadata.tables.apply" if engine else None}
     for key, (raw, location) in cases.items():
         out[key] = _case(engine, raw, location, budget_s)

@@ -237,7 +237,7 @@ def _cpu_step(step: str) -> Callable[[dict], tuple[str, bool | None]]:
         if not c:
             return "n/a", None
         if step == "apply" and not c.get("engine"):
-            return "n/a (no catalog.metadata.tables on this server)", None
+            return "n/a (no catalog.metadata.tables in this checkout)", None
         parts = []
         for key in GROWTH_KEYS:
             v = (c.get(key) or {}).get(step)
