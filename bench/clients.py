@@ -1,10 +1,12 @@
 """Client processes: fan a worker out to N forked processes, start them together, collect results.
 
 Every client is its own process (one Python process cannot drive 32 clients: its own CPU would be
-the bottleneck). A worker first prepares (opens its connection, makes one warm-up request), then
-waits on a barrier with all the others; the measurement window starts when the barrier opens and
-each client stops starting new operations after ``duration`` seconds or ``max_ops`` operations,
-whichever comes first. Throughput is total operations / the longest client window.
+the bottleneck). A worker first prepares (opens its connection, makes its warm-up requests), then
+waits on a barrier with all the others. When every client is ready, the parent takes its "before"
+readings (server CPU, /metrics), so warm-ups stay out of them, and opens the barrier a second
+time: the measurement window starts and each client stops starting new operations after
+``duration`` seconds or ``max_ops`` operations, whichever comes first. Throughput is total
+operations / the longest client window.
 """
 
 from __future__ import annotations
@@ -25,12 +27,19 @@ from . import wire
 Worker = Callable[[int, Any, Callable[[], float], float, int], dict]
 
 
-def fan_out(worker: Worker, args: list[Any], duration: float, max_ops: int, timeout: float = 300) -> list[dict]:
+def fan_out(
+    worker: Worker,
+    args: list[Any],
+    duration: float,
+    max_ops: int,
+    ready: Callable[[], None] = lambda: None,
+    timeout: float = 300,
+) -> list[dict]:
     """Run ``worker(i, args[i], start, duration, max_ops)`` in ``len(args)`` forked processes.
 
-    ``start()`` blocks until every client is ready and returns the client's deadline
-    (``time.perf_counter()`` based). Returns the workers' result dicts (``{"error": ...}`` for a
-    worker that raised).
+    ``start()`` blocks until every client is ready and the parent has called ``ready()``, and
+    returns the client's deadline (``time.perf_counter()`` based). Returns the workers' result
+    dicts (``{"error": ...}`` for a worker that raised).
     """
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(len(args) + 1)
@@ -42,7 +51,9 @@ def fan_out(worker: Worker, args: list[Any], duration: float, max_ops: int, time
     for p in procs:
         p.start()
     try:
-        barrier.wait(timeout=120)
+        barrier.wait(timeout=120)  # every client is warm
+        ready()
+        barrier.wait(timeout=120)  # go
     except Exception:  # noqa: BLE001 - a client died while preparing; its error is in the queue
         barrier.abort()
     results = []
@@ -62,6 +73,7 @@ def fan_out(worker: Worker, args: list[Any], duration: float, max_ops: int, time
 
 def _child(worker: Worker, i: int, args: Any, barrier: Any, queue: Any, duration: float, max_ops: int) -> None:
     def start() -> float:
+        barrier.wait(timeout=120)
         barrier.wait(timeout=120)
         return time.perf_counter() + duration
 

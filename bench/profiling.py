@@ -13,14 +13,13 @@ Two sampling modes, chosen per scenario:
 below it is charged to it (``send_with_id``: writing the response; ``wire.blocking``: the hop to
 the worker thread; ``BearerAuth.__call__``: the framework between middleware and handler).
 
-Each recording is kept as collapsed stacks (``.txt``, for speedscope or flamegraph.pl), rendered as
-an SVG icicle graph, and summarised: innermost catalog function per sample ("which step of ours"),
-and the hottest leaf functions ("what actually burns the time").
+Each recording is kept as py-spy's collapsed stacks (``.txt``: open it in speedscope, or render it
+with flamegraph.pl / inferno) and summarised: innermost catalog function per sample ("which step of
+ours"), and the hottest leaf functions ("what actually burns the time").
 """
 
 from __future__ import annotations
 
-import html
 import shutil
 import signal
 import subprocess
@@ -46,9 +45,7 @@ class Recording:
             return None
         if not self.out.exists():
             return {"error": err.decode(errors="replace")[-500:]}
-        summary = summarize(self.out, self.mode)
-        render_svg(self.out, self.out.with_suffix(".svg"), f"{self.out.stem} ({self.mode})", self.mode)
-        return summary
+        return summarize(self.out, self.mode)
 
 
 WAITS = ("Condition.wait ", "Queue.get ", "Event.wait ", "EpollSelector.select ", "BaseSelector.select ")
@@ -107,47 +104,3 @@ def summarize(raw: Path, mode: str, top: int = 15) -> dict:
         "leaf_functions": pct(leaves),
         "inclusive": pct(inclusive, lambda k: k.startswith(libs) and "__main__" not in k and "_run" not in k),
     }
-
-
-def render_svg(raw: Path, svg: Path, title: str, mode: str, width: int = 1600, row: int = 16) -> None:
-    """A minimal icicle graph (root on top); hover a box for its name and share."""
-    tree: dict = {"n": 0, "c": {}}
-    stacks = _stacks(raw, mode)
-    for frames, count in stacks:
-        node = tree
-        node["n"] += count
-        for f in frames:
-            child = node["c"].get(f)
-            if child is None:
-                child = node["c"][f] = {"n": 0, "c": {}}
-            child["n"] += count
-            node = child
-    total = tree["n"] or 1
-    rects: list[str] = []
-    depth_max = [0]
-
-    def walk(node: dict, x: float, depth: int) -> None:
-        for name, child in sorted(node["c"].items(), key=lambda kv: -kv[1]["n"]):
-            w = child["n"] / total * width
-            if w >= 0.5:
-                depth_max[0] = max(depth_max[0], depth)
-                share = 100 * child["n"] / total
-                hue = 30 if "(catalog/" in name else 200 if "pyiceberg" in name or "pydantic" in name else 90
-                label = html.escape(name if w > 7 * len(name) else name[: int(w / 7)])
-                rects.append(
-                    f"<g><title>{html.escape(name)} — {share:.1f}%</title>"
-                    f'<rect x="{x:.1f}" y="{depth * row + 24}" width="{w:.1f}" height="{row - 1}" '
-                    f'fill="hsl({hue},70%,{60 + (hash(name) % 20)}%)"/>'
-                    f'<text x="{x + 2:.1f}" y="{depth * row + 24 + row - 4}">{label}</text></g>'
-                )
-                walk(child, x, depth + 1)
-            x += w
-
-    walk(tree, 0.0, 0)
-    height = (depth_max[0] + 2) * row + 30
-    svg.write_text(
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
-        f'font-size="11"><text x="4" y="16" font-size="14">{html.escape(title)} — {total} samples</text>'
-        + "".join(rects)
-        + "</svg>"
-    )

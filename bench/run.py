@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_profiles(results: dict[str, dict], prof_dir: Path) -> None:
-    """A readable summary of every recording (``summary.md`` next to the .txt/.svg files)."""
+    """A readable summary of every recording (``summary.md`` next to the .txt files)."""
     lines = [
         "# Server profiles",
         "",

@@ -12,16 +12,37 @@ from pathlib import Path
 
 import orjson
 
-from . import backends, baselines, breakdown, clients, profiling, steps, wire
+from . import backends, baselines, clients, cpu, metrics, profiling, wire
 from .report import lat_stats, sample
 
 LOAD_LEVELS = (1, 8, 32)
 WRITERS = 16
 TABLES = 100
 COLUMNS = 50
-# key: (snapshots, columns, replicas). A commit adds a snapshot, so the commits of one growth point go
-# round-robin over replicas: the history stays near its nominal size while it is measured.
-GROWTH = {"10": (10, COLUMNS, 10), "1k": (1_000, COLUMNS, 3), "10k": (10_000, COLUMNS, 1), "wide": (10, 500, 10)}
+
+
+@dataclass(frozen=True)
+class Point:
+    """A growth point: tables of ``snapshots`` snapshots and ``columns`` columns. A commit adds a
+    snapshot, so the commits go round-robin over ``replicas`` tables: the history stays near its
+    nominal size while it is measured. ``max_commits`` caps the plan's count at the big sizes."""
+
+    snapshots: int
+    columns: int
+    replicas: int
+    label: str
+    max_commits: int = 10**6
+
+
+GROWTH = {
+    "10": Point(10, COLUMNS, 10, "fresh: 10 snapshots, 50 columns"),
+    "1k": Point(1_000, COLUMNS, 3, "1,000 snapshots"),
+    "10k": Point(10_000, COLUMNS, 1, "10,000 snapshots"),
+    "50k": Point(50_000, COLUMNS, 1, "50,000 snapshots", max_commits=40),
+    "500c": Point(10, 500, 10, "500 columns, 10 snapshots"),
+    "2000c": Point(10, 2_000, 3, "2,000 columns, 10 snapshots"),
+}
+HISTORY_BATCH = 5_000  # add-snapshot updates per commit while building history
 
 
 PARTS = ("load", "commit_scenarios", "growth", "baselines")
@@ -39,6 +60,7 @@ class Plan:
     growth_commit_s: float
     growth_commits: int
     growth_load_s: float
+    history_s: float  # time budget for building one growth table's history
     cas_1_s: float
     cas_16_s: float
     sql_1_s: float
@@ -46,8 +68,8 @@ class Plan:
     write_probes: int
 
 
-FULL = Plan(8, 8, 10, 15, 6, 100, 3, 3, 5, 6, 8, 100)
-QUICK = Plan(2, 2.5, 3, 4, 2, 30, 1, 1, 2, 2, 3, 30)
+FULL = Plan(8, 8, 10, 15, 6, 100, 3, 45, 3, 5, 6, 8, 100)
+QUICK = Plan(2, 2.5, 3, 4, 2, 30, 1, 20, 1, 2, 2, 3, 30)
 
 
 def log(msg: str) -> None:
@@ -76,31 +98,39 @@ class Run:
             raise RuntimeError(f"{method} {path} -> {status}: {data[:500]!r}")
         return data
 
-    def create(self, name: str, columns: int, snapshots: int) -> None:
+    def create(self, name: str, columns: int, snapshots: int, budget_s: float = math.inf) -> int:
         data = self.call("POST", f"/v1/namespaces/{wire.NS}/tables", wire.create_table_body(name, columns))
         self.locations[name] = orjson.loads(data)["metadata"]["location"]
-        self.build_history(name, snapshots)
+        return self.build_history(name, snapshots, budget_s)
 
-    def build_history(self, name: str, snapshots: int, batch: int = 2000) -> None:
-        """Add ``snapshots`` append snapshots, up to ``batch`` per commit request."""
-        path, done = wire.table_path(name), 0
-        while done < snapshots:
+    def build_history(self, name: str, snapshots: int, budget_s: float = math.inf, batch: int = HISTORY_BATCH) -> int:
+        """Add ``snapshots`` append snapshots, up to ``batch`` per commit request; stop early (between
+        requests) once ``budget_s`` is spent, so a server slow to apply them cannot stall the run.
+        Returns how many were added."""
+        path, done, deadline = wire.table_path(name), 0, time.perf_counter() + budget_s
+        while done < snapshots and time.perf_counter() < deadline:
             head, seq = wire.head_of(orjson.loads(self.call("GET", path + "?snapshots=refs"))["metadata"])
             ids = [wire.new_snapshot_id() for _ in range(min(batch, snapshots - done))]
             self.call("POST", path, wire.append_body(self.locations[name], ids, head, seq + 1))
             done += len(ids)
+        return done
 
     def scenario(self, name: str, worker, args: list, duration: float, max_ops: int, profile: str | None = None):
-        """Run clients with server CPU accounting (and a py-spy recording with ``--profile``)."""
+        """Run clients with server CPU accounting (and a py-spy recording with ``--profile``). The
+        "before" readings are taken once every client is warm, just before the window opens."""
         rec = None
         if self.args.profile and profile and profiling.available():
             rec = profiling.Recording(self.b.pid, self.prof_dir / f"{self.b.name}-{name}.txt", profile)
             time.sleep(0.3)
-        before = self.metrics()
-        cpu0 = clients.cpu_seconds(self.b.pid)
-        results = clients.fan_out(worker, args, duration, max_ops)
-        cpu = clients.cpu_seconds(self.b.pid) - cpu0
-        self.split = steps.delta(before, self.metrics())
+        before: dict = {}
+
+        def ready() -> None:
+            before["metrics"] = self.metrics()
+            before["cpu"] = clients.cpu_seconds(self.b.pid)
+
+        results = clients.fan_out(worker, args, duration, max_ops, ready)
+        cpu = clients.cpu_seconds(self.b.pid) - before.get("cpu", 0.0)
+        self.split = metrics.delta(before.get("metrics", {}), self.metrics())
         if rec is not None:
             self.r["profiles"][name] = rec.stop()
         failed = [r["error"] for r in results if "error" in r]
@@ -113,7 +143,7 @@ class Run:
 
     def metrics(self) -> dict[str, float]:
         status, data = self.http.request("GET", "/metrics")
-        return steps.scrape(data.decode()) if status == 200 else {}
+        return metrics.scrape(data.decode()) if status == 200 else {}
 
     def commit_args(self, names: list[str], warmup: bool) -> dict:
         tables = [(wire.table_path(n), self.locations[n], None, 0) for n in names]
@@ -151,7 +181,7 @@ class Run:
             "server_cpu_ms": 1000 * cpu / max(1, len(attempts)),
             "client_cpu_ms": 1000 * sum(r["cpu"] for r in results) / max(1, len(attempts)),
             "elapsed_s": elapsed,
-            "server": steps.server_split(self.split, "POST"),
+            "server": metrics.server_split(self.split, "POST"),
         }
 
     # -- scenarios -------------------------------------------------------------------------------
@@ -164,11 +194,13 @@ class Run:
         for i in range(TABLES):
             self.create(f"w{i:03d}", COLUMNS, 10)
         self.r["setup_s"] = {"tables": time.perf_counter() - t}
-        for key, (snapshots, columns, replicas) in GROWTH.items():
+        for key, g in GROWTH.items():
             t = time.perf_counter()
-            for i in range(replicas):
-                self.create(f"g_{key}_{i}", columns, snapshots)
+            budget = self.plan.history_s
+            built = [self.create(f"g_{key}_{i}", g.columns, g.snapshots, budget) for i in range(g.replicas)]
             self.r["setup_s"][f"history_{key}"] = time.perf_counter() - t
+            if min(built) < g.snapshots:
+                log(f"[{self.b.name}] growth {key}: history stopped at the time budget: {min(built):,} snapshots")
         log(f"[{self.b.name}] setup: {self.r['setup_s']}")
 
     def load(self) -> None:
@@ -183,7 +215,7 @@ class Run:
             s = {**lat_stats(lat), "rps": len(lat) / elapsed, "clients": c}
             s["server_cpu_ms"] = 1000 * cpu / max(1, len(lat))
             s["client_cpu_ms"] = 1000 * sum(r["cpu"] for r in results) / max(1, len(lat))
-            s["server"] = steps.server_split(self.split, "GET")
+            s["server"] = metrics.server_split(self.split, "GET")
             self.r["load"][str(c)] = s
             self.r["raw"]["load"][str(c)] = sample(lat)
             log(
@@ -211,33 +243,37 @@ class Run:
     def growth(self) -> None:
         self.r["growth"], self.r["raw"]["growth"] = {}, {}
         p, cases = self.plan, {}
-        for key, (snapshots, columns, replicas) in GROWTH.items():
-            names = [f"g_{key}_{i}" for i in range(replicas)]
-            loaded = orjson.loads(self.call("GET", wire.table_path(names[0])))
+        for key, point in GROWTH.items():
+            names = [f"g_{key}_{i}" for i in range(point.replicas)]
+            data = self.call("GET", wire.table_path(names[0]))
+            loaded = orjson.loads(data)
             cases[key] = (orjson.dumps(loaded["metadata"]), loaded["metadata-location"])
-            size = len(cases[key][0])
+            g = {"snapshots": len(loaded["metadata"].get("snapshots") or ()), "nominal_snapshots": point.snapshots}
+            g |= {"columns": point.columns, "replicas": point.replicas, "build_s": self.r["setup_s"][f"history_{key}"]}
+            size, g["response_kb"] = len(cases[key][0]), len(data) / 1024
+            g["metadata_kb"] = size / 1024
+            del data, loaded  # the clients are forked next: keep this process small
             mode = "wall" if key in ("10", "10k") else None
-            s = self.commits(f"growth_{key}", [names], p.growth_commit_s, p.growth_commits, mode, warmup=True)
+            cap = min(p.growth_commits, point.max_commits)
+            s = self.commits(f"growth_{key}", [names], p.growth_commit_s, cap, mode, warmup=True)
             raw_commit = self.r["raw"].pop(f"growth_{key}")
             args = {"url": self.url, "path": wire.table_path(names[0]), "client": self.args.client}
             results, _ = self.scenario(f"growth_load_{key}", clients.load_worker, [args], p.growth_load_s, 5000)
             lat = [x for r in results for x in r["lat"]]
-            g = {"snapshots": snapshots, "columns": columns, "replicas": replicas, "metadata_kb": size / 1024}
-            g["snapshots_added_per_table"] = s["commits"] / replicas
+            g["snapshots_added_per_table"] = s["commits"] / point.replicas
             self.r["growth"][key] = {**g, "commit": s, "load": lat_stats(lat)}
             self.r["raw"]["growth"][key] = {"commit": raw_commit, "load": sample(lat)}
+            srv = s["server"]
             log(
-                f"[{self.b.name}] growth {key}: commit p50 {s['p50_ms']:.1f} p99 {s['p99_ms']:.1f} ms, "
-                f"load p50 {lat_stats(lat)['p50_ms']:.1f} ms, metadata {size / 1024:,.0f} KB"
+                f"[{self.b.name}] growth {key}: commit p50 {s['p50_ms']:.1f} p99 {s['p99_ms']:.1f} ms "
+                f"(n={s['n']}; server: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in srv.items() if k.endswith("_ms"))
+                + f"), load p50 {lat_stats(lat)['p50_ms']:.1f} ms, metadata {size / 1024:,.0f} KB"
             )
 
         t = time.perf_counter()
-        self.r["steps"] = steps.measure(cases, 0.5 if self.args.quick else 1.0)
-        log(f"[{self.b.name}] commit steps in-process ({time.perf_counter() - t:.1f}s): {self.r['steps']}")
-        t = time.perf_counter()
-        kw = breakdown.settings_for(self.b, self.b.server.log.parent)
-        self.r["breakdown"] = breakdown.measure(kw, 100 if self.args.quick else 300, 1.5 if self.args.quick else 4)
-        log(f"[{self.b.name}] service breakdown ({time.perf_counter() - t:.1f}s): {self.r['breakdown']}")
+        self.r["cpu_steps"] = cpu.measure(cases, 0.5 if self.args.quick else 1.0)
+        log(f"[{self.b.name}] commit CPU steps in-process ({time.perf_counter() - t:.1f}s): {self.r['cpu_steps']}")
 
     def verify(self) -> None:
         """Every acknowledged snapshot id must be in main's ancestry of the final metadata."""
