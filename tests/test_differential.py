@@ -439,7 +439,8 @@ def report(req: dict, java: dict, ours: Outcome, problems: list[str]) -> None:
         with open(COLLECT, "ab") as f:
             f.write(orjson.dumps(record) + b"\n")
         return
-    dump = Path(os.environ.get("TMPDIR", "/tmp")) / f"diff-disagreement-{os.getpid()}-{STATS.disagreements}.json"
+    # one file, overwritten: hypothesis replays the shrunk example last, so it is the one left
+    dump = Path(os.environ.get("TMPDIR", "/tmp")) / f"diff-disagreement-{os.getpid()}.json"
     dump.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
     requirements = json.dumps(req.get("requirements"))
     updates = "\n    ".join(json.dumps(u) for u in req.get("updates") or [])
@@ -1172,7 +1173,7 @@ def metadata_file(i: int) -> str:
     return f"{LOCATION}/metadata/{i:05d}-{i:08x}-0000-0000-0000-000000000000.metadata.json"
 
 
-@hypothesis_settings(260)
+@hypothesis_settings(700)
 @given(data=st.data())
 def test_table_commit_chains(oracle, data):
     """A create, then a chain of commits; each commit's base is Java's result of the one before."""
@@ -1196,7 +1197,7 @@ def test_table_commit_chains(oracle, data):
 # --- creates ---
 
 
-@hypothesis_settings(150)
+@hypothesis_settings(300)
 @given(args=new_table_args())
 def test_creates(oracle, args):
     """createTable: ``new_table`` against ``TableMetadata.newTableMetadata``."""
@@ -1257,7 +1258,7 @@ def staged_create(draw):
     return requirements, updates
 
 
-@hypothesis_settings(200)
+@hypothesis_settings(400)
 @given(request=staged_create())
 def test_staged_creates(oracle, request):
     """A staged create's commit (base None): ``apply`` against ``TableMetadata.buildFromEmpty`` + the updates."""
@@ -1404,7 +1405,7 @@ def view_commit(draw, m: dict):
     return requirements, updates
 
 
-@hypothesis_settings(150)
+@hypothesis_settings(450)
 @given(data=st.data())
 def test_view_commit_chains(oracle, data):
     """A view create (``new_view`` against ``ViewMetadata.builder()``), then a chain of commits."""
