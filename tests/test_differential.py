@@ -42,6 +42,8 @@ from hypothesis import strategies as st
 from tests.conftest import IN_CI
 from tests.java_oracle import JavaOracle, classpath
 
+pytestmark = pytest.mark.spark  # needs Java and the Iceberg Spark runtime jar (not a Spark session)
+
 CORPUS = Path(__file__).resolve().parent / "corpus"
 SCALE = float(os.environ.get("DIFF_SCALE", "1"))
 COLLECT = os.environ.get("DIFF_COLLECT", "")
@@ -105,7 +107,7 @@ class Stats:
             f"updates compared, {self.chains} generated chains; Java outcomes {per_status} "
             f"({accepted} metadata results compared); {deliberate} deliberate differences skipped "
             f"{dict(self.deliberate) if deliberate else ''}; {self.disagreements} disagreements; "
-            f"{self.seconds:.1f}s"
+            f"{self.seconds:.1f}s ({OR.seconds():.1f}s of it in the Java oracle)"
         )
 
 
@@ -503,6 +505,9 @@ class _OracleRef:
     """The module's oracle, set by each test from the fixture (hypothesis tests cannot take it per example)."""
 
     java: JavaOracle | None = None
+
+    def seconds(self) -> float:
+        return self.java.seconds if self.java is not None else 0.0
 
     def ask(self, request: dict) -> dict:
         assert self.java is not None
@@ -1420,6 +1425,79 @@ def test_view_commit_chains(oracle, data):
         answer = commit("view", m, f"s3://warehouse/db/v/metadata/{i:05d}-v.metadata.json", requirements, updates)
         if java_status(answer) == 200:
             m = answer["result"]
+
+
+# --- a long history ---
+
+
+def long_history(fv: int, n: int) -> tuple[dict, list[int]]:
+    """A table of ``n`` snapshots on main (statistics on every tenth), as Java builds it: one request."""
+    base = OR.ask(
+        {"op": "new_table", "location": LOCATION, "schema": SIMPLE, "properties": {"format-version": str(fv)}}
+    )
+    m = base["result"]
+    start = m["last-updated-ms"] - n - 10
+    updates, parent = [], None
+    for i in range(1, n + 1):
+        snap = {
+            "snapshot-id": i,
+            "timestamp-ms": start + i,
+            "manifest-list": f"{LOCATION}/metadata/snap-{i}.avro",
+            "summary": {"operation": "append"},
+            "schema-id": 0,
+        }
+        if fv >= 2:
+            snap["sequence-number"] = i
+        if fv >= 3:
+            snap["first-row-id"], snap["added-rows"] = (i - 1) * 10, 10
+        if parent:
+            snap["parent-snapshot-id"] = parent
+        parent = i
+        updates += [
+            {"action": "add-snapshot", "snapshot": snap},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": i},
+        ]
+        if i % 10 == 0:
+            path = f"{LOCATION}/metadata/{i}.stats"
+            stats = {"snapshot-id": i, "statistics-path": path, "file-size-in-bytes": 1, "file-footer-size-in-bytes": 1}
+            updates.append({"action": "set-statistics", "statistics": {**stats, "blob-metadata": []}})
+            updates.append(
+                {
+                    "action": "set-partition-statistics",
+                    "partition-statistics": {"snapshot-id": i, "statistics-path": path, "file-size-in-bytes": 1},
+                }
+            )
+    answer = OR.ask(
+        {"op": "table", "base": m, "base_location": metadata_file(0), "requirements": [], "updates": updates}
+    )
+    assert answer["status"] == 200, answer.get("error")
+    return answer["result"], list(range(1, n + 1))
+
+
+@pytest.mark.parametrize("fv", [1, 2, 3])
+def test_long_history(oracle, fv):
+    """Expiring most of 3,000 snapshots (unknown ids among them), then committing on what is left."""
+    OR.java = oracle
+    m, ids = long_history(fv, 3000)
+    expire = [*ids[:2990:2], *ids[1:2990:2], 10**9]  # not in order, one unknown
+    answer = commit("table", m, metadata_file(1), [], [{"action": "remove-snapshots", "snapshot-ids": expire}])
+    m = answer["result"]
+    snap = {
+        "snapshot-id": 5000,
+        "parent-snapshot-id": 3000,
+        "timestamp-ms": int(time.time() * 1000) - 1,
+        "manifest-list": f"{LOCATION}/metadata/snap-5000.avro",
+        "summary": {"operation": "append"},
+        **({"sequence-number": 3001} if fv >= 2 else {}),
+        **({"first-row-id": 30000, "added-rows": 5} if fv >= 3 else {}),
+    }
+    requirements = [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 3000}]
+    updates = [
+        {"action": "add-snapshot", "snapshot": snap},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 5000},
+        {"action": "remove-snapshots", "snapshot-ids": [2991, 2992, 12345]},
+    ]
+    commit("table", m, metadata_file(2), requirements, updates)
 
 
 # --- the recorded corpus ---
