@@ -200,7 +200,7 @@ CASES = [
     Case(
         "add-spec with a transform the column cannot take",
         lambda m: [{"action": "add-spec", "spec": spec((2, "year"))}],
-        bad("for transform"),
+        bad("Unsupported type: string"),
     ),
     Case(
         "add-spec on a struct column",

@@ -52,5 +52,5 @@ def test_request_id_and_json_conflict_log(server, http, ns):
     lines = [orjson.loads(line) for line in server.log.read_bytes().splitlines() if line.startswith(b"{")]
     conflict = [e for e in lines if e.get("request_id") == "req-abc-123" and "commit conflict" in e["message"]]
     assert len(conflict) == 1, lines[-5:]
-    assert f"table={ns}.logged" in conflict[0]["message"] and "expected 7, found 0" in conflict[0]["message"]
+    assert f"table={ns}.logged" in conflict[0]["message"] and "expected id 7 != 0" in conflict[0]["message"]
     assert conflict[0]["level"] == "warning"

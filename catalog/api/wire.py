@@ -71,7 +71,7 @@ def parse(model: type[M], data: bytes) -> M:
         return model.model_validate_json(data)
     except ValidationError as e:
         raise errors.BadRequest(f"Malformed request: {describe(e)}") from e
-    except Exception as e:  # noqa: BLE001 - pyiceberg validators can raise plain errors on odd shapes
+    except Exception as e:  # noqa: BLE001 - a validator may raise a plain error on an odd shape
         raise errors.BadRequest(f"Malformed request: {type(e).__name__}: {e}") from e
 
 
