@@ -41,9 +41,8 @@ def _timed(fn: Callable[[], Any], budget_s: float, max_reps: int = 50) -> tuple[
 
 def _measure(cases: dict[str, tuple[bytes, str]], budget_s: float) -> dict:
     try:
-        from catalog.metadata import tables as engine
-
         import catalog
+        from catalog.metadata import tables as engine
     except ImportError:
         engine = None
     else:  # an editable install can serve catalog.metadata from another checkout than catalog itself
