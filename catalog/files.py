@@ -4,12 +4,12 @@ A metadata file never changes after it is written, so a cache keyed by location 
 never needs invalidation; it only needs a size bound, in bytes (``metadata_cache_bytes``).
 
 What the bound counts: each cached file is charged ``COST_PER_JSON_BYTE`` times its JSON size. The
-JSON is all that is known when a file is cached, but a file may later carry its parsed pydantic model
+JSON is all that is known when a file is cached, but a file may later carry its parsed document
 (commits parse it; loads serve the JSON as is), the element offsets of a file this server wrote, and
-its refs-only JSON. Measured with tracemalloc on a 10,000-snapshot file (4.5 MB of JSON): the parsed
-model costs 7.8x the JSON, the offsets 0.1x, the refs-only copy at most 0.5x; with the JSON itself,
-10x. So the budget bounds the worst case (every entry parsed); a cache of unparsed files holds less
-memory than its gauge says, never more.
+its refs-only JSON. Measured with tracemalloc on a 10,000-snapshot file (5.7 MB of JSON): the parsed
+document (orjson's dicts and lists) costs 3.5x the JSON, the offsets 0.06x, the refs-only copy at
+most 0.5x; with the JSON itself, about 5x. The charge of 6x bounds the worst case (every entry
+parsed); a cache of unparsed files holds less memory than its gauge says, never more.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class MetadataFile:
 
 
 # Bytes of memory a cached file may hold per byte of its JSON (see the module docstring).
-COST_PER_JSON_BYTE = 10
+COST_PER_JSON_BYTE = 6
 
 
 class MetadataFiles:

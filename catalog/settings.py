@@ -41,8 +41,8 @@ class Settings(BaseSettings):
     metadata_cache_bytes: int = Field(
         default=512 * 2**20,
         ge=0,
-        description="Memory budget of the metadata file cache, counted as 10x each file's JSON size (the "
-        "parsed model costs ~8x, see files.py); a file over the budget is not cached; 0 disables the cache.",
+        description="Memory budget of the metadata file cache, counted as 6x each file's JSON size (the "
+        "parsed document costs ~3.5x, see files.py); a file over the budget is not cached; 0 disables the cache.",
     )
     max_connections: int = Field(
         default=1000,

@@ -19,6 +19,7 @@ import orjson
 import pytest
 import requests
 
+from catalog.files import COST_PER_JSON_BYTE
 from tests.conftest import Server, _backends, assert_error, s3_client_props, s3_env, start_server
 from tests.test_commits_http import create, load
 
@@ -194,26 +195,26 @@ class _Http:
 
 
 def test_metadata_cache_holds_no_more_than_its_budget(bounded, web):
-    """Commits of a table with fat properties: each new file is cached (and counted at 10x its JSON
-    size); the cache evicts to stay within its byte budget, and a file over the whole budget is not
-    cached at all."""
+    """Commits of a table with fat properties: each new file is cached (and counted at
+    COST_PER_JSON_BYTE times its JSON size); the cache evicts to stay within its byte budget, and a
+    file over the whole budget is not cached at all."""
     http = _Http(bounded.url, web)
     ns = f"ns_{uuid.uuid4().hex[:10]}"
     assert web.post(f"{bounded.url}/v1/namespaces", json={"namespace": [ns]}, timeout=10).status_code == 200
     create(http, ns, "t")
     path = f"/v1/namespaces/{ns}/tables/t"
     charged = 0
-    for i in range(12):  # each file ~60 KB of JSON, charged ~600 KB: 12 of them are 2.4x the budget
-        updates = [{"action": "set-properties", "updates": {"fat": f"{i}" + "z" * 60_000}}]
+    for i in range(12):  # each file ~100 KB of JSON, charged ~600 KB: 12 of them are 2.4x the budget
+        updates = [{"action": "set-properties", "updates": {"fat": f"{i}" + "z" * 100_000}}]
         resp = http.post(path, json={"requirements": [], "updates": updates})
         assert resp.status_code == 200, resp.text[:300]
-        charged += 10 * len(load(http, ns, "t")["metadata"]["properties"]["fat"])
+        charged += COST_PER_JSON_BYTE * len(load(http, ns, "t")["metadata"]["properties"]["fat"])
         held = _gauge(web, bounded, "catalog_metadata_cache_bytes")
         assert 0 < held <= CACHE_BUDGET, (i, held)
     assert charged > 2 * CACHE_BUDGET  # eviction had to happen
 
     # A file bigger than the whole budget: never cached, so every load of it reads storage.
-    updates = [{"action": "set-properties", "updates": {"fat": "w" * (CACHE_BUDGET // 10 + 1000)}}]
+    updates = [{"action": "set-properties", "updates": {"fat": "w" * (CACHE_BUDGET // COST_PER_JSON_BYTE + 1000)}}]
     assert http.post(path, json={"requirements": [], "updates": updates}).status_code == 200
     misses = _gauge(web, bounded, "catalog_metadata_cache_misses")
     for _ in range(3):
