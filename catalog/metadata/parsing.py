@@ -136,7 +136,8 @@ def schema_id(node: dict) -> int:
 def spec(node: dict) -> partitioning.UnboundSpec:
     if node.get("spec") is None:
         raise errors.BadRequest("Cannot parse missing field: spec")
-    return partitioning.parse_spec(node["spec"])
+    # Java's parser requires the spec's id here, and its clients and pyiceberg's always send it
+    return partitioning.parse_spec(node["spec"], require_id=True)
 
 
 def spec_id(node: dict) -> int:
