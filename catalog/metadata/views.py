@@ -70,10 +70,12 @@ def _view_version(node: dict) -> Version:
 _UNWRITABLE = "Cannot serialize unsupported view representation: "
 
 
-def _unwritable(result: dict) -> str | None:
-    """The first representation type of the metadata's versions that cannot be written (the versions
-    are few: ``version.history.num-entries``)."""
+def _unwritable(result: dict, added: set[int]) -> str | None:
+    """The first representation type of a version the commit added that cannot be written (a base's
+    versions are carried over as they are, see ``tables``; the versions are few)."""
     for version in result.get("versions") or ():
+        if version["version-id"] not in added:
+            continue
         for rep in version.get("representations") or ():
             kind = str(rep.get("type")).lower()
             if kind != "sql":
@@ -145,7 +147,8 @@ def apply(
         builder.apply(update)
     result = builder.build()
     # Java fails writing the new metadata, after every other check
-    unwritable = _unwritable(result) if result is not base else None
+    added = {change[1] for change in builder.changes if change[0] == "add-view-version"}
+    unwritable = _unwritable(result, added) if added else None
     if unwritable is not None:
         raise errors.BadRequest(_UNWRITABLE + r.show(unwritable))
     return result
