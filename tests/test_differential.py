@@ -315,12 +315,16 @@ DELIBERATE = [
     Deliberate(
         "format-version 0",
         "Java's newTableMetadata checks the format-version property against the highest supported version only and "
-        "creates a `format-version: 0` table no reader accepts; the server refuses versions below 1",
+        "creates a `format-version: 0` table no reader accepts; the server refuses versions below 1, so it never "
+        "commits to such a table either (a chain that goes on from Java's v0 table)",
         lambda req, java, ours: (
-            req["op"] == "new_table"
-            and (req.get("properties") or {}).get("format-version", "").strip().lstrip("-").isdigit()
-            and int(req["properties"]["format-version"]) < 1
-            and ours.status == 400
+            (
+                req["op"] == "new_table"
+                and (req.get("properties") or {}).get("format-version", "").strip().lstrip("-").isdigit()
+                and int(req["properties"]["format-version"]) < 1
+                and ours.status == 400
+            )
+            or (req["op"] == "table" and (req.get("base") or {}).get("format-version", 1) < 1 and ours.status == 400)
         ),
     ),
     Deliberate(

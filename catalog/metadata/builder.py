@@ -381,6 +381,7 @@ class Builder:
         self.changes.append(("add-snapshot", snapshot.snapshot_id))
 
     def u_set_snapshot_ref(self, ref: parsing.Ref) -> None:
+        parsing.check_ref(ref.json)  # Java builds the SnapshotRef first, then setRef
         existing = self.refs.get(ref.name)
         if existing is not None and parsing.ref_key(existing) == parsing.ref_key(ref.json):
             return

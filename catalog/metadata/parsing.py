@@ -3,7 +3,11 @@
 statistics, encryption keys) turned into the JSON Java would write for them.
 
 A request is parsed whole before anything is applied, as Java parses the whole request body first:
-a malformed last update is a 400 even when an earlier requirement would fail.
+a malformed last update is a 400 even when an earlier requirement would fail. Parsing checks only what
+Java's parsers check (the JSON's shape, and what the parsed objects' constructors check); the rest is
+checked where Java checks it, in order: a requirement of the other kind of entity when the requirements
+are validated, a ref's retention values when its ``set-snapshot-ref`` is applied, an update of the other
+kind of entity when it is applied.
 """
 
 from __future__ import annotations
@@ -29,6 +33,18 @@ TABLE_REQUIREMENTS = frozenset(
     }
 )
 VIEW_REQUIREMENTS = frozenset({"assert-view-uuid"})
+# Java's class names, for its "Cannot validate <class> against a table / view"
+REQUIREMENT_CLASSES = {
+    "assert-create": "AssertTableDoesNotExist",
+    "assert-table-uuid": "AssertTableUUID",
+    "assert-view-uuid": "AssertViewUUID",
+    "assert-ref-snapshot-id": "AssertRefSnapshotID",
+    "assert-last-assigned-field-id": "AssertLastAssignedFieldId",
+    "assert-current-schema-id": "AssertCurrentSchemaID",
+    "assert-last-assigned-partition-id": "AssertLastAssignedPartitionId",
+    "assert-default-spec-id": "AssertDefaultSpecID",
+    "assert-default-sort-order-id": "AssertDefaultSortOrderID",
+}
 
 
 class Requirement(NamedTuple):
@@ -42,20 +58,26 @@ class Update(NamedTuple):
     value: Any = None
 
 
-def parse_requirements(items: Any, allowed: frozenset[str]) -> list[Requirement]:
+def parse_requirements(items: Any) -> list[Requirement]:
+    """Requirements of either kind of entity: one that does not apply to the entity fails when it is
+    validated (``wrong_kind``), in order, as Java's ``UpdateRequirement.validate`` does."""
     if not isinstance(items, list):
         raise errors.BadRequest(f"Cannot parse requirements from non-array: {r.show(items)}")
-    return [_requirement(item, allowed) for item in items]
+    return [_requirement(item) for item in items]
 
 
-def _requirement(node: Any, allowed: frozenset[str]) -> Requirement:
+def wrong_kind(check: Requirement, what: str) -> errors.BadRequest:
+    """A requirement validated against the other kind of entity: a 400 with Java's message (Java: a
+    ValidationException; the server answers such misdirected requests as BadRequest, see
+    ``not_applicable``)."""
+    return errors.BadRequest(f"Cannot validate {REQUIREMENT_CLASSES[check.type]} against {what}")
+
+
+def _requirement(node: Any) -> Requirement:
     node = r.obj(node, "update requirement")
     kind = r.str_(node, "type").lower()
-    if kind not in TABLE_REQUIREMENTS | VIEW_REQUIREMENTS:
+    if kind not in REQUIREMENT_CLASSES:
         raise errors.BadRequest(f"Cannot parse update requirement. Invalid type: {r.show(kind)}")
-    if kind not in allowed:
-        what = "a view" if "assert-view-uuid" in allowed else "a table"
-        raise errors.BadRequest(f"Cannot validate requirement {kind} against {what}")
     if kind == "assert-create":
         return Requirement(kind)
     if kind in ("assert-table-uuid", "assert-view-uuid"):
@@ -66,7 +88,9 @@ def _requirement(node: Any, allowed: frozenset[str]) -> Requirement:
     return Requirement(kind, r.int_(node, key))
 
 
-def parse_updates(items: Any, parsers: dict[str, Any]) -> list[Update]:
+def parse_updates(items: Any, parsers: dict[str, Any], foreign: dict[str, Any]) -> list[Update]:
+    """``parsers``: the entity's updates; ``foreign``: the other kind's, parsed all the same (Java's
+    parser knows every action) and refused when applied (``not_applicable``), in order."""
     if not isinstance(items, list):
         raise errors.BadRequest(f"Cannot parse updates from non-array: {r.show(items)}")
     out = []
@@ -75,11 +99,16 @@ def parse_updates(items: Any, parsers: dict[str, Any]) -> list[Update]:
         if node.get("action") is None:
             raise errors.BadRequest("Cannot parse metadata update. Missing field: action")
         action = r.str_(node, "action").lower()
-        parser = parsers.get(action)
+        parser = parsers.get(action) or foreign.get(action)
         if parser is None:
-            raise errors.BadRequest(f"Cannot apply update action {r.show(action)} here")
+            raise errors.BadRequest(f"Cannot parse metadata update. Unknown action: {r.show(action)}")
         out.append(Update(action, parser(node)))
     return out
+
+
+def not_applicable(update: Update, what: str) -> errors.BadRequest:
+    """An update of the other kind of entity, reached in order (Java: UnsupportedOperationException)."""
+    return errors.BadRequest(f"Cannot apply update {update.action} to {what}")
 
 
 # --- the payloads ----------------------------------------------------------------------------------
@@ -107,7 +136,8 @@ def schema_id(node: dict) -> int:
 def spec(node: dict) -> partitioning.UnboundSpec:
     if node.get("spec") is None:
         raise errors.BadRequest("Cannot parse missing field: spec")
-    return partitioning.parse_spec(node["spec"])
+    # Java's parser requires the spec's id here, and its clients and pyiceberg's always send it
+    return partitioning.parse_spec(node["spec"], require_id=True)
 
 
 def spec_id(node: dict) -> int:
@@ -238,12 +268,14 @@ class Ref(NamedTuple):
 
 
 def snapshot_ref(node: dict) -> Ref:
+    """Java's ``readSetSnapshotRef``: the fields' types only (the type must be a branch or a tag); the
+    ref's values are checked when the update is applied (``check_ref``)."""
     name = r.str_(node, "ref-name")
     return Ref(name, r.long_(node, "snapshot-id"), ref_json(node))
 
 
 def ref_json(node: dict) -> dict:
-    """Java's ``SnapshotRefParser`` + ``SnapshotRef.Builder`` checks: the ref as Java writes it."""
+    """The ref as Java writes it (not checked: ``check_ref``)."""
     snapshot_id = r.long_(node, "snapshot-id")
     kind = r.str_(node, "type").lower()
     if kind not in ("branch", "tag"):
@@ -251,6 +283,22 @@ def ref_json(node: dict) -> dict:
     min_snapshots = r.int_or_none(node, "min-snapshots-to-keep")
     max_snapshot_age = r.long_or_none(node, "max-snapshot-age-ms")
     max_ref_age = r.long_or_none(node, "max-ref-age-ms")
+    out: dict[str, Any] = {"snapshot-id": snapshot_id, "type": kind}
+    if min_snapshots is not None:
+        out["min-snapshots-to-keep"] = min_snapshots
+    if max_snapshot_age is not None:
+        out["max-snapshot-age-ms"] = max_snapshot_age
+    if max_ref_age is not None:
+        out["max-ref-age-ms"] = max_ref_age
+    return out
+
+
+def check_ref(ref: dict) -> None:
+    """Java's ``SnapshotRef.Builder`` checks, in its order (run when ``set-snapshot-ref`` is applied)."""
+    kind = ref["type"]
+    min_snapshots = ref.get("min-snapshots-to-keep")
+    max_snapshot_age = ref.get("max-snapshot-age-ms")
+    max_ref_age = ref.get("max-ref-age-ms")
     if kind == "tag" and min_snapshots is not None:
         raise errors.ValidationFailed("Tags do not support setting minSnapshotsToKeep")
     if min_snapshots is not None and min_snapshots <= 0:
@@ -261,14 +309,6 @@ def ref_json(node: dict) -> dict:
         raise errors.ValidationFailed("Max snapshot age must be greater than 0 ms")
     if max_ref_age is not None and max_ref_age <= 0:
         raise errors.ValidationFailed("Max reference age must be greater than 0")
-    out: dict[str, Any] = {"snapshot-id": snapshot_id, "type": kind}
-    if min_snapshots is not None:
-        out["min-snapshots-to-keep"] = min_snapshots
-    if max_snapshot_age is not None:
-        out["max-snapshot-age-ms"] = max_snapshot_age
-    if max_ref_age is not None:
-        out["max-ref-age-ms"] = max_ref_age
-    return out
 
 
 def ref_key(ref: dict) -> tuple:
@@ -344,3 +384,31 @@ def encryption_key(node: dict) -> dict:
     if properties:
         out["properties"] = properties
     return out
+
+
+# the actions of a table commit (a view's: ``views.UPDATE_PARSERS``)
+TABLE_UPDATE_PARSERS = {
+    "assign-uuid": uuid_,
+    "upgrade-format-version": format_version,
+    "add-schema": schema,
+    "set-current-schema": schema_id,
+    "add-spec": spec,
+    "set-default-spec": spec_id,
+    "add-sort-order": sort_order,
+    "set-default-sort-order": sort_order_id,
+    "add-snapshot": snapshot,
+    "set-snapshot-ref": snapshot_ref,
+    "remove-snapshots": snapshot_ids,
+    "remove-snapshot-ref": ref_name,
+    "set-location": location,
+    "set-properties": set_properties,
+    "remove-properties": remove_properties,
+    "set-statistics": statistics,
+    "remove-statistics": snapshot_id,
+    "set-partition-statistics": partition_statistics,
+    "remove-partition-statistics": snapshot_id,
+    "remove-partition-specs": int_set("spec-ids"),
+    "remove-schemas": int_set("schema-ids"),
+    "add-encryption-key": encryption_key,
+    "remove-encryption-key": key_id,
+}

@@ -139,10 +139,11 @@ class UnboundSpec(NamedTuple):
     fields: tuple[SourceField, ...]
 
 
-def parse_spec(node: Any) -> UnboundSpec:
-    """Java's ``PartitionSpecParser.fromJson`` (``spec-id`` may be left out, as the REST spec allows)."""
+def parse_spec(node: Any, *, require_id: bool = False) -> UnboundSpec:
+    """Java's ``PartitionSpecParser.fromJson``; ``spec-id`` may be left out unless ``require_id`` (a
+    create's spec: the REST spec makes it optional there)."""
     node = r.obj(node, "partition spec")
-    spec_id = r.int_(node, "spec-id", 0)
+    spec_id = r.int_(node, "spec-id") if require_id else r.int_(node, "spec-id", 0)
     return UnboundSpec(spec_id, parse_spec_fields(r.array(node, "fields")))
 
 

@@ -14,7 +14,7 @@ import re
 import uuid as uuids
 
 from .. import errors
-from . import parsing, partitioning, schemas
+from . import parsing, partitioning, schemas, views
 from . import reading as r
 from .builder import MAIN, Builder, current_snapshot_id, java_int, read_schemas, read_specs
 from .parsing import Update
@@ -43,31 +43,7 @@ COMMIT_PROPERTIES = (
 )
 _JAVA_INT = re.compile(r"[+-]?\d+", re.ASCII)
 
-UPDATE_PARSERS = {
-    "assign-uuid": parsing.uuid_,
-    "upgrade-format-version": parsing.format_version,
-    "add-schema": parsing.schema,
-    "set-current-schema": parsing.schema_id,
-    "add-spec": parsing.spec,
-    "set-default-spec": parsing.spec_id,
-    "add-sort-order": parsing.sort_order,
-    "set-default-sort-order": parsing.sort_order_id,
-    "add-snapshot": parsing.snapshot,
-    "set-snapshot-ref": parsing.snapshot_ref,
-    "remove-snapshots": parsing.snapshot_ids,
-    "remove-snapshot-ref": parsing.ref_name,
-    "set-location": parsing.location,
-    "set-properties": parsing.set_properties,
-    "remove-properties": parsing.remove_properties,
-    "set-statistics": parsing.statistics,
-    "remove-statistics": parsing.snapshot_id,
-    "set-partition-statistics": parsing.partition_statistics,
-    "remove-partition-statistics": parsing.snapshot_id,
-    "remove-partition-specs": parsing.int_set("spec-ids"),
-    "remove-schemas": parsing.int_set("schema-ids"),
-    "add-encryption-key": parsing.encryption_key,
-    "remove-encryption-key": parsing.key_id,
-}
+UPDATE_PARSERS = parsing.TABLE_UPDATE_PARSERS
 
 
 # --- create ----------------------------------------------------------------------------------------
@@ -156,8 +132,8 @@ def apply(
     ``base_location`` (the current metadata file) goes to the metadata-log, trimmed to
     ``write.metadata.previous-versions-max``. Raises ``RequirementFailed`` (409), ``RetryableValidation``
     (409), ``ValidationFailed`` (400) or ``BadRequest`` (400)."""
-    checks = parsing.parse_requirements(requirements, parsing.TABLE_REQUIREMENTS)
-    changes = parsing.parse_updates(updates, UPDATE_PARSERS)
+    checks = parsing.parse_requirements(requirements)
+    changes = parsing.parse_updates(updates, UPDATE_PARSERS, views.UPDATE_PARSERS)
     creates = [check for check in checks if check.type == "assert-create"]
     if creates and len(creates) != len(checks):
         raise errors.BadRequest("Invalid create requirements: assert-create must be the only requirement")
@@ -170,6 +146,8 @@ def apply(
         check_requirements(checks, base)
         builder = Builder(base, base["format-version"], now_ms)
     for update in changes:
+        if update.action not in UPDATE_PARSERS:
+            raise parsing.not_applicable(update, "a table")
         builder.apply(update)
     return builder.build(base_location)
 
@@ -178,6 +156,8 @@ def check_requirements(checks: list[parsing.Requirement], base: dict) -> None:
     """Raise ``RequirementFailed`` naming the first requirement that does not hold on ``base``, its
     message ending with the requirement's type."""
     for check in checks:
+        if check.type not in parsing.TABLE_REQUIREMENTS:
+            raise parsing.wrong_kind(check, "a table")
         try:
             _check(check, base)
         except errors.RequirementFailed as e:

@@ -29,8 +29,10 @@ class Version(NamedTuple):
     schema_id: int
 
 
-def _version(node: Any) -> Version:
-    """Java's ``ViewVersionParser.fromJson``; only SQL representations can be written back."""
+def _version(node: Any, *, defer: bool = False) -> Version:
+    """Java's ``ViewVersionParser.fromJson``; only SQL representations can be written back. Java reads
+    another type as an unknown representation and fails only when it writes the metadata: ``defer``
+    keeps it as ``{"type": ...}`` for the commit to refuse after its updates (``_unwritable``)."""
     node = r.obj(node, "view version")
     version_id = r.int_(node, "version-id")
     schema_id = r.int_(node, "schema-id")
@@ -41,7 +43,10 @@ def _version(node: Any) -> Version:
         item = r.obj(item, "view representation")
         kind = r.str_(item, "type").lower()
         if kind != "sql":
-            raise errors.BadRequest(f"Cannot serialize unsupported view representation: {r.show(kind)}")
+            if not defer:
+                raise errors.BadRequest(_UNWRITABLE + r.show(kind))
+            representations.append({"type": kind})
+            continue
         representations.append({"type": "sql", "sql": r.str_(item, "sql"), "dialect": r.str_(item, "dialect")})
     default_catalog = r.str_or_none(node, "default-catalog")
     if node.get("default-namespace") is None:
@@ -59,7 +64,23 @@ def _version(node: Any) -> Version:
 def _view_version(node: dict) -> Version:
     if node.get("view-version") is None:
         raise errors.BadRequest("Cannot parse missing field: view-version")
-    return _version(node["view-version"])
+    return _version(node["view-version"], defer=True)
+
+
+_UNWRITABLE = "Cannot serialize unsupported view representation: "
+
+
+def _unwritable(result: dict, added: set[int]) -> str | None:
+    """The first representation type of a version the commit added that cannot be written (a base's
+    versions are carried over as they are, see ``tables``; the versions are few)."""
+    for version in result.get("versions") or ():
+        if version["version-id"] not in added:
+            continue
+        for rep in version.get("representations") or ():
+            kind = str(rep.get("type")).lower()
+            if kind != "sql":
+                return kind
+    return None
 
 
 def _view_version_id(node: dict) -> int:
@@ -107,11 +128,13 @@ def apply(
     """Check ``requirements`` (only ``assert-view-uuid`` applies to a view), then apply ``updates`` like
     Java's ``ViewMetadata.Builder``; returns ``base`` itself when nothing changed. Views keep no log of
     metadata files, so ``base_location`` is not used."""
-    checks = parsing.parse_requirements(requirements, parsing.VIEW_REQUIREMENTS)
-    changes = parsing.parse_updates(updates, UPDATE_PARSERS)
+    checks = parsing.parse_requirements(requirements)
+    changes = parsing.parse_updates(updates, UPDATE_PARSERS, parsing.TABLE_UPDATE_PARSERS)
     if base is None:
         raise errors.BadRequest("A view commit needs an existing view")
     for check in checks:
+        if check.type not in parsing.VIEW_REQUIREMENTS:
+            raise parsing.wrong_kind(check, "a view")
         actual = base.get("view-uuid")
         if actual is None or check.value.lower() != actual.lower():
             raise errors.RequirementFailed(
@@ -119,8 +142,16 @@ def apply(
             )
     builder = _Builder(base, now_ms)
     for update in changes:
+        if update.action not in UPDATE_PARSERS:
+            raise parsing.not_applicable(update, "a view")
         builder.apply(update)
-    return builder.build()
+    result = builder.build()
+    # Java fails writing the new metadata, after every other check
+    added = {change[1] for change in builder.changes if change[0] == "add-view-version"}
+    unwritable = _unwritable(result, added) if added else None
+    if unwritable is not None:
+        raise errors.BadRequest(_UNWRITABLE + r.show(unwritable))
+    return result
 
 
 class _Builder:
@@ -223,6 +254,8 @@ class _Builder:
             raise errors.ValidationFailed(f"Cannot add version with unknown schema: {schema_id}")
         dialects: set[str] = set()
         for representation in version.json["representations"]:
+            if representation["type"] != "sql":  # Java checks SQL representations' dialects only
+                continue
             dialect = representation["dialect"].lower()
             if dialect in dialects:
                 raise errors.ValidationFailed(
