@@ -20,7 +20,8 @@ Requests come from hypothesis (chains of commits on v1/v2/v3 tables and on views
 each commit's base is Java's result of the previous one) and from the recorded corpus ``tests/corpus/*.jsonl``.
 Deliberate differences are listed once, in ``DELIBERATE``, each with its reason; anything else fails with a
 readable diff. ``DIFF_COLLECT=<file>`` records disagreements as JSON lines instead of failing (for surveying
-an engine under construction); ``DIFF_SCALE=<n>`` multiplies the number of generated examples.
+an engine under construction); ``DIFF_SCALE=<n>`` multiplies the number of generated examples; ``DIFF_RANDOM=1``
+draws new examples instead of the fixed (derandomized) ones CI runs.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def examples(n: int) -> int:
 def hypothesis_settings(n: int):
     return settings(
         max_examples=examples(n),
-        derandomize=True,  # the same examples on every run, in CI and locally
+        derandomize=not os.environ.get("DIFF_RANDOM"),  # the same examples on every run, unless exploring
         database=None,
         deadline=None,  # one JVM round trip per commit; timing varies on a shared machine
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
