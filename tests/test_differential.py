@@ -21,7 +21,8 @@ each commit's base is Java's result of the previous one) and from the recorded c
 Deliberate differences are listed once, in ``DELIBERATE``, each with its reason; anything else fails with a
 readable diff. ``DIFF_COLLECT=<file>`` records disagreements as JSON lines instead of failing (for surveying
 an engine under construction); ``DIFF_SCALE=<n>`` multiplies the number of generated examples; ``DIFF_RANDOM=1``
-draws new examples instead of the fixed (derandomized) ones CI runs.
+draws new examples instead of the fixed (derandomized) ones CI runs; ``DIFF_VERBOSE=1`` adds a tally of Java's
+rejection messages to the summary (to see what the generators exercise).
 """
 
 from __future__ import annotations
