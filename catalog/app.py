@@ -233,13 +233,13 @@ def _large_buffers_from_the_heap() -> None:
     A commit or load of a big table builds a few buffers of the whole file (its JSON, the response):
     with glibc's default, each comes from new pages that fault in one by one and go back to the
     system on free. Measured on a 4.4 MB metadata file (10,000 snapshots): joining the response
-    5.7 ms -> 1.2 ms. Freed memory stays in the process for reuse (up to 256 MiB is kept), a
+    5.7 ms -> 1.2 ms. Freed memory stays in the process for reuse (up to 128 MiB is kept), a
     bounded cost next to the metadata cache. A no-op where the C library is not glibc.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(_M_MMAP_THRESHOLD, 64 * 2**20)
-        libc.mallopt(_M_TRIM_THRESHOLD, 256 * 2**20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 128 * 2**20)
     except (OSError, AttributeError):  # not glibc (musl, macOS): its defaults stand
         pass
 
