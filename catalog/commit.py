@@ -125,7 +125,12 @@ class CommitEngine:
         try:
             for attempt in range(self.settings.commit_max_attempts):
                 with self._serialised(changes):
-                    current, staged = self._stage(changes, kind)
+                    try:
+                        current, staged = self._stage(changes, kind)
+                    except errors.AlreadyExists:  # a create whose twin (same key) created it first
+                        if key is not None and changes[0].creates and self.store.get_key(key.key) is not None:
+                            return Replayed()
+                        raise
                     if not staged:  # nothing changed
                         return Committed(tuple(current), recorded=False)
                     outcome = self._swap(current, staged, key, kind)
@@ -215,8 +220,9 @@ class CommitEngine:
         metrics.COMMIT_ATTEMPTS.inc()
         with _step(kind, "cas"):
             if creates:  # a create commits alone (the API refuses creates in transactions)
-                self._insert(creates[0])
-                return self._won(current, staged, kind, recorded=False)
+                if not self._insert(creates[0], key):
+                    return Replayed()
+                return self._won(current, staged, kind, recorded=key is not None)
             swaps = [Swap(s.entry.id, s.entry.metadata_location, s.new.location, s.location) for s in staged]
             try:
                 result = self.store.swap_pointers(swaps, key)
@@ -232,15 +238,27 @@ class CommitEngine:
             return Replayed()
         return None
 
-    def _insert(self, staged: _Staged) -> None:
+    def _insert(self, staged: _Staged, key: KeyRecord | None) -> bool:
+        """A create's "CAS": insert the row, with the Idempotency-Key's. False: the key was recorded
+        by a twin request first (nothing inserted; its response is the answer)."""
         change = staged.change
         try:
-            self.store.insert_entry(
-                change.namespace, change.name, change.kind.name, staged.new.location, staged.location
+            result = self.store.insert_entry(
+                change.namespace, change.name, change.kind.name, staged.new.location, staged.location, key
             )
-        except errors.IcebergError:
+        except errors.AlreadyExists:
             self._discard([staged])  # known not committed: the row was never inserted
+            # a twin with the same key may have created it meanwhile: then its response is the answer
+            if key is not None and self.store.get_key(key.key) is not None:
+                return False
             raise
+        except errors.IcebergError:
+            self._discard([staged])
+            raise
+        if result is Swapped.KEY_TAKEN:
+            self._discard([staged])
+            return False
+        return True
 
     def _won(self, current: list[MetadataFile], staged: list[_Staged], kind: str, recorded: bool) -> Committed:
         metrics.COMMITS.labels(kind).inc()

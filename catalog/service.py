@@ -114,9 +114,12 @@ class Catalog:
         """A staged create: the metadata the table would have (nothing persisted)."""
         return self._new_table(ns, name, location, request)
 
-    def create_table(self, ns: Namespace, name: str, location: str | None, request: dict[str, Any]) -> MetadataFile:
+    def create_table(
+        self, ns: Namespace, name: str, location: str | None, request: dict[str, Any], key: KeyRecord | None = None
+    ) -> Outcome:
+        """createTable; ``key``: the request's Idempotency-Key, recorded with the new row."""
         created = self._new_table(ns, name, location, request)
-        return self._commit_one(Change(TABLE, ns, name, created=created))
+        return self.engine.commit([Change(TABLE, ns, name, created=created)], key)
 
     def _new_table(self, ns: Namespace, name: str, location: str | None, request: dict[str, Any]) -> dict[str, Any]:
         check_name(name)

@@ -273,12 +273,23 @@ class Store:
         with self._read() as conn:
             return [r.name for r in conn.execute(q)]
 
-    def insert_entry(self, ns: tuple[str, ...], name: str, kind: str, metadata_location: str, location: str) -> None:
+    def insert_entry(
+        self,
+        ns: tuple[str, ...],
+        name: str,
+        kind: str,
+        metadata_location: str,
+        location: str,
+        key: KeyRecord | None = None,
+    ) -> Swapped:
         """Register a new table or view (``location``: its normalised location). 409 if the name is
-        taken (by a table or a view)."""
+        taken (by a table or a view). ``key`` is recorded in the same transaction (a create's
+        Idempotency-Key): ``KEY_TAKEN`` when another request recorded it first, nothing inserted."""
         ident = ".".join((*ns, name))
         try:
             with self._write() as conn:
+                if key is not None and _exists(conn, K, K.c.key == key.key):
+                    return Swapped.KEY_TAKEN
                 taken = _holder_of(conn, ns, name)
                 if taken is not None:
                     raise _name_taken(kind, taken, ident)
@@ -292,8 +303,11 @@ class Store:
                         location=location,
                     )
                 )
+                if key is not None:
+                    conn.execute(K.insert().values(**_key_row(key)))
         except exc.IntegrityError as e:
             raise _name_taken(kind, kind, ident) from e
+        return Swapped.WON
 
     def overwrite_entry(self, ns: tuple[str, ...], name: str, metadata_location: str, location: str) -> None:
         """Register-with-overwrite: point an existing table at another metadata file."""

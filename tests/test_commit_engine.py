@@ -41,6 +41,12 @@ def catalog(tmp_path):
     engine.dispose()
 
 
+def create(catalog: Catalog, name: str):
+    outcome = catalog.create_table(("n",), name, None, {"schema": SCHEMA})
+    assert isinstance(outcome, Committed)
+    return outcome.files[0]
+
+
 def append(metadata: dict, snapshot_id: int) -> list[dict]:
     snapshot = {
         "snapshot-id": snapshot_id,
@@ -59,7 +65,7 @@ def append(metadata: dict, snapshot_id: int) -> list[dict]:
 
 
 def test_outcomes_and_the_recorded_key(catalog):
-    created = catalog.create_table(("n",), "t", None, {"schema": SCHEMA})
+    created = create(catalog, "t")
     change = Change(TABLE, ("n",), "t", updates=append(created.data, 1))
     key = KeyRecord("k", "f" * 64, 200)
     outcome = catalog.commit([change], key)
@@ -75,10 +81,41 @@ def test_outcomes_and_the_recorded_key(catalog):
     assert not unchanged.recorded
 
 
+def test_creates_record_their_key_with_the_row(catalog):
+    """A create's Idempotency-Key lands in the inserting transaction: a retry of a create that
+    landed (its answer lost) is a replay, not a 409; a staged create's commit likewise."""
+    key = KeyRecord("c", "f" * 64, 200)
+    # two twins built the same create (both found the name free); the first lands with the key
+    twins = [Change(TABLE, ("n",), "t", created=catalog.stage_table(("n",), "t", None, {"schema": SCHEMA}))] * 2
+    first = catalog.commit(twins[:1], key)
+    assert isinstance(first, Committed) and first.recorded
+    assert catalog.recorded("c").metadata_location == first.files[0].location
+    assert not isinstance(catalog.commit(twins[1:], key), Committed)  # the second is a replay
+    with pytest.raises(errors.AlreadyExists):  # without the key, the name is simply taken
+        catalog.commit(twins[1:])
+    staged = catalog.stage_table(("n",), "s", None, {"schema": SCHEMA})
+    updates = [
+        {"action": "assign-uuid", "uuid": staged["table-uuid"]},
+        {"action": "upgrade-format-version", "format-version": 3},
+        {"action": "add-schema", "schema": staged["schemas"][0]},
+        {"action": "set-current-schema", "schema-id": -1},
+        {"action": "add-spec", "spec": staged["partition-specs"][0]},
+        {"action": "set-default-spec", "spec-id": -1},
+        {"action": "add-sort-order", "sort-order": staged["sort-orders"][0]},
+        {"action": "set-default-sort-order", "sort-order-id": -1},
+        {"action": "set-location", "location": staged["location"]},
+    ]
+    change = Change(TABLE, ("n",), "s", [{"type": "assert-create"}], updates)
+    key = KeyRecord("s", "f" * 64, 200)
+    outcome = catalog.commit([change], key)
+    assert isinstance(outcome, Committed) and outcome.recorded and outcome.files[0].data["format-version"] == 3
+    assert not isinstance(catalog.commit([change], key), Committed)
+
+
 def test_cached_documents_equal_their_files(catalog):
     """Every commit shares the unchanged parts of its base: none of them may change under a file
     already written and cached."""
-    current = catalog.create_table(("n",), "t", None, {"schema": SCHEMA})
+    current = create(catalog, "t")
     history = [current]
     for i in range(1, 8):
         updates = append(current.data, i) + [{"action": "set-properties", "updates": {"round": str(i)}}]
@@ -119,7 +156,7 @@ def test_views_commit_through_the_same_engine(catalog):
 
 def test_a_failed_transaction_names_the_table_that_failed(catalog, caplog):
     for name in ("a", "b"):
-        catalog.create_table(("n",), name, None, {"schema": SCHEMA})
+        create(catalog, name)
     stale = [{"type": "assert-current-schema-id", "current-schema-id": 7}]
     with pytest.raises(errors.RequirementFailed):
         catalog.commit([Change(TABLE, ("n",), "a"), Change(TABLE, ("n",), "b", stale)])
@@ -130,7 +167,7 @@ def test_a_failed_transaction_names_the_table_that_failed(catalog, caplog):
 def test_racing_commits_one_winner_per_base(catalog):
     """Eight writers with the same premise (main at the same snapshot): one wins, seven get 409,
     and exactly the winner's snapshot is on main."""
-    base = catalog.create_table(("n",), "t", None, {"schema": SCHEMA}).data
+    base = create(catalog, "t").data
 
     def write(i: int) -> str:
         premise = [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": None}]

@@ -93,7 +93,7 @@ async def view_exists(namespace: str, view: str, state: State) -> None:
 # -- creates and registers ------------------------------------------------------------------------
 
 
-@post(TABLES, opt=wire.IDEMPOTENT)
+@post(TABLES, opt=LOAD_RESULT)
 async def create_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(CreateTableRequest, payload)
@@ -107,8 +107,12 @@ async def create_table(namespace: str, payload: bytes, request: Request, state: 
         doc = await wire.blocking(state.catalog.stage_table, ns, req.name, req.location, body)
         credentials = _credentials(doc["location"], state) if _wants_credentials(request, state) else None
         return wire.raw_json_response(wire.load_result(None, orjson.dumps(doc), state.table_config, credentials))
-    file = await wire.blocking(state.catalog.create_table, ns, req.name, req.location, body)
-    return _loaded(file, state, request)
+    key = idempotency.key_of(request, 200)
+    outcome = await wire.blocking(state.catalog.create_table, ns, req.name, req.location, body, key)
+    if not isinstance(outcome, Committed):
+        return await idempotency.replay(request)
+    idempotency.settle(request, outcome)
+    return _loaded(outcome.files[0], state, request)
 
 
 @post(VIEWS)
