@@ -264,3 +264,23 @@ def start_seaweedfs(workdir: Path, timeout: float = 60) -> S3Handle:
             handle.stop()
             raise ServiceUnavailable(f"SeaweedFS did not start ({error!r}):\n{_tail(log)}")
         time.sleep(0.2)
+
+
+def duckdb_connection():
+    """A DuckDB connection with the avro, httpfs and iceberg extensions loaded from their pip wheels
+    (``duckdb-extension-*``), or installed by DuckDB when a wheel is missing. Raises ImportError
+    without duckdb."""
+    import importlib.util
+
+    import duckdb
+
+    con = duckdb.connect()
+    for ext in ("avro", "httpfs", "iceberg"):  # iceberg needs avro loaded first
+        spec = importlib.util.find_spec(f"duckdb_extension_{ext}")
+        found = (
+            glob(os.path.join(spec.submodule_search_locations[0], "extensions", "*", f"{ext}.duckdb_extension"))
+            if spec and spec.submodule_search_locations
+            else []
+        )
+        con.execute(f"LOAD '{found[0]}'" if found else f"INSTALL {ext}; LOAD {ext}")
+    return con

@@ -22,9 +22,6 @@ below accepts it and nothing stricter.
 
 from __future__ import annotations
 
-import glob
-import importlib.util
-import os
 import threading
 from urllib.parse import quote
 
@@ -33,6 +30,7 @@ import requests
 
 from tests import test_spark
 from tests.conftest import IN_CI, Server
+from tests.services import duckdb_connection
 from tests.test_spark import register_catalog, rows
 
 # tests/test_spark.py's fixtures: one Spark session for this module, the backend's Spark catalog and a
@@ -107,20 +105,11 @@ def duckdb_rows(server: Server, table: str) -> dict[int, str]:
     """DuckDB's iceberg extension reading ``table`` through the REST catalog. Skips (fails in CI) when
     DuckDB is not installed: call it last in a test."""
     try:
-        import duckdb
+        con = duckdb_connection()
     except ImportError:
         if IN_CI:
             pytest.fail("CI=true and duckdb is not installed")
         pytest.skip("duckdb is not installed (everything before this step passed)")
-    con = duckdb.connect()
-    for ext in ("avro", "httpfs", "iceberg"):  # iceberg needs avro loaded first
-        spec = importlib.util.find_spec(f"duckdb_extension_{ext}")
-        found = (
-            glob.glob(os.path.join(spec.submodule_search_locations[0], "extensions", "*", f"{ext}.duckdb_extension"))
-            if spec and spec.submodule_search_locations
-            else []
-        )
-        con.execute(f"LOAD '{found[0]}'" if found else f"INSTALL {ext}; LOAD {ext}")
     if server.backend == "postgres-s3":
         endpoint = server.env["CATALOG_S3_ENDPOINT"].split("://", 1)[1]
         con.execute(

@@ -43,10 +43,8 @@ pre-engine server) leave what they managed to send.
 from __future__ import annotations
 
 import argparse
-import glob
 import importlib.util
 import json
-import os
 import re
 import sys
 import tempfile
@@ -723,18 +721,10 @@ def run_pyiceberg(url: str) -> Steps:
 
 
 def duckdb_connection():
-    import duckdb
+    sys.path.insert(0, str(ROOT))
+    from tests.services import duckdb_connection as connect
 
-    con = duckdb.connect()
-    for ext in ("avro", "httpfs", "iceberg"):  # iceberg needs avro loaded first
-        spec = importlib.util.find_spec(f"duckdb_extension_{ext}")
-        found = (
-            glob.glob(os.path.join(spec.submodule_search_locations[0], "extensions", "*", f"{ext}.duckdb_extension"))
-            if spec and spec.submodule_search_locations
-            else []
-        )
-        con.execute(f"LOAD '{found[0]}'" if found else f"INSTALL {ext}; LOAD {ext}")
-    return con
+    return connect()
 
 
 def run_duckdb(url: str) -> Steps:
