@@ -23,8 +23,9 @@ from litestar.middleware import DefineMiddleware
 from pydantic import ValidationError
 
 from . import errors, logs, metrics, migrate
+from .access import Access
 from .api import config as config_api
-from .api import entries, idempotency, namespaces, oauth, operations, unserved, wire
+from .api import entries, idempotency, management, namespaces, oauth, operations, unserved, wire
 from .auth import Tokens, parse_clients
 from .db import create_engine
 from .files import MetadataFiles
@@ -35,6 +36,8 @@ from .storage import create_storage
 from .store import Store
 
 log = logging.getLogger("catalog")
+audit_log = logging.getLogger("catalog.audit")
+_MUTATING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 
 CATALOG_ROUTES = [*namespaces.ROUTES, *entries.ROUTES]
 # /v1/<prefix>/<resource>...: the optional prefix segment clients insert after /v1/.
@@ -44,7 +47,9 @@ _UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "config", 
 
 class RequestObservation:
     """Per request: an id (``X-Request-Id``, taken from the client or made up) in logs and the
-    response, and the request count and latency by route template and status."""
+    response, the request count and latency by route template and status, and the audit line of
+    each mutating request and each refusal (principal, action, object, outcome, request id; the
+    principal and object as the route's authorization check recorded them)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -56,6 +61,7 @@ class RequestObservation:
         incoming = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1")[:64]
         rid = incoming or uuid.uuid4().hex[:16]
         token = logs.request_id.set(rid)
+        scope["audit"] = audit = {}
         status = 500
         start = time.perf_counter()
 
@@ -73,7 +79,31 @@ class RequestObservation:
             route = handler.paths and sorted(handler.paths)[0] if handler is not None else "unmatched"
             metrics.REQUESTS.labels(scope["method"], route, str(status)).inc()
             metrics.REQUEST_SECONDS.labels(scope["method"], route).observe(time.perf_counter() - start)
+            if scope["method"] in _MUTATING or status in (401, 403):
+                _audit(scope, handler, audit, status)
             logs.request_id.reset(token)
+
+
+def _audit(scope: dict[str, Any], handler: Any, audit: dict[str, Any], status: int) -> None:
+    who = scope.get("principal")
+    fields = {
+        "principal": audit.get("principal") or (who.name if who is not None else None),
+        "action": handler.handler_name if handler is not None else "unmatched",
+        "object": audit.get("object"),
+        "privileges": audit.get("privileges"),
+        "outcome": "allowed" if status < 400 else ("denied" if status in (401, 403) else "failed"),
+        "status": status,
+        "method": scope["method"],
+        "path": scope.get("path"),
+    }
+    audit_log.info(
+        "%s %s %s -> %s",
+        fields["principal"],
+        fields["action"],
+        fields["object"] or "-",
+        status,
+        extra={"fields": fields},
+    )
 
 
 class RawPathRouting:
@@ -107,7 +137,14 @@ class RawPathRouting:
 
 def create_app(settings: Settings | None = None) -> RawPathRouting:
     settings = settings or Settings()
-    handlers = [*config_api.ROUTES, *CATALOG_ROUTES, *operations.ROUTES, *oauth.ROUTES, *unserved.ROUTES]
+    handlers = [
+        *config_api.ROUTES,
+        *CATALOG_ROUTES,
+        *operations.ROUTES,
+        *oauth.ROUTES,
+        *management.ROUTES,
+        *unserved.ROUTES,
+    ]
     tokens = Tokens(parse_clients(settings.oauth_clients), settings.token_secret, settings.token_ttl_seconds)
 
     @asynccontextmanager
@@ -117,7 +154,11 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
             migrate.upgrade(engine)
         storage = create_storage(settings)
         files = MetadataFiles(storage, settings.metadata_cache_bytes)
-        app.state.catalog = Catalog(settings, Store(engine), storage, files)
+        store = Store(engine)
+        app.state.catalog = Catalog(settings, store, storage, files)
+        app.state.access = Access(settings, store)
+        if settings.authz_bootstrap:
+            app.state.access.bootstrap(settings.authz_bootstrap)
         # Rows from before migration 0003 get their locations in the background (a no-op after).
         threading.Thread(target=_backfill, args=(app.state.catalog,), name="backfill", daemon=True).start()
         app.state.tokens = tokens

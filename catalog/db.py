@@ -10,6 +10,9 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
 - ``idempotency_keys``: the final response to each request that carried an ``Idempotency-Key``,
   replayed when the client retries it (see ``api.idempotency``). A commit's row is written in the
   commit's own transaction; ``metadata_location`` then stands for the response body's metadata.
+- ``grants``: one privilege on one object for one principal (see ``catalog.authz``); the object is
+  its kind and its path joined like namespace names ('' for the catalog); ``source`` is ``api``
+  (management API, CLI) or ``bootstrap`` (the ``CATALOG_AUTHZ_BOOTSTRAP`` file, kept in step with it).
 """
 
 from __future__ import annotations
@@ -66,6 +69,20 @@ idempotency_keys = sa.Table(
     sa.Column("body", sa.LargeBinary, nullable=True),
     sa.Column("metadata_location", sa.Text, nullable=True),
     sa.Column("created_ms", sa.BigInteger, nullable=False, index=True),
+)
+
+
+grants = sa.Table(
+    "grants",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("principal", sa.String(256), nullable=False),
+    sa.Column("privilege", sa.String(32), nullable=False),
+    sa.Column("object_kind", sa.String(16), nullable=False),
+    sa.Column("object_name", sa.String(2048), nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("principal", "privilege", "object_kind", "object_name", name="uq_grants"),
 )
 
 

@@ -21,6 +21,8 @@ class JsonFormatter(logging.Formatter):
         }
         if rid := request_id.get():
             entry["request_id"] = rid
+        if fields := getattr(record, "fields", None):  # structured lines (the audit log)
+            entry.update(fields)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()

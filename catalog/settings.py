@@ -6,6 +6,8 @@ their own.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -78,6 +80,25 @@ class Settings(BaseSettings):
         default=None, description="HMAC key for tokens; set the same value on every replica (random if unset)."
     )
     token_ttl_seconds: int = Field(default=3600, ge=60)
+
+    # Authorization (grants; see catalog/authz.py). Only with auth_required: without it, anyone may do anything.
+    authorization: Literal["grants", "none"] = Field(
+        default="grants",
+        description="grants: every request is checked against the grants (management API, CLI, bootstrap file); "
+        "none: any valid token may do anything.",
+    )
+    authz_bootstrap: str | None = Field(
+        default=None,
+        description="YAML file of grants applied at start-up; grants that came from it and left it are removed, "
+        "grants made through the API or CLI stay.",
+    )
+    authz_cache_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        description="How long each process reuses its copy of the grants: a grant or revoke takes effect in every "
+        "worker and replica within this time.",
+    )
 
     # Database
     # Pool >= the 40 worker threads that run blocking calls: a smaller pool made overflow connections

@@ -28,7 +28,9 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from . import errors
+from .authz import Grant, Target, parse_privilege
 from .db import catalog_entries as E
+from .db import grants as G
 from .db import idempotency_keys as K
 from .db import join_namespace, split_namespace
 from .db import namespaces as N
@@ -475,6 +477,97 @@ class Store:
     def expire_keys(self, older_than_ms: int) -> int:
         with self._write() as conn:
             return conn.execute(K.delete().where(K.c.created_ms < older_than_ms)).rowcount
+
+    # -- grants --------------------------------------------------------------------------------
+
+    def list_grants(self) -> list[Grant]:
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(G.c.id, G.c.principal, G.c.privilege, G.c.object_kind, G.c.object_name, G.c.source)
+            ).all()
+        return [_grant(row) for row in rows]
+
+    def add_grants(self, grants: Sequence[Grant]) -> list[Grant]:
+        """Insert the grants not held yet (an existing one keeps its id and source); returns all of
+        them as stored, with their ids."""
+        for attempt in range(3):  # a concurrent insert of the same grant: read it back, once it exists
+            try:
+                with self._write() as conn:
+                    self._insert_missing(conn, grants)
+                    return [_grant(row) for row in conn.execute(_select_grants(grants))]
+            except exc.IntegrityError:
+                if attempt == 2:
+                    raise errors.CommitFailed("Grants changed concurrently; try again") from None
+        raise AssertionError("unreachable")
+
+    def delete_grant(self, grant_id: int) -> Grant | None:
+        with self._write() as conn:
+            row = conn.execute(
+                sa.select(G.c.id, G.c.principal, G.c.privilege, G.c.object_kind, G.c.object_name, G.c.source).where(
+                    G.c.id == grant_id
+                )
+            ).first()
+            if row is not None:
+                conn.execute(G.delete().where(G.c.id == grant_id))
+        return None if row is None else _grant(row)
+
+    def sync_bootstrap(self, grants: Sequence[Grant]) -> tuple[int, int]:
+        """Make the ``bootstrap`` grants exactly ``grants`` (those from the API stay); returns
+        (added, removed). Replicas starting together each run this: it converges."""
+        wanted = {_grant_key(g) for g in grants}
+        for attempt in range(3):
+            try:
+                return self._sync_bootstrap(grants, wanted)
+            except exc.IntegrityError:
+                if attempt == 2:
+                    raise errors.CommitFailed("Grants changed concurrently; try again") from None
+        raise AssertionError("unreachable")
+
+    def _sync_bootstrap(self, grants: Sequence[Grant], wanted: set[tuple[str, str, str, str]]) -> tuple[int, int]:
+        with self._write() as conn:
+            rows = conn.execute(
+                sa.select(G.c.id, G.c.principal, G.c.privilege, G.c.object_kind, G.c.object_name).where(
+                    G.c.source == "bootstrap"
+                )
+            ).all()
+            stale = [r.id for r in rows if tuple(r[1:]) not in wanted]
+            if stale:
+                conn.execute(G.delete().where(G.c.id.in_(stale)))
+            added = self._insert_missing(conn, grants)
+        return added, len(stale)
+
+    def _insert_missing(self, conn: Connection, grants: Sequence[Grant]) -> int:
+        held = {tuple(r) for r in conn.execute(_select_grants(grants).with_only_columns(*_GRANT_KEY))}
+        now = int(time.time() * 1000)
+        rows, seen = [], set(held)
+        for g in grants:
+            key = _grant_key(g)
+            if key not in seen:
+                seen.add(key)
+                rows.append(dict(zip(("principal", "privilege", "object_kind", "object_name"), key, strict=True)))
+                rows[-1].update(source=g.source, created_ms=now)
+        if rows:
+            conn.execute(G.insert(), rows)
+        return len(rows)
+
+
+_GRANT_KEY = (G.c.principal, G.c.privilege, G.c.object_kind, G.c.object_name)
+
+
+def _grant_key(g: Grant) -> tuple[str, str, str, str]:
+    return g.principal, str(g.privilege), g.target.kind, join_namespace(g.target.path)
+
+
+def _select_grants(grants: Sequence[Grant]) -> sa.Select:
+    principals = sorted({g.principal for g in grants})
+    keys = {_grant_key(g) for g in grants}
+    return sa.select(G.c.id, G.c.principal, G.c.privilege, G.c.object_kind, G.c.object_name, G.c.source).where(
+        G.c.principal.in_(principals), sa.tuple_(*_GRANT_KEY).in_(sorted(keys))
+    )
+
+
+def _grant(row: sa.Row) -> Grant:
+    return Grant(row[1], parse_privilege(row[2]), Target(row[3], split_namespace(row[4])), id=row[0], source=row[5])
 
 
 class _Compiled:

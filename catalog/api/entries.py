@@ -10,10 +10,11 @@ import orjson
 from litestar import Request, Response, delete, get, head, post
 from litestar.datastructures import State
 
-from .. import errors
+from .. import authz, errors
+from ..authz import Privilege, Target
 from ..files import MetadataFile
 from ..service import TABLE, VIEW, Change, Committed, Kind
-from . import idempotency, wire
+from . import guard, idempotency, wire
 from .models import (
     CommitRequest,
     CommitTransactionRequest,
@@ -49,17 +50,23 @@ async def list_views(namespace: str, request: Request, state: State) -> Response
 
 async def _list(kind: Kind, namespace: str, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
+    await guard.require_visible(request, authz.namespace(ns))
     after, size = wire.page_params(request.query_params)
     names = await wire.blocking(state.catalog.list_entries, kind, ns, after, wire.fetch_limit(size))
     page, token = wire.paginate(names, size, lambda name: name)
+    shown = await guard.visible(request, [authz.entry(kind.name, ns, n) for n in page])
     return wire.json_response(
-        {"identifiers": [{"namespace": list(ns), "name": n} for n in page], "next-page-token": token}
+        {
+            "identifiers": [{"namespace": list(ns), "name": n} for n, ok in zip(page, shown, strict=True) if ok],
+            "next-page-token": token,
+        }
     )
 
 
 @get(TABLE_PATH)
 async def load_table(namespace: str, table: str, request: Request, state: State) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
+    await guard.require(request, [(Privilege.READ, authz.entry("table", ns, name))])
     mode = (request.query_params.get("snapshots") or "all").lower()
     if mode not in ("all", "refs"):
         raise errors.BadRequest(f"Invalid snapshots mode: {mode!r}, expected 'all' or 'refs'")
@@ -69,25 +76,32 @@ async def load_table(namespace: str, table: str, request: Request, state: State)
         return Response(content=None, status_code=304, headers={"ETag": tag})
     raw = file.raw if mode == "all" else file.refs_only
     return wire.raw_json_response(
-        wire.load_result(file.location, raw, state.table_config, _vended(file, request, state)),
+        wire.load_result(file.location, raw, state.table_config, await _vended(file, (ns, name), request, state)),
         headers={"ETag": tag},
     )
 
 
 @get(VIEW_PATH)
-async def load_view(namespace: str, view: str, state: State) -> Response:
-    file = await wire.blocking(state.catalog.load, VIEW, wire.decode_namespace(namespace), wire.decode_name(view))
-    return _loaded(file, state)
+async def load_view(namespace: str, view: str, request: Request, state: State) -> Response:
+    ns, name = wire.decode_namespace(namespace), wire.decode_name(view)
+    await guard.require(request, [(Privilege.READ, authz.entry("view", ns, name))])
+    return await _loaded(await wire.blocking(state.catalog.load, VIEW, ns, name), state)
 
 
 @head(TABLE_PATH, status_code=204)
-async def table_exists(namespace: str, table: str, state: State) -> None:
-    await wire.blocking(state.catalog.entry, TABLE, wire.decode_namespace(namespace), wire.decode_name(table))
+async def table_exists(namespace: str, table: str, request: Request, state: State) -> None:
+    await _exists(TABLE, namespace, table, request, state)
 
 
 @head(VIEW_PATH, status_code=204)
-async def view_exists(namespace: str, view: str, state: State) -> None:
-    await wire.blocking(state.catalog.entry, VIEW, wire.decode_namespace(namespace), wire.decode_name(view))
+async def view_exists(namespace: str, view: str, request: Request, state: State) -> None:
+    await _exists(VIEW, namespace, view, request, state)
+
+
+async def _exists(kind: Kind, namespace: str, name: str, request: Request, state: State) -> None:
+    ns, name = wire.decode_namespace(namespace), wire.decode_name(name)
+    await guard.require_visible(request, authz.entry(kind.name, ns, name))
+    await wire.blocking(state.catalog.entry, kind, ns, name)
 
 
 # -- creates and registers ------------------------------------------------------------------------
@@ -97,6 +111,7 @@ async def view_exists(namespace: str, view: str, state: State) -> None:
 async def create_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(CreateTableRequest, payload)
+    await guard.require(request, [(Privilege.CREATE, authz.namespace(ns))])
     body = {
         "schema": req.table_schema,
         "partition-spec": req.partition_spec,
@@ -105,40 +120,44 @@ async def create_table(namespace: str, payload: bytes, request: Request, state: 
     }
     if req.stage_create:  # nothing persisted, no metadata location yet
         doc = await wire.blocking(state.catalog.stage_table, ns, req.name, req.location, body)
-        credentials = _credentials(doc["location"], state) if _wants_credentials(request, state) else None
+        wanted = _wants_credentials(request, state) and await _may_write(request, (ns, req.name))
+        credentials = _credentials(doc["location"], state) if wanted else None
         return wire.raw_json_response(wire.load_result(None, orjson.dumps(doc), state.table_config, credentials))
     key = idempotency.key_of(request, 200)
     outcome = await wire.blocking(state.catalog.create_table, ns, req.name, req.location, body, key)
     if not isinstance(outcome, Committed):
         return await idempotency.replay(request)
     idempotency.settle(request, outcome)
-    return _loaded(outcome.files[0], state, request)
+    return await _loaded(outcome.files[0], state, (ns, req.name), request)
 
 
 @post(VIEWS)
-async def create_view(namespace: str, payload: bytes, state: State) -> Response:
+async def create_view(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(CreateViewRequest, payload)
+    await guard.require(request, [(Privilege.CREATE, authz.namespace(ns))])
     body = {"schema": req.view_schema, "view-version": req.view_version, "properties": dict(req.properties)}
-    return _loaded(await wire.blocking(state.catalog.create_view, ns, req.name, req.location, body), state)
+    return await _loaded(await wire.blocking(state.catalog.create_view, ns, req.name, req.location, body), state)
 
 
 @post("/v1/namespaces/{namespace:str}/register", opt=wire.IDEMPOTENT)
 async def register_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
+    ns = wire.decode_namespace(namespace)
     req = wire.parse(RegisterTableRequest, payload)
-    file = await wire.blocking(
-        state.catalog.register, TABLE, wire.decode_namespace(namespace), req.name, req.metadata_location, req.overwrite
-    )
-    return _loaded(file, state, request)
+    needs = [(Privilege.REGISTER, authz.namespace(ns))]
+    if req.overwrite:  # replaces whatever table has the name: as much as dropping it
+        needs.append((Privilege.DROP, authz.entry("table", ns, req.name)))
+    await guard.require(request, needs)
+    file = await wire.blocking(state.catalog.register, TABLE, ns, req.name, req.metadata_location, req.overwrite)
+    return await _loaded(file, state, (ns, req.name), request)
 
 
 @post("/v1/namespaces/{namespace:str}/register-view", opt=wire.IDEMPOTENT)
-async def register_view(namespace: str, payload: bytes, state: State) -> Response:
+async def register_view(namespace: str, payload: bytes, request: Request, state: State) -> Response:
+    ns = wire.decode_namespace(namespace)
     req = wire.parse(RegisterViewRequest, payload)
-    file = await wire.blocking(
-        state.catalog.register, VIEW, wire.decode_namespace(namespace), req.name, req.metadata_location
-    )
-    return _loaded(file, state)
+    await guard.require(request, [(Privilege.REGISTER, authz.namespace(ns))])
+    return await _loaded(await wire.blocking(state.catalog.register, VIEW, ns, req.name, req.metadata_location), state)
 
 
 # -- commits --------------------------------------------------------------------------------------
@@ -162,13 +181,14 @@ async def _commit_one(
     if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
         raise errors.BadRequest("Malformed request: identifier in the body does not match the path")
     change = Change(kind, ns, name, req.requirements, req.updates)
+    await guard.require(request, _commit_needs(change))
     outcome = await wire.blocking(state.catalog.commit, [change], idempotency.key_of(request, 200))
     if not isinstance(outcome, Committed):
         return await idempotency.replay(request)
     idempotency.settle(request, outcome)
     file = outcome.files[0]
     if kind is VIEW:
-        return _loaded(file, state)
+        return await _loaded(file, state)
     return wire.raw_json_response(
         wire.load_result(file.location, file.raw), headers={"ETag": etag(file.location, "all")}
     )
@@ -182,6 +202,7 @@ async def commit_transaction(payload: bytes, request: Request, state: State) -> 
         if change.identifier is None:
             raise errors.BadRequest("Malformed request: every table change needs an identifier")
         changes.append(Change(TABLE, *wire.identifier(change.identifier), change.requirements, change.updates))
+    await guard.require(request, [need for change in changes for need in _commit_needs(change)])
     outcome = await wire.blocking(state.catalog.commit, changes, idempotency.key_of(request, 204))
     if not isinstance(outcome, Committed):
         return await idempotency.replay(request)
@@ -194,47 +215,95 @@ async def commit_transaction(payload: bytes, request: Request, state: State) -> 
 
 @delete(TABLE_PATH, status_code=204, opt=wire.IDEMPOTENT)
 async def drop_table(namespace: str, table: str, request: Request, state: State) -> None:
-    purge = wire.is_true(request.query_params.get("purgeRequested"))
-    await wire.blocking(state.catalog.drop, TABLE, wire.decode_namespace(namespace), wire.decode_name(table), purge)
+    await _drop(TABLE, namespace, table, request, state)
 
 
 @delete(VIEW_PATH, status_code=204, opt=wire.IDEMPOTENT)
-async def drop_view(namespace: str, view: str, state: State) -> None:
-    await wire.blocking(state.catalog.drop, VIEW, wire.decode_namespace(namespace), wire.decode_name(view))
+async def drop_view(namespace: str, view: str, request: Request, state: State) -> None:
+    await _drop(VIEW, namespace, view, request, state)
+
+
+async def _drop(kind: Kind, namespace: str, name: str, request: Request, state: State) -> None:
+    ns, name = wire.decode_namespace(namespace), wire.decode_name(name)
+    purge = kind is TABLE and wire.is_true(request.query_params.get("purgeRequested"))
+    await guard.require(request, [(Privilege.PURGE if purge else Privilege.DROP, authz.entry(kind.name, ns, name))])
+    await wire.blocking(state.catalog.drop, kind, ns, name, purge)
 
 
 @post("/v1/tables/rename", status_code=204, opt=wire.IDEMPOTENT)
-async def rename_table(payload: bytes, state: State) -> None:
-    req = wire.parse(RenameTableRequest, payload)
-    await wire.blocking(state.catalog.rename, TABLE, wire.identifier(req.source), wire.identifier(req.destination))
+async def rename_table(payload: bytes, request: Request, state: State) -> None:
+    await _rename(TABLE, payload, request, state)
 
 
 @post("/v1/views/rename", status_code=204, opt=wire.IDEMPOTENT)
-async def rename_view(payload: bytes, state: State) -> None:
+async def rename_view(payload: bytes, request: Request, state: State) -> None:
+    await _rename(VIEW, payload, request, state)
+
+
+async def _rename(kind: Kind, payload: bytes, request: Request, state: State) -> None:
+    """Both ends: dropping the source name, creating in the destination namespace."""
     req = wire.parse(RenameTableRequest, payload)
-    await wire.blocking(state.catalog.rename, VIEW, wire.identifier(req.source), wire.identifier(req.destination))
+    source, destination = wire.identifier(req.source), wire.identifier(req.destination)
+    await guard.require(
+        request,
+        [(Privilege.DROP, authz.entry(kind.name, *source)), (Privilege.CREATE, authz.namespace(destination[0]))],
+    )
+    await wire.blocking(state.catalog.rename, kind, source, destination)
 
 
 @get(TABLE_PATH + "/credentials")
-async def load_credentials(namespace: str, table: str, state: State) -> Response:
-    """Storage credentials for the table's location: the server's own when vending is switched on,
-    otherwise an explicit empty list (clients then use their configured credentials)."""
-    file = await wire.blocking(state.catalog.load, TABLE, wire.decode_namespace(namespace), wire.decode_name(table))
-    return wire.json_response({"storage-credentials": _credentials(file.data["location"], state)})
+async def load_credentials(namespace: str, table: str, request: Request, state: State) -> Response:
+    """Storage credentials for the table's location: the server's own when vending is switched on
+    and the caller may write the table, otherwise an explicit empty list (clients then use their
+    configured credentials)."""
+    ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
+    await guard.require(request, [(Privilege.READ, authz.entry("table", ns, name))])
+    file = await wire.blocking(state.catalog.load, TABLE, ns, name)
+    credentials = _credentials(file.data["location"], state) if await _may_write(request, (ns, name)) else []
+    return wire.json_response({"storage-credentials": credentials})
 
 
 @post(TABLE_PATH + "/metrics", status_code=204)
-async def report_metrics(namespace: str, table: str, payload: bytes, state: State) -> None:
+async def report_metrics(namespace: str, table: str, payload: bytes, request: Request, state: State) -> None:
+    ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     wire.parse(ReportMetricsRequest, payload)
-    await wire.blocking(state.catalog.entry, TABLE, wire.decode_namespace(namespace), wire.decode_name(table))
+    await guard.require(request, [(Privilege.READ, authz.entry("table", ns, name))])
+    await wire.blocking(state.catalog.entry, TABLE, ns, name)
+
+
+# -- authorization --------------------------------------------------------------------------------
+
+
+def _commit_needs(change: Change) -> list[tuple[Privilege, Target]]:
+    """A staged create's commit (``assert-create``) is a create in the namespace; any other commit
+    needs what its updates change (``authz.commit_privileges``) on the entry."""
+    if any(r.get("type") == "assert-create" for r in change.requirements):
+        return [(Privilege.CREATE, authz.namespace(change.namespace))]
+    target = authz.entry(change.kind.name, change.namespace, change.name)
+    return [(p, target) for p in sorted(authz.commit_privileges(change.updates))]
+
+
+async def _may_write(request: Request, identifier: tuple[tuple[str, ...], str]) -> bool:
+    """Vended credentials are the server's own, good for reading and writing the whole warehouse:
+    only a caller that may write the table (or create it) gets them."""
+    ns, name = identifier
+    return await guard.holds(request, Privilege.WRITE, authz.entry("table", ns, name)) or await guard.holds(
+        request, Privilege.CREATE, authz.namespace(ns)
+    )
 
 
 # -- the load result ------------------------------------------------------------------------------
 
 
-def _loaded(file: MetadataFile, state: State, request: Request | None = None) -> Response:
-    """A LoadTableResult / LoadViewResult of a metadata file, with its ETag."""
-    credentials = _vended(file, request, state) if request is not None else None
+async def _loaded(
+    file: MetadataFile,
+    state: State,
+    identifier: tuple[tuple[str, ...], str] | None = None,
+    request: Request | None = None,
+) -> Response:
+    """A LoadTableResult / LoadViewResult of a metadata file, with its ETag (and a table's vended
+    credentials when the request asks and may have them)."""
+    credentials = await _vended(file, identifier, request, state) if request and identifier else None
     return wire.raw_json_response(
         wire.load_result(file.location, file.raw, state.table_config, credentials),
         headers={"ETag": etag(file.location, "all")},
@@ -257,9 +326,14 @@ def _credentials(location: str, state: State) -> list[dict]:
     return [{"prefix": location, "config": state.vended}] if state.vended else []
 
 
-def _vended(file: MetadataFile, request: Request, state: State) -> list[dict] | None:
-    """Credentials for a load result, only when vending is on and the client asked for them."""
-    return _credentials(file.data["location"], state) if _wants_credentials(request, state) else None
+async def _vended(
+    file: MetadataFile, identifier: tuple[tuple[str, ...], str], request: Request, state: State
+) -> list[dict] | None:
+    """Credentials for a load result: only when vending is on, the client asked for them, and it
+    may write the table."""
+    if not _wants_credentials(request, state) or not await _may_write(request, identifier):
+        return None
+    return _credentials(file.data["location"], state)
 
 
 def _wants_credentials(request: Request, state: State) -> bool:

@@ -4,7 +4,7 @@ second effect.
 For an operation marked ``opt={"idempotent": True}`` that carries the header (and while
 ``/v1/config`` advertises ``idempotency-key-lifetime``):
 
-1. The request's fingerprint is the SHA-256 of its method, path and body. A key already recorded
+1. The request's fingerprint is the SHA-256 of its method, path, principal and body. A key already recorded
    with another fingerprint is a 400; a recorded key is answered with its recorded response, and
    the handler does not run.
 2. Commits record the key in their own CAS transaction (``key_of``): a commit that landed is
@@ -107,7 +107,10 @@ class Idempotency:
             return
         if body is None:  # the client left before sending all of it: nothing to run, no one to answer
             return
-        digest = hashlib.sha256(f"{scope['method']} {scope['path']}\n".encode() + body).hexdigest()
+        # The principal is part of the request: a key is replayed only to the principal that used it.
+        who = scope.get("principal")
+        head = f"{scope['method']} {scope['path']} {who.name if who is not None else ''}\n"
+        digest = hashlib.sha256(head.encode() + body).hexdigest()
         try:
             recorded = await wire.blocking(state.catalog.recorded, key_text)
         except errors.IcebergError as e:  # the database is away: nothing ran

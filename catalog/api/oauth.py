@@ -15,6 +15,7 @@ from litestar.datastructures import State
 
 from .. import errors
 from ..auth import InvalidToken, Tokens
+from ..identity import ANONYMOUS, Principal
 from . import wire
 
 OPEN_PATHS = ("/v1/oauth/tokens",)
@@ -54,13 +55,13 @@ class BearerAuth:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")
-        if self.required and scope["type"] == "http" and path.startswith("/v1/") and path not in OPEN_PATHS:
+        if self.required and scope["type"] == "http" and path.startswith(("/v1/", "/management/")) and path not in OPEN_PATHS:
             header = dict(scope.get("headers") or ()).get(b"authorization", b"").decode("latin-1")
             scheme, _, token = header.partition(" ")
             try:
                 if scheme.lower() != "bearer" or not token:
                     raise InvalidToken("missing bearer token")
-                self.tokens.verify(token.strip())
+                scope["principal"] = Principal(self.tokens.verify(token.strip()))
             except InvalidToken as e:
                 status, headers, body = errors.render(
                     errors.NotAuthorized(f"Not authorized: {e}"), head=scope["method"] == "HEAD"
@@ -68,6 +69,7 @@ class BearerAuth:
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
+        scope.setdefault("principal", ANONYMOUS if not self.required else None)
         await self.app(scope, receive, send)
 
 

@@ -1,0 +1,80 @@
+"""The grants in force in this process and the decisions made with them.
+
+Each process keeps a snapshot of the grants table (``authz.Policy``) and reloads it when it is older
+than ``authz_cache_seconds``: a grant or revoke made anywhere takes effect in every worker and
+replica within that time (at once in the process that made it). A reload is one ``SELECT`` of the
+whole table, done by the first request that finds the snapshot stale while the others wait for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from . import errors
+from .authz import Grant, Policy, parse_grants
+from .settings import Settings
+from .store import Store
+
+log = logging.getLogger("catalog.access")
+
+
+class Access:
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.store = store
+        # Without authentication every request is anonymous and unrestricted; with it, grants decide
+        # unless the operator chose authorization "none" (any valid token may do anything).
+        self.enforced = settings.auth_required and settings.authorization == "grants"
+        self.ttl = settings.authz_cache_seconds
+        self._policy = Policy(())
+        self._expires = 0.0  # monotonic time after which the snapshot is reloaded
+        self._lock = threading.Lock()
+
+    def cached(self) -> Policy | None:
+        """The snapshot if it is fresh (no I/O: callable on the event loop)."""
+        return self._policy if time.monotonic() < self._expires else None
+
+    def policy(self) -> Policy:
+        """A fresh snapshot, reloaded if stale (blocking)."""
+        with self._lock:
+            if time.monotonic() >= self._expires:
+                self._policy = Policy(self.store.list_grants())
+                self._expires = time.monotonic() + self.ttl
+            return self._policy
+
+    def changed(self) -> None:
+        """Grants were changed by this process: the next decision reloads them."""
+        self._expires = 0.0
+
+    def grant(self, grants: list[Grant]) -> list[Grant]:
+        stored = self.store.add_grants(grants)
+        self.changed()
+        return stored
+
+    def revoke(self, grant_id: int) -> Grant | None:
+        removed = self.store.delete_grant(grant_id)
+        self.changed()
+        return removed
+
+    def bootstrap(self, path: str) -> None:
+        """Keep the bootstrap grants in step with the file (see ``Store.sync_bootstrap``)."""
+        grants = read_bootstrap(path)
+        added, removed = self.store.sync_bootstrap(grants)
+        self.changed()
+        log.info("authorization bootstrap %s: %d grants (%d added, %d removed)", path, len(grants), added, removed)
+
+
+def read_bootstrap(path: str) -> list[Grant]:
+    """The grants of a bootstrap file; a ``ValueError`` naming the file and the problem otherwise."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"CATALOG_AUTHZ_BOOTSTRAP: cannot read {path}: {e}") from None
+    try:
+        return parse_grants(doc or {})
+    except errors.BadRequest as e:
+        raise ValueError(f"CATALOG_AUTHZ_BOOTSTRAP: {path}: {e.message}") from None

@@ -1,0 +1,87 @@
+"""``/management/v1``: who the caller is, and the grants (``catalog.authz``).
+
+- ``GET /management/v1/whoami``: the caller's principal, groups/roles and the grants that apply to
+  them directly (as ``user:<name>`` or one of its ``role:<name>``).
+- ``GET /management/v1/grants``: the grants on objects the caller may manage (``manage-grants`` on
+  the object or above it), optionally only those of one ``principal``.
+- ``POST /management/v1/grants``: ``{"principal", "privileges": [...], "on": {...}}`` -> 201 with
+  the stored grants (a grant already held is returned as it is).
+- ``DELETE /management/v1/grants/{id}`` -> 204.
+
+Changing a grant needs ``manage-grants`` on its object (or above). Documented in spec/management.yaml.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from litestar import Request, Response, delete, get, post
+from litestar.datastructures import State
+
+from .. import authz, errors
+from ..authz import Grant, Privilege, principal_keys
+from . import guard, wire
+
+BASE = "/management/v1"
+MAX_GRANTS_PER_REQUEST = 100
+
+
+@get(BASE + "/whoami")
+async def whoami(request: Request, state: State) -> Response:
+    who = guard.principal(request)
+    keys = set(principal_keys(who.name, who.groups))
+    grants = await wire.blocking(state.access.store.list_grants)
+    return wire.json_response(
+        {
+            "principal": who.name,
+            "groups": sorted(who.groups),
+            "unrestricted": who.unrestricted or not state.access.enforced,
+            "grants": [g.to_json() for g in _ordered(grants) if g.principal in keys],
+        }
+    )
+
+
+@get(BASE + "/grants")
+async def list_grants(request: Request, state: State) -> Response:
+    wanted = request.query_params.get("principal")
+    grants = [g for g in await wire.blocking(state.access.store.list_grants) if wanted in (None, g.principal)]
+    manageable = [await guard.holds(request, Privilege.MANAGE_GRANTS, g.target) for g in grants]
+    return wire.json_response({"grants": [g.to_json() for g, ok in zip(grants, manageable, strict=True) if ok]})
+
+
+@post(BASE + "/grants", status_code=201)
+async def add_grants(payload: bytes, request: Request, state: State) -> Response:
+    body = _json(payload)
+    grants = [Grant(g.principal, g.privilege, g.target) for g in authz.parse_grants({"grants": [body]})]
+    if len(grants) > MAX_GRANTS_PER_REQUEST:
+        raise errors.BadRequest(f"At most {MAX_GRANTS_PER_REQUEST} privileges per request")
+    await guard.require(request, [(Privilege.MANAGE_GRANTS, grants[0].target)])
+    stored = await wire.blocking(state.access.grant, grants)
+    return wire.json_response({"grants": [g.to_json() for g in _ordered(stored)]}, status=201)
+
+
+@delete(BASE + "/grants/{grant_id:str}", status_code=204)
+async def revoke_grant(grant_id: str, request: Request, state: State) -> None:
+    if not grant_id.isdigit() or len(grant_id) > 18:
+        raise errors.BadRequest("A grant id is a number")
+    found = [g for g in await wire.blocking(state.access.store.list_grants) if g.id == int(grant_id)]
+    if not found:
+        guard.principal(request)  # an unauthenticated caller learns nothing
+        raise errors.NotFound(f"No grant with id {grant_id}")
+    await guard.require(request, [(Privilege.MANAGE_GRANTS, found[0].target)])
+    await wire.blocking(state.access.revoke, found[0].id)
+
+
+def _json(payload: bytes) -> Any:
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise errors.BadRequest("Malformed request: the body is not JSON") from None
+
+
+def _ordered(grants: list[Grant]) -> list[Grant]:
+    return sorted(grants, key=lambda g: g.id or 0)
+
+
+ROUTES = [whoami, list_grants, add_grants, revoke_grant]

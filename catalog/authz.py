@@ -1,0 +1,257 @@
+"""Authorization: who may do what, decided from grants. Pure: no I/O (``access`` loads and caches
+the grants; ``api/guard`` asks on every route).
+
+A grant gives one privilege on one object to one principal:
+
+- privileges: ``read`` (list, load and see metadata), ``write`` (commit data: snapshots, refs,
+  statistics; replace a view's version), ``alter`` (schema, partition spec, sort order, location,
+  format version), ``manage-properties``, ``create`` (namespaces, tables and views inside),
+  ``drop``, ``purge`` (drop and delete the files), ``register``, ``manage-grants``, and ``admin``
+  (all of them);
+- objects: the ``catalog``, a namespace, a table or a view. A grant on the catalog or a namespace is
+  inherited by everything below it (child namespaces and their tables and views);
+- principals: ``user:<name>`` (the token's principal) or ``role:<name>`` (one of its groups/roles).
+
+Grants name objects, not their incarnations: a table dropped and created again under the same name
+has the same grants, as a declarative policy file expects.
+
+Why not a policy library (Casbin, OPA): a decision here is "does one of the caller's few principal
+keys hold one of the privileges implying P on the object or one of its ancestors" — a handful of
+set lookups over a snapshot of the grants table. Casbin would add a model language and an adapter
+that loads the same rows, and its matcher would still need a hand-written function for the
+namespace hierarchy; OPA adds a service to run. The evaluator below is the whole rule, tested
+directly (tests/test_authz.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import errors
+
+
+class Privilege(enum.StrEnum):
+    READ = "read"
+    WRITE = "write"
+    ALTER = "alter"
+    MANAGE_PROPERTIES = "manage-properties"
+    CREATE = "create"
+    DROP = "drop"
+    PURGE = "purge"
+    REGISTER = "register"
+    MANAGE_GRANTS = "manage-grants"
+    ADMIN = "admin"
+
+
+P = Privilege
+# The held privileges that give each one: reading comes with every privilege that works on an
+# object's content; purging includes dropping; admin gives everything.
+_GIVEN_BY: dict[Privilege, frozenset[Privilege]] = {
+    P.READ: frozenset({P.READ, P.WRITE, P.ALTER, P.MANAGE_PROPERTIES, P.ADMIN}),
+    P.DROP: frozenset({P.DROP, P.PURGE, P.ADMIN}),
+    **{p: frozenset({p, P.ADMIN}) for p in P if p not in (P.READ, P.DROP)},
+}
+
+CATALOG, NAMESPACE, TABLE, VIEW = "catalog", "namespace", "table", "view"
+KINDS = (CATALOG, NAMESPACE, TABLE, VIEW)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """An object grants are given on: ``path`` is the namespace levels, then the name of a table
+    or view; empty for the catalog."""
+
+    kind: str
+    path: tuple[str, ...] = ()
+
+    def scopes(self) -> Iterable[Target]:
+        """The objects whose grants apply to this one: the catalog, each enclosing namespace, itself."""
+        yield ROOT
+        levels = self.levels
+        for i in range(1, len(levels) + 1):
+            yield Target(NAMESPACE, levels[:i])
+        if self.kind in (TABLE, VIEW):
+            yield self
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The namespace levels: the namespace itself, or the one a table or view is in."""
+        return self.path if self.kind in (CATALOG, NAMESPACE) else self.path[:-1]
+
+    def contains(self, other: Target) -> bool:
+        """True when ``other`` is this namespace (or the catalog) or lies below it."""
+        if self.kind == CATALOG:
+            return True
+        return self.kind == NAMESPACE and other.levels[: len(self.path)] == self.path
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == CATALOG else f"{self.kind} {'.'.join(self.path)}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"catalog": True} if self.kind == CATALOG else {self.kind: list(self.path)}
+
+
+ROOT = Target(CATALOG)
+
+
+def namespace(levels: Iterable[str]) -> Target:
+    levels = tuple(levels)
+    return Target(NAMESPACE, levels) if levels else ROOT
+
+
+def entry(kind: str, ns: Iterable[str], name: str) -> Target:
+    return Target(kind, (*ns, name))
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    principal: str
+    privilege: Privilege
+    target: Target
+    id: int | None = None
+    source: str = "api"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "principal": self.principal,
+            "privilege": str(self.privilege),
+            "on": self.target.to_json(),
+            "source": self.source,
+        }
+
+
+def principal_keys(name: str, groups: Iterable[str]) -> list[str]:
+    """The grant principals a token stands for: itself and each of its groups/roles."""
+    return [f"user:{name}", *(f"role:{g}" for g in groups)]
+
+
+class Policy:
+    """A snapshot of the grants, indexed for decisions."""
+
+    def __init__(self, grants: Iterable[Grant]) -> None:
+        self._held: dict[str, dict[Target, set[Privilege]]] = {}
+        for g in grants:
+            self._held.setdefault(g.principal, {}).setdefault(g.target, set()).add(g.privilege)
+
+    def allows(self, keys: list[str], privilege: Privilege, target: Target) -> bool:
+        giving = _GIVEN_BY[privilege]
+        for key in keys:
+            held = self._held.get(key)
+            if held and any(not giving.isdisjoint(held.get(scope, ())) for scope in target.scopes()):
+                return True
+        return False
+
+    def sees(self, keys: list[str], target: Target) -> bool:
+        """The caller may know the object exists: it holds some privilege on it (or above it), or,
+        for a namespace, on something inside it (so that it can navigate to what it was granted)."""
+        scopes = set(target.scopes())
+        for key in keys:
+            for granted in self._held.get(key, {}):
+                if granted in scopes or target.contains(granted):
+                    return True
+        return False
+
+
+# -- what a commit needs ----------------------------------------------------------------------------
+
+_WRITE_ACTIONS = frozenset(
+    {
+        "add-snapshot",
+        "set-snapshot-ref",
+        "remove-snapshots",
+        "remove-snapshot-ref",
+        "set-statistics",
+        "remove-statistics",
+        "set-partition-statistics",
+        "remove-partition-statistics",
+        "add-view-version",
+        "set-current-view-version",
+    }
+)
+_PROPERTY_ACTIONS = frozenset({"set-properties", "remove-properties"})
+
+
+def commit_privileges(updates: Iterable[Mapping[str, Any]]) -> set[Privilege]:
+    """The privileges a commit's updates need: data changes ``write``, property changes
+    ``manage-properties``, everything else (schema, specs, sort orders, location, format version,
+    encryption keys, and actions the engine will refuse) ``alter``."""
+    needed: set[Privilege] = set()
+    for update in updates:
+        action = update.get("action")
+        if action in _WRITE_ACTIONS:
+            needed.add(P.WRITE)
+        elif action in _PROPERTY_ACTIONS:
+            needed.add(P.MANAGE_PROPERTIES)
+        else:
+            needed.add(P.ALTER)
+    return needed or {P.WRITE}
+
+
+# -- parsing (management API, CLI, bootstrap file) --------------------------------------------------
+
+MAX_PRINCIPAL_CHARS = 256
+
+
+def parse_privilege(value: Any) -> Privilege:
+    try:
+        return Privilege(value)
+    except ValueError:
+        raise errors.BadRequest(
+            f"Unknown privilege {str(value)[:40]!r}: expected one of {', '.join(p.value for p in P)}"
+        ) from None
+
+
+def parse_principal(value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith(("user:", "role:")) or len(value) < 6:
+        raise errors.BadRequest("A grant's principal is 'user:<name>' or 'role:<name>'")
+    if len(value) > MAX_PRINCIPAL_CHARS or any(ord(c) < 32 for c in value):
+        raise errors.BadRequest(f"A principal is at most {MAX_PRINCIPAL_CHARS} printable characters")
+    return value
+
+
+def parse_target(value: Any) -> Target:
+    """``"catalog"``, ``{"catalog": true}``, or ``{"namespace"|"table"|"view": "a.b.t"}`` (a list
+    of levels when a level contains a dot)."""
+    if value == CATALOG or value == {CATALOG: True}:
+        return ROOT
+    if isinstance(value, Mapping) and len(value) == 1:
+        ((kind, name),) = value.items()
+        if kind in (NAMESPACE, TABLE, VIEW):
+            levels = name.split(".") if isinstance(name, str) else name
+            if (
+                isinstance(levels, list)
+                and levels
+                and all(isinstance(s, str) and s and len(s) <= 255 for s in levels)
+                and (kind == NAMESPACE or len(levels) >= 2)
+                and len(levels) <= 32
+            ):
+                return Target(kind, tuple(levels))
+    raise errors.BadRequest(
+        "A grant's object is 'catalog' or one of {namespace: a.b}, {table: a.b.t}, {view: a.b.v} "
+        "(a list of levels when a level contains a dot; a table or view needs a namespace)"
+    )
+
+
+def parse_grants(doc: Any) -> list[Grant]:
+    """The grants of a bootstrap document: ``{"grants": [{"principal", "privileges", "on"}]}``."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("grants", []), list):
+        raise errors.BadRequest("The bootstrap file is a mapping with a 'grants' list")
+    found: list[Grant] = []
+    for i, item in enumerate(doc.get("grants") or []):
+        if not isinstance(item, Mapping):
+            raise errors.BadRequest(f"grants[{i}] is not a mapping")
+        privileges = item.get("privileges", item.get("privilege"))
+        if isinstance(privileges, str):
+            privileges = [privileges]
+        if not isinstance(privileges, list) or not privileges:
+            raise errors.BadRequest(f"grants[{i}] needs 'privileges' (a list)")
+        try:
+            principal, target = parse_principal(item.get("principal")), parse_target(item.get("on"))
+            found += [Grant(principal, parse_privilege(p), target, source="bootstrap") for p in privileges]
+        except errors.BadRequest as e:
+            raise errors.BadRequest(f"grants[{i}]: {e.message}") from None
+    return found
