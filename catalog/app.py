@@ -265,7 +265,9 @@ async def _send_error(send: Any, err: errors.IcebergError) -> None:
 def app_from_env() -> RawPathRouting:
     """Factory for uvicorn (``--factory``), in each worker process: settings from the environment."""
     _large_buffers_from_the_heap()
-    return create_app(Settings())
+    settings = Settings()
+    logs.configure(settings.log_level, settings.log_format)  # worker processes start without it (audit lines)
+    return create_app(settings)
 
 
 def _large_buffers_from_the_heap() -> None:

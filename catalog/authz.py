@@ -250,7 +250,8 @@ def parse_grants(doc: Any) -> list[Grant]:
         if not isinstance(privileges, list) or not privileges:
             raise errors.BadRequest(f"grants[{i}] needs 'privileges' (a list)")
         try:
-            principal, target = parse_principal(item.get("principal")), parse_target(item.get("on"))
+            # YAML 1.1 (PyYAML) reads a bare ``on:`` key as the boolean true
+            principal, target = parse_principal(item.get("principal")), parse_target(item.get("on", item.get(True)))
             found += [Grant(principal, parse_privilege(p), target, source="bootstrap") for p in privileges]
         except errors.BadRequest as e:
             raise errors.BadRequest(f"grants[{i}]: {e.message}") from None

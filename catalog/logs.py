@@ -37,3 +37,5 @@ def configure(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # The audit trail (one line per mutating request and per refusal) is kept at any log level.
+    logging.getLogger("catalog.audit").setLevel(min(logging.INFO, root.level))

@@ -55,7 +55,12 @@ class BearerAuth:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")
-        if self.required and scope["type"] == "http" and path.startswith(("/v1/", "/management/")) and path not in OPEN_PATHS:
+        if (
+            self.required
+            and scope["type"] == "http"
+            and path.startswith(("/v1/", "/management/"))
+            and path not in OPEN_PATHS
+        ):
             header = dict(scope.get("headers") or ()).get(b"authorization", b"").decode("latin-1")
             scheme, _, token = header.partition(" ")
             try:
