@@ -32,6 +32,8 @@ _PARAM = re.compile(r"\{[^}]*\}")
 DEVIATIONS = {
     # A multi-level namespace whose parent is missing: this server does not create parents implicitly.
     ("POST", "/v1/{prefix}/namespaces"): {"404"},
+    # A view the caller holds no privilege on, like a table (the contract lists 403 for tableExists).
+    ("HEAD", "/v1/{prefix}/namespaces/{namespace}/views/{view}"): {"403"},
 }
 
 
