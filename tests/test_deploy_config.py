@@ -1142,6 +1142,55 @@ def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
     assert config_ref["target"].endswith("/spark-defaults.conf")
 
 
+def test_compose_runs_with_auth(compose_raw: dict[str, Any], compose_model: dict[str, Any]) -> None:
+    import jsonschema
+
+    services = compose_model["services"]
+    catalog, migrate = services["catalog"], services["catalog-migrate"]
+    env = _environment(catalog)
+    assert env["CATALOG_AUTH_REQUIRED"] == "true"
+    assert env.get("CATALOG_AUTHORIZATION", "grants") == "grants"
+    clients = dict(item.split(":", 1) for item in env["CATALOG_OAUTH_CLIENTS"].split(","))
+    assert {"admin", "spark"} <= set(clients) and all(clients.values())
+    assert len(env["CATALOG_TOKEN_SECRET"].encode()) >= 32, "HS256 key of at least 32 bytes"
+    # Local defaults only: every secret can be overridden from the environment / .env.
+    raw_env = _environment(compose_raw["services"]["catalog"])
+    for name in ("CATALOG_OAUTH_CLIENTS", "CATALOG_TOKEN_SECRET"):
+        assert "${" in raw_env[name], f"{name} must be overridable"
+    assert not [n for n in _environment(migrate) if re.match(r"CATALOG_(AUTH|OIDC|OAUTH|TOKEN|METRICS)", n)]
+
+    # The bootstrap policy: a read-only bind mount of a file in the repository, in the chart's format.
+    path = env["CATALOG_AUTHZ_BOOTSTRAP"]
+    (mount,) = [v for v in catalog["volumes"] if isinstance(v, dict) and v["target"] == path]
+    assert mount["type"] == "bind" and mount["read_only"] is True
+    policy_file = (COMPOSE.parent / mount["source"]).resolve()
+    assert policy_file.is_file() and policy_file.is_relative_to(ROOT)
+    policy = yaml.safe_load(policy_file.read_text())
+    assert all(True not in grant for grant in policy["grants"]), 'quote "on" (YAML 1.1 reads on: as true)'
+    chart_schema = json.loads((CHART / "values.schema.json").read_text())
+    (grants_schema,) = [
+        s
+        for s in chart_schema["properties"]["authorization"]["properties"]["bootstrap"]["oneOf"]
+        if s.get("type") == "object"
+    ]
+    jsonschema.Draft7Validator(grants_schema).validate(policy)
+    holders = {g["principal"] for g in policy["grants"]}
+    assert holders <= {f"user:{client}" for client in clients}, "grants name the configured clients"
+    assert {"principal": "user:admin", "privileges": ["admin"], "on": "catalog"} in policy["grants"]
+    spark_grants = [g for g in policy["grants"] if g["principal"] == "user:spark"]
+    assert any(g["on"] == {"namespace": "demo"} and {"write", "create"} <= set(g["privileges"]) for g in spark_grants)
+    assert "admin" not in {p for g in spark_grants for p in g["privileges"]}, "spark is not an admin"
+
+    # Spark authenticates as the spark client, at the catalog's token endpoint.
+    spark = services["spark"]
+    (config_ref,) = spark["configs"]
+    conf_text = compose_model["configs"][config_ref["source"]]["content"]
+    conf = dict(line.split(None, 1) for line in conf_text.splitlines() if line.strip())
+    assert conf["spark.sql.catalog.lake.credential"] == f"spark:{clients['spark']}"
+    assert conf["spark.sql.catalog.lake.oauth2-server-uri"] == f"{conf['spark.sql.catalog.lake.uri']}/v1/oauth/tokens"
+    assert "lake.demo" in " ".join(_command(spark)), "the smoke test stays inside the namespace spark may use"
+
+
 def test_compose_uses_only_known_catalog_variables(compose_raw: dict[str, Any]) -> None:
     allowed = allowed_catalog_env()
     names = set(CATALOG_VAR.findall(COMPOSE.read_text()))
