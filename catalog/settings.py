@@ -80,6 +80,37 @@ class Settings(BaseSettings):
         default=None, description="HMAC key for tokens; set the same value on every replica (random if unset)."
     )
     token_ttl_seconds: int = Field(default=3600, ge=60)
+    oidc_issuer: str | None = Field(
+        default=None,
+        description="OIDC issuer URL; tokens it signs are accepted (keys found through "
+        "<issuer>/.well-known/openid-configuration unless oidc_jwks_url is set).",
+    )
+    oidc_audience: str | None = Field(default=None, description="Required `aud` of OIDC tokens (if set).")
+    oidc_jwks_url: str | None = Field(default=None, description="JWKS URL of the OIDC provider (skips discovery).")
+    oidc_principal_claim: str = Field(
+        default="sub", description="Claim naming the principal (e.g. preferred_username, email, azp)."
+    )
+    oidc_groups_claim: str = Field(
+        default="groups",
+        description="Claim carrying the principal's groups/roles; a dotted path is allowed (realm_access.roles).",
+    )
+    oidc_leeway_seconds: int = Field(default=60, ge=0, description="Clock skew allowed on exp/nbf/iat.")
+    metrics_token: str | None = Field(
+        default=None, description="If set, /metrics needs `Authorization: Bearer <metrics_token>`."
+    )
+
+    # Authorization (only effective when auth_required)
+    authorization: str = Field(
+        default="grants",
+        pattern="^(grants|none)$",
+        description="grants: every request is checked against the grants; none: any valid token may do anything.",
+    )
+    authz_bootstrap: str | None = Field(default=None, description="Path of a YAML file of grants applied at start-up.")
+    authz_cache_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="Grants are cached per process this long: a revoke takes effect everywhere within it.",
+    )
 
     # Authorization (grants; see catalog/authz.py). Only with auth_required: without it, anyone may do anything.
     authorization: Literal["grants", "none"] = Field(

@@ -64,6 +64,32 @@ INTERFACE_ENV = frozenset(
         "CATALOG_S3_PATH_STYLE_ACCESS",
         "CATALOG_DB_POOL_SIZE",
         "CATALOG_LOG_LEVEL",
+        # Authentication and authorization (docs: the chart README, "Authentication and authorization").
+        "CATALOG_AUTH_REQUIRED",
+        "CATALOG_OAUTH_CLIENTS",
+        "CATALOG_TOKEN_SECRET",
+        "CATALOG_TOKEN_TTL_SECONDS",
+        "CATALOG_OIDC_ISSUER",
+        "CATALOG_OIDC_AUDIENCE",
+        "CATALOG_OIDC_JWKS_URL",
+        "CATALOG_OIDC_PRINCIPAL_CLAIM",
+        "CATALOG_OIDC_GROUPS_CLAIM",
+        "CATALOG_OIDC_LEEWAY_SECONDS",
+        "CATALOG_METRICS_TOKEN",
+        "CATALOG_AUTHORIZATION",
+        "CATALOG_AUTHZ_BOOTSTRAP",
+        "CATALOG_AUTHZ_CACHE_SECONDS",
+    }
+)
+# Secret material: only ever from a secretKeyRef, never a literal value in a pod spec.
+SECRET_ENV = frozenset(
+    {
+        "DATABASE_PASSWORD",
+        "CATALOG_S3_ACCESS_KEY_ID",
+        "CATALOG_S3_SECRET_ACCESS_KEY",
+        "CATALOG_OAUTH_CLIENTS",
+        "CATALOG_TOKEN_SECRET",
+        "CATALOG_METRICS_TOKEN",
     }
 )
 CATALOG_VAR = re.compile(r"(?<![A-Za-z0-9_])CATALOG_[A-Z0-9_]+")
@@ -183,6 +209,60 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     },
     "service-monitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
     "no-migration": {"migration": {"enabled": False}, "database": {"password": "s3cr3t"}},
+    # Tokens from an identity provider only; grants given as an object.
+    "auth-oidc": {
+        "auth": {
+            "enabled": True,
+            "oidc": {
+                "issuer": "https://idp.example/realms/lake",
+                "audience": "iceberg-catalog",
+                "jwksUrl": "https://idp.example/realms/lake/protocol/openid-connect/certs",
+                "principalClaim": "preferred_username",
+                "groupsClaim": "realm_access.roles",
+                "leewaySeconds": 30,
+            },
+        },
+        "authorization": {
+            "cacheSeconds": 2.5,
+            "bootstrap": {
+                "grants": [
+                    {"principal": "role:platform", "privileges": ["admin"], "on": "catalog"},
+                    {"principal": "user:ingest", "privileges": ["write"], "on": {"table": "raw.events"}},
+                    {"principal": "role:analysts", "privileges": ["read"], "on": {"namespace": "analytics"}},
+                ]
+            },
+        },
+    },
+    # Built-in clients, signing key and metrics token from Secrets you manage; autoscaled; grants as a
+    # YAML string (with the bare `on:` that YAML 1.1 reads as true).
+    "auth-existing-secrets": {
+        "auth": {
+            "enabled": True,
+            "clients": {"existingSecret": "catalog-auth", "key": "clients"},
+            "tokenSecret": {"existingSecret": "catalog-auth", "key": "signing-key"},
+            "tokenTtlSeconds": 900,
+            "metricsToken": {"existingSecret": "catalog-metrics", "key": "token"},
+        },
+        "authorization": {
+            "mode": "grants",
+            "bootstrap": "grants:\n  - principal: user:admin\n    privileges: [admin]\n    on: catalog\n",
+        },
+        "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 6},
+        "serviceMonitor": {"enabled": True},
+    },
+    # Everything auth-related given as values: kept in the chart's own Secret; OIDC and clients together.
+    "auth-inline-secrets": {
+        "replicaCount": 3,
+        "auth": {
+            "enabled": True,
+            "oidc": {"issuer": "https://login.example"},
+            "clients": {"value": "admin:admin-secret-value,spark:spark-secret-value"},
+            "tokenSecret": {"value": "an-inline-signing-key-of-at-least-32-bytes"},
+            "metricsToken": {"value": "an-inline-metrics-token"},
+        },
+        "authorization": {"mode": "none"},
+        "serviceMonitor": {"enabled": True},
+    },
     "everything": {
         "replicaCount": 5,
         "image": {"repository": "registry.example/iceberg-catalog", "tag": "1.2.3", "pullPolicy": "Always"},
@@ -381,6 +461,20 @@ def test_schema_rejects_bad_values(chart: Any, helm: ModuleType) -> None:
         {"ingress": {"hosts": [{"host": "x", "paths": [{"path": "/", "pathType": "Bogus"}]}]}},
         {"podDisruptionBudget": {"maxUnavailable": "half"}},
         {"image": {"pullPolicy": "Sometimes"}},
+        {"auth": {"enabled": "yes"}},
+        {"auth": {"oidc": {"issuer": "idp.example"}}},  # not a URL
+        {"auth": {"clients": {"value": "admin"}}},  # not id:secret
+        {"auth": {"tokenSecrets": {"value": "x" * 40}}},  # typo
+        {"authorization": {"mode": "deny"}},
+        {"authorization": {"cacheSeconds": -1}},
+        {
+            "authorization": {
+                "bootstrap": {"grants": [{"principal": "admin", "privileges": ["admin"], "on": "catalog"}]}
+            }
+        },
+        {"authorization": {"bootstrap": {"grants": [{"principal": "user:a", "privileges": ["all"], "on": "catalog"}]}}},
+        {"authorization": {"bootstrap": {"grants": [{"principal": "user:a", "privileges": ["read"]}]}}},
+        {"authorization": {"bootstrap": {"grants": [{"principal": "user:a", "privileges": ["read"], "on": "db"}]}}},
     ]
     for values in bad:
         with pytest.raises(helm.HelmValuesError):
@@ -510,7 +604,7 @@ def test_secrets_feed_the_database_url_and_s3_keys(render: Any, value_set: str) 
     else:
         assert "CATALOG_S3_ACCESS_KEY_ID" not in env and "CATALOG_S3_SECRET_ACCESS_KEY" not in env
     for entry in container["env"]:
-        if entry["name"] in ("CATALOG_S3_ACCESS_KEY_ID", "CATALOG_S3_SECRET_ACCESS_KEY", "DATABASE_PASSWORD"):
+        if entry["name"] in SECRET_ENV:
             assert "value" not in entry, f"{entry['name']} must come from a Secret"
 
     # The rest of the storage settings.
@@ -666,6 +760,220 @@ def test_notes_tell_clients_how_to_connect(render: Any) -> None:
     assert '"s3.endpoint": "http://minio.storage:9000"' in notes
     assert "Warehouse: s3://lakehouse/" in notes
     assert "catalog.example.com" in render("ingress").notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Chart: authentication and authorization
+# ---------------------------------------------------------------------------------------------
+
+AUTH_VALUE_SETS = sorted(name for name, values in VALUE_SETS.items() if "auth" in values)
+
+
+def _secret_ref(entry: dict[str, Any]) -> dict[str, str]:
+    assert "value" not in entry, f"{entry['name']} must come from a Secret"
+    return entry["valueFrom"]["secretKeyRef"]
+
+
+def test_auth_is_off_by_default(render: Any) -> None:
+    rendered = render("defaults")
+    env = resolve_env(server_container(rendered), rendered.chart_secrets())
+    assert env["CATALOG_AUTH_REQUIRED"] == "false"
+    auth_env = {n for n in INTERFACE_ENV if re.match(r"CATALOG_(AUTH|OIDC|OAUTH|TOKEN|METRICS)", n)}
+    assert auth_env & set(env) == {"CATALOG_AUTH_REQUIRED"}
+    assert not rendered.of_kind("ConfigMap")
+    assert "Authentication is off" in rendered.notes
+
+
+@pytest.mark.parametrize("value_set", AUTH_VALUE_SETS)
+def test_auth_values_reach_the_server(render: Any, value_set: str) -> None:
+    values = VALUE_SETS[value_set]
+    auth, authz = values["auth"], values.get("authorization", {})
+    oidc = auth.get("oidc", {})
+    rendered = render(value_set)
+    secrets = rendered.chart_secrets()
+    container = server_container(rendered)
+    by_name = {e["name"]: e for e in container["env"]}
+    env = resolve_env(container, secrets)
+
+    assert env["CATALOG_AUTH_REQUIRED"] == "true"
+    assert env["CATALOG_AUTHORIZATION"] == authz.get("mode", "grants")
+    assert float(env["CATALOG_AUTHZ_CACHE_SECONDS"]) == authz.get("cacheSeconds", 5)
+    if oidc:
+        assert env.get("CATALOG_OIDC_ISSUER") == oidc.get("issuer")
+        assert env.get("CATALOG_OIDC_AUDIENCE") == oidc.get("audience")
+        assert env.get("CATALOG_OIDC_JWKS_URL") == oidc.get("jwksUrl")
+        assert env["CATALOG_OIDC_PRINCIPAL_CLAIM"] == oidc.get("principalClaim", "sub")
+        assert env["CATALOG_OIDC_GROUPS_CLAIM"] == oidc.get("groupsClaim", "groups")
+        assert env["CATALOG_OIDC_LEEWAY_SECONDS"] == str(oidc.get("leewaySeconds", 60))
+    else:
+        assert not [name for name in env if name.startswith("CATALOG_OIDC_")]
+    if "tokenTtlSeconds" in auth:
+        assert env["CATALOG_TOKEN_TTL_SECONDS"] == str(auth["tokenTtlSeconds"])
+
+    # Clients, signing key and metrics token: a secretKeyRef to the user's Secret, or the chart's.
+    for name, key, chart_key in (
+        ("CATALOG_OAUTH_CLIENTS", "clients", "oauth-clients"),
+        ("CATALOG_TOKEN_SECRET", "tokenSecret", "token-secret"),
+        ("CATALOG_METRICS_TOKEN", "metricsToken", "metrics-token"),
+    ):
+        spec = auth.get(key)
+        if not spec:
+            assert name not in by_name
+            continue
+        ref = _secret_ref(by_name[name])
+        if spec.get("existingSecret"):
+            assert ref == {"name": spec["existingSecret"], "key": spec["key"]}
+        else:
+            assert ref == {"name": FULLNAME, "key": chart_key}
+            assert env[name] == spec["value"]
+            deployment_text = yaml.safe_dump(rendered.one("Deployment"))
+            assert spec["value"] not in deployment_text, f"{key}.value leaked into the Deployment"
+    if auth.get("clients"):
+        assert "CATALOG_TOKEN_SECRET" in by_name, "built-in clients need the shared signing key"
+    if "tokenSecret" in auth and auth["tokenSecret"].get("value"):
+        assert len(env["CATALOG_TOKEN_SECRET"].encode()) >= 32
+
+    # The migration needs the database only: no auth settings, no auth secrets.
+    job = rendered.maybe("Job")
+    if job is not None:
+        names = {e["name"] for e in migrate_container(rendered).get("env", [])}
+        assert not [n for n in names if "AUTH" in n or "OIDC" in n or "TOKEN" in n or "CLIENTS" in n], names
+
+    notes = rendered.notes
+    assert "Authentication is on" in notes
+    if auth.get("clients"):
+        assert "spark.sql.catalog.lake.credential=<client id>:<client secret>" in notes
+        assert f"http://{FULLNAME}.{NAMESPACE}.svc.cluster.local:{PORT}/v1/oauth/tokens" in notes
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_secret_material_is_never_a_plain_env_value(render: Any, value_set: str) -> None:
+    rendered = render(value_set)
+    containers = [server_container(rendered)]
+    if rendered.maybe("Job") is not None:
+        containers.append(migrate_container(rendered))
+    for container in containers:
+        for entry in container.get("env", []):
+            if entry["name"] in SECRET_ENV:
+                assert set(entry) == {"name", "valueFrom"}, entry
+                assert set(entry["valueFrom"]) == {"secretKeyRef"}, entry
+
+
+def _bootstrap_expected(value_set: str) -> dict[str, Any]:
+    bootstrap = VALUE_SETS[value_set]["authorization"]["bootstrap"]
+    if isinstance(bootstrap, str):
+        bootstrap = yaml.safe_load(bootstrap)
+    # YAML 1.1 reads a bare `on:` key as true; the chart writes it back as "on".
+    return {"grants": [{("on" if k is True else k): v for k, v in g.items()} for g in bootstrap["grants"]]}
+
+
+@pytest.mark.parametrize(
+    "value_set", [n for n in AUTH_VALUE_SETS if "bootstrap" in VALUE_SETS[n].get("authorization", {})]
+)
+def test_bootstrap_grants_are_a_mounted_config_map(render: Any, value_set: str) -> None:
+    rendered = render(value_set)
+    config_map = rendered.one("ConfigMap")
+    assert config_map["metadata"]["name"] == f"{FULLNAME}-authz"
+    (key,) = config_map["data"]
+    grants = yaml.safe_load(config_map["data"][key])
+    assert grants == _bootstrap_expected(value_set)
+    for grant in grants["grants"]:
+        assert re.fullmatch(r"(user|role):.+", grant["principal"])
+
+    deployment = rendered.one("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = server_container(rendered)
+    env = resolve_env(container, rendered.chart_secrets())
+    (volume,) = [v for v in pod["volumes"] if v.get("configMap", {}).get("name") == config_map["metadata"]["name"]]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True
+    items = {i["key"]: i["path"] for i in volume["configMap"].get("items", [])} or {key: key}
+    assert env["CATALOG_AUTHZ_BOOTSTRAP"] == f"{mount['mountPath']}/{items[key]}"
+
+    # A change of the grants rolls the pods.
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/authz-bootstrap"])
+
+
+def test_changing_bootstrap_grants_rolls_the_pods(chart: Any) -> None:
+    def checksum(grants: list[dict[str, Any]]) -> str:
+        values = {"authorization": {"bootstrap": {"grants": grants}}}
+        files = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        deployment = Rendered(files).one("Deployment")
+        return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/authz-bootstrap"]
+
+    one = [{"principal": "user:a", "privileges": ["read"], "on": "catalog"}]
+    two = [{"principal": "user:a", "privileges": ["read", "write"], "on": "catalog"}]
+    assert checksum(one) == checksum(copy.deepcopy(one))
+    assert checksum(one) != checksum(two)
+
+
+def test_bootstrap_from_a_values_file_with_a_bare_on_key(chart: Any, helm: ModuleType) -> None:
+    """Users write the plan's format (`on: catalog`) in their values file; Helm's YAML 1.1 reads `true`."""
+    values = helm.values_from_yaml(
+        "auth: {enabled: true, oidc: {issuer: 'https://idp.example'}}\n"
+        "authorization:\n"
+        "  bootstrap:\n"
+        "    grants:\n"
+        "      - principal: role:analysts\n"
+        "        privileges: [read]\n"
+        "        on: {namespace: analytics}\n"
+    )
+    rendered = Rendered(chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True))
+    grants = yaml.safe_load(next(iter(rendered.one("ConfigMap")["data"].values())))
+    assert grants == {
+        "grants": [{"principal": "role:analysts", "privileges": ["read"], "on": {"namespace": "analytics"}}]
+    }
+
+
+@pytest.mark.parametrize("value_set", [n for n in AUTH_VALUE_SETS if VALUE_SETS[n].get("serviceMonitor")])
+def test_service_monitor_sends_the_metrics_token(render: Any, value_set: str) -> None:
+    rendered = render(value_set)
+    (endpoint,) = rendered.one("ServiceMonitor")["spec"]["endpoints"]
+    env_ref = _secret_ref({e["name"]: e for e in server_container(rendered)["env"]}["CATALOG_METRICS_TOKEN"])
+    assert endpoint["bearerTokenSecret"] == env_ref
+    # Without a metrics token, /metrics is open and the monitor sends nothing.
+    (plain,) = render("service-monitor").one("ServiceMonitor")["spec"]["endpoints"]
+    assert "bearerTokenSecret" not in plain
+
+
+@pytest.mark.parametrize(
+    ("values", "reason"),
+    [
+        ({"auth": {"enabled": True}}, "no client could obtain a token"),
+        ({"auth": {"enabled": True, "oidc": {"audience": "x"}}}, "no client could obtain a token"),
+        # Built-in clients without a shared signing key: whatever the replica count.
+        ({"auth": {"enabled": True, "clients": {"value": "a:b"}}}, "each of the 2 replicas"),
+        ({"replicaCount": 1, "auth": {"enabled": True, "clients": {"value": "a:b"}}}, "auth.tokenSecret"),
+        (
+            {"autoscaling": {"enabled": True}, "auth": {"enabled": True, "clients": {"existingSecret": "c"}}},
+            "autoscaled pods",
+        ),
+        ({"auth": {"clients": {"value": "a:b"}}}, "auth.tokenSecret"),  # even before auth is enforced
+        (
+            {"auth": {"enabled": True, "clients": {"value": "a:b"}, "tokenSecret": {"value": "too-short"}}},
+            "at least 32 bytes",
+        ),
+        (
+            {"auth": {"metricsToken": {"value": "m"}}, "serviceMonitor": {"enabled": True, "namespace": "monitoring"}},
+            "bearerTokenSecret",
+        ),
+        ({"authorization": {"bootstrap": "- not a mapping"}}, "not a YAML mapping"),
+        ({"authorization": {"bootstrap": "rules: []"}}, "grants"),
+        (
+            {"authorization": {"bootstrap": "grants:\n- {principal: bob, privileges: [read], on: catalog}"}},
+            "user:<name>",
+        ),
+        ({"authorization": {"bootstrap": "grants:\n- {principal: user:b, privileges: [reed], on: catalog}"}}, "reed"),
+        ({"authorization": {"bootstrap": "grants:\n- {principal: user:b, privileges: [read], on: {db: x}}"}}, "on"),
+    ],
+)
+def test_unworkable_auth_values_fail_to_render(
+    chart: Any, helm: ModuleType, values: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(helm.HelmError) as failure:
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    assert reason in str(failure.value)
 
 
 def test_readme_documents_every_value() -> None:
@@ -832,6 +1140,55 @@ def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
     assert conf["spark.sql.catalog.lake.s3.access-key-id"] == minio_env["MINIO_ROOT_USER"]
     assert "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
     assert config_ref["target"].endswith("/spark-defaults.conf")
+
+
+def test_compose_runs_with_auth(compose_raw: dict[str, Any], compose_model: dict[str, Any]) -> None:
+    import jsonschema
+
+    services = compose_model["services"]
+    catalog, migrate = services["catalog"], services["catalog-migrate"]
+    env = _environment(catalog)
+    assert env["CATALOG_AUTH_REQUIRED"] == "true"
+    assert env.get("CATALOG_AUTHORIZATION", "grants") == "grants"
+    clients = dict(item.split(":", 1) for item in env["CATALOG_OAUTH_CLIENTS"].split(","))
+    assert {"admin", "spark"} <= set(clients) and all(clients.values())
+    assert len(env["CATALOG_TOKEN_SECRET"].encode()) >= 32, "HS256 key of at least 32 bytes"
+    # Local defaults only: every secret can be overridden from the environment / .env.
+    raw_env = _environment(compose_raw["services"]["catalog"])
+    for name in ("CATALOG_OAUTH_CLIENTS", "CATALOG_TOKEN_SECRET"):
+        assert "${" in raw_env[name], f"{name} must be overridable"
+    assert not [n for n in _environment(migrate) if re.match(r"CATALOG_(AUTH|OIDC|OAUTH|TOKEN|METRICS)", n)]
+
+    # The bootstrap policy: a read-only bind mount of a file in the repository, in the chart's format.
+    path = env["CATALOG_AUTHZ_BOOTSTRAP"]
+    (mount,) = [v for v in catalog["volumes"] if isinstance(v, dict) and v["target"] == path]
+    assert mount["type"] == "bind" and mount["read_only"] is True
+    policy_file = (COMPOSE.parent / mount["source"]).resolve()
+    assert policy_file.is_file() and policy_file.is_relative_to(ROOT)
+    policy = yaml.safe_load(policy_file.read_text())
+    assert all(True not in grant for grant in policy["grants"]), 'quote "on" (YAML 1.1 reads on: as true)'
+    chart_schema = json.loads((CHART / "values.schema.json").read_text())
+    (grants_schema,) = [
+        s
+        for s in chart_schema["properties"]["authorization"]["properties"]["bootstrap"]["oneOf"]
+        if s.get("type") == "object"
+    ]
+    jsonschema.Draft7Validator(grants_schema).validate(policy)
+    holders = {g["principal"] for g in policy["grants"]}
+    assert holders <= {f"user:{client}" for client in clients}, "grants name the configured clients"
+    assert {"principal": "user:admin", "privileges": ["admin"], "on": "catalog"} in policy["grants"]
+    spark_grants = [g for g in policy["grants"] if g["principal"] == "user:spark"]
+    assert any(g["on"] == {"namespace": "demo"} and {"write", "create"} <= set(g["privileges"]) for g in spark_grants)
+    assert "admin" not in {p for g in spark_grants for p in g["privileges"]}, "spark is not an admin"
+
+    # Spark authenticates as the spark client, at the catalog's token endpoint.
+    spark = services["spark"]
+    (config_ref,) = spark["configs"]
+    conf_text = compose_model["configs"][config_ref["source"]]["content"]
+    conf = dict(line.split(None, 1) for line in conf_text.splitlines() if line.strip())
+    assert conf["spark.sql.catalog.lake.credential"] == f"spark:{clients['spark']}"
+    assert conf["spark.sql.catalog.lake.oauth2-server-uri"] == f"{conf['spark.sql.catalog.lake.uri']}/v1/oauth/tokens"
+    assert "lake.demo" in " ".join(_command(spark)), "the smoke test stays inside the namespace spark may use"
 
 
 def test_compose_uses_only_known_catalog_variables(compose_raw: dict[str, Any]) -> None:

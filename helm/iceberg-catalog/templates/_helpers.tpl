@@ -73,8 +73,37 @@ Secrets
 {{- if and (not .Values.s3.existingSecret) .Values.s3.accessKeyId }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the token signing key / the built-in clients / the metrics token come from the chart's Secret. */}}
+{{- define "iceberg-catalog.chartSecret.tokenSecret" -}}
+{{- if and (not .Values.auth.tokenSecret.existingSecret) .Values.auth.tokenSecret.value }}true{{ end }}
+{{- end }}
+
+{{- define "iceberg-catalog.chartSecret.clients" -}}
+{{- if and (not .Values.auth.clients.existingSecret) .Values.auth.clients.value }}true{{ end }}
+{{- end }}
+
+{{- define "iceberg-catalog.chartSecret.metricsToken" -}}
+{{- if and (not .Values.auth.metricsToken.existingSecret) .Values.auth.metricsToken.value }}true{{ end }}
+{{- end }}
+
+{{- define "iceberg-catalog.chartSecret.auth" -}}
+{{- if or (include "iceberg-catalog.chartSecret.tokenSecret" .) (include "iceberg-catalog.chartSecret.clients" .) (include "iceberg-catalog.chartSecret.metricsToken" .) }}true{{ end }}
+{{- end }}
+
 {{- define "iceberg-catalog.chartSecret.enabled" -}}
-{{- if or (include "iceberg-catalog.chartSecret.database" .) (include "iceberg-catalog.chartSecret.s3" .) }}true{{ end }}
+{{- if or (include "iceberg-catalog.chartSecret.database" .) (include "iceberg-catalog.chartSecret.s3" .) (include "iceberg-catalog.chartSecret.auth" .) }}true{{ end }}
+{{- end }}
+
+{{/*
+One secretKeyRef env entry for an auth value: {name, spec: {existingSecret, key, value}, chartKey, root}.
+existingSecret wins (key `spec.key`); otherwise the chart's Secret (key `chartKey`).
+*/}}
+{{- define "iceberg-catalog.authSecretEnv" -}}
+- name: {{ .name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .spec.existingSecret | default (include "iceberg-catalog.secretName" .root) }}
+      key: {{ ternary .spec.key .chartKey (not (empty .spec.existingSecret)) }}
 {{- end }}
 
 {{/* ---------------------------------------------------------------------------------------
@@ -166,5 +195,166 @@ and the migration Job, so every replica and the Job see the same URL.
     secretKeyRef:
       name: {{ $secret }}
       key: {{ ternary .Values.s3.secretAccessKeyKey "s3-secret-access-key" (not (empty .Values.s3.existingSecret)) }}
+{{- end }}
+{{- end }}
+
+{{/* ---------------------------------------------------------------------------------------
+Authentication and authorization
+--------------------------------------------------------------------------------------- */}}
+
+{{/* "true" when tokens can come from an OIDC provider. */}}
+{{- define "iceberg-catalog.auth.oidc" -}}
+{{- if or .Values.auth.oidc.issuer .Values.auth.oidc.jwksUrl }}true{{ end }}
+{{- end }}
+
+{{/* "true" when built-in client-credentials clients are configured. */}}
+{{- define "iceberg-catalog.auth.clients" -}}
+{{- if or .Values.auth.clients.existingSecret .Values.auth.clients.value }}true{{ end }}
+{{- end }}
+
+{{- define "iceberg-catalog.auth.tokenSecret" -}}
+{{- if or .Values.auth.tokenSecret.existingSecret .Values.auth.tokenSecret.value }}true{{ end }}
+{{- end }}
+
+{{- define "iceberg-catalog.auth.metricsToken" -}}
+{{- if or .Values.auth.metricsToken.existingSecret .Values.auth.metricsToken.value }}true{{ end }}
+{{- end }}
+
+{{/*
+Refuse value sets that install but cannot work. Included by the Deployment (always rendered).
+*/}}
+{{- define "iceberg-catalog.validateAuth" -}}
+{{- $auth := .Values.auth }}
+{{- if and $auth.enabled (not (include "iceberg-catalog.auth.oidc" .)) (not (include "iceberg-catalog.auth.clients" .)) }}
+{{- fail "auth.enabled=true but no client could obtain a token: set auth.oidc.issuer (or auth.oidc.jwksUrl) for tokens from your identity provider, and/or built-in clients (auth.clients.existingSecret or auth.clients.value); otherwise every /v1 request is refused 401" }}
+{{- end }}
+{{- if and (include "iceberg-catalog.auth.clients" .) (not (include "iceberg-catalog.auth.tokenSecret" .)) }}
+{{- $where := "each server process" }}
+{{- if .Values.autoscaling.enabled }}
+{{- $where = printf "each of the autoscaled pods (up to %v)" .Values.autoscaling.maxReplicas }}
+{{- else if gt (int .Values.replicaCount) 1 }}
+{{- $where = printf "each of the %v replicas" .Values.replicaCount }}
+{{- end }}
+{{- fail (printf "built-in clients (auth.clients) need auth.tokenSecret (existingSecret or value, >= 32 bytes): without it %s draws its own random signing key, so a token issued by one is refused by the others, and by every pod after a restart" $where) }}
+{{- end }}
+{{- if and (include "iceberg-catalog.chartSecret.tokenSecret" .) (lt (len $auth.tokenSecret.value) 32) }}
+{{- fail "auth.tokenSecret.value must be at least 32 bytes (the HS256 signing key of built-in tokens); generate one with: openssl rand -base64 48" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled (include "iceberg-catalog.chartSecret.metricsToken" .) .Values.serviceMonitor.namespace (ne .Values.serviceMonitor.namespace .Release.Namespace) }}
+{{- fail "serviceMonitor.namespace differs from the release namespace, but the ServiceMonitor's bearerTokenSecret must be in its own namespace: put the metrics token in a Secret there and set auth.metricsToken.existingSecret" }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when a bootstrap policy is given (a non-empty YAML string or object). */}}
+{{- define "iceberg-catalog.authzBootstrap.enabled" -}}
+{{- if .Values.authorization.bootstrap }}true{{ end }}
+{{- end }}
+
+{{- define "iceberg-catalog.authzBootstrap.configMapName" -}}
+{{- printf "%s-authz" (include "iceberg-catalog.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "iceberg-catalog.authzBootstrap.dir" -}}/etc/iceberg-catalog{{- end }}
+{{- define "iceberg-catalog.authzBootstrap.path" -}}{{ include "iceberg-catalog.authzBootstrap.dir" . }}/authz.yaml{{- end }}
+
+{{/*
+The bootstrap grants as YAML, from authorization.bootstrap (a YAML string or an object), checked and
+normalised: YAML 1.1 (Helm's parser) reads an unquoted `on:` key as `true`, so a grant's `true` key
+is renamed back to `on`, and the output quotes it.
+*/}}
+{{- define "iceberg-catalog.authzBootstrap" -}}
+{{- $doc := .Values.authorization.bootstrap }}
+{{- if kindIs "string" $doc }}
+{{- $doc = fromYaml $doc }}
+{{- if hasKey $doc "Error" }}
+{{- fail (printf "authorization.bootstrap is not a YAML mapping: %s" (get $doc "Error")) }}
+{{- end }}
+{{- end }}
+{{- if not (kindIs "slice" (get $doc "grants")) }}
+{{- fail "authorization.bootstrap must have a `grants:` list (see the chart README)" }}
+{{- end }}
+{{- $privileges := list "read" "write" "alter" "manage-properties" "create" "drop" "purge" "register" "manage-grants" "admin" }}
+{{- $grants := list }}
+{{- range $i, $grant := get $doc "grants" }}
+{{- if not (kindIs "map" $grant) }}
+{{- fail (printf "authorization.bootstrap grants[%d] must be a mapping {principal, privileges, on}" $i) }}
+{{- end }}
+{{- $g := deepCopy $grant }}
+{{- if and (hasKey $g "true") (not (hasKey $g "on")) }}
+{{- $_ := set $g "on" (get $g "true") }}
+{{- $_ := unset $g "true" }}
+{{- end }}
+{{- if not (regexMatch "^(user|role):.+" (toString (get $g "principal"))) }}
+{{- fail (printf "authorization.bootstrap grants[%d].principal must be user:<name> or role:<group>, got %v" $i (get $g "principal")) }}
+{{- end }}
+{{- $privs := get $g "privileges" }}
+{{- if or (not (kindIs "slice" $privs)) (empty $privs) }}
+{{- fail (printf "authorization.bootstrap grants[%d].privileges must be a non-empty list" $i) }}
+{{- end }}
+{{- range $privs }}
+{{- if not (has . $privileges) }}
+{{- fail (printf "authorization.bootstrap grants[%d]: unknown privilege %v (known: %s)" $i . (join ", " $privileges)) }}
+{{- end }}
+{{- end }}
+{{- $on := get $g "on" }}
+{{- $onOk := eq (toString $on) "catalog" }}
+{{- if kindIs "map" $on }}
+{{- $onOk = and (eq (len $on) 1) (or (hasKey $on "namespace") (hasKey $on "table") (hasKey $on "view")) }}
+{{- end }}
+{{- if not $onOk }}
+{{- fail (printf "authorization.bootstrap grants[%d].on must be catalog or one of {namespace: a.b}, {table: a.b.t}, {view: a.b.v}" $i) }}
+{{- end }}
+{{- $grants = append $grants $g }}
+{{- end }}
+{{- toYaml (dict "grants" $grants) }}
+{{- end }}
+
+{{/* CATALOG_* authentication and authorization settings of the server. */}}
+{{- define "iceberg-catalog.authEnv" -}}
+{{- $auth := .Values.auth }}
+- name: CATALOG_AUTH_REQUIRED
+  value: {{ $auth.enabled | toString | quote }}
+{{- if include "iceberg-catalog.auth.oidc" . }}
+{{- with $auth.oidc.issuer }}
+- name: CATALOG_OIDC_ISSUER
+  value: {{ . | quote }}
+{{- end }}
+{{- with $auth.oidc.jwksUrl }}
+- name: CATALOG_OIDC_JWKS_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- with $auth.oidc.audience }}
+- name: CATALOG_OIDC_AUDIENCE
+  value: {{ . | quote }}
+{{- end }}
+- name: CATALOG_OIDC_PRINCIPAL_CLAIM
+  value: {{ $auth.oidc.principalClaim | quote }}
+- name: CATALOG_OIDC_GROUPS_CLAIM
+  value: {{ $auth.oidc.groupsClaim | quote }}
+- name: CATALOG_OIDC_LEEWAY_SECONDS
+  value: {{ $auth.oidc.leewaySeconds | quote }}
+{{- end }}
+{{- if include "iceberg-catalog.auth.clients" . }}
+{{ include "iceberg-catalog.authSecretEnv" (dict "name" "CATALOG_OAUTH_CLIENTS" "spec" $auth.clients "chartKey" "oauth-clients" "root" .) }}
+{{- end }}
+{{- if include "iceberg-catalog.auth.tokenSecret" . }}
+{{ include "iceberg-catalog.authSecretEnv" (dict "name" "CATALOG_TOKEN_SECRET" "spec" $auth.tokenSecret "chartKey" "token-secret" "root" .) }}
+{{- end }}
+{{- with $auth.tokenTtlSeconds }}
+- name: CATALOG_TOKEN_TTL_SECONDS
+  value: {{ . | quote }}
+{{- end }}
+{{- if include "iceberg-catalog.auth.metricsToken" . }}
+{{ include "iceberg-catalog.authSecretEnv" (dict "name" "CATALOG_METRICS_TOKEN" "spec" $auth.metricsToken "chartKey" "metrics-token" "root" .) }}
+{{- end }}
+{{- if $auth.enabled }}
+- name: CATALOG_AUTHORIZATION
+  value: {{ .Values.authorization.mode | quote }}
+- name: CATALOG_AUTHZ_CACHE_SECONDS
+  value: {{ .Values.authorization.cacheSeconds | quote }}
+{{- end }}
+{{- if include "iceberg-catalog.authzBootstrap.enabled" . }}
+- name: CATALOG_AUTHZ_BOOTSTRAP
+  value: {{ include "iceberg-catalog.authzBootstrap.path" . | quote }}
 {{- end }}
 {{- end }}
