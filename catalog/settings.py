@@ -99,19 +99,6 @@ class Settings(BaseSettings):
         default=None, description="If set, /metrics needs `Authorization: Bearer <metrics_token>`."
     )
 
-    # Authorization (only effective when auth_required)
-    authorization: str = Field(
-        default="grants",
-        pattern="^(grants|none)$",
-        description="grants: every request is checked against the grants; none: any valid token may do anything.",
-    )
-    authz_bootstrap: str | None = Field(default=None, description="Path of a YAML file of grants applied at start-up.")
-    authz_cache_seconds: float = Field(
-        default=5.0,
-        ge=0,
-        description="Grants are cached per process this long: a revoke takes effect everywhere within it.",
-    )
-
     # Authorization (grants; see catalog/authz.py). Only with auth_required: without it, anyone may do anything.
     authorization: Literal["grants", "none"] = Field(
         default="grants",
