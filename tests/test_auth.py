@@ -14,7 +14,12 @@ from tests.test_tables import SCHEMA
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    env = {"CATALOG_AUTH_REQUIRED": "true", "CATALOG_OAUTH_CLIENTS": "etl:s3cret,bi:other", "CATALOG_TOKEN_SECRET": "k", "CATALOG_AUTHORIZATION": "none"}
+    env = {
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": "etl:s3cret,bi:other",
+        "CATALOG_TOKEN_SECRET": "k",
+        "CATALOG_AUTHORIZATION": "none",
+    }
     server = start_server(tmp_path_factory.mktemp("auth"), "sqlite", env)
     yield server
     server.stop()

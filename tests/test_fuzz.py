@@ -13,6 +13,7 @@ non-string property values converted).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -99,12 +100,15 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         srv.stop()
 
 
-def _seed(url: str) -> None:
+def _seed(url: str, headers: dict[str, str] | None = None) -> None:
     schema_json = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
-    ok = requests.post(f"{url}/v1/namespaces", json={"namespace": [SEED_NS]}, timeout=30)
+    ok = requests.post(f"{url}/v1/namespaces", json={"namespace": [SEED_NS]}, timeout=30, headers=headers)
     assert ok.status_code == 200, ok.text
     ok = requests.post(
-        f"{url}/v1/namespaces/{SEED_NS}/tables", json={"name": SEED_TABLE, "schema": schema_json}, timeout=30
+        f"{url}/v1/namespaces/{SEED_NS}/tables",
+        json={"name": SEED_TABLE, "schema": schema_json},
+        timeout=30,
+        headers=headers,
     )
     assert ok.status_code == 200, ok.text
     view = {
@@ -120,7 +124,7 @@ def _seed(url: str) -> None:
         },
         "properties": {},
     }
-    ok = requests.post(f"{url}/v1/namespaces/{SEED_NS}/views", json=view, timeout=30)
+    ok = requests.post(f"{url}/v1/namespaces/{SEED_NS}/views", json=view, timeout=30, headers=headers)
     assert ok.status_code == 200, ok.text
 
 
@@ -153,9 +157,10 @@ def test_operations_conform(case: Any, fuzz_server: Server) -> None:
 # A schema of its own, without the steering hook: a scenario's outcome must not depend on what an
 # earlier one did to the seeded objects (Hypothesis reports that as flaky data generation). Valid
 # requests only: scenarios are about reaching the states invalid requests never create.
+# The management operations (grants) have no links into the catalog: left to the per-operation runs.
 stateful_schema = schemathesis.openapi.from_path(
     SPEC, config=schemathesis.Config.from_dict({"parameters": {"prefix": PREFIX}, "generation": {"mode": "positive"}})
-)
+).exclude(path_regex="^/management/")
 _CREATES = {"createNamespace": "namespace", "createTable": "name", "createView": "name"}
 
 
@@ -208,6 +213,92 @@ def test_stateful_links_conform(fuzz_server: Server) -> None:
     assert seen[("createNamespace", 200)] and seen[("createTable", 200)] and seen[("createView", 200)], seen
     used = {op for (op, code), _ in seen.items() if code < 400}
     assert used & {"loadTable", "updateTable", "dropTable", "tableExists", "loadCredentials", "reportMetrics"}, seen
+
+
+# -- with authentication and grants: 0 5xx, 0 bypass ---------------------------------------------
+
+# A valid principal with no grants may list (and sees nothing) and read its own identity; anything
+# else it sends is refused or malformed, whatever the request looks like.
+_MAY_SUCCEED = {"getConfig", "listNamespaces", "whoami", "listGrants"}
+_OPEN = {"live", "ready", "metrics"}
+_CLIENTS = "owner:owner-secret,nobody:nobody-secret"
+_SECRET = "fuzz-signing-key-" + "f" * 32
+_GRANTS = '{"grants": [{"principal": "user:owner", "privileges": ["admin"], "on": "catalog"}]}'
+
+
+@pytest.fixture(scope="module")
+def secured_fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    workdir = tmp_path_factory.mktemp("fuzz-auth")
+    (workdir / "grants.yaml").write_text(_GRANTS)
+    env = {
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": _CLIENTS,
+        "CATALOG_TOKEN_SECRET": _SECRET,
+        "CATALOG_AUTHZ_BOOTSTRAP": str(workdir / "grants.yaml"),
+    }
+    srv = start_server(workdir, extra_env=env)
+    try:
+        _seed(srv.url, _bearer(srv.url, "owner"))
+        yield srv
+    finally:
+        srv.stop()
+
+
+@functools.cache
+def _bearer(url: str, client: str) -> dict[str, str]:
+    secret = dict(c.split(":") for c in _CLIENTS.split(","))[client]
+    resp = requests.post(
+        f"{url}/v1/oauth/tokens",
+        data={"grant_type": "client_credentials", "client_id": client, "client_secret": secret},
+        timeout=10,
+    )
+    return {"Authorization": f"Bearer {resp.json()['access_token']}"}
+
+
+def _state(url: str, headers: dict[str, str]) -> list[Any]:
+    """Everything a request could change: namespaces, the seeded table's and view's metadata, grants."""
+    get = lambda path: requests.get(url + path, headers=headers, timeout=30).json()  # noqa: E731
+    return [
+        get("/v1/namespaces"),
+        get(f"/v1/namespaces/{SEED_NS}"),
+        get(f"/v1/namespaces/{SEED_NS}/tables/{SEED_TABLE}")["metadata-location"],
+        get(f"/v1/namespaces/{SEED_NS}/views/{SEED_VIEW}")["metadata-location"],
+        get("/management/v1/grants"),
+    ]
+
+
+@schema.parametrize()
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+def test_operations_with_auth_on_never_fail_and_never_let_through(case: Any, secured_fuzz_server: Server) -> None:
+    """As a principal holding nothing, and with no token at all: every response documented, no
+    5xx, no success outside ``_MAY_SUCCEED`` (lists come back empty), nothing changed."""
+    url = secured_fuzz_server.url
+    owner = _bearer(url, "owner")
+    reads = case.method.upper() in ("GET", "HEAD", "OPTIONS")
+    before = None if reads else _state(url, owner)
+    operation = case.operation.definition.raw["operationId"]
+    for headers in (_bearer(url, "nobody"), {}):
+        response = case.call(base_url=url, headers={**(case.headers or {}), **headers})
+        case.validate_response(response, checks=CHECKS)
+        if (
+            operation == "getToken" or operation in _OPEN
+        ):  # answers anyone: a token for a right secret, an OAuth error otherwise
+            continue
+        if case.method.upper() == "OPTIONS":  # the framework's Allow answer: no content, no effect
+            assert response.status_code >= 400 or not response.content, response.text
+            continue
+        if headers and operation in _MAY_SUCCEED:
+            if response.status_code == 200 and operation in ("listNamespaces", "listGrants"):
+                assert not any(response.json().get(k) for k in ("namespaces", "grants")), response.text
+        else:
+            assert response.status_code >= 400, (
+                operation,
+                case.method,
+                case.path,
+                response.status_code,
+                response.text[:300],
+            )
+    assert reads or _state(url, owner) == before
 
 
 # -- properties without a server -----------------------------------------------------------------
