@@ -44,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(settings.log_level, settings.log_format)
     if args.command == "migrate":
         return _migrate(settings, args.revision, args.downgrade)
+    from .identity import ConfigurationError, check_settings
+
+    try:
+        check_settings(settings)  # here too, so that a refusal is one line, not a traceback per worker
+    except ConfigurationError as e:
+        print(f"iceberg-catalog: configuration error: {e}", file=sys.stderr)
+        return 2
     return _serve(settings)
 
 

@@ -503,7 +503,7 @@ def test_spark_with_credentials_against_an_auth_enabled_server(spark, tmp_path_f
     """``credential=id:secret``: Spark fetches a token from /v1/oauth/tokens and sends it on every call."""
     from tests.conftest import start_server
 
-    env = {"CATALOG_AUTH_REQUIRED": "true", "CATALOG_OAUTH_CLIENTS": "etl:s3cret", "CATALOG_TOKEN_SECRET": "k"}
+    env = {"CATALOG_AUTH_REQUIRED": "true", "CATALOG_OAUTH_CLIENTS": "etl:s3cret", "CATALOG_TOKEN_SECRET": "k" * 32}
     secured = start_server(tmp_path_factory.mktemp("spark-auth"), "sqlite", env)
     try:
         for name, credential in (("lake_auth", "etl:s3cret"), ("lake_bad_secret", "etl:wrong")):
