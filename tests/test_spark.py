@@ -500,22 +500,37 @@ def test_spark_caused_no_server_error(server: Server):
 
 
 def test_spark_with_credentials_against_an_auth_enabled_server(spark, tmp_path_factory):
-    """``credential=id:secret``: Spark fetches a token from /v1/oauth/tokens and sends it on every call."""
+    """``credential=id:secret``: Spark fetches a token from /v1/oauth/tokens (built-in clients) or from an
+    OIDC provider's token endpoint (``oauth2-server-uri``) and sends it on every call."""
     from tests.conftest import start_server
+    from tests.idp import LocalIdP
 
-    env = {"CATALOG_AUTH_REQUIRED": "true", "CATALOG_OAUTH_CLIENTS": "etl:s3cret", "CATALOG_TOKEN_SECRET": "k" * 32}
+    idp = LocalIdP(audience="iceberg-catalog", clients={"spark-job": ("idp-secret", ["etl"])})
+    env = {
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": "etl:s3cret",
+        "CATALOG_TOKEN_SECRET": "k" * 32,
+        "CATALOG_OIDC_ISSUER": idp.issuer,
+        "CATALOG_OIDC_AUDIENCE": "iceberg-catalog",
+    }
     secured = start_server(tmp_path_factory.mktemp("spark-auth"), "sqlite", env)
     try:
-        for name, credential in (("lake_auth", "etl:s3cret"), ("lake_bad_secret", "etl:wrong")):
+        for name, credential in (("lake_auth", "etl:s3cret"), ("lake_bad_secret", "etl:wrong"), ("lake_oidc", None)):
             for key, value in spark_conf(secured.url, catalog=name).items():
                 if key.startswith(f"spark.sql.catalog.{name}"):
                     spark.conf.set(key, value)
-            spark.conf.set(f"spark.sql.catalog.{name}.credential", credential)
+            spark.conf.set(f"spark.sql.catalog.{name}.credential", credential or "spark-job:idp-secret")
+        spark.conf.set("spark.sql.catalog.lake_oidc.oauth2-server-uri", idp.token_url)
+        spark.conf.set("spark.sql.catalog.lake_oidc.scope", "catalog")
         spark.sql("CREATE NAMESPACE lake_auth.secured")
         spark.sql("CREATE TABLE lake_auth.secured.t (id BIGINT) USING iceberg")
         spark.sql("INSERT INTO lake_auth.secured.t VALUES (1), (2)")
         assert scalar(spark, "SELECT count(*) FROM lake_auth.secured.t") == 2
+        spark.sql("INSERT INTO lake_oidc.secured.t VALUES (3)")
+        assert scalar(spark, "SELECT count(*) FROM lake_oidc.secured.t") == 3
+        assert "/token" in idp.requests
         with pytest.raises(Exception, match="(?i)not authorized|unauthorized|invalid_client"):
             spark.sql("SHOW NAMESPACES IN lake_bad_secret").collect()
     finally:
         secured.stop()
+        idp.stop()
