@@ -56,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         return _migrate(settings, args.revision, args.downgrade)
     if args.command == "grants":
         return _grants(settings, args)
+    from .identity import ConfigurationError, check_settings
+
+    try:
+        check_settings(settings)  # here too, so that a refusal is one line, not a traceback per worker
+    except ConfigurationError as e:
+        print(f"iceberg-catalog: configuration error: {e}", file=sys.stderr)
+        return 2
     if settings.authz_bootstrap:  # refuse a broken policy file before serving, in one line
         from .access import read_bootstrap
 

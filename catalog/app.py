@@ -22,11 +22,10 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from pydantic import ValidationError
 
-from . import errors, logs, metrics, migrate
+from . import errors, identity, logs, metrics, migrate
 from .access import Access
 from .api import config as config_api
 from .api import entries, idempotency, management, namespaces, oauth, operations, unserved, wire
-from .auth import Tokens, parse_clients
 from .db import create_engine
 from .files import MetadataFiles
 from .purge import client_io_properties, credential_properties
@@ -145,7 +144,11 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         *management.ROUTES,
         *unserved.ROUTES,
     ]
-    tokens = Tokens(parse_clients(settings.oauth_clients), settings.token_secret, settings.token_ttl_seconds)
+    for warning in identity.check_settings(settings):  # ConfigurationError: refused before anything starts
+        log.warning("%s", warning)
+    authenticator = identity.Authenticator.from_settings(settings)
+    limiter = identity.FailureLimiter()
+    limiter.track(list(authenticator.builtin.clients))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -161,7 +164,8 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
             app.state.access.bootstrap(settings.authz_bootstrap)
         # Rows from before migration 0003 get their locations in the background (a no-op after).
         threading.Thread(target=_backfill, args=(app.state.catalog,), name="backfill", daemon=True).start()
-        app.state.tokens = tokens
+        app.state.authenticator = authenticator
+        app.state.limiter = limiter
         app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
         app.state.table_config = orjson.dumps(client_io_properties(settings))
         app.state.vended = credential_properties(settings) if settings.s3_vend_credentials else {}
@@ -185,7 +189,12 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         request_max_body_size=settings.max_request_bytes,
         middleware=[
             RequestObservation,
-            DefineMiddleware(oauth.BearerAuth, tokens=tokens, required=settings.auth_required),
+            DefineMiddleware(
+                oauth.BearerAuth,
+                authenticator=authenticator,
+                required=settings.auth_required,
+                metrics_token=settings.metrics_token,
+            ),
             DefineMiddleware(
                 idempotency.Idempotency,
                 lifetime_seconds=settings.idempotency_key_lifetime_seconds,

@@ -34,7 +34,14 @@ class ValidationFailed(IcebergError):
 
 
 class NotAuthorized(IcebergError):
+    """401, with the RFC 6750 challenge: ``error="invalid_token"`` when a token was sent and refused
+    (none when the request had no credentials at all)."""
+
     type, code = "NotAuthorizedException", 401
+
+    def __init__(self, message: str, invalid_token: bool = False) -> None:
+        super().__init__(message)
+        self.challenge = 'Bearer realm="iceberg-catalog"' + (', error="invalid_token"' if invalid_token else "")
 
 
 class Forbidden(IcebergError):
@@ -140,6 +147,7 @@ def render(err: IcebergError, head: bool = False) -> tuple[int, list[tuple[bytes
     if err.code == 503:
         headers.append((b"retry-after", b"1"))
     elif err.code == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
+        challenge = getattr(err, "challenge", 'Bearer realm="iceberg-catalog"')
+        headers.append((b"www-authenticate", challenge.encode()))
     body = b"" if head else orjson.dumps({"error": {"message": err.message, "type": err.type, "code": err.code}})
     return err.code, headers, body

@@ -73,30 +73,45 @@ class Settings(BaseSettings):
         "clients' pooled-connection idle time, so the server is not the side that closes a reused connection.",
     )
 
-    # Authentication (OAuth2 client credentials; off unless auth_required)
-    auth_required: bool = Field(default=False, description="Require a bearer token on every /v1 route.")
-    oauth_clients: str | None = Field(default=None, description="Clients for /v1/oauth/tokens: id:secret,id2:secret2")
-    token_secret: str | None = Field(
-        default=None, description="HMAC key for tokens; set the same value on every replica (random if unset)."
+    # Authentication (built-in OAuth2 client credentials and/or an OIDC identity provider; off unless auth_required)
+    auth_required: bool = Field(
+        default=False,
+        description="Require a valid bearer token on every /v1 and /management route (not /v1/oauth/tokens, "
+        "/health/*, /metrics).",
     )
-    token_ttl_seconds: int = Field(default=3600, ge=60)
+    oauth_clients: str | None = Field(
+        default=None, description="Built-in clients of /v1/oauth/tokens (client credentials): id:secret,id2:secret2"
+    )
+    token_secret: str | None = Field(
+        default=None,
+        description="Key signing built-in tokens (JWT HS256), at least 32 bytes; the same value on every worker "
+        "and replica. Required with oauth_clients unless one SQLite process (then random, lost at restart).",
+    )
+    token_ttl_seconds: int = Field(default=3600, ge=60, description="Lifetime of a built-in token.")
     oidc_issuer: str | None = Field(
         default=None,
-        description="OIDC issuer URL; tokens it signs are accepted (keys found through "
-        "<issuer>/.well-known/openid-configuration unless oidc_jwks_url is set).",
+        description="Issuer URL of an OIDC identity provider whose tokens are accepted (their iss must match); "
+        "its keys are found by discovery at <issuer>/.well-known/openid-configuration.",
     )
-    oidc_audience: str | None = Field(default=None, description="Required `aud` of OIDC tokens (if set).")
-    oidc_jwks_url: str | None = Field(default=None, description="JWKS URL of the OIDC provider (skips discovery).")
+    oidc_audience: str | None = Field(default=None, description="Required aud of OIDC tokens (not checked if unset).")
+    oidc_jwks_url: str | None = Field(
+        default=None,
+        description="JWKS URL of the identity provider's signing keys (skips discovery; alone, without "
+        "oidc_issuer, tokens of any issuer signed by these keys are accepted).",
+    )
     oidc_principal_claim: str = Field(
-        default="sub", description="Claim naming the principal (e.g. preferred_username, email, azp)."
+        default="sub", description="OIDC claim naming the principal (e.g. sub, preferred_username, email, azp)."
     )
     oidc_groups_claim: str = Field(
         default="groups",
-        description="Claim carrying the principal's groups/roles; a dotted path is allowed (realm_access.roles).",
+        description="OIDC claim carrying the caller's groups/roles, a string or a list of strings; a dotted path "
+        "reaches into objects (Keycloak: realm_access.roles).",
     )
-    oidc_leeway_seconds: int = Field(default=60, ge=0, description="Clock skew allowed on exp/nbf/iat.")
+    oidc_leeway_seconds: int = Field(
+        default=60, ge=0, description="Clock skew tolerated on OIDC tokens' exp, nbf and iat."
+    )
     metrics_token: str | None = Field(
-        default=None, description="If set, /metrics needs `Authorization: Bearer <metrics_token>`."
+        default=None, description="If set, /metrics needs Authorization: Bearer <metrics_token> (open otherwise)."
     )
 
     # Authorization (grants; see catalog/authz.py). Only with auth_required: without it, anyone may do anything.

@@ -468,3 +468,68 @@ def test_grants_cli_and_a_broken_bootstrap_file(tmp_path: Path) -> None:
     )
     assert served.returncode == 2 and "CATALOG_AUTHZ_BOOTSTRAP" in served.stderr and "fly" in served.stderr
     assert "Traceback" not in served.stderr
+
+
+@pytest.mark.postgres
+def test_two_replicas_of_two_workers_accept_every_valid_token_and_honour_a_revoke_within_the_bound(
+    services: dict, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Two server processes of two workers each on one PostgreSQL database, like two pods: every
+    fresh token (built-in or from the identity provider) works on every one of them, and a revoke
+    made through one replica stops working on the other within ``CATALOG_AUTHZ_CACHE_SECONDS``."""
+    from tests.idp import LocalIdP
+
+    _reset_grants(services["pg"].url)
+    with LocalIdP(audience="iceberg-catalog", clients={"bi": ("bi-secret", ["analysts"])}) as idp:
+        replicas = []
+        for i in range(2):
+            workdir = tmp_path_factory.mktemp(f"replica{i}")
+            env = {
+                **auth_env(workdir, cache_seconds="2"),
+                "CATALOG_WORKERS": "2",
+                "CATALOG_DATABASE_URL": services["pg"].url,
+                "CATALOG_OIDC_ISSUER": idp.issuer,
+                "CATALOG_OIDC_AUDIENCE": "iceberg-catalog",
+                **s3_env(services["s3"], "replicas"),
+            }
+            replicas.append(start_server(workdir, "postgres-s3", env))
+        try:
+            admin = Caller(replicas[0], "admin")
+            ns = f"rep_{uuid.uuid4().hex[:6]}"
+            assert admin("POST", "/v1/namespaces", json={"namespace": [ns]}).status_code == 200
+            for i in range(100):
+                fresh = token(replicas[i % 2], "analyst") if i % 2 else idp.mint("carol", groups=["analysts"])
+                with requests.Session() as new_connection:  # a new connection: any worker may take it
+                    resp = new_connection.get(
+                        f"{replicas[(i // 2) % 2].url}/v1/namespaces",
+                        headers={"Authorization": f"Bearer {fresh}"},
+                        timeout=10,
+                    )
+                assert resp.status_code == 200, (i, resp.text)
+
+            granted = admin(
+                "POST",
+                "/management/v1/grants",
+                json={"principal": "role:analysts", "privileges": ["read"], "on": {"namespace": ns}},
+            ).json()["grants"][0]
+            carol = {"Authorization": f"Bearer {idp.mint('carol', groups=['analysts'])}"}
+            deadline = time.monotonic() + 2 + 3
+            while requests.get(f"{replicas[1].url}/v1/namespaces/{ns}", headers=carol, timeout=10).status_code != 200:
+                assert time.monotonic() < deadline, "a grant made on one replica did not reach the other in time"
+                time.sleep(0.1)
+            assert admin("DELETE", f"/management/v1/grants/{granted['id']}").status_code == 204
+            revoked_at = time.monotonic()
+            while True:  # every worker of the other replica must stop honouring it
+                codes = {
+                    requests.Session()
+                    .get(f"{replicas[1].url}/v1/namespaces/{ns}", headers=carol, timeout=10)
+                    .status_code
+                    for _ in range(6)
+                }
+                if codes == {403}:
+                    break
+                assert time.monotonic() - revoked_at < 2 + 3, f"revoke not in force everywhere: {codes}"
+                time.sleep(0.1)
+        finally:
+            for replica in replicas:
+                replica.stop()

@@ -499,23 +499,96 @@ def test_spark_caused_no_server_error(server: Server):
     assert not errors, errors
 
 
-def test_spark_with_credentials_against_an_auth_enabled_server(spark, tmp_path_factory):
-    """``credential=id:secret``: Spark fetches a token from /v1/oauth/tokens and sends it on every call."""
-    from tests.conftest import start_server
+def test_spark_as_restricted_principals_of_an_oidc_provider(spark, tmp_path_factory):
+    """A platform's set-up, tried from Spark: jobs get their tokens from an OIDC provider
+    (``credential`` + ``oauth2-server-uri`` + ``scope``); grants go to the provider's groups. The
+    ingestion job appends to its one table and is refused (403, nothing changed) everywhere else; the
+    analysts' job reads only its namespace; a wrong secret is not authorized."""
+    import requests
 
-    env = {"CATALOG_AUTH_REQUIRED": "true", "CATALOG_OAUTH_CLIENTS": "etl:s3cret", "CATALOG_TOKEN_SECRET": "k"}
-    secured = start_server(tmp_path_factory.mktemp("spark-auth"), "sqlite", env)
+    from tests.conftest import start_server
+    from tests.idp import LocalIdP
+
+    idp = LocalIdP(
+        audience="iceberg-catalog",
+        clients={"ingest-job": ("ingest-secret", ["ingestion"]), "bi-job": ("bi-secret", ["analysts"])},
+    )
+    workdir = tmp_path_factory.mktemp("spark-auth")
+    (workdir / "grants.yaml").write_text(
+        "grants:\n"
+        "  - {principal: 'user:platform', privileges: [admin], 'on': catalog}\n"
+        "  - {principal: 'role:ingestion', privileges: [write], 'on': {table: raw.events}}\n"
+        "  - {principal: 'role:analysts', privileges: [read], 'on': {namespace: analytics}}\n"
+    )
+    env = {
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": "platform:platform-secret",
+        "CATALOG_TOKEN_SECRET": "k" * 32,
+        "CATALOG_OIDC_ISSUER": idp.issuer,
+        "CATALOG_OIDC_AUDIENCE": "iceberg-catalog",
+        "CATALOG_AUTHZ_BOOTSTRAP": str(workdir / "grants.yaml"),
+    }
+    secured = start_server(workdir, "sqlite", env)
     try:
-        for name, credential in (("lake_auth", "etl:s3cret"), ("lake_bad_secret", "etl:wrong")):
+        catalogs = {
+            "lake_platform": ("platform:platform-secret", None),
+            "lake_ingest": ("ingest-job:ingest-secret", idp.token_url),
+            "lake_bi": ("bi-job:bi-secret", idp.token_url),
+            "lake_bad_secret": ("ingest-job:wrong", idp.token_url),
+        }
+        for name, (credential, token_url) in catalogs.items():
             for key, value in spark_conf(secured.url, catalog=name).items():
                 if key.startswith(f"spark.sql.catalog.{name}"):
                     spark.conf.set(key, value)
             spark.conf.set(f"spark.sql.catalog.{name}.credential", credential)
-        spark.sql("CREATE NAMESPACE lake_auth.secured")
-        spark.sql("CREATE TABLE lake_auth.secured.t (id BIGINT) USING iceberg")
-        spark.sql("INSERT INTO lake_auth.secured.t VALUES (1), (2)")
-        assert scalar(spark, "SELECT count(*) FROM lake_auth.secured.t") == 2
+            spark.conf.set(f"spark.sql.catalog.{name}.oauth2-server-uri", token_url or f"{secured.url}/v1/oauth/tokens")
+            spark.conf.set(f"spark.sql.catalog.{name}.scope", "catalog")
+        for ns in ("raw", "analytics"):
+            spark.sql(f"CREATE NAMESPACE lake_platform.{ns}")
+        for table in ("raw.events", "raw.other", "analytics.daily"):
+            spark.sql(f"CREATE TABLE lake_platform.{table} (id BIGINT) USING iceberg")
+        spark.sql("INSERT INTO lake_platform.analytics.daily VALUES (1), (2)")
+
+        spark.sql("INSERT INTO lake_ingest.raw.events VALUES (1), (2), (3)")
+        assert scalar(spark, "SELECT count(*) FROM lake_ingest.raw.events") == 3
+        assert "/token" in idp.requests
+
+        token = requests.post(
+            f"{secured.url}/v1/oauth/tokens",
+            data={"grant_type": "client_credentials", "client_id": "platform", "client_secret": "platform-secret"},
+            timeout=10,
+        ).json()["access_token"]
+
+        def pointers() -> list[str]:
+            return [
+                requests.get(
+                    f"{secured.url}/v1/namespaces/{ns}/tables/{t}",
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=10,
+                ).json()["metadata-location"]
+                for ns, t in (("raw", "events"), ("raw", "other"), ("analytics", "daily"))
+            ]
+
+        before = pointers()
+        forbidden = "(?i)forbidden|not have privilege|no privilege"
+        for statement in (
+            "INSERT INTO lake_ingest.raw.other VALUES (9)",
+            "CREATE TABLE lake_ingest.raw.sneaky (id BIGINT) USING iceberg",
+            "DROP TABLE lake_ingest.raw.events",
+            "ALTER TABLE lake_ingest.raw.events SET TBLPROPERTIES ('team'='ingest')",
+            "ALTER TABLE lake_ingest.raw.events ADD COLUMN extra STRING",
+            "SELECT * FROM lake_ingest.analytics.daily",
+            "INSERT INTO lake_bi.analytics.daily VALUES (9)",
+            "SELECT * FROM lake_bi.raw.events",
+        ):
+            with pytest.raises(Exception, match=forbidden):
+                spark.sql(statement).collect()
+        assert pointers() == before
+        assert scalar(spark, "SELECT count(*) FROM lake_bi.analytics.daily") == 2
+        assert [r[0] for r in spark.sql("SHOW NAMESPACES IN lake_bi").collect()] == ["analytics"]
+        assert [r[1] for r in spark.sql("SHOW TABLES IN lake_ingest.raw").collect()] == ["events"]
         with pytest.raises(Exception, match="(?i)not authorized|unauthorized|invalid_client"):
             spark.sql("SHOW NAMESPACES IN lake_bad_secret").collect()
     finally:
         secured.stop()
+        idp.stop()

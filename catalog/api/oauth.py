@@ -1,12 +1,22 @@
-"""``POST /v1/oauth/tokens`` (client-credentials grant) and the bearer-token gate on /v1 routes.
+"""``POST /v1/oauth/tokens`` (client-credentials grant) and the bearer-token gate.
 
 OAuth errors use RFC 6749's shape (``{"error": "invalid_client", ...}``), not the Iceberg error body;
-a request without a valid token gets the Iceberg body with ``NotAuthorizedException`` (401).
+a request without a valid token gets the Iceberg body with ``NotAuthorizedException`` (401) and an
+RFC 6750 ``WWW-Authenticate`` challenge.
+
+Failed token requests are limited (``identity.FailureLimiter``): a locked-out client id or address is
+answered ``429`` with ``Retry-After`` and ``{"error": "slow_down"}`` (the OAuth error registered for
+"ask less often", RFC 8628 3.5) - even with the right secret, which is not checked while locked. 429
+rather than 401 ``invalid_client``: the credentials may be right, and clients and operators should see
+a rate limit, not a wrong secret.
 """
 
 from __future__ import annotations
 
 import base64
+import hmac
+import logging
+import math
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -14,68 +24,118 @@ from litestar import Request, Response, post
 from litestar.datastructures import State
 
 from .. import errors
-from ..auth import InvalidToken, Tokens
-from ..identity import ANONYMOUS, Principal
+from ..identity import (
+    ANONYMOUS,
+    UNAUTHENTICATED,
+    Authenticator,
+    FailureLimiter,
+    IdentityProviderUnavailable,
+    InvalidToken,
+)
 from . import wire
 
-OPEN_PATHS = ("/v1/oauth/tokens",)
+TOKEN_PATH = "/v1/oauth/tokens"
+audit = logging.getLogger("catalog.audit")
 
 
-@post("/v1/oauth/tokens", status_code=200)
+@post(TOKEN_PATH, status_code=200)
 async def get_token(request: Request, payload: bytes, state: State) -> Response:
     form = {k: v[-1] for k, v in parse_qs(payload.decode("utf-8", "replace")).items()}
     client_id, client_secret = form.get("client_id", ""), form.get("client_secret", "")
     basic = request.headers.get("authorization", "")
     if basic.lower().startswith("basic "):
         try:
-            client_id, _, client_secret = base64.b64decode(basic[6:]).decode().partition(":")
+            client_id, _, client_secret = base64.b64decode(basic[6:], validate=True).decode().partition(":")
         except ValueError:
             return _oauth_error(400, "invalid_request", "malformed Basic authorization")
     if form.get("grant_type") != "client_credentials":
         return _oauth_error(400, "unsupported_grant_type", "only client_credentials is supported")
-    tokens: Tokens = state.tokens
+    authenticator: Authenticator = state.authenticator
+    tokens = authenticator.builtin
     if not tokens.clients:
         return _oauth_error(400, "invalid_client", "no OAuth clients are configured on this catalog")
+    limiter: FailureLimiter = state.limiter
+    source = request.client.host if request.client else "unknown"
+    shown = repr(client_id[:100])
+    if wait := limiter.locked_for(client_id, source):
+        audit.warning("token request refused, locked out for %d s more: client_id=%s source=%s", wait, shown, source)
+        return _oauth_error(
+            429, "slow_down", "too many failed attempts: try again later", {"Retry-After": str(math.ceil(wait))}
+        )
     if not tokens.authenticate(client_id, client_secret):
+        lock = limiter.failed(client_id if client_id in tokens.clients else None, source)
+        audit.warning("token request refused, wrong secret or unknown client: client_id=%s source=%s", shown, source)
+        if lock:
+            locked = "token requests locked for %d s after repeated failures: client_id=%s source=%s"
+            audit.warning(locked, lock, shown, source)
         return _oauth_error(401, "invalid_client", "unknown client or wrong secret")
+    limiter.succeeded(client_id, source)
     return wire.json_response(tokens.issue(client_id))
 
 
-def _oauth_error(status: int, error: str, description: str) -> Response:
-    return wire.json_response({"error": error, "error_description": description}, status=status)
+def _oauth_error(status: int, error: str, description: str, headers: dict[str, str] | None = None) -> Response:
+    return wire.json_response({"error": error, "error_description": description}, status=status, headers=headers)
 
 
 class BearerAuth:
-    """ASGI middleware: with auth required, every /v1 route but the token endpoint needs a valid
-    ``Authorization: Bearer <token>``. With auth off the header is ignored (pyiceberg sends
-    ``Bearer None`` when it has no token)."""
+    """ASGI middleware: who is calling, in ``scope["principal"]``.
 
-    def __init__(self, app: Any, tokens: Tokens, required: bool) -> None:
-        self.app, self.tokens, self.required = app, tokens, required
+    With auth required, every route needs a valid ``Authorization: Bearer <token>`` except the token
+    endpoint, ``/health/*`` and ``/metrics`` (open by default: new routes are closed unless listed
+    here). With auth off the header is ignored (pyiceberg sends ``Bearer None`` when it has no token)
+    and the caller is ``ANONYMOUS``. ``/metrics`` needs ``Bearer <metrics_token>`` when one is set.
+    """
+
+    def __init__(self, app: Any, authenticator: Authenticator, required: bool, metrics_token: str | None) -> None:
+        self.app, self.authenticator, self.required = app, authenticator, required
+        self.metrics_token = metrics_token.encode() if metrics_token else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         path = scope.get("path", "")
-        if (
-            self.required
-            and scope["type"] == "http"
-            and path.startswith(("/v1/", "/management/"))
-            and path not in OPEN_PATHS
-        ):
-            header = dict(scope.get("headers") or ()).get(b"authorization", b"").decode("latin-1")
-            scheme, _, token = header.partition(" ")
-            try:
-                if scheme.lower() != "bearer" or not token:
-                    raise InvalidToken("missing bearer token")
-                scope["principal"] = Principal(self.tokens.verify(token.strip()))
-            except InvalidToken as e:
-                status, headers, body = errors.render(
-                    errors.NotAuthorized(f"Not authorized: {e}"), head=scope["method"] == "HEAD"
-                )
-                await send({"type": "http.response.start", "status": status, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
+        if path == "/metrics" and self.metrics_token is not None:
+            sent = _bearer(scope)
+            if sent is None or not hmac.compare_digest(sent.encode("latin-1"), self.metrics_token):
+                await _refuse(scope, send, errors.NotAuthorized("Not authorized: /metrics needs the metrics token"))
                 return
-        scope.setdefault("principal", ANONYMOUS if not self.required else None)
+        if not self.required:
+            scope["principal"] = ANONYMOUS
+        elif path == TOKEN_PATH or path == "/metrics" or path.startswith("/health/"):
+            scope["principal"] = UNAUTHENTICATED
+        else:
+            token = _bearer(scope)
+            if not token:
+                await _refuse(scope, send, errors.NotAuthorized("Not authorized: missing bearer token"))
+                return
+            try:
+                scope["principal"] = await self.authenticator.verify(token)
+            except InvalidToken as e:
+                audit.info("bearer token refused: %s (source %s)", e, _source(scope))
+                await _refuse(scope, send, errors.NotAuthorized(f"Not authorized: {e}", invalid_token=True))
+                return
+            except IdentityProviderUnavailable as e:
+                await _refuse(scope, send, errors.ServiceUnavailable(str(e)))
+                return
         await self.app(scope, receive, send)
+
+
+def _bearer(scope: dict[str, Any]) -> str | None:
+    header = dict(scope.get("headers") or ()).get(b"authorization", b"").decode("latin-1")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def _source(scope: dict[str, Any]) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+async def _refuse(scope: dict[str, Any], send: Any, err: errors.IcebergError) -> None:
+    status, headers, body = errors.render(err, head=scope["method"] == "HEAD")
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 ROUTES = [get_token]
