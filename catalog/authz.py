@@ -56,7 +56,6 @@ _GIVEN_BY: dict[Privilege, frozenset[Privilege]] = {
 }
 
 CATALOG, NAMESPACE, TABLE, VIEW = "catalog", "namespace", "table", "view"
-KINDS = (CATALOG, NAMESPACE, TABLE, VIEW)
 
 
 @dataclass(frozen=True, slots=True)

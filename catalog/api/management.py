@@ -67,7 +67,6 @@ async def revoke_grant(grant_id: str, request: Request, state: State) -> None:
         raise errors.BadRequest("A grant id is a number")
     found = [g for g in await wire.blocking(state.access.store.list_grants) if g.id == int(grant_id)]
     if not found:
-        guard.principal(request)  # an unauthenticated caller learns nothing
         raise errors.NotFound(f"No grant with id {grant_id}")
     await guard.require(request, [(Privilege.MANAGE_GRANTS, found[0].target)])
     await wire.blocking(state.access.revoke, found[0].id)
