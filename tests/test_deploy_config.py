@@ -1239,6 +1239,11 @@ def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
     assert conf["spark.sql.catalog.lake.s3.access-key-id"] == minio_env["MINIO_ROOT_USER"]
     assert "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
     assert config_ref["target"].endswith("/spark-defaults.conf")
+    # A one-shot job (a script, no restart policy): the README must say so, and how to run it.
+    assert spark["command"][:2] == ["/opt/spark/bin/spark-sql", "-e"] and "restart" not in spark
+    readme = (ROOT / "README.md").read_text()
+    assert "docker compose --profile spark run --rm spark" in readme and "one-shot" in readme
+    assert "--profile spark up" not in readme, "`up` suggests a long-running Spark container; it exits"
 
 
 def test_compose_runs_with_auth(compose_raw: dict[str, Any], compose_model: dict[str, Any]) -> None:
