@@ -526,8 +526,9 @@ def doctor(args: argparse.Namespace) -> int:
 def _doctor_checks(settings: Any) -> Iterator[_Check]:
     from .identity import ConfigurationError, check_settings
 
+    warnings: list[str] = []
     try:
-        check_settings(settings)
+        warnings = check_settings(settings)  # the refusals and warnings of `serve` itself
         yield _Check("configuration", True, "settings are consistent")
     except ConfigurationError as e:
         yield _Check("configuration", False, str(e))
@@ -539,7 +540,7 @@ def _doctor_checks(settings: Any) -> Iterator[_Check]:
     finally:
         if engine is not None:
             engine.dispose()
-    for warning in risky_settings(settings):
+    for warning in [*warnings, *risky_settings(settings)]:
         yield _Check("settings", None, warning, warning=True)
 
 

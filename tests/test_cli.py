@@ -235,6 +235,24 @@ def test_doctor_fails_on_an_unreachable_database(tmp_path, capsys, monkeypatch) 
     assert status == 1 and "gone.db does not exist" in out and not (tmp_path / "gone.db").exists()
 
 
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_doctor_on_postgres_and_s3(pg_s3_server, services, capsys, monkeypatch) -> None:
+    """The S3 path: the bucket answers, the probe goes through S3, the clock is compared with S3's Date."""
+    env = {k: v for k, v in pg_s3_server.env.items() if k.startswith("CATALOG_") and k not in ("CATALOG_PORT",)}
+    status, out = doctor(capsys, monkeypatch, env)
+    assert status == 0, out
+    for line in ("✓ database: reachable: postgresql", "✓ migrations: at head", "✓ s3: bucket", "✓ clock:", "S3"):
+        assert line in out, out
+    assert "✓ warehouse: writable" in out and "s3://" in out
+    s3 = services["s3"].client()
+    probes = s3.list_objects_v2(Bucket=services["s3"].bucket, Prefix="suite/.iceberg-catalog-doctor")
+    assert not probes.get("Contents"), "the probe object is deleted"
+    # Wrong keys: S3 refuses, the run fails and names the check.
+    status, out = doctor(capsys, monkeypatch, {**env, "CATALOG_S3_SECRET_ACCESS_KEY": "wrong"})
+    assert status == 1 and "✗ s3:" in out and "✗ warehouse:" in out
+
+
 # ---------------------------------------------------------------------------------------------
 # migrate --downgrade
 # ---------------------------------------------------------------------------------------------
