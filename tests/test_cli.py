@@ -18,7 +18,8 @@ import pyarrow as pa
 import pytest
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.transforms import DayTransform
+from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
+from pyiceberg.transforms import DayTransform, IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType, StructType, TimestampType
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
@@ -46,6 +47,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory):
         "lake.events",
         SCHEMA,
         partition_spec=PartitionSpec(PartitionField(3, 1000, DayTransform(), "at_day")),
+        sort_order=SortOrder(SortField(1, IdentityTransform(), SortDirection.DESC, NullOrder.NULLS_LAST)),
         properties={"comment": "clicks"},
     )
     rows = pa.table(
@@ -104,7 +106,7 @@ def test_tables_list_and_show(lake, capsys) -> None:
     assert status == 0 and json.loads(out) == {"tables": ["lake.events"]}
     status, out, _ = cli(capsys, server, "tables", "show", "lake.events")
     assert status == 0
-    for text in ("Schema", "id", "long", "name", "string", "timestamp", "addr.city", "at_day", "day", "comment"):
+    for text in ("Schema", "long", "string", "timestamp", "addr.city", "at_day", "day", "desc", "nulls-last", "clicks"):
         assert text in out, (text, out)
     assert str(snapshots[-1]) in out and "main" in out and "append" in out and "4 records" in out
     status, out, _ = cli(capsys, server, "tables", "show", "lake.events", "--json")
@@ -113,6 +115,9 @@ def test_tables_list_and_show(lake, capsys) -> None:
     assert fields["id"] == {"id": 1, "name": "id", "type": "long", "required": True}
     assert fields["name"]["doc"] == "who" and fields["addr.city"]["id"] == 5
     assert doc["partition-spec"]["fields"] == [{"source-id": 3, "source": "at", "transform": "day", "name": "at_day"}]
+    assert [(f["source"], f["direction"], f["null-order"]) for f in doc["sort-order"]["fields"]] == [
+        ("id", "desc", "nulls-last")
+    ]
     assert doc["current-snapshot"]["snapshot-id"] == snapshots[-1]
     assert doc["current-snapshot"]["summary"]["total-records"] == "4"
     assert doc["refs"] == {"main": {"snapshot-id": snapshots[-1], "type": "branch"}}
@@ -294,3 +299,37 @@ def namespaces_in_a_subprocess(server: Server) -> tuple[int, str, str]:
         timeout=60,
     )
     return run.returncode, run.stdout, run.stderr
+
+
+def test_downgrade_asks_at_a_terminal(tmp_path: Path) -> None:
+    """At a terminal: a wrong answer changes nothing; typing the revision goes ahead."""
+    import os
+    import pty
+
+    env = {**os.environ, "CATALOG_DATABASE_URL": f"sqlite:///{tmp_path}/c.db", "CATALOG_LOG_LEVEL": "warning"}
+
+    def migrate(*argv: str, answer: bytes | None = None) -> subprocess.CompletedProcess:
+        if answer is None:
+            return subprocess.run([sys.executable, "-m", "catalog", "migrate", *argv], env=env, capture_output=True)
+        master, slave = pty.openpty()
+        try:
+            os.write(master, answer)
+            return subprocess.run(
+                [sys.executable, "-m", "catalog", "migrate", *argv], env=env, stdin=slave, capture_output=True
+            )
+        finally:
+            os.close(master)
+            os.close(slave)
+
+    def tables() -> set[str]:
+        with sqlite3.connect(tmp_path / "c.db") as conn:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        return names - {"sqlite_sequence"}
+
+    assert migrate().returncode == 0 and "namespaces" in tables()
+    refused = migrate("--downgrade", "--revision", "base", answer=b"yes\n")
+    assert refused.returncode == 2 and b"not confirmed" in refused.stderr and b"drops EVERY" in refused.stderr
+    assert "namespaces" in tables()
+    done = migrate("--downgrade", "--revision", "base", answer=b"base\n")
+    assert done.returncode == 0, done.stderr
+    assert tables() <= {"alembic_version"}
