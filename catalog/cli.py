@@ -70,7 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=os.environ.get("CATALOG_CREDENTIAL"),
         help="client credentials id:secret, exchanged for a token (env CATALOG_CREDENTIAL)",
     )
-    group.add_argument("--warehouse", dest="rest_warehouse", help="warehouse to ask the server for (optional)")
+    group.add_argument(
+        "--warehouse", dest="rest_warehouse", metavar="WAREHOUSE", help="warehouse to ask the server for (optional)"
+    )
     group.add_argument("--json", action="store_true", help="machine-readable output (one JSON document)")
 
     ns = sub.add_parser("namespaces", help="list and show namespaces of a running catalog")
