@@ -1,4 +1,5 @@
-"""Command line: ``iceberg-catalog serve``, ``migrate`` and ``grants`` (also ``python -m catalog``).
+"""Command line: ``iceberg-catalog serve``, ``migrate``, ``grants``, and the commands for people of
+``catalog/cli.py`` (``namespaces``, ``tables``, ``views``, ``doctor``); also ``python -m catalog``.
 
 Flags override ``CATALOG_*`` environment variables; they are passed to the server processes through
 the environment, so several uvicorn workers all see the same settings.
@@ -11,7 +12,7 @@ import logging
 import os
 import sys
 
-from . import logs
+from . import cli, logs
 from .settings import Settings
 
 _FLAGS = {
@@ -33,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     mig = sub.add_parser("migrate", help="migrate the database schema (to head by default) and exit")
     mig.add_argument("--database-url", dest="database_url")
     mig.add_argument("--revision", default="head", help="target revision (head, base, or an id)")
-    mig.add_argument("--downgrade", action="store_true", help="migrate down to --revision")
+    mig.add_argument("--downgrade", action="store_true", help="migrate down to --revision (asks for confirmation)")
+    mig.add_argument("--yes", action="store_true", help="downgrade without asking (scripts)")
     grants = sub.add_parser(
         "grants", help="list, add and remove grants (authorization), directly in the database", description=_GRANTS
     )
@@ -44,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     grants.add_argument("--on", help="catalog | namespace=a.b | table=a.b.t | view=a.b.v")
     grants.add_argument("--id", type=int, help="the grant to remove")
     grants.add_argument("--file", help="a bootstrap file to check (check-bootstrap)")
+    cli.register(sub)
     args = parser.parse_args(argv)
+    if args.command in cli.COMMANDS:
+        return cli.run(args)
 
     for field in _FLAGS:
         value = getattr(args, field, None)
@@ -53,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     logs.configure(settings.log_level, settings.log_format)
     if args.command == "migrate":
-        return _migrate(settings, args.revision, args.downgrade)
+        return _migrate(settings, args.revision, args.downgrade, args.yes)
     if args.command == "grants":
         return _grants(settings, args)
     from .identity import ConfigurationError, check_settings
@@ -127,11 +132,17 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _migrate(settings: Settings, revision: str, down: bool) -> int:
+def _migrate(settings: Settings, revision: str, down: bool, yes: bool = False) -> int:
     from . import migrate
     from .db import create_engine
 
     engine = create_engine(settings)
+    if down:
+        current = ", ".join(sorted(migrate.revisions(engine)[0])) or "base"
+        refused = cli.confirm_downgrade(engine.url.render_as_string(hide_password=True), current, revision, yes)
+        if refused is not None:
+            engine.dispose()
+            return refused
     (migrate.downgrade if down else migrate.upgrade)(engine, revision)
     print(f"database migrated to {revision}: {engine.url.render_as_string(hide_password=True)}")
     engine.dispose()

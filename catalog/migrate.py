@@ -46,3 +46,10 @@ def is_at_head(engine: Engine) -> bool:
     heads = set(ScriptDirectory.from_config(_config(engine)).get_heads())
     with engine.connect() as conn:
         return set(MigrationContext.configure(conn).get_current_heads()) == heads
+
+
+def revisions(engine: Engine) -> tuple[set[str], set[str]]:
+    """(the database's current revisions, the scripts' heads): equal when migrated."""
+    heads = set(ScriptDirectory.from_config(_config(engine)).get_heads())
+    with engine.connect() as conn:
+        return set(MigrationContext.configure(conn).get_current_heads()), heads
