@@ -1,6 +1,7 @@
 """DuckDB 1.5 as a client of the catalog, on both backends: its iceberg extension ATTACHes the catalog
-over REST, reads what pyiceberg wrote, writes with CTAS (a staged create), INSERT, UPDATE and DELETE
-(every one a ``POST /v1/transactions/commit``), and a stale DuckDB transaction gets the server's 409.
+over REST, reads what pyiceberg wrote, writes with CTAS (a staged create), INSERT, UPDATE, DELETE and
+MERGE (every one a ``POST /v1/transactions/commit``), creates namespaces and tables, adds a column and
+drops a table, and a stale DuckDB transaction gets the server's 409.
 pyiceberg reads every result back. (DuckDB reading Spark's tables is in tests/test_v3.py, with the
 Spark session that module starts anyway.)
 
@@ -88,7 +89,7 @@ def test_duckdb_reads_and_changes_a_pyiceberg_table(server: Server, catalog, ns:
     assert duck.execute(f"SELECT id, v FROM {t} ORDER BY id").fetchall() == [*expected, (6, "f")]
 
 
-def test_duckdb_create_table_as_select_then_dml(server: Server, catalog, ns: str, duck):
+def test_duckdb_create_table_as_select_then_dml_and_ddl(server: Server, catalog, ns: str, duck):
     t = f'lake."{ns}".squares'
     # DuckDB's default CTAS: a staged create, then one transactions/commit with the data. Its
     # manifests go into <location>/metadata before the create commits, so the directory must exist.
@@ -96,16 +97,28 @@ def test_duckdb_create_table_as_select_then_dml(server: Server, catalog, ns: str
     duck.execute(f"INSERT INTO {t} SELECT range AS id, 'big' AS v FROM range(10, 12)")
     duck.execute(f"UPDATE {t} SET v = 'zero' WHERE id = 0")
     duck.execute(f"DELETE FROM {t} WHERE id >= 3 AND id < 11")
-    expected = [(0, "zero"), (1, "sq1"), (2, "sq4"), (11, "big")]
+    duck.execute(
+        f"""MERGE INTO {t} AS t USING (SELECT 2 AS id, 'merged' AS v UNION ALL SELECT 20, 'new') AS s ON t.id = s.id
+        WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.v)"""
+    )
+    expected = [(0, "zero"), (1, "sq1"), (2, "merged"), (11, "big"), (20, "new")]
     assert duck.execute(f"SELECT id, v FROM {t} ORDER BY id").fetchall() == expected
     assert pyiceberg_rows(catalog, f"{ns}.squares") == expected
 
-    # A plain CREATE TABLE (also staged, committed without data) and an INSERT into it.
-    duck.execute(f'CREATE TABLE lake."{ns}".plain (id BIGINT, v VARCHAR)')
-    duck.execute(f'INSERT INTO lake."{ns}".plain SELECT id, v FROM {t} WHERE id < 2')
-    assert pyiceberg_rows(catalog, f"{ns}.plain") == expected[:2]
     loaded = catalog.load_table(f"{ns}.squares")
-    assert len(loaded.history()) == 4  # one snapshot per statement: CTAS, INSERT, UPDATE, DELETE
+    assert len(loaded.history()) == 5  # one snapshot per statement: CTAS, INSERT, UPDATE, DELETE, MERGE
+
+    # A namespace, a plain CREATE TABLE (also staged, committed without data), an INSERT into it and a
+    # new column, which pyiceberg sees; then DROP TABLE.
+    duck.execute(f'CREATE SCHEMA lake."{ns}_duck"')
+    plain = f'lake."{ns}_duck".plain'
+    duck.execute(f"CREATE TABLE {plain} (id BIGINT, v VARCHAR)")
+    duck.execute(f"INSERT INTO {plain} SELECT id, v FROM {t} WHERE id < 2")
+    duck.execute(f"ALTER TABLE {plain} ADD COLUMN note VARCHAR")
+    assert pyiceberg_rows(catalog, f"{ns}_duck.plain") == expected[:2]
+    assert catalog.load_table(f"{ns}_duck.plain").schema().column_names == ["id", "v", "note"]
+    duck.execute(f"DROP TABLE {plain}")
+    assert not catalog.table_exists(f"{ns}_duck.plain")
     if server.backend == "sqlite":  # the table's files are under its own location on local disk
         assert loaded.location().startswith(f"file://{server.env['CATALOG_WAREHOUSE']}/{ns}/squares")
 
