@@ -207,6 +207,10 @@ def test_clients_without_s3_settings_use_the_client_endpoint(stack: dict) -> Non
     assert table.io.properties["s3.endpoint"] == public.endpoint
     read = as_(server, "analyst").load_table("lake.events").scan().to_arrow()
     assert sorted(read["id"].to_pylist()) == [1, 1, 2, 2, 3, 3]
+    # A staged create (no metadata location yet) writes its data with the credentials in config.
+    with as_(server, "admin").create_table_transaction("lake.staged", ROWS.schema) as staged:
+        staged.append(ROWS)
+    assert as_(server, "analyst").load_table("lake.staged").scan().to_arrow().num_rows == 3
     # The clients' data went through the public endpoint; the server's own calls through the
     # internal one, which no client ever reached.
     assert len(public.agents) > before and any(USER_AGENT not in a for a in public.agents[before:])
@@ -317,3 +321,66 @@ def test_vending_without_an_sts_role_is_refused_at_start(tmp_path: Path) -> None
     assert served.returncode == 2, served.stderr
     assert "CATALOG_S3_STS_ROLE_ARN" in served.stderr and "Traceback" not in served.stderr
     assert len(served.stderr.strip().splitlines()) == 1, served.stderr
+
+
+SPARK_SCRIPT = """
+import sys
+from pyspark.sql import SparkSession
+
+uri, credential, jars = sys.argv[1:4]
+builder = SparkSession.builder.master("local[1]").appName("vended")
+for key, value in {
+    "spark.jars": jars,
+    "spark.ui.enabled": "false",
+    "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+    "spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
+    "spark.sql.catalog.lake.type": "rest",
+    "spark.sql.catalog.lake.uri": uri,
+    "spark.sql.catalog.lake.credential": credential,
+    "spark.sql.catalog.lake.oauth2-server-uri": uri + "/v1/oauth/tokens",
+    "spark.sql.catalog.lake.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+    "spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation": "vended-credentials",
+    "spark.sql.catalog.lake.cache-enabled": "false",
+}.items():
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
+spark.sparkContext.setLogLevel("ERROR")
+spark.sql("CREATE TABLE lake.lake.spark_t (id BIGINT, name STRING) USING iceberg")
+spark.sql("INSERT INTO lake.lake.spark_t VALUES (1, 'a'), (2, 'b')")
+print("ROWS", spark.sql("SELECT count(*) FROM lake.lake.spark_t").collect()[0][0])
+print("EVENTS", spark.sql("SELECT count(*) FROM lake.lake.events").collect()[0][0])
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_spark_without_s3_settings_writes_and_reads_with_vended_credentials(stack: dict, tmp_path: Path) -> None:
+    """Spark (Iceberg 1.9 S3FileIO) told nothing about S3: the catalog's endpoint and the vended
+    credentials are all it has. (Within the credentials' lifetime it does not call the refresh route.)"""
+    import shutil
+
+    jars = os.environ.get("ICEBERG_SPARK_JARS")
+    missing = None if jars and shutil.which("java") else "ICEBERG_SPARK_JARS or java missing"
+    if missing:
+        if IN_CI:
+            pytest.fail(missing)
+        pytest.skip(missing)
+    server, public, internal = stack["server"], stack["public"], stack["internal"]
+    script = tmp_path / "vended_spark.py"
+    script.write_text(SPARK_SCRIPT)
+    before = len(public.agents)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    done = subprocess.run(
+        [sys.executable, str(script), server.url, f"admin:{CLIENTS['admin']}", jars],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    events = as_(server, "analyst").load_table("lake.events").scan().to_arrow().num_rows
+    assert "ROWS 2" in done.stdout and f"EVENTS {events}" in done.stdout, done.stdout
+    assert any("aws-sdk-java" in a for a in public.agents[before:]), public.agents[before:]
+    assert internal.refused == []
+    assert as_(server, "analyst").load_table("lake.spark_t").scan().to_arrow().num_rows == 2
