@@ -1117,9 +1117,16 @@ def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
     assert f"local/{bucket}" in init_script, "minio-init creates the warehouse bucket"
     assert env["CATALOG_S3_ENDPOINT"] == "http://minio:9000"
     assert env["CATALOG_S3_PATH_STYLE_ACCESS"] == "true"
-    minio_env = _environment(minio)
-    assert env["CATALOG_S3_ACCESS_KEY_ID"] == minio_env["MINIO_ROOT_USER"]
-    assert env["CATALOG_S3_SECRET_ACCESS_KEY"] == minio_env["MINIO_ROOT_PASSWORD"]
+    # The catalog uses its own MinIO user (not root), which minio-init creates with the bucket's policy.
+    init_env = _environment(services["minio-init"])
+    assert env["CATALOG_S3_ACCESS_KEY_ID"] == init_env["MINIO_CATALOG_USER"]
+    assert init_env["MINIO_CATALOG_USER"] != _environment(minio)["MINIO_ROOT_USER"]
+    assert env["CATALOG_S3_SECRET_ACCESS_KEY"] == init_env["MINIO_CATALOG_PASSWORD"]
+    assert "mc admin user add local" in init_script
+    assert "mc admin policy attach local catalog-warehouse --user" in init_script
+    # Clients on the host are told the host's MinIO port; table-scoped credentials are vended.
+    assert env["CATALOG_S3_CLIENT_ENDPOINT"] == "http://localhost:9000"
+    assert env["CATALOG_S3_VEND_CREDENTIALS"] == "true" and env["CATALOG_S3_STS_ROLE_ARN"]
     assert env.get("CATALOG_HOST", "0.0.0.0") == "0.0.0.0"
 
     for name, service in services.items():
@@ -1135,9 +1142,11 @@ def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
     assert conf["spark.sql.catalog.lake.type"] == "rest"
     assert conf["spark.sql.catalog.lake.uri"] == "http://catalog:8181"
     assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
-    assert conf["spark.sql.catalog.lake.s3.endpoint"] == "http://minio:9000"
-    assert conf["spark.sql.catalog.lake.s3.path-style-access"] == "true"
-    assert conf["spark.sql.catalog.lake.s3.access-key-id"] == minio_env["MINIO_ROOT_USER"]
+    # No S3 settings of its own: in MinIO's network namespace the advertised localhost:9000 is MinIO,
+    # and it asks for vended credentials.
+    assert spark["network_mode"] == "service:minio"
+    assert not any(key.startswith("spark.sql.catalog.lake.s3.") for key in conf)
+    assert conf["spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation"] == "vended-credentials"
     assert "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
     assert config_ref["target"].endswith("/spark-defaults.conf")
 
