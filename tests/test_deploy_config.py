@@ -762,6 +762,43 @@ def test_notes_tell_clients_how_to_connect(render: Any) -> None:
     assert "catalog.example.com" in render("ingress").notes
 
 
+def test_storage_access_values_reach_the_server(chart: Any, helm: ModuleType) -> None:
+    values = {
+        "s3": {
+            "endpoint": "http://minio.storage:9000",
+            "pathStyleAccess": True,
+            "clientEndpoint": "https://s3.example.com",
+            "clientPathStyleAccess": False,
+            "vendCredentials": True,
+            "sts": {"roleArn": "arn:aws:iam::123456789012:role/lake-vending", "durationSeconds": 1800},
+        }
+    }
+    rendered = Rendered(chart.render(copy.deepcopy(values), name=RELEASE, namespace=NAMESPACE, is_install=True))
+    env = resolve_env(server_container(rendered), rendered.chart_secrets())
+    assert env["CATALOG_S3_ENDPOINT"] == "http://minio.storage:9000"
+    assert env["CATALOG_S3_CLIENT_ENDPOINT"] == "https://s3.example.com"
+    assert env["CATALOG_S3_CLIENT_PATH_STYLE_ACCESS"] == "false"
+    assert env["CATALOG_S3_VEND_CREDENTIALS"] == "true"
+    assert env["CATALOG_S3_STS_ROLE_ARN"] == "arn:aws:iam::123456789012:role/lake-vending"
+    assert env["CATALOG_S3_STS_DURATION_SECONDS"] == "1800" and "CATALOG_S3_STS_ENDPOINT" not in env
+    # Clients are told to ask for vended credentials, and no S3 keys or server endpoint.
+    assert "X-Iceberg-Access-Delegation=vended-credentials" in rendered.notes
+    assert "s3.access-key-id" not in rendered.notes and "minio.storage" not in rendered.notes
+    defaults = resolve_env(
+        server_container(
+            render_defaults := Rendered(chart.render({}, name=RELEASE, namespace=NAMESPACE, is_install=True))
+        ),
+        render_defaults.chart_secrets(),
+    )
+    assert not {
+        "CATALOG_S3_CLIENT_ENDPOINT",
+        "CATALOG_S3_CLIENT_PATH_STYLE_ACCESS",
+        "CATALOG_S3_VEND_CREDENTIALS",
+    } & set(defaults)
+    with pytest.raises(helm.HelmError, match="roleArn"):  # vending without a role: the server would refuse
+        chart.render({"s3": {"vendCredentials": True}}, name=RELEASE, namespace=NAMESPACE)
+
+
 # ---------------------------------------------------------------------------------------------
 # Chart: authentication and authorization
 # ---------------------------------------------------------------------------------------------
