@@ -156,7 +156,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
     server = start_server(workdir / "server", "sqlite", env)
     admin = as_(server, "admin")
     admin.create_namespace("lake")
-    for name in ("events", "other"):
+    for name in ("events", "events2"):  # events2: a neighbour whose prefix extends events' key
         admin.create_table(f"lake.{name}", ROWS.schema).append(ROWS)
     yield {"s3": s3, "server": server, "internal": internal, "public": public, "sts": sts}
     server.stop()
@@ -239,7 +239,7 @@ def test_vended_credentials_are_scoped_to_the_table_and_expire(stack: dict) -> N
     bucket, own = _split(body["metadata-location"])
     assert client.get_object(Bucket=bucket, Key=own)["Body"].read()
     client.put_object(Bucket=bucket, Key=_split(location)[1] + "/data/written-by-vended.txt", Body=b"x")
-    other = _load(server, "admin", "other").json()
+    other = _load(server, "admin", "events2").json()
     _, other_key = _split(other["metadata-location"])
     _, other_prefix = _split(other["metadata"]["location"])
     _denied(lambda: client.get_object(Bucket=bucket, Key=other_key))
@@ -302,6 +302,58 @@ def test_sts_down_is_503_and_never_the_servers_keys(stack: dict) -> None:
             assert stack["s3"].secret_key not in resp.text
     finally:
         sts.bring_up()
+
+
+def test_a_location_a_policy_cannot_confine_gets_no_credentials(stack: dict) -> None:
+    """``*`` is a wildcard in an IAM policy: credentials for ``t*`` would also open ``t2``."""
+    server = stack["server"]
+    headers = {"Authorization": f"Bearer {token(server, 'admin')}"}
+    created = requests.post(
+        f"{server.url}/v1/namespaces/lake/tables",
+        json={"name": "wild*", "schema": {"type": "struct", "schema-id": 0, "fields": []}},
+        headers=headers,
+        timeout=30,
+    )
+    assert created.status_code == 200, created.text
+    assert_error(_load(server, "admin", "wild%2A"), 403, "ForbiddenException", "wildcard")
+    assert _load(server, "admin", "wild%2A", headers={}).status_code == 200
+
+
+def test_credential_cache_is_bounded_and_renews_at_half_life(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pure logic of the cache (the STS answer stubbed): one STS call per (location, access) until
+    half the lifetime is gone; the oldest entries go beyond the bound."""
+    import datetime
+
+    from catalog import delegation
+    from catalog.settings import Settings
+
+    calls: list[dict] = []
+
+    class FakeSTS:
+        def assume_role(self, **kw: Any) -> dict:
+            calls.append(kw)
+            expiry = datetime.datetime.fromtimestamp(clock[0] + 1000, datetime.UTC)
+            n = str(len(calls))
+            return {"Credentials": {"AccessKeyId": n, "SecretAccessKey": n, "SessionToken": n, "Expiration": expiry}}
+
+    clock = [1_000_000.0]
+    monkeypatch.setattr(delegation.time, "time", lambda: clock[0])
+    monkeypatch.setattr(delegation, "MAX_CACHED", 3)
+    vendor = delegation.Vendor(Settings(s3_endpoint="http://127.0.0.1:1", s3_sts_role_arn="arn:aws:iam::1:role/r"))
+    vendor.sts = FakeSTS()
+    first = vendor.credentials("s3://b/ns/t", "read")
+    assert vendor.credentials("s3://b/ns/t", "read") is first and len(calls) == 1
+    assert vendor.credentials("s3://b/ns/t", "write") is not first and len(calls) == 2
+    assert '"s3:PutObject"' in calls[1]["Policy"] and '"s3:PutObject"' not in calls[0]["Policy"]
+    clock[0] += 499
+    assert vendor.credentials("s3://b/ns/t", "read") is first
+    clock[0] += 2  # past half of the 1000 s
+    assert vendor.credentials("s3://b/ns/t", "read") is not first and len(calls) == 3
+    for i in range(5):
+        vendor.credentials(f"s3://b/ns/t{i}", "read")
+    assert len(vendor._cache) == 3
+    assert delegation.wants_vended("remote-signing, Vended-Credentials")
+    assert not delegation.wants_vended("remote-signing") and not delegation.wants_vended(None)
 
 
 def test_vending_without_an_sts_role_is_refused_at_start(tmp_path: Path) -> None:
