@@ -31,6 +31,7 @@ from botocore.exceptions import ClientError
 from catalog.delegation import USER_AGENT, credentials_path
 from tests import services as svc
 from tests.conftest import IN_CI, Server, assert_error, start_server
+from tests.services import duckdb_connection
 from tests.test_authz import CLIENTS, SECRET, as_, token
 
 DURATION = 900
@@ -373,6 +374,28 @@ def test_vending_without_an_sts_role_is_refused_at_start(tmp_path: Path) -> None
     assert served.returncode == 2, served.stderr
     assert "CATALOG_S3_STS_ROLE_ARN" in served.stderr and "Traceback" not in served.stderr
     assert len(served.stderr.strip().splitlines()) == 1, served.stderr
+
+
+def test_duckdb_reads_with_vended_credentials_and_no_s3_secret(stack: dict) -> None:
+    """DuckDB's iceberg extension with only a catalog secret (no S3 secret): it reads with the
+    credentials the catalog vends, through the client endpoint."""
+    server, public = stack["server"], stack["public"]
+    try:
+        con = duckdb_connection()
+    except ImportError:
+        if IN_CI:
+            pytest.fail("CI=true and duckdb is not installed")
+        pytest.skip("duckdb is not installed")
+    con.execute(
+        "CREATE SECRET catalog (TYPE iceberg, CLIENT_ID 'analyst', CLIENT_SECRET ?, OAUTH2_SERVER_URI ?)",
+        [CLIENTS["analyst"], f"{server.url}/v1/oauth/tokens"],
+    )
+    con.execute(f"ATTACH 'warehouse' AS lake (TYPE iceberg, ENDPOINT '{server.url}', SECRET catalog)")
+    before = len(public.agents)
+    expected = as_(server, "analyst").load_table("lake.events").scan().to_arrow().num_rows
+    assert con.execute("SELECT count(*) FROM lake.lake.events").fetchone()[0] == expected
+    assert len(public.agents) > before
+    assert stack["internal"].refused == []
 
 
 SPARK_SCRIPT = """
