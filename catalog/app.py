@@ -22,13 +22,13 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from pydantic import ValidationError
 
-from . import errors, identity, logs, metrics, migrate
+from . import delegation, errors, identity, logs, metrics, migrate
 from .access import Access
 from .api import config as config_api
 from .api import entries, idempotency, management, namespaces, oauth, operations, unserved, wire
 from .db import create_engine
 from .files import MetadataFiles
-from .purge import client_io_properties, credential_properties
+from .purge import client_io_properties
 from .service import Catalog
 from .settings import Settings
 from .storage import create_storage
@@ -167,8 +167,10 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         app.state.authenticator = authenticator
         app.state.limiter = limiter
         app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
-        app.state.table_config = orjson.dumps(client_io_properties(settings))
-        app.state.vended = credential_properties(settings) if settings.s3_vend_credentials else {}
+        app.state.client_io = client_io_properties(settings)
+        app.state.table_config = orjson.dumps(app.state.client_io)
+        app.state.vendor = delegation.Vendor(settings) if settings.s3_vend_credentials else None
+        app.state.prefix = settings.prefix
         metrics.GAUGES.add("catalog_metadata_cache_hits", "Metadata file reads served from memory", lambda: files.hits)
         metrics.GAUGES.add("catalog_metadata_cache_misses", "Metadata file reads from storage", lambda: files.misses)
         metrics.GAUGES.add(

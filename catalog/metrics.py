@@ -54,6 +54,13 @@ COMMIT_STEP_SECONDS = Histogram(
     registry=REGISTRY,
 )
 
+VENDED_CREDENTIALS = Counter(
+    "catalog_s3_vended_credentials_total",
+    "Table-scoped storage credentials handed out, by access (read | write)",
+    ["access"],
+    registry=REGISTRY,
+)
+
 
 class GaugeCollector:
     """Gauges read at scrape time (cache counters, pool usage) from callables the app registers."""

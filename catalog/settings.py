@@ -156,16 +156,47 @@ class Settings(BaseSettings):
     )
 
     # S3 / MinIO (used when the warehouse is s3://...)
-    s3_endpoint: str | None = None
+    s3_endpoint: str | None = Field(default=None, description="S3 endpoint the server itself uses (AWS if unset).")
     s3_region: str = "us-east-1"
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
     s3_path_style_access: bool = False
+    s3_client_endpoint: str | None = Field(
+        default=None,
+        description="S3 endpoint clients are told (/v1/config, loadTable config, vended credentials); defaults to "
+        "s3_endpoint. Set it when clients reach the store under another name than the server (compose: the "
+        "server uses http://minio:9000, a client on the host http://localhost:9000).",
+    )
+    s3_client_path_style_access: bool | None = Field(
+        default=None, description="Path-style access clients are told; defaults to s3_path_style_access."
+    )
     s3_vend_credentials: bool = Field(
         default=False,
-        description="Hand the server's S3 credentials to clients (credentials endpoint, and loadTable when the "
-        "client asks with X-Iceberg-Access-Delegation: vended-credentials), so clients configure only the URI.",
+        description="Vend short-lived credentials scoped to the table's location (STS AssumeRole with an inline "
+        "session policy; read-only for readers) in loadTable when the client asks with "
+        "X-Iceberg-Access-Delegation: vended-credentials, and at the credentials endpoint. Needs s3_sts_role_arn. "
+        "The server's own keys are never vended.",
     )
+    s3_sts_endpoint: str | None = Field(
+        default=None,
+        description="STS endpoint for AssumeRole; defaults to s3_endpoint (MinIO, SeaweedFS), AWS if both unset.",
+    )
+    s3_sts_role_arn: str | None = Field(
+        default=None, description="Role the server assumes (with its own keys) to vend table-scoped credentials."
+    )
+    s3_sts_duration_seconds: int = Field(
+        default=3600, ge=900, le=43200, description="Lifetime of vended credentials (STS DurationSeconds)."
+    )
+
+    @property
+    def client_s3_endpoint(self) -> str | None:
+        return self.s3_client_endpoint or self.s3_endpoint
+
+    @property
+    def client_path_style_access(self) -> bool:
+        if self.s3_client_path_style_access is None:
+            return self.s3_path_style_access
+        return self.s3_client_path_style_access
 
     # The storage boundary (see catalog/locations.py)
     allowed_locations: str = Field(

@@ -34,6 +34,7 @@ from typing import Protocol
 from urllib.parse import urlparse
 
 from . import errors
+from .delegation import USER_AGENT
 from .locations import Locations
 from .settings import Settings
 
@@ -261,6 +262,7 @@ class S3Storage(_Bounds):
             aws_access_key_id=settings.s3_access_key_id,
             aws_secret_access_key=settings.s3_secret_access_key,
             config=Config(
+                user_agent_extra=USER_AGENT,  # tells the server's own requests apart in the store's logs
                 s3={"addressing_style": "path" if settings.s3_path_style_access else "auto"},
                 retries={"max_attempts": 2, "mode": "standard"},
                 connect_timeout=min(timeout, 5.0),

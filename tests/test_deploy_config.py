@@ -784,6 +784,43 @@ def test_notes_tell_clients_how_to_connect(render: Any) -> None:
     assert "catalog.example.com" in render("ingress").notes
 
 
+def test_storage_access_values_reach_the_server(chart: Any, helm: ModuleType) -> None:
+    values = {
+        "s3": {
+            "endpoint": "http://minio.storage:9000",
+            "pathStyleAccess": True,
+            "clientEndpoint": "https://s3.example.com",
+            "clientPathStyleAccess": False,
+            "vendCredentials": True,
+            "sts": {"roleArn": "arn:aws:iam::123456789012:role/lake-vending", "durationSeconds": 1800},
+        }
+    }
+    rendered = Rendered(chart.render(copy.deepcopy(values), name=RELEASE, namespace=NAMESPACE, is_install=True))
+    env = resolve_env(server_container(rendered), rendered.chart_secrets())
+    assert env["CATALOG_S3_ENDPOINT"] == "http://minio.storage:9000"
+    assert env["CATALOG_S3_CLIENT_ENDPOINT"] == "https://s3.example.com"
+    assert env["CATALOG_S3_CLIENT_PATH_STYLE_ACCESS"] == "false"
+    assert env["CATALOG_S3_VEND_CREDENTIALS"] == "true"
+    assert env["CATALOG_S3_STS_ROLE_ARN"] == "arn:aws:iam::123456789012:role/lake-vending"
+    assert env["CATALOG_S3_STS_DURATION_SECONDS"] == "1800" and "CATALOG_S3_STS_ENDPOINT" not in env
+    # Clients are told to ask for vended credentials, and no S3 keys or server endpoint.
+    assert "X-Iceberg-Access-Delegation=vended-credentials" in rendered.notes
+    assert "s3.access-key-id" not in rendered.notes and "minio.storage" not in rendered.notes
+    defaults = resolve_env(
+        server_container(
+            render_defaults := Rendered(chart.render({}, name=RELEASE, namespace=NAMESPACE, is_install=True))
+        ),
+        render_defaults.chart_secrets(),
+    )
+    assert not {
+        "CATALOG_S3_CLIENT_ENDPOINT",
+        "CATALOG_S3_CLIENT_PATH_STYLE_ACCESS",
+        "CATALOG_S3_VEND_CREDENTIALS",
+    } & set(defaults)
+    with pytest.raises(helm.HelmError, match="roleArn"):  # vending without a role: the server would refuse
+        chart.render({"s3": {"vendCredentials": True}}, name=RELEASE, namespace=NAMESPACE)
+
+
 # ---------------------------------------------------------------------------------------------
 # Chart: authentication and authorization
 # ---------------------------------------------------------------------------------------------
@@ -1216,9 +1253,16 @@ def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
     assert f"local/{bucket}" in init_script, "minio-init creates the warehouse bucket"
     assert env["CATALOG_S3_ENDPOINT"] == "http://minio:9000"
     assert env["CATALOG_S3_PATH_STYLE_ACCESS"] == "true"
-    minio_env = _environment(minio)
-    assert env["CATALOG_S3_ACCESS_KEY_ID"] == minio_env["MINIO_ROOT_USER"]
-    assert env["CATALOG_S3_SECRET_ACCESS_KEY"] == minio_env["MINIO_ROOT_PASSWORD"]
+    # The catalog uses its own MinIO user (not root), which minio-init creates with the bucket's policy.
+    init_env = _environment(services["minio-init"])
+    assert env["CATALOG_S3_ACCESS_KEY_ID"] == init_env["MINIO_CATALOG_USER"]
+    assert init_env["MINIO_CATALOG_USER"] != _environment(minio)["MINIO_ROOT_USER"]
+    assert env["CATALOG_S3_SECRET_ACCESS_KEY"] == init_env["MINIO_CATALOG_PASSWORD"]
+    assert "mc admin user add local" in init_script
+    assert "mc admin policy attach local catalog-warehouse --user" in init_script
+    # Clients on the host are told the host's MinIO port; table-scoped credentials are vended.
+    assert env["CATALOG_S3_CLIENT_ENDPOINT"] == "http://localhost:9000"
+    assert env["CATALOG_S3_VEND_CREDENTIALS"] == "true" and env["CATALOG_S3_STS_ROLE_ARN"]
     assert env.get("CATALOG_HOST", "0.0.0.0") == "0.0.0.0"
 
     for name, service in services.items():
@@ -1234,9 +1278,11 @@ def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
     assert conf["spark.sql.catalog.lake.type"] == "rest"
     assert conf["spark.sql.catalog.lake.uri"] == "http://catalog:8181"
     assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
-    assert conf["spark.sql.catalog.lake.s3.endpoint"] == "http://minio:9000"
-    assert conf["spark.sql.catalog.lake.s3.path-style-access"] == "true"
-    assert conf["spark.sql.catalog.lake.s3.access-key-id"] == minio_env["MINIO_ROOT_USER"]
+    # No S3 settings of its own: in MinIO's network namespace the advertised localhost:9000 is MinIO,
+    # and it asks for vended credentials.
+    assert spark["network_mode"] == "service:minio"
+    assert not any(key.startswith("spark.sql.catalog.lake.s3.") for key in conf)
+    assert conf["spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation"] == "vended-credentials"
     assert "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
     assert config_ref["target"].endswith("/spark-defaults.conf")
     # A one-shot job (a script, no restart policy): the README must say so, and how to run it.

@@ -183,6 +183,26 @@ and the migration Job, so every replica and the Job see the same URL.
 {{- end }}
 - name: CATALOG_S3_PATH_STYLE_ACCESS
   value: {{ .Values.s3.pathStyleAccess | toString | quote }}
+{{- with .Values.s3.clientEndpoint }}
+- name: CATALOG_S3_CLIENT_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.s3.clientPathStyleAccess) }}
+- name: CATALOG_S3_CLIENT_PATH_STYLE_ACCESS
+  value: {{ .Values.s3.clientPathStyleAccess | toString | quote }}
+{{- end }}
+{{- if .Values.s3.vendCredentials }}
+- name: CATALOG_S3_VEND_CREDENTIALS
+  value: "true"
+- name: CATALOG_S3_STS_ROLE_ARN
+  value: {{ required "s3.sts.roleArn is required with s3.vendCredentials (the server's own keys are never vended)" .Values.s3.sts.roleArn | quote }}
+{{- with .Values.s3.sts.endpoint }}
+- name: CATALOG_S3_STS_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+- name: CATALOG_S3_STS_DURATION_SECONDS
+  value: {{ .Values.s3.sts.durationSeconds | toString | quote }}
+{{- end }}
 {{- if or .Values.s3.existingSecret (include "iceberg-catalog.chartSecret.s3" .) }}
 {{- $secret := .Values.s3.existingSecret | default (include "iceberg-catalog.secretName" .) }}
 - name: CATALOG_S3_ACCESS_KEY_ID
