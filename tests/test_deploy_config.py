@@ -786,6 +786,7 @@ def test_notes_tell_clients_how_to_connect(render: Any) -> None:
 
 def test_storage_access_values_reach_the_server(chart: Any, helm: ModuleType) -> None:
     values = {
+        "database": {"password": "pw"},
         "s3": {
             "endpoint": "http://minio.storage:9000",
             "pathStyleAccess": True,
@@ -793,7 +794,7 @@ def test_storage_access_values_reach_the_server(chart: Any, helm: ModuleType) ->
             "clientPathStyleAccess": False,
             "vendCredentials": True,
             "sts": {"roleArn": "arn:aws:iam::123456789012:role/lake-vending", "durationSeconds": 1800},
-        }
+        },
     }
     rendered = Rendered(chart.render(copy.deepcopy(values), name=RELEASE, namespace=NAMESPACE, is_install=True))
     env = resolve_env(server_container(rendered), rendered.chart_secrets())
@@ -808,7 +809,9 @@ def test_storage_access_values_reach_the_server(chart: Any, helm: ModuleType) ->
     assert "s3.access-key-id" not in rendered.notes and "minio.storage" not in rendered.notes
     defaults = resolve_env(
         server_container(
-            render_defaults := Rendered(chart.render({}, name=RELEASE, namespace=NAMESPACE, is_install=True))
+            render_defaults := Rendered(
+                chart.render({"database": {"password": "pw"}}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+            )
         ),
         render_defaults.chart_secrets(),
     )
@@ -818,7 +821,9 @@ def test_storage_access_values_reach_the_server(chart: Any, helm: ModuleType) ->
         "CATALOG_S3_VEND_CREDENTIALS",
     } & set(defaults)
     with pytest.raises(helm.HelmError, match="roleArn"):  # vending without a role: the server would refuse
-        chart.render({"s3": {"vendCredentials": True}}, name=RELEASE, namespace=NAMESPACE)
+        chart.render(
+            {"database": {"password": "pw"}, "s3": {"vendCredentials": True}}, name=RELEASE, namespace=NAMESPACE
+        )
 
 
 # ---------------------------------------------------------------------------------------------
