@@ -54,6 +54,13 @@ COMMIT_STEP_SECONDS = Histogram(
     registry=REGISTRY,
 )
 
+SIGN_REQUESTS = Counter(
+    "catalog_s3_sign_requests_total",
+    "S3 remote signing requests, by outcome (signed | denied: refused 403 by grants or confinement)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+
 
 class GaugeCollector:
     """Gauges read at scrape time (cache counters, pool usage) from callables the app registers."""

@@ -167,6 +167,14 @@ class Settings(BaseSettings):
         "client asks with X-Iceberg-Access-Delegation: vended-credentials), so clients configure only the URI.",
     )
 
+    s3_remote_signing: bool = Field(
+        default=False,
+        description="Offer S3 remote signing (an s3:// warehouse): loadTable tells clients that ask for it "
+        "(X-Iceberg-Access-Delegation: remote-signing, or vended-credentials while s3_vend_credentials is off) to "
+        "have each S3 request signed by the catalog, which signs only requests inside the table's location that "
+        "the caller may make (catalog/signing.py).",
+    )
+
     # The storage boundary (see catalog/locations.py)
     allowed_locations: str = Field(
         default="",

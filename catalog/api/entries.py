@@ -10,7 +10,7 @@ import orjson
 from litestar import Request, Response, delete, get, head, post
 from litestar.datastructures import State
 
-from .. import authz, errors
+from .. import authz, errors, signing
 from ..authz import Privilege, Target
 from ..files import MetadataFile
 from ..service import TABLE, VIEW, Change, Committed, Kind
@@ -76,7 +76,9 @@ async def load_table(namespace: str, table: str, request: Request, state: State)
         return Response(content=None, status_code=304, headers={"ETag": tag})
     raw = file.raw if mode == "all" else file.refs_only
     return wire.raw_json_response(
-        wire.load_result(file.location, raw, state.table_config, await _vended(file, (ns, name), request, state)),
+        wire.load_result(
+            file.location, raw, _table_config(state, request, (ns, name)), await _vended(file, (ns, name), request, state)
+        ),
         headers={"ETag": tag},
     )
 
@@ -122,7 +124,8 @@ async def create_table(namespace: str, payload: bytes, request: Request, state: 
         doc = await wire.blocking(state.catalog.stage_table, ns, req.name, req.location, body)
         wanted = _wants_credentials(request, state) and await _may_write(request, (ns, req.name))
         credentials = _credentials(doc["location"], state) if wanted else None
-        return wire.raw_json_response(wire.load_result(None, orjson.dumps(doc), state.table_config, credentials))
+        config = _table_config(state, request, (ns, req.name))
+        return wire.raw_json_response(wire.load_result(None, orjson.dumps(doc), config, credentials))
     key = idempotency.key_of(request, 200)
     outcome = await wire.blocking(state.catalog.create_table, ns, req.name, req.location, body, key)
     if not isinstance(outcome, Committed):
@@ -304,8 +307,9 @@ async def _loaded(
     """A LoadTableResult / LoadViewResult of a metadata file, with its ETag (and a table's vended
     credentials when the request asks and may have them)."""
     credentials = await _vended(file, identifier, request, state) if request and identifier else None
+    config = _table_config(state, request, identifier) if request and identifier else state.table_config
     return wire.raw_json_response(
-        wire.load_result(file.location, file.raw, state.table_config, credentials),
+        wire.load_result(file.location, file.raw, config, credentials),
         headers={"ETag": etag(file.location, "all")},
     )
 
@@ -334,6 +338,18 @@ async def _vended(
     if not _wants_credentials(request, state) or not await _may_write(request, identifier):
         return None
     return _credentials(file.data["location"], state)
+
+
+# -- remote signing (catalog.signing) --------------------------------------------------------------
+
+
+def _table_config(state: State, request: Request, identifier: tuple[tuple[str, ...], str]) -> bytes:
+    """A table's ``config``: the storage defaults, plus the remote-signing settings when the
+    request's X-Iceberg-Access-Delegation asks for them (``signing.offered``)."""
+    signer = state.signer
+    if signer is None or not signing.offered(signer.settings, request.headers.get("x-iceberg-access-delegation")):
+        return state.table_config
+    return orjson.dumps({**orjson.loads(state.table_config), **signing.properties_for(signer.settings, *identifier)})
 
 
 def _wants_credentials(request: Request, state: State) -> bool:
