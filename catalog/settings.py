@@ -175,6 +175,13 @@ class Settings(BaseSettings):
         "the caller may make (catalog/signing.py).",
     )
 
+    s3_remote_signing_bulk_delete: bool = Field(
+        default=False,
+        description="Also sign DeleteObjects (bulk deletes: Java's S3FileIO deleteFiles, used by snapshot expiry "
+        "and orphan removal). Only for stores that check the signed payload hash against the body (AWS S3, MinIO); "
+        "SeaweedFS does not, and a signed bulk delete there could be sent with any keys.",
+    )
+
     # The storage boundary (see catalog/locations.py)
     allowed_locations: str = Field(
         default="",

@@ -14,8 +14,11 @@ The rules, each refused with 403 (``errors.Forbidden``) unless it is malformed (
   ``?policy``, ``?tagging``, ``?versionId``... are refused), and so are headers that reach beyond
   the object (``x-amz-copy-source`` reads any object the server may read, ``x-amz-acl`` and
   ``x-amz-grant-*`` publish it, object-lock headers);
-- ``DeleteObjects`` (``POST bucket?delete``) carries its XML body: every key in it must pass the
-  rules, and the signature covers the body's SHA-256, so no other body can be sent with it;
+- ``DeleteObjects`` (``POST bucket?delete``) only when ``s3_remote_signing_bulk_delete`` is on: its
+  XML body comes with the request, every key in it must pass the rules, and the signature covers
+  the body's SHA-256. That binds the body only where the store checks the hash against the body:
+  AWS S3 and MinIO do; SeaweedFS checks neither it nor Content-MD5 (measured), so there a signed
+  DeleteObjects would delete whatever keys the client sends with it — hence off by default;
 - reads (GET/HEAD) need ``read`` on the table, everything else ``write``.
 
 The signature itself is botocore's ``S3SigV4Auth`` over the client's method, URI and headers. The
@@ -44,6 +47,7 @@ from .settings import Settings
 READ, WRITE = "read", "write"
 REMOTE_SIGNING, VENDED_CREDENTIALS = "remote-signing", "vended-credentials"
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 MAX_URI_CHARS = 8192
 MAX_HEADERS = 100
@@ -54,7 +58,8 @@ MAX_DELETE_KEYS = 1000
 # Query parameters of the object operations and ListObjectsV2; anything else (a sub-resource such
 # as acl, policy, tagging, cors, lifecycle, versionId, or a response-* override) is refused.
 _LIST_PARAMS = frozenset(
-    {"list-type", "prefix", "continuation-token", "delimiter", "max-keys", "start-after", "encoding-type", "fetch-owner"}
+    {"list-type", "prefix", "continuation-token", "delimiter", "max-keys", "start-after", "encoding-type"}
+    | {"fetch-owner"}
 )
 _OBJECT_PARAMS = frozenset({"uploads", "uploadId", "partNumber"})
 _ALLOWED_PARAMS = _LIST_PARAMS | _OBJECT_PARAMS | {"delete", "x-id"}
@@ -139,16 +144,21 @@ class Plan:
     access: str
     bucket: str
     keys: list[str]
+    uri: str
     headers: dict[str, str] = field(default_factory=dict)
     payload: str = UNSIGNED_PAYLOAD
 
 
-def plan(req: SignRequest, hosts: list[tuple[str, int]]) -> Plan:
+def plan(req: SignRequest, hosts: list[tuple[str, int]], bulk_delete: bool = False) -> Plan:
     """Parse and classify ``req`` against the endpoint ``hosts`` ((hostname, port) pairs).
-    BadRequest when malformed, Forbidden when it is not an operation this signer signs."""
+    BadRequest when malformed, Forbidden when it is not an operation this signer signs.
+    ``bulk_delete``: sign DeleteObjects (see ``Settings.s3_remote_signing_bulk_delete``)."""
     method = req.method.upper()
     headers = _headers(req.headers)
     split = _split(req.uri)
+    # The query as S3 canonicalises it (each name and value percent-encoded), so that the signature
+    # holds whichever way the client spelt it; the answer's uri carries this spelling.
+    uri = split._replace(query=_canonical_query(split.query)).geturl()
     host = (split.hostname or "").lower(), _port(split)
     if "host" in headers and _host_of(headers["host"], split.scheme) != host:
         raise errors.Forbidden("Refused to sign: the Host header names another host than the URI")
@@ -161,21 +171,37 @@ def plan(req: SignRequest, hosts: list[tuple[str, int]]) -> Plan:
         raise errors.Forbidden(f"Refused to sign: operation {params['x-id'][:40]!r} is not allowed")
     params.pop("x-id", None)
     signed = {k: v for k, v in headers.items() if k not in _HOP_HEADERS}
-    payload = headers.get("x-amz-content-sha256") or UNSIGNED_PAYLOAD
+    # A request without a body has the empty body's hash (as botocore signs one); a body only the
+    # client holds is UNSIGNED-PAYLOAD unless the client states its hash.
+    bodyless = method in ("GET", "HEAD", "DELETE")
+    payload = headers.get("x-amz-content-sha256") or (EMPTY_SHA256 if bodyless else UNSIGNED_PAYLOAD)
     if key:
         access = _object_access(method, set(params))
-        return Plan(access, bucket, [_checked_key(key)], signed, payload)
+        return Plan(access, bucket, [_checked_key(key)], uri, signed, payload)
     if method == "GET" and params.get("list-type") == "2" and set(params) <= _LIST_PARAMS:
         if not params.get("prefix"):
             raise errors.Forbidden("Refused to sign: a listing needs a prefix inside the table's location")
-        return Plan(READ, bucket, [_checked_key(params["prefix"])], signed, payload)
+        return Plan(READ, bucket, [_checked_key(params["prefix"])], uri, signed, payload)
     if method == "POST" and set(params) == {"delete"}:
+        if not bulk_delete:
+            raise errors.Forbidden(
+                "Refused to sign: DeleteObjects is not signed (CATALOG_S3_REMOTE_SIGNING_BULK_DELETE is off); "
+                "delete objects one at a time"
+            )
         body = (req.body or "").encode("utf-8", "surrogatepass")
         digest = hashlib.sha256(body).hexdigest()
         if payload not in (digest, UNSIGNED_PAYLOAD):
             raise errors.Forbidden("Refused to sign: x-amz-content-sha256 does not match the body")
-        return Plan(WRITE, bucket, [_checked_key(k) for k in delete_keys(body)], signed, digest)
+        return Plan(WRITE, bucket, [_checked_key(k) for k in delete_keys(body)], uri, signed, digest)
     raise errors.Forbidden(f"Refused to sign: {method} on the bucket with {sorted(params)} is not allowed")
+
+
+def _canonical_query(query: str) -> str:
+    pairs = []
+    for pair in query.split("&") if query else ():
+        name, _, value = pair.partition("=")
+        pairs.append(f"{quote(_query_part(name), safe='-_.~')}={quote(_query_part(value), safe='-_.~')}")
+    return "&".join(pairs)
 
 
 def _object_access(method: str, params: set[str]) -> str:
@@ -268,13 +294,17 @@ def _params(query: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in query.split("&") if query else ():
         name, _, value = pair.partition("=")
-        name, value = _decode(name.replace("+", " ")), _decode(value.replace("+", " "))
+        name, value = _query_part(name), _query_part(value)
         if name not in _ALLOWED_PARAMS:
             raise errors.Forbidden(f"Refused to sign: query parameter {name[:40]!r} is not allowed")
         if name in out:
             raise errors.Forbidden(f"Refused to sign: query parameter {name!r} is repeated")
         out[name] = value
     return out
+
+
+def _query_part(raw: str) -> str:
+    return _decode(raw.replace("+", " "))
 
 
 def _checked_key(key: str) -> str:
@@ -347,7 +377,8 @@ def endpoint_hosts(settings: Settings) -> list[tuple[str, int]]:
             out.append(((split.hostname or "").lower(), _port(split)))
     if not out:
         region = settings.s3_region
-        out = [(h, 443) for h in ("s3.amazonaws.com", f"s3.{region}.amazonaws.com", f"s3.dualstack.{region}.amazonaws.com")]
+        names = ("s3.amazonaws.com", f"s3.{region}.amazonaws.com", f"s3.dualstack.{region}.amazonaws.com")
+        out = [(name, 443) for name in names]
     return list(dict.fromkeys(out))
 
 
@@ -384,7 +415,7 @@ class Signer:
             def payload(self, request: Any) -> str:  # noqa: ARG002 - the body stays with the client
                 return payload
 
-        request = AWSRequest(method=req.method.upper(), url=req.uri, headers=dict(p.headers))
+        request = AWSRequest(method=req.method.upper(), url=p.uri, headers=dict(p.headers))
         _ClientPayload(self.credentials(), "s3", self.settings.s3_region).add_auth(request)
         out = {}
         for name, value in request.headers.items():

@@ -75,10 +75,9 @@ async def load_table(namespace: str, table: str, request: Request, state: State)
     if _matches(request.headers.get("if-none-match"), tag):
         return Response(content=None, status_code=304, headers={"ETag": tag})
     raw = file.raw if mode == "all" else file.refs_only
+    config = _table_config(state, request, (ns, name))
     return wire.raw_json_response(
-        wire.load_result(
-            file.location, raw, _table_config(state, request, (ns, name)), await _vended(file, (ns, name), request, state)
-        ),
+        wire.load_result(file.location, raw, config, await _vended(file, (ns, name), request, state)),
         headers={"ETag": tag},
     )
 

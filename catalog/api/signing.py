@@ -52,7 +52,7 @@ async def sign_request(namespace: str, table: str, payload: bytes, request: Requ
         raise errors.BadRequest(f"Malformed request: provider {req.provider[:20]!r} is not signed here")
     sign_req = signing.SignRequest(req.method, req.uri, req.headers, req.body)
     try:
-        planned = signing.plan(sign_req, signer.hosts)
+        planned = signing.plan(sign_req, signer.hosts, signer.settings.s3_remote_signing_bulk_delete)
         privilege = Privilege.READ if planned.access == signing.READ else Privilege.WRITE
         await guard.require(request, [(privilege, authz.entry("table", ns, name))])
         file = state.catalog.load_inline(TABLE, ns, name) or await wire.blocking(state.catalog.load, TABLE, ns, name)
@@ -62,7 +62,7 @@ async def sign_request(namespace: str, table: str, payload: bytes, request: Requ
         raise
     headers: dict[str, Any] = await wire.blocking(signer.sign, sign_req, planned)
     metrics.SIGN_REQUESTS.labels("signed").inc()
-    return wire.raw_json_response(orjson.dumps({"uri": req.uri, "headers": headers}), headers=NO_CACHE)
+    return wire.raw_json_response(orjson.dumps({"uri": planned.uri, "headers": headers}), headers=NO_CACHE)
 
 
 ROUTES = [sign_request]
