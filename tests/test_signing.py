@@ -228,19 +228,20 @@ def test_spark_without_s3_keys_inserts_and_selects_through_signing(signed: Serve
     for key, value in {**conf, "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1"}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    for key, value in conf.items():  # a session that was already running gets the catalog too
-        if key.startswith(f"spark.sql.catalog.{name}"):
-            spark.conf.set(key, value)
-    table = f"{name}.sg.spark_{uuid.uuid4().hex[:6]}"
-    spark.sql(f"CREATE TABLE {table} (id BIGINT, label STRING) USING iceberg")
-    spark.sql(f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
-    spark.sql(f"INSERT INTO {table} VALUES (4, 'd')")
-    assert [tuple(r) for r in spark.sql(f"SELECT id, label FROM {table} ORDER BY id").collect()] == [
-        (1, "a"),
-        (2, "b"),
-        (3, "c"),
-        (4, "d"),
-    ]
+    before = metric(signed, "signed")
+    try:
+        for key, value in conf.items():  # a session that was already running gets the catalog too
+            if key.startswith(f"spark.sql.catalog.{name}"):
+                spark.conf.set(key, value)
+        table = f"{name}.sg.spark_{uuid.uuid4().hex[:6]}"
+        spark.sql(f"CREATE TABLE {table} (id BIGINT, label STRING) USING iceberg")
+        spark.sql(f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+        spark.sql(f"INSERT INTO {table} VALUES (4, 'd')")
+        got = [tuple(r) for r in spark.sql(f"SELECT id, label FROM {table} ORDER BY id").collect()]
+    finally:
+        spark.stop()  # the next module builds its own session
+    assert got == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+    assert metric(signed, "signed") > before  # every S3 request went through the catalog's signer
     bucket, prefix = location_of(signed, table.removeprefix(f"{name}."))
     assert any(k.startswith(prefix + "/data/") for k in bucket_listing(s3))
 
