@@ -183,6 +183,10 @@ and the migration Job, so every replica and the Job see the same URL.
 {{- end }}
 - name: CATALOG_S3_PATH_STYLE_ACCESS
   value: {{ .Values.s3.pathStyleAccess | toString | quote }}
+{{- if .Values.s3.remoteSigning }}
+- name: CATALOG_S3_REMOTE_SIGNING
+  value: "true"
+{{- end }}
 {{- if or .Values.s3.existingSecret (include "iceberg-catalog.chartSecret.s3" .) }}
 {{- $secret := .Values.s3.existingSecret | default (include "iceberg-catalog.secretName" .) }}
 - name: CATALOG_S3_ACCESS_KEY_ID
