@@ -104,10 +104,13 @@ def offered(settings: Settings, delegation: str | None) -> bool:
 def properties_for(settings: Settings, ns: tuple[str, ...], name: str) -> dict[str, str]:
     """The table ``config`` entries that make clients sign through the catalog: Java's S3FileIO
     (``s3.remote-signing-enabled``, ``s3.signer.endpoint`` resolved against the catalog URI) and
-    pyiceberg (its ``S3V4RestSigner`` lives in the fsspec FileIO; PyArrow's cannot sign)."""
+    pyiceberg (its ``S3V4RestSigner`` lives in the fsspec FileIO; PyArrow's cannot sign), and the
+    contract's generic ``signer.endpoint`` for clients that read that one."""
+    endpoint = endpoint_path(settings.prefix, ns, name)
     return {
         "s3.remote-signing-enabled": "true",
-        "s3.signer.endpoint": endpoint_path(settings.prefix, ns, name),
+        "s3.signer.endpoint": endpoint,
+        "signer.endpoint": endpoint,
         "s3.signer": "S3V4RestSigner",
         "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
     }

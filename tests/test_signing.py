@@ -173,6 +173,19 @@ def test_delete_objects_keys_are_confined_and_the_body_hash_is_what_is_signed():
             _plan(garbage)
 
 
+def test_path_style_and_virtual_hosted_requests_name_the_same_bucket_and_key():
+    for uri in ("http://s3.test:9000/b/w/t/a%20b", "http://b.s3.test:9000/w/t/a%20b"):
+        planned = signing.plan(signing.SignRequest("GET", uri, {}), HOSTS)
+        assert (planned.bucket, planned.keys, planned.access) == ("b", ["w/t/a b"], signing.READ)
+        signing.confine(planned, "s3a://b/w/t/")
+    aws = signing.endpoint_hosts(Settings(warehouse="s3://b/w", s3_region="eu-west-1"))
+    planned = signing.plan(signing.SignRequest("PUT", "https://b.s3.eu-west-1.amazonaws.com/w/t/x", {}), aws)
+    assert (planned.bucket, planned.access, planned.payload) == ("b", signing.WRITE, signing.UNSIGNED_PAYLOAD)
+    for uri in ("http://s3.test:9001/b/w/t/x", "http://evil.test:9000/b/w/t/x", "http://b.evil.test:9000/w/t/x"):
+        with pytest.raises(errors.Forbidden):
+            signing.plan(signing.SignRequest("GET", uri, {}), HOSTS)
+
+
 def test_the_query_is_signed_in_its_canonical_spelling():
     req = signing.SignRequest("GET", "http://s3.test:9000/b?prefix=w/t/a%20b+c&list-type=2", {})
     planned = signing.plan(req, HOSTS)
