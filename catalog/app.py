@@ -22,10 +22,11 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from pydantic import ValidationError
 
-from . import delegation, errors, identity, logs, metrics, migrate
+from . import delegation, errors, identity, logs, metrics, migrate, signing
 from .access import Access
 from .api import config as config_api
 from .api import entries, idempotency, management, namespaces, oauth, operations, unserved, wire
+from .api import signing as signing_api
 from .db import create_engine
 from .files import MetadataFiles
 from .purge import client_io_properties
@@ -139,6 +140,7 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
     handlers = [
         *config_api.ROUTES,
         *CATALOG_ROUTES,
+        *signing_api.ROUTES,
         *operations.ROUTES,
         *oauth.ROUTES,
         *management.ROUTES,
@@ -166,7 +168,11 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         threading.Thread(target=_backfill, args=(app.state.catalog,), name="backfill", daemon=True).start()
         app.state.authenticator = authenticator
         app.state.limiter = limiter
-        app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
+        # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
+        signs = settings.s3_remote_signing and signing.is_s3(settings.warehouse)
+        app.state.signer = signing.Signer(settings) if signs else None
+        served = [*CATALOG_ROUTES, *(signing_api.ROUTES if signs else [])]
+        app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(served)))
         app.state.client_io = client_io_properties(settings)
         app.state.table_config = orjson.dumps(app.state.client_io)
         app.state.vendor = delegation.Vendor(settings) if settings.s3_vend_credentials else None

@@ -60,6 +60,12 @@ VENDED_CREDENTIALS = Counter(
     ["access"],
     registry=REGISTRY,
 )
+SIGN_REQUESTS = Counter(
+    "catalog_s3_sign_requests_total",
+    "S3 remote signing requests, by outcome (signed | denied: refused 403 by grants or confinement)",
+    ["outcome"],
+    registry=REGISTRY,
+)
 
 
 class GaugeCollector:

@@ -198,6 +198,21 @@ class Settings(BaseSettings):
             return self.s3_path_style_access
         return self.s3_client_path_style_access
 
+    s3_remote_signing: bool = Field(
+        default=False,
+        description="Offer S3 remote signing (an s3:// warehouse): loadTable tells clients that ask for it "
+        "(X-Iceberg-Access-Delegation: remote-signing, or vended-credentials while s3_vend_credentials is off) to "
+        "have each S3 request signed by the catalog, which signs only requests inside the table's location that "
+        "the caller may make (catalog/signing.py).",
+    )
+
+    s3_remote_signing_bulk_delete: bool = Field(
+        default=False,
+        description="Also sign DeleteObjects (bulk deletes: Java's S3FileIO deleteFiles, used by snapshot expiry "
+        "and orphan removal). Only for stores that check the signed payload hash against the body (AWS S3, MinIO); "
+        "SeaweedFS does not, and a signed bulk delete there could be sent with any keys.",
+    )
+
     # The storage boundary (see catalog/locations.py)
     allowed_locations: str = Field(
         default="",

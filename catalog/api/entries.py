@@ -10,7 +10,7 @@ import orjson
 from litestar import Request, Response, delete, get, head, post
 from litestar.datastructures import State
 
-from .. import authz, delegation, errors
+from .. import authz, delegation, errors, signing
 from ..authz import Privilege, Target
 from ..files import MetadataFile
 from ..service import TABLE, VIEW, Change, Committed, Kind
@@ -330,17 +330,22 @@ async def _delegated(
     location: str, identifier: tuple[tuple[str, ...], str], request: Request, state: State, creating: bool = False
 ) -> tuple[bytes, list[dict] | None]:
     """A table result's ``config`` (JSON) and ``storage-credentials``: the static storage config,
-    plus what ``catalog.delegation`` decides for this request (vended credentials and their refresh
-    route)."""
+    plus the storage access this request gets. Vended credentials when vending is on and the client
+    asks for them (``catalog.delegation``: scoped STS credentials and their refresh route); else the
+    remote-signing settings when signing is on and the client asks for it, or asks for vended
+    credentials the server does not vend (``catalog.signing.offered``); else nothing: the client
+    brings its own storage access."""
     header = request.headers.get("x-iceberg-access-delegation")
-    if state.vendor is None or not delegation.wants_vended(header):
-        return state.table_config, None
-    access = await _access(request, identifier, creating)
-    refresh = delegation.credentials_path(state.prefix, *identifier)
-    found = await wire.blocking(delegation.delegate, state.vendor, header, access, location, refresh)
-    if found is None:
-        return state.table_config, None
-    return orjson.dumps({**state.client_io, **found.config}), found.credentials
+    if state.vendor is not None and delegation.wants_vended(header):
+        access = await _access(request, identifier, creating)
+        refresh = delegation.credentials_path(state.prefix, *identifier)
+        found = await wire.blocking(delegation.delegate, state.vendor, header, access, location, refresh)
+        if found is not None:
+            return orjson.dumps({**state.client_io, **found.config}), found.credentials
+    signer = state.signer
+    if signer is not None and signing.offered(signer.settings, header):
+        return orjson.dumps({**state.client_io, **signing.properties_for(signer.settings, *identifier)}), None
+    return state.table_config, None
 
 
 ROUTES = [

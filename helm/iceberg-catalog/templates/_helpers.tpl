@@ -203,6 +203,10 @@ and the migration Job, so every replica and the Job see the same URL.
 - name: CATALOG_S3_STS_DURATION_SECONDS
   value: {{ .Values.s3.sts.durationSeconds | toString | quote }}
 {{- end }}
+{{- if .Values.s3.remoteSigning }}
+- name: CATALOG_S3_REMOTE_SIGNING
+  value: "true"
+{{- end }}
 {{- if or .Values.s3.existingSecret (include "iceberg-catalog.chartSecret.s3" .) }}
 {{- $secret := .Values.s3.existingSecret | default (include "iceberg-catalog.secretName" .) }}
 - name: CATALOG_S3_ACCESS_KEY_ID
