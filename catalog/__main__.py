@@ -197,7 +197,13 @@ def _serve(settings: Settings) -> int:
         return 0 if server.started else 1
     # Several workers: each writes its metrics into files in a fresh directory that /metrics, in
     # whichever worker serves it, adds up (prometheus-client's multiprocess mode, see metrics.py).
-    shared = tempfile.mkdtemp(prefix="iceberg-catalog-metrics-")
+    try:
+        shared = tempfile.mkdtemp(prefix="iceberg-catalog-metrics-")
+    except OSError as e:
+        raise startup.Refused(
+            f"--workers {settings.workers} needs a writable temporary directory for the workers' metrics: {e} "
+            "(set TMPDIR to one)"
+        ) from e
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = shared
     try:
         Multiprocess(config, sockets=[sock]).run()
