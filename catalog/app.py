@@ -180,7 +180,8 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         engine = create_engine(settings)
-        if settings.is_sqlite or settings.auto_migrate:
+        # `serve` migrated before starting the workers; this covers other ways of running the app.
+        if (settings.is_sqlite or settings.auto_migrate) and not migrate.is_at_head(engine):
             migrate.upgrade(engine)
         storage = create_storage(settings)
         files = MetadataFiles(storage, settings.metadata_cache_bytes)

@@ -21,6 +21,7 @@ import requests
 from catalog import __version__, startup
 from catalog.settings import Settings
 from tests.conftest import ROOT, free_port, start_server
+from tests.test_auth import builtin_token
 from tests.test_commit_engine import append
 from tests.test_commits_http import SCHEMA
 
@@ -149,13 +150,29 @@ def test_risky_settings_warn_and_passwords_are_masked():
 # -- four workers ------------------------------------------------------------------------------
 
 
+AUTH = {
+    "CATALOG_AUTH_REQUIRED": "true",
+    "CATALOG_OAUTH_CLIENTS": "ingest:ingest-secret",
+    "CATALOG_TOKEN_SECRET": "a-test-token-signing-key-of-at-least-32-bytes",
+    "CATALOG_AUTHORIZATION": "none",
+}
+
+
 @pytest.fixture(scope="module")
 def workers4(tmp_path_factory):
-    srv = start_server(
-        tmp_path_factory.mktemp("workers4"), extra_env={"CATALOG_WORKERS": "4", "CATALOG_LOG_LEVEL": "info"}
-    )
+    """Four workers, authentication on (so access lines name the principal)."""
+    env = {"CATALOG_WORKERS": "4", "CATALOG_LOG_LEVEL": "info", **AUTH}
+    srv = start_server(tmp_path_factory.mktemp("workers4"), extra_env=env)
+    deadline = time.monotonic() + 90
+    while srv.log.read_bytes().count(b"Application startup complete") < 4:  # all four serve
+        assert time.monotonic() < deadline, srv.log.read_text()[-3000:]
+        time.sleep(0.2)
     yield srv
     srv.stop()
+
+
+def bearer(server) -> dict[str, str]:
+    return {"Authorization": f"Bearer {builtin_token(server, 'ingest', 'ingest-secret')}", "Connection": "close"}
 
 
 def totals(url: str) -> dict[str, float]:
@@ -182,10 +199,10 @@ COMMITS = 12
 @pytest.fixture(scope="module")
 def committed(workers4):
     """A table created and COMMITS appends, each request on a fresh connection (so spread over the workers)."""
-    url, ns = workers4.url, f"ux_{uuid.uuid4().hex[:8]}"
+    url, ns, headers = workers4.url, f"ux_{uuid.uuid4().hex[:8]}", bearer(workers4)
 
     def call(method: str, path: str, **kw) -> requests.Response:
-        resp = requests.request(method, url + path, timeout=30, headers={"Connection": "close"}, **kw)
+        resp = requests.request(method, url + path, timeout=30, headers=headers, **kw)
         assert resp.status_code == 200, resp.text
         return resp
 
@@ -207,8 +224,9 @@ def test_metrics_are_added_up_across_workers(workers4, committed):
 
 
 def test_every_worker_logs_json_with_access_and_commit_lines(workers4, committed):
-    assert requests.get(f"{workers4.url}/", timeout=10).json()["version"] == __version__
-    assert requests.get(f"{workers4.url}/no/such/route", timeout=10).status_code == 404
+    headers = bearer(workers4)
+    assert requests.get(f"{workers4.url}/", headers=headers, timeout=10).json()["version"] == __version__
+    assert requests.get(f"{workers4.url}/no/such/route", headers=headers, timeout=10).status_code == 404
     for _ in range(3):
         assert requests.get(f"{workers4.url}/health/ready", timeout=10).status_code == 200
     time.sleep(0.5)  # the access line is written after the response
@@ -218,11 +236,12 @@ def test_every_worker_logs_json_with_access_and_commit_lines(workers4, committed
     assert len(started) == 4, [e["message"] for e in entries][:20]
     [summary] = [e for e in entries if e.get("url") == workers4.url]
     assert summary["workers"] == 4 and summary["database"] == workers4.env["CATALOG_DATABASE_URL"]
+    assert summary["auth"] == "on (1 built-in client; authorization: none)"
     access = [e for e in entries if e["logger"] == "catalog.access"]
     commit_route = "/v1/namespaces/{namespace:str}/tables/{table:str}"
     posts = [e for e in access if e["route"] == commit_route and e["method"] == "POST"]
     assert len(posts) == COMMITS and all(e["status"] == 200 and e["request_id"] for e in posts), posts[:2]
-    assert all(isinstance(e["duration_ms"], float) and "principal" not in e for e in posts)  # auth is off
+    assert all(isinstance(e["duration_ms"], float) and e["principal"] == "ingest" for e in posts)
     assert any(e["route"] == "unmatched" and e["status"] == 404 for e in access)
     assert any(e["route"] == "/" and e["status"] == 200 for e in access)
     assert not [e for e in access if e["route"].startswith(("/health", "/metrics"))], "probes are at debug"
