@@ -164,6 +164,9 @@ def _serve(settings: Settings) -> int:
 
     from .connections import BoundedHttpProtocol
 
+    # One process answers /metrics from its own registry; several get a fresh directory below.
+    # (Before anything imports prometheus-client, which reads this variable once.)
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     max_connections = _fit_connections(settings.max_connections)
     # The protocol reads its limits from the environment in each worker process: pass the lowered cap.
     os.environ["CATALOG_MAX_CONNECTIONS"] = str(max_connections)
@@ -191,7 +194,6 @@ def _serve(settings: Settings) -> int:
     )
     startup.announce(settings)
     if settings.workers == 1:
-        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # one process: its own registry (metrics.py)
         server = uvicorn.Server(config)
         server.run(sockets=[sock])
         return 0 if server.started else 1
