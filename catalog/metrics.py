@@ -16,6 +16,7 @@ moving for ``commit_max_attempts`` rebases).
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -120,9 +121,23 @@ def exposition() -> bytes:
     if not MULTIPROCESS:
         return generate_latest(REGISTRY)
     GAUGES.publish()  # this worker's gauges as of now; the others' as of their last publication
+    _forget_dead_workers()
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
     return generate_latest(registry)
+
+
+def _forget_dead_workers() -> None:
+    """A worker that died without shutting down (killed, crashed; uvicorn starts another) left its
+    live gauges behind: drop them, so the sums are over the workers that are alive."""
+    for path in glob.glob(os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], "gauge_live*_*.db")):
+        try:
+            pid = int(os.path.basename(path).rsplit("_", 1)[1].removesuffix(".db"))
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            multiprocess.mark_process_dead(pid)
+        except (ValueError, OSError):  # not ours to judge (another user's pid, a stray file)
+            continue
 
 
 def process_exited() -> None:
