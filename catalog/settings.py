@@ -31,7 +31,7 @@ class Settings(BaseSettings):
         description="Where new tables live: a local directory or s3://bucket/prefix.",
     )
     host: str = "127.0.0.1"
-    port: int = 8181
+    port: int = Field(default=8181, ge=1, le=65535)
     workers: int = Field(default=1, ge=1, description="Server processes (uvicorn workers).")
     prefix: str = Field(
         default="",

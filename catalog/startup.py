@@ -12,6 +12,7 @@ CLI prints the traceback too.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import socket
@@ -201,16 +202,14 @@ def listen(settings: Settings) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((settings.host, settings.port))
-    except OSError as e:
+    except (OSError, UnicodeError) as e:  # in use, not an address of this host, a name that does not resolve
         sock.close()
-        reason = e.strerror or str(e)
-        raise Refused(
-            f"cannot listen on {settings.host}:{settings.port}: {reason} (CATALOG_HOST / --host, "
-            "CATALOG_PORT / --port; another server already running there?)"
-        ) from e
-    except (socket.gaierror, UnicodeError) as e:
-        sock.close()
-        raise Refused(f"CATALOG_HOST (--host): cannot listen on {settings.host!r}: {e}") from e
+        reason = getattr(e, "strerror", None) or str(e)
+        hint = {
+            errno.EADDRINUSE: "another server is running there; pick another CATALOG_PORT / --port",
+            errno.EACCES: "ports below 1024 need privileges; pick another CATALOG_PORT / --port",
+        }.get(getattr(e, "errno", None), "CATALOG_HOST / --host must be an address of this machine")
+        raise Refused(f"cannot listen on {settings.host}:{settings.port}: {reason} ({hint})") from e
     sock.set_inheritable(True)
     return sock
 
