@@ -246,7 +246,8 @@ def _unreachable(settings: Settings, e: Exception) -> str:
     """``cannot use the database at host:port (CATALOG_DATABASE_URL): <the driver's first line>``."""
     orig = getattr(e, "orig", None) or e
     reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-    reason = reason.rsplit(" failed: ", 1)[-1]  # psycopg: 'connection to server at "h", port p failed: <why>'
+    # psycopg: 'connection to server at "h", port p failed: FATAL:  <why>'
+    reason = reason.rsplit(" failed: ", 1)[-1].removeprefix("FATAL:").strip()
     parsed = make_url(settings.database_url)
     if settings.is_sqlite:
         where = str(sqlite_path(settings) or parsed.database)
