@@ -526,6 +526,7 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def _doctor_checks(settings: Any) -> Iterator[_Check]:
+    from . import startup
     from .identity import ConfigurationError, check_settings
 
     warnings: list[str] = []
@@ -542,17 +543,8 @@ def _doctor_checks(settings: Any) -> Iterator[_Check]:
     finally:
         if engine is not None:
             engine.dispose()
-    for warning in [*warnings, *risky_settings(settings)]:
+    for warning in [*warnings, *startup.risky(settings)]:
         yield _Check("settings", None, warning, warning=True)
-
-
-def _masked(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - unparsable: say so without echoing a password
-        return "<unparsable URL>"
 
 
 def _sqlite_path(url: str) -> str | None:
@@ -563,10 +555,10 @@ def _sqlite_path(url: str) -> str | None:
 
 
 def _database_checks(settings: Any) -> tuple[Any, list[_Check]]:
-    from . import migrate
+    from . import migrate, startup
     from .db import create_engine
 
-    where = _masked(settings.database_url)
+    where = startup.masked(settings.database_url)
     try:
         if settings.is_sqlite:
             path = _sqlite_path(settings.database_url)
@@ -587,7 +579,7 @@ def _database_checks(settings: Any) -> tuple[Any, list[_Check]]:
         return None, [_Check("database", False, f"cannot connect to {where}: {_first_line(e)}")]
     checks = [_Check("database", True, f"reachable: {where}")]
     try:
-        current, heads = migrate.revisions(engine)
+        current, heads = migrate.current(engine), migrate.heads()
     except Exception as e:  # noqa: BLE001
         checks.append(_Check("migrations", False, f"cannot read the schema revision: {_first_line(e)}"))
     else:
@@ -698,48 +690,6 @@ def _parse_http_date(value: str) -> float | None:
         return parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError):
         return None
-
-
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def risky_settings(settings: Any) -> list[str]:
-    """Settings that work but are likely not what the operator wants: one sentence each."""
-    found = []
-    if settings.is_sqlite:
-        from sqlalchemy.engine import make_url
-
-        try:
-            database = make_url(settings.database_url).database or ""
-        except Exception:  # noqa: BLE001
-            database = ""
-        if database and database != ":memory:" and not os.path.isabs(database):
-            found.append(
-                f"CATALOG_DATABASE_URL is a relative SQLite path ({database}): it resolves against the working "
-                f"directory ({os.getcwd()}), so starting elsewhere gives another, empty catalog"
-            )
-    warehouse = settings.warehouse
-    if not warehouse.startswith(("s3://", "s3a://", "file://", "/", "~")):
-        found.append(
-            f"CATALOG_WAREHOUSE is a relative path ({warehouse}): it resolves against the working directory "
-            f"({os.getcwd()})"
-        )
-    if not settings.auth_required and settings.host not in _LOOPBACK:
-        found.append(
-            f"authentication is off (CATALOG_AUTH_REQUIRED=false) and the server listens on {settings.host}: "
-            "anyone who reaches the port can create, change and drop tables"
-        )
-    endpoint = settings.s3_endpoint or ""
-    if warehouse.startswith(("s3://", "s3a://")) and endpoint.startswith("http://"):
-        host = endpoint.removeprefix("http://").split("/")[0].rsplit(":", 1)[0]
-        if host not in _LOOPBACK:
-            found.append(
-                f"CATALOG_S3_ENDPOINT is plain http ({endpoint}): keys' signatures and data cross the network "
-                "unencrypted"
-            )
-    if settings.s3_vend_credentials and not settings.auth_required:
-        found.append("CATALOG_S3_VEND_CREDENTIALS is on without authentication: anyone may ask for S3 credentials")
-    return found
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# What CATALOG_DATABASE_URL accepts, said in every refusal of it.
+DATABASE_URL_FORMS = (
+    "sqlite:///relative/path.db, sqlite:////absolute/path.db, or postgresql://user:password@host:5432/dbname "
+    "(postgres:// and postgresql+psycopg:// are the same)"
+)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 class Settings(BaseSettings):
@@ -24,13 +31,13 @@ class Settings(BaseSettings):
         description="Where new tables live: a local directory or s3://bucket/prefix.",
     )
     host: str = "127.0.0.1"
-    port: int = 8181
+    port: int = Field(default=8181, ge=1, le=65535)
     workers: int = Field(default=1, ge=1, description="Server processes (uvicorn workers).")
     prefix: str = Field(
         default="",
         description="Advertised URL prefix (overrides.prefix). Requests are accepted with or without one.",
     )
-    log_level: str = "info"
+    log_level: str = Field(default="info", description="debug, info, warning, error or critical.")
     log_format: str = Field(default="json", pattern="^(json|text)$", description="json: one object per line.")
 
     # Limits: what one client can hold (README "Limits" says what happens when each is hit)
@@ -234,6 +241,18 @@ class Settings(BaseSettings):
         "store cannot take every thread: loads of cached tables, namespace routes and health stay served.",
     )
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, url: str) -> str:
+        return normalise_database_url(url)
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, level: str) -> str:
+        if level.lower() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return level.lower()
+
     @property
     def allowed_location_list(self) -> list[str]:
         return [p.strip() for p in self.allowed_locations.split(",") if p.strip()]
@@ -241,3 +260,16 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+def normalise_database_url(url: str) -> str:
+    """The SQLAlchemy URL of a database this server runs on: SQLite, or PostgreSQL through psycopg 3
+    (``postgres://`` and ``postgresql://``, as other tools write them, are rewritten to it)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgres", "postgresql", "postgresql+psycopg") and rest:
+        return f"postgresql+psycopg://{rest}"
+    if sep and scheme == "sqlite":
+        return url
+    # The value may hold a password: it is not repeated (a "url" that is not one is shown, cut short).
+    shown = f"{scheme}://..." if sep else repr(url[:40])
+    raise ValueError(f"unsupported database URL {shown}; accepted: {DATABASE_URL_FORMS}")
