@@ -208,7 +208,7 @@ def test_doctor_passes_on_a_healthy_configuration(lake, capsys, monkeypatch) -> 
     # Risky settings are named, and fail the run only with --strict.
     env = {k: server.env[k] for k in ("CATALOG_DATABASE_URL", "CATALOG_WAREHOUSE")}
     status, out = doctor(capsys, monkeypatch, {**env, "CATALOG_HOST": "0.0.0.0"}, "--strict")
-    assert status == 1 and "! settings: authentication is off" in out
+    assert status == 1 and "! settings: CATALOG_AUTH_REQUIRED is false" in out
 
 
 def test_doctor_fails_on_an_unwritable_warehouse(lake, tmp_path, capsys, monkeypatch) -> None:
