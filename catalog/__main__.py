@@ -59,10 +59,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"iceberg-catalog: configuration error: {line}", file=sys.stderr)
         return 2
     logs.configure(settings.log_level, settings.log_format)
-    if args.command == "migrate":
-        return _migrate(settings, args.revision, args.downgrade, args.yes)
-    if args.command == "grants":
-        return _grants(settings, args)
+    if args.command in ("migrate", "grants"):
+        import sqlalchemy.exc
+
+        try:
+            if args.command == "migrate":
+                return _migrate(settings, args.revision, args.downgrade, args.yes)
+            return _grants(settings, args)
+        except sqlalchemy.exc.OperationalError as e:  # the database cannot be reached: one line, like serve
+            _traceback_if_debug()
+            print(f"iceberg-catalog: {startup.unreachable(settings, e)}", file=sys.stderr)
+            return 2
     from .identity import ConfigurationError, check_settings
 
     try:

@@ -240,14 +240,14 @@ def prepare_database(settings: Settings) -> None:
                 ", ".join(sorted(migrate.heads())),
             )
     except sqlalchemy.exc.DBAPIError as e:
-        raise Refused(_unreachable(settings, e)) from e
+        raise Refused(unreachable(settings, e)) from e
     except Exception as e:
         raise Refused(f"database migration failed ({masked(settings.database_url)}, CATALOG_DATABASE_URL): {e}") from e
     finally:
         engine.dispose()
 
 
-def _unreachable(settings: Settings, e: Exception) -> str:
+def unreachable(settings: Settings, e: Exception) -> str:
     """``cannot use the database at host:port (CATALOG_DATABASE_URL): <the driver's first line>``."""
     orig = getattr(e, "orig", None) or e
     reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
