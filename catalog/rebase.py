@@ -337,10 +337,12 @@ class _ListWriterV3(ManifestListWriter):
     as v2, and every data manifest without a ``first_row_id`` gets the next row ids, which advance by
     its existing + added rows."""
 
-    def __init__(self, out: OutputFile, snapshot_id: int, parent: int, sequence: int, first_row_id: int, codec: str):
+    def __init__(
+        self, out: OutputFile, snapshot_id: int, parent: int | None, sequence: int, first_row_id: int, codec: str
+    ):
         meta = {
             "snapshot-id": str(snapshot_id),
-            "parent-snapshot-id": str(parent),
+            "parent-snapshot-id": str(parent) if parent is not None else "null",
             "sequence-number": str(sequence),
             "first-row-id": str(first_row_id),
             "format-version": "3",
