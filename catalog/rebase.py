@@ -199,7 +199,7 @@ class Rebaser:
             raise Refused("the manifests it keeps are not its parent's")
         for manifest in new:
             self._check_entries(manifest, c.snapshot, base)
-        head = self._manifests(_owned(c.head.get("manifest-list"), base)) if c.head.get("manifest-list") else ()
+        head = self._manifests(_owned(c.head.get("manifest-list"), base))  # v1's inline lists: refused
         sequence = base.get("last-sequence-number", 0) + 1
         location = f"{client_list.rsplit('/', 1)[0]}/snap-{snapshot_id}-rebased-{uuid.uuid4()}.avro"
         codec = (base.get("properties") or {}).get("write.avro.compression-codec", "gzip")

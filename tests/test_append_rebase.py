@@ -349,6 +349,7 @@ def test_refusals_are_the_original_409(local, caplog):
     """Existing entries, a manifest list outside the table, another failing requirement, a branch that
     went back: each a 409 naming the moved branch, with nothing written."""
     from catalog import errors
+    from catalog.service import TABLE, Change
 
     base = commit(local, "t", *client_append(new_table(local, "t"), 1, 1))
     commit(local, "t", *client_append(base, 2, 1))  # main moves on
@@ -357,7 +358,11 @@ def test_refusals_are_the_original_409(local, caplog):
     wrong_schema[0].append({"type": "assert-current-schema-id", "current-schema-id": 7})
     outside = client_append(base, 5, 1)
     outside[1][0]["snapshot"]["manifest-list"] = "file:///etc/passwd"
+    in_transaction = client_append(base, 6, 1)
+    new_table(local, "u")
     before = sorted(p.name for p in _metadata_dir(local, "t").iterdir())
+    with pytest.raises(errors.RequirementFailed):  # a multi-table transaction may rely on what it read
+        local.commit([Change(TABLE, ("n",), "t", *in_transaction), Change(TABLE, ("n",), "u")])
     cases = [(merged, "existing or deleted entries"), (wrong_schema, None), (outside, "outside the table's location")]
     for (requirements, updates), reason in cases:
         caplog.clear()
