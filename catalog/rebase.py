@@ -66,6 +66,8 @@ log = logging.getLogger("catalog.rebase")
 PROPERTY = "catalog.append-rebase.enabled"
 # The most manifests one rebased append may add (each is read to check its entries).
 MAX_NEW_MANIFESTS = 32
+# Manifest lists are cached parsed (they never change): the bound, in manifests across all lists.
+CACHED_MANIFESTS = 50_000
 # How far back (in the snapshots list) the client's parent may lie behind the branch's head.
 MAX_DISTANCE = 10_000
 TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added - removed
@@ -177,10 +179,11 @@ def _is_int(value: Any) -> bool:
 class Rebaser:
     """Reads and writes manifest lists through the server's storage (confined, size-capped)."""
 
-    def __init__(self, storage: Storage, cache_entries: int = 64) -> None:
+    def __init__(self, storage: Storage, cache_manifests: int = CACHED_MANIFESTS) -> None:
         self.storage = storage
         self._cache: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
-        self._size = cache_entries
+        self._budget = cache_manifests  # the entries' manifests, in all (about 1 KB of memory each)
+        self._held = 0
         self._lock = threading.Lock()
 
     def rebuild(self, c: Candidate, base: dict, now_ms: int) -> Rebased:
@@ -209,6 +212,7 @@ class Rebaser:
         with writer:
             writer.add_manifests([_unassigned(m, version) for m in new] + [_fresh(m, version) for m in head])
         self.storage.write_new(location, out.value)
+        self._remember(location, self._parse(location, out.value))  # the next rebase builds on it
         snapshot = {
             **c.snapshot,
             "parent-snapshot-id": c.head["snapshot-id"],
@@ -255,19 +259,30 @@ class Rebaser:
             if hit is not None:
                 self._cache.move_to_end(location)
                 return hit
-        raw = self.storage.read(location)
+        manifests = self._parse(location, self.storage.read(location))
+        self._remember(location, manifests)
+        return manifests
+
+    @staticmethod
+    def _parse(location: str, raw: bytes) -> tuple[ManifestFile, ...]:
         with AvroFile[ManifestFile](
             _Bytes(location, raw),
             MANIFEST_LIST_FILE_SCHEMAS[3],
             read_types={-1: ManifestFile, 508: PartitionFieldSummary},
             read_enums={517: ManifestContent},
         ) as reader:
-            manifests = tuple(reader)
+            return tuple(reader)
+
+    def _remember(self, location: str, manifests: tuple[ManifestFile, ...]) -> None:
+        if len(manifests) > self._budget:
+            return
         with self._lock:
+            previous = self._cache.pop(location, None)
+            self._held -= len(previous) if previous is not None else 0
+            while self._cache and self._held + len(manifests) > self._budget:
+                self._held -= len(self._cache.popitem(last=False)[1])
             self._cache[location] = manifests
-            while len(self._cache) > self._size:
-                self._cache.popitem(last=False)
-        return manifests
+            self._held += len(manifests)
 
 
 def _check_counts(m: ManifestFile, snapshot: dict, version: int) -> None:
