@@ -31,7 +31,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import errors, metrics, rebase
+from . import errors, grouping, metrics, rebase
 from .files import MetadataFile, MetadataFiles, next_location
 from .metadata import tables, views
 from .ownership import Ownership
@@ -116,12 +116,17 @@ class CommitEngine:
         self.files = files
         self.ownership = ownership
         self.rebaser = rebase.Rebaser(files.storage)
+        self.groups = grouping.GroupCommitter(self)
         self._locks = [threading.Lock() for _ in range(_LOCKS)]
 
     def commit(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome:
         """Apply ``changes`` atomically: every pointer moves, or none does. ``key``: the request's
         Idempotency-Key record, written in the CAS transaction (its ``metadata_location`` is filled
         in with the first change's new file)."""
+        if self.groups.eligible(changes, key):
+            grouped = self.groups.commit(changes[0])
+            if grouped is not None:
+                return grouped
         kind = changes[0].kind.name if len(changes) == 1 else "transaction"
         start = time.perf_counter()
         try:
@@ -389,6 +394,12 @@ class CommitEngine:
             self.files.delete(location)
         except Exception:  # noqa: BLE001 - an orphan file is harmless; never mask the real outcome
             log.warning("could not delete uncommitted file %s", location)
+
+    def _housekeeping(
+        self, change: Change, entry: Entry, base: MetadataFile, written: MetadataFile, location: str
+    ) -> None:
+        """What follows a landed group commit (``catalog.grouping``), as ``_won`` does for one."""
+        self._delete_dropped_files(_Staged(change, entry, base, written, location))
 
     def _delete_dropped_files(self, one: _Staged) -> None:
         """``write.metadata.delete-after-commit.enabled``: delete the previous metadata files that

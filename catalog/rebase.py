@@ -34,10 +34,13 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyiceberg.avro.decoder import new_decoder
 from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.avro.resolver import resolve_reader
 from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
@@ -68,6 +71,8 @@ PROPERTY = "catalog.append-rebase.enabled"
 MAX_NEW_MANIFESTS = 32
 # Manifest lists are cached parsed (they never change): the bound, in manifests across all lists.
 CACHED_MANIFESTS = 50_000
+# Avro readers kept, one per (file schema, read schema): a table's manifests share one schema.
+READERS = 256
 # How far back (in the snapshots list) the client's parent may lie behind the branch's head.
 MAX_DISTANCE = 10_000
 TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added - removed
@@ -109,6 +114,22 @@ class Rebased:
 def enabled(base: dict, default: bool) -> bool:
     value = (base.get("properties") or {}).get(PROPERTY)
     return default if value is None else str(value).strip().lower() == "true"
+
+
+def append_shaped(updates: Sequence[Any]) -> bool:
+    """``add-snapshot`` of an append + ``set-snapshot-ref`` of a branch to it: what group commit takes."""
+    if len(updates) != 2 or not all(isinstance(u, dict) for u in updates):
+        return False
+    add, ref = updates
+    snapshot = add.get("snapshot")
+    return (
+        add.get("action") == "add-snapshot"
+        and ref.get("action") == "set-snapshot-ref"
+        and isinstance(snapshot, dict)
+        and isinstance(snapshot.get("summary"), dict)
+        and snapshot["summary"].get("operation") == "append"
+        and ref.get("snapshot-id") == snapshot.get("snapshot-id")
+    )
 
 
 def candidate(requirements: list[dict], updates: list[dict], base: dict, default: bool) -> Candidate | None:
@@ -209,10 +230,11 @@ class Rebaser:
         out = _Buffer(location)
         first_row_id = base.get("next-row-id", 0)
         writer = _writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
-        with writer:
-            writer.add_manifests([_unassigned(m, version) for m in new] + [_fresh(m, version) for m in head])
+        records = [_renumbered(m, version, sequence) for m in new] + [_fresh(m, version) for m in head]
+        with writer:  # assigns the v3 first_row_ids in place
+            writer.add_manifests(records)
         self.storage.write_new(location, out.value)
-        self._remember(location, self._parse(location, out.value))  # the next rebase builds on it
+        self._remember(location, tuple(records))  # as written: the next rebase builds on it
         snapshot = {
             **c.snapshot,
             "parent-snapshot-id": c.head["snapshot-id"],
@@ -232,11 +254,9 @@ class Rebaser:
         """Its entries: only ADDED data files of this snapshot that inherit sequence numbers and row ids."""
         raw = self.storage.read(_owned(m.manifest_path, base))
         entries = 0
-        with AvroFile[ManifestEntry](
+        with _AvroFile(
             _Bytes(m.manifest_path, raw),
-            MANIFEST_ENTRY_SCHEMAS[3],
-            read_types={-1: ManifestEntry, 2: DataFile},
-            read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+            *_ENTRY_READ,
         ) as reader:
             for entry in reader:
                 entries += 1
@@ -265,11 +285,9 @@ class Rebaser:
 
     @staticmethod
     def _parse(location: str, raw: bytes) -> tuple[ManifestFile, ...]:
-        with AvroFile[ManifestFile](
+        with _AvroFile(
             _Bytes(location, raw),
-            MANIFEST_LIST_FILE_SCHEMAS[3],
-            read_types={-1: ManifestFile, 508: PartitionFieldSummary},
-            read_enums={517: ManifestContent},
+            *_LIST_READ,
         ) as reader:
             return tuple(reader)
 
@@ -328,11 +346,12 @@ def _fresh(m: ManifestFile, version: int) -> ManifestFile:
     return ManifestFile(*(m._data if version >= 3 else m._data[:FIRST_ROW_ID]))
 
 
-def _unassigned(m: ManifestFile, version: int) -> ManifestFile:
-    """A new manifest as the client's writer saw it: sequence numbers (and row ids) to be assigned."""
+def _renumbered(m: ManifestFile, version: int, sequence: int) -> ManifestFile:
+    """A new manifest with the rebased commit's sequence number (its entries inherit it; checked)
+    and, v3, no row ids yet: the list writer assigns them."""
     fresh = _fresh(m, version)
     if version >= 2:
-        fresh.sequence_number = fresh.min_sequence_number = UNASSIGNED_SEQ
+        fresh.sequence_number = fresh.min_sequence_number = sequence
     if version >= 3:
         fresh._data[FIRST_ROW_ID] = None
     return fresh
@@ -388,6 +407,46 @@ class _ListWriterV3(ManifestListWriter):
             m._data[FIRST_ROW_ID] = self.next_row_id
             self.next_row_id += m.existing_rows_count + m.added_rows_count
         return m
+
+
+# How manifest lists and manifests are read (constants: their identity keys the reader cache).
+_LIST_READ = (
+    MANIFEST_LIST_FILE_SCHEMAS[3],
+    {-1: ManifestFile, 508: PartitionFieldSummary},
+    {517: ManifestContent},
+)
+_ENTRY_READ = (
+    MANIFEST_ENTRY_SCHEMAS[3],
+    {-1: ManifestEntry, 2: DataFile},
+    {0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+)
+
+
+class _AvroFile(AvroFile[Any]):
+    """pyiceberg's Avro reader, reusing the reader it builds for a file schema it has seen: every
+    manifest of a table shares one schema, and building the reader (parsing the header's schema and
+    resolving it against the read schema) costs more than decoding a small file."""
+
+    __slots__ = ()
+    _readers: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
+    _lock = threading.Lock()
+
+    def __enter__(self) -> _AvroFile:
+        with self.input_file.open() as f:
+            self.decoder = new_decoder(f.read())
+        self.header = self._read_header()
+        key = (self.header.meta.get("avro.schema"), id(self.read_schema), id(self.read_types), id(self.read_enums))
+        with self._lock:
+            hit = self._readers.get(key)
+        if hit is None:
+            schema = self.header.get_schema()
+            hit = (schema, resolve_reader(schema, self.read_schema, self.read_types, self.read_enums))
+            with self._lock:
+                self._readers[key] = hit
+                while len(self._readers) > READERS:
+                    self._readers.popitem(last=False)
+        self.schema, self.reader = hit
+        return self
 
 
 class _Bytes(InputFile):
