@@ -437,3 +437,69 @@ def _metadata_dir(cat, name: str):
     from catalog.service import TABLE
 
     return Path(cat.load(TABLE, ("n",), name).data["location"].removeprefix("file://")) / "metadata"
+
+
+def test_queued_appends_land_as_one_group(local):
+    """Eight appends queue while the table's lock is held (as behind a commit in flight): the first
+    lands alone (it did not wait), the other seven, one of them a merged manifest, land as ONE
+    metadata file and ONE swap; the merged one alone gets its 409, each other member is answered with
+    that file, which holds its snapshot; the snapshot log keeps every snapshot in order."""
+    from catalog import errors, metrics
+    from catalog.service import TABLE, Change
+
+    base = commit(local, "g", *client_append(new_table(local, "g"), 1, 1))
+    appends = [client_append(base, 10 + i, 1, existing_files_count=1 if i == 4 else 0) for i in range(8)]
+    groups = local.engine.groups
+    sizes = metrics.GROUP_COMMIT_SIZE.collect()[0].samples
+    before = {s.labels.get("le"): s.value for s in sizes if s.name.endswith("_bucket")}
+    results: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        try:
+            results[i] = local.commit([Change(TABLE, ("n",), "g", *appends[i])]).files[0]
+        except errors.IcebergError as e:
+            results[i] = e
+
+    change = Change(TABLE, ("n",), "g")
+    with local.engine._serialised([change]):
+        first = threading.Thread(target=run, args=(0,))
+        first.start()
+        key = (("n",), "g")
+        _wait_for(lambda: key in groups._tables and groups._tables[key].leading and not groups._tables[key].queue)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(1, 8)]
+        for t in threads:
+            t.start()
+        _wait_for(lambda: len(groups._tables[key].queue) == 7)
+    for t in [first, *threads]:
+        t.join(30)
+    assert isinstance(results[4], errors.RequirementFailed)
+    landed = [results[i] for i in range(8) if i != 4]
+    assert len({f.location for f in landed[1:]}) == 1 and landed[0].location != landed[1].location
+    for i, file in zip([0, 1, 2, 3, 5, 6, 7], landed, strict=True):
+        assert 10 + i in {s["snapshot-id"] for s in file.data["snapshots"]}
+    final = local.load(TABLE, ("n",), "g").data  # the group's members in their order of arrival:
+    by_id = {s["snapshot-id"]: s for s in final["snapshots"]}
+    chain = [final["current-snapshot-id"]]
+    while by_id[chain[-1]].get("parent-snapshot-id") is not None:
+        chain.append(by_id[chain[-1]]["parent-snapshot-id"])
+    chain.reverse()
+    assert chain[:2] == [1, 10] and sorted(chain[2:]) == [11, 12, 13, 15, 16, 17]
+    assert [e["snapshot-id"] for e in final["snapshot-log"]] == chain
+    assert [by_id[i]["sequence-number"] for i in chain] == list(range(1, 9))
+    assert len(final["metadata-log"]) == len(base["metadata-log"]) + 2  # two files: the lone one, the group
+    after = {
+        s.labels.get("le"): s.value
+        for s in metrics.GROUP_COMMIT_SIZE.collect()[0].samples
+        if s.name.endswith("_bucket")
+    }
+    assert after["8.0"] - after["4.0"] == before["8.0"] - before["4.0"] + 1  # one group of 6 (5 to 8)
+    assert after["1.0"] == before["1.0"] + 1  # and the lone commit
+
+
+def _wait_for(condition, timeout: float = 10) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
