@@ -16,11 +16,13 @@ import pytest
 import requests
 from pyiceberg.exceptions import CommitFailedException
 
+from tests import test_spark
 from tests.conftest import start_server
 from tests.test_concurrency import _counter
 from tests.test_tables import SCHEMA, rows
 
 NO_CLIENT_RETRY = {"commit.retry.num-retries": "0"}
+spark = test_spark.spark  # the module's Spark session (tests/test_spark.py's fixture), only for the spark test
 REBASE = {**NO_CLIENT_RETRY, "catalog.append-rebase.enabled": "true"}
 
 
@@ -503,3 +505,41 @@ def _wait_for(condition, timeout: float = 10) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.005)
+
+
+# --- Spark: Java's MergeAppend through the rebase ---------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_spark_concurrent_inserts_land_without_409(spark, server):
+    """Concurrent INSERTs from four threads of one Spark session, with Iceberg's own retry off
+    (``commit.retry.num-retries=0``: a 409 fails the INSERT) and rebase on: every INSERT lands once,
+    and Java's manifest lists (MergeAppend, sequence numbers and row ids inherited) were rebased."""
+    lake = test_spark.register_catalog(spark, server)
+    table = f"{lake}.sp_{uuid.uuid4().hex[:8]}.hot"
+    spark.sql(f"CREATE NAMESPACE {table.rsplit('.', 1)[0]}")
+    test_spark.create_events(spark, table, **{"commit.retry.num-retries": "0", "catalog.append-rebase.enabled": "true"})
+    test_spark.insert_events(spark, table, range(-1, 0))  # main exists: a first append is never rebased
+    before = _counter(server.url, "catalog_commit_append_rebase_total")
+    threads, inserts = 4, 2
+    barrier = threading.Barrier(threads)
+
+    def insert(t: int) -> None:
+        barrier.wait()
+        for i in range(inserts):
+            test_spark.insert_events(spark, table, range(100 * t + 10 * i, 100 * t + 10 * i + 2))
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(insert, range(threads)))
+    ids = sorted(r[0] for r in spark.sql(f"SELECT id FROM {table}").collect())
+    assert ids == sorted(
+        [-1, *(100 * t + 10 * i + k for t in range(threads) for i in range(inserts) for k in range(2))]
+    )
+    history = spark.sql(f"SELECT snapshot_id, parent_id FROM {table}.history").collect()
+    parents = {r[0]: r[1] for r in history}
+    head, length = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC").first()[0], 0
+    while head is not None:
+        head, length = parents.get(head), length + 1
+    assert length == 1 + threads * inserts == len(parents)  # one linear chain
+    assert _counter(server.url, "catalog_commit_append_rebase_total") > before
