@@ -182,9 +182,6 @@ def test_a_manifest_list_outside_the_table_is_refused(server, ns, http):
         assert not [n for n in os.listdir(directory) if "rebased" in n]
 
 
-_ = requests
-
-
 # --- in process: hand-built appends (pyiceberg's Avro writers), v3 row ids, a lost CAS ----------------
 
 IN_SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -512,14 +509,16 @@ def _wait_for(condition, timeout: float = 10) -> None:
 
 @pytest.mark.spark
 @pytest.mark.timeout(900)
-def test_spark_concurrent_inserts_land_without_409(spark, server):
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_spark_concurrent_inserts_land_without_409(spark, server, version):
     """Concurrent INSERTs from four threads of one Spark session, with Iceberg's own retry off
     (``commit.retry.num-retries=0``: a 409 fails the INSERT) and rebase on: every INSERT lands once,
     and Java's manifest lists (MergeAppend, sequence numbers and row ids inherited) were rebased."""
     lake = test_spark.register_catalog(spark, server)
     table = f"{lake}.sp_{uuid.uuid4().hex[:8]}.hot"
     spark.sql(f"CREATE NAMESPACE {table.rsplit('.', 1)[0]}")
-    test_spark.create_events(spark, table, **{"commit.retry.num-retries": "0", "catalog.append-rebase.enabled": "true"})
+    props = {"format-version": version, "commit.retry.num-retries": "0", "catalog.append-rebase.enabled": "true"}
+    test_spark.create_events(spark, table, **props)
     test_spark.insert_events(spark, table, range(-1, 0))  # main exists: a first append is never rebased
     before = _counter(server.url, "catalog_commit_append_rebase_total")
     threads, inserts = 4, 2
@@ -543,3 +542,17 @@ def test_spark_concurrent_inserts_land_without_409(spark, server):
         head, length = parents.get(head), length + 1
     assert length == 1 + threads * inserts == len(parents)  # one linear chain
     assert _counter(server.url, "catalog_commit_append_rebase_total") > before
+    if version == "3":  # row lineage: every row its own _row_id, the snapshots' ranges back to back
+        spark.conf.set("spark.sql.iceberg.vectorization.enabled", "false")  # see tests/test_v3.py
+        try:
+            row_ids = [r[0] for r in spark.sql(f"SELECT _row_id FROM {table}").collect()]
+        finally:
+            spark.conf.unset("spark.sql.iceberg.vectorization.enabled")
+        assert len(set(row_ids)) == len(row_ids) == len(ids)
+        namespace, name = table.split(".", 1)[1].split(".")
+        meta = requests.get(f"{server.url}/v1/namespaces/{namespace}/tables/{name}", timeout=30).json()["metadata"]
+        ordered = sorted(meta["snapshots"], key=lambda s: s["sequence-number"])
+        assert [s["first-row-id"] for s in ordered] == [
+            sum(s["added-rows"] for s in ordered[:i]) for i in range(len(ordered))
+        ]
+        assert meta["next-row-id"] == sum(s["added-rows"] for s in ordered)
