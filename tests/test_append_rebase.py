@@ -556,3 +556,56 @@ def test_spark_concurrent_inserts_land_without_409(spark, server, version):
             sum(s["added-rows"] for s in ordered[:i]) for i in range(len(ordered))
         ]
         assert meta["next-row-id"] == sum(s["added-rows"] for s in ordered)
+
+
+def test_what_qualifies_for_a_rebase():
+    """``candidate`` on the commit's JSON alone: only a pure append whose branch moved forward from
+    its parent, with every other requirement holding."""
+    from catalog import rebase
+
+    snapshots = [{"snapshot-id": i, **({"parent-snapshot-id": i - 1} if i > 1 else {})} for i in (1, 2, 3)]
+    snapshots.append({"snapshot-id": 9, "parent-snapshot-id": 1})  # a side branch "b" off snapshot 1
+    base = {
+        "format-version": 2,
+        "table-uuid": "u",
+        "properties": {},
+        "snapshots": snapshots,
+        "refs": {"main": {"snapshot-id": 3, "type": "branch"}, "b": {"snapshot-id": 9, "type": "branch"}},
+        "current-snapshot-id": 3,
+    }
+
+    def commit(parent=1, branch="main", operation="append", expected="parent", extra=(), ref_type="branch"):
+        snapshot = {"snapshot-id": 50, "parent-snapshot-id": parent, "summary": {"operation": operation}}
+        requirements = [
+            {"type": "assert-table-uuid", "uuid": "u"},
+            {
+                "type": "assert-ref-snapshot-id",
+                "ref": branch,
+                "snapshot-id": parent if expected == "parent" else expected,
+            },
+        ]
+        updates = [
+            {"action": "add-snapshot", "snapshot": snapshot},
+            {"action": "set-snapshot-ref", "ref-name": branch, "type": ref_type, "snapshot-id": 50},
+            *extra,
+        ]
+        return requirements, updates
+
+    def qualifies(*args, table=base, default=True):
+        return rebase.candidate(*args, table, default) is not None
+
+    assert qualifies(*commit())  # main moved 1 -> 3
+    assert qualifies(*commit(branch="b"))  # any branch: b moved 1 -> 9
+    assert not qualifies(*commit(), default=False)  # rebase off
+    off = {**base, "properties": {rebase.PROPERTY: "false"}}
+    assert not qualifies(*commit(), table=off)  # the table says no
+    assert not qualifies(*commit(parent=9))  # main is not a descendant of 9 (rolled back or replaced)
+    assert not qualifies(*commit(parent=3))  # main did not move: some other requirement failed
+    assert not qualifies(*commit(expected=None))  # the client asserted main does not exist
+    assert not qualifies(*commit(branch="gone"))  # the branch was dropped
+    assert not qualifies(*commit(operation="overwrite"))
+    assert not qualifies(*commit(ref_type="tag"))
+    assert not qualifies(*commit(extra=[{"action": "set-properties", "updates": {"k": "v"}}]))
+    wrong_uuid = commit()
+    wrong_uuid[0][0]["uuid"] = "other"
+    assert not qualifies(*wrong_uuid)
