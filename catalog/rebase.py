@@ -68,6 +68,9 @@ PROPERTY = "catalog.append-rebase.enabled"
 MAX_NEW_MANIFESTS = 32
 # Manifest lists are cached parsed (they never change): the bound, in manifests across all lists.
 CACHED_MANIFESTS = 50_000
+# The largest manifest list or new manifest a rebase reads (a list of 10,000 manifests is ~2 MB);
+# larger ones are refused (the client retries as before) rather than parsed under the table's lock.
+MAX_FILE_BYTES = 16 * 2**20
 # How far back (in the snapshots list) the client's parent may lie behind the branch's head.
 MAX_DISTANCE = 10_000
 TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added - removed
@@ -244,7 +247,7 @@ class Rebaser:
 
     def _check_entries(self, m: ManifestFile, snapshot: dict, base: dict) -> None:
         """Its entries: only ADDED data files of this snapshot that inherit sequence numbers and row ids."""
-        raw = self.storage.read(_owned(m.manifest_path, base))
+        raw = _bounded(self.storage.read(_owned(m.manifest_path, base)))
         entries = 0
         with AvroReader(
             BytesInput(m.manifest_path, raw),
@@ -271,7 +274,7 @@ class Rebaser:
             if hit is not None:
                 self._cache.move_to_end(location)
                 return hit
-        manifests = self._parse(location, self.storage.read(location))
+        manifests = self._parse(location, _bounded(self.storage.read(location)))
         self._remember(location, manifests)
         return manifests
 
@@ -293,6 +296,12 @@ class Rebaser:
                 self._held -= len(self._cache.popitem(last=False)[1])
             self._cache[location] = manifests
             self._held += len(manifests)
+
+
+def _bounded(raw: bytes) -> bytes:
+    if len(raw) > MAX_FILE_BYTES:
+        raise Refused(f"a manifest file of {len(raw)} bytes")
+    return raw
 
 
 def _check_counts(m: ManifestFile, snapshot: dict, version: int) -> None:
