@@ -155,6 +155,22 @@ class Settings(BaseSettings):
     # Commit loop
     commit_max_attempts: int = Field(default=10, ge=1, description="Server-side rebase attempts per commit.")
     commit_backoff_ms: float = Field(default=5.0, ge=0, description="Base of the jittered exponential backoff.")
+    append_rebase: bool = Field(
+        default=False,
+        description="Rebase pure appends (add-snapshot operation=append + set-snapshot-ref) whose branch moved "
+        "on the server instead of answering 409, as the client's own retry would; a table's "
+        "catalog.append-rebase.enabled property (true|false) overrides this default.",
+    )
+    group_commit_max_commits: int = Field(
+        default=32,
+        ge=1,
+        description="Group commit: appends to one table with append rebase on that queued while the previous "
+        "commit landed go together in one metadata file and one compare-and-swap, at most this many; 1 turns "
+        "grouping off. A lone commit never waits.",
+    )
+    group_commit_max_bytes: int = Field(
+        default=4 * 2**20, ge=1, description="Group commit: the most JSON (the members' updates) in one group."
+    )
     idempotency_key_lifetime_seconds: int = Field(
         default=1800,
         ge=0,

@@ -1,0 +1,611 @@
+"""Server-side rebase of pure appends (catalog/rebase.py), with real pyiceberg clients over HTTP on both
+backends, and in process for what needs hand-built files (v3 row ids, a lost CAS, hostile lists).
+
+Clients here never retry a 409 themselves (``commit.retry.num-retries=0``): every conflict the server
+does not absorb surfaces as ``CommitFailedException``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from pyiceberg.exceptions import CommitFailedException
+
+from tests import test_spark
+from tests.conftest import start_server
+from tests.test_concurrency import _counter
+from tests.test_tables import SCHEMA, rows
+
+NO_CLIENT_RETRY = {"commit.retry.num-retries": "0"}
+spark = test_spark.spark  # the module's Spark session (tests/test_spark.py's fixture), only for the spark test
+REBASE = {**NO_CLIENT_RETRY, "catalog.append-rebase.enabled": "true"}
+
+
+def chain(table) -> list:
+    """The main branch's snapshots, oldest first, following parent ids from the head."""
+    by_id = {s.snapshot_id: s for s in table.snapshots()}
+    out, head = [], table.current_snapshot()
+    while head is not None:
+        out.append(head)
+        head = by_id.get(head.parent_snapshot_id) if head.parent_snapshot_id is not None else None
+    return out[::-1]
+
+
+def check_table(table, expected_ids: list[int]) -> None:
+    """Every acknowledged row exactly once, a linear chain holding every snapshot, sequence numbers
+    strictly increasing along it, and the head's summary totals equal to a full scan."""
+    scanned = table.scan().to_arrow()
+    assert sorted(scanned["id"].to_pylist()) == sorted(expected_ids)
+    snaps = chain(table)
+    assert len(snaps) == len(table.snapshots())
+    seqs = [s.sequence_number for s in snaps]
+    assert seqs == sorted(set(seqs)), seqs
+    files = [task.file for task in table.scan().plan_files()]
+    summary = table.current_snapshot().summary
+    assert int(summary["total-records"]) == scanned.num_rows
+    assert int(summary["total-data-files"]) == len(files)
+    assert int(summary["total-files-size"]) == sum(f.file_size_in_bytes for f in files)
+    assert int(summary["total-delete-files"]) == 0
+
+
+def test_concurrent_appends_land_without_409(server, ns, tmp_path):
+    """8 writers x 4 appends, through two server processes on one database (so both paths run: the
+    in-process queue, where the requirement fails, and a lost CAS between processes): no client sees
+    a 409, every append lands once, and the rebases are counted."""
+    server.catalog().create_table(f"{ns}.hot", SCHEMA, properties=REBASE).append(rows(0, 1))
+    shared = {k: v for k, v in server.env.items() if k.startswith(("CATALOG_", "AWS_")) and k != "CATALOG_PORT"}
+    other = start_server(tmp_path / "second", server.backend, shared)
+    other.io_props = server.io_props
+    try:
+        urls = [server.url, other.url]
+        before = sum(_counter(url, "catalog_commit_append_rebase_total") for url in urls)
+        writers, appends = 8, 4
+        tables = [(server if w % 2 else other).catalog().load_table(f"{ns}.hot") for w in range(writers)]
+        barrier = threading.Barrier(writers)
+
+        def write(w: int) -> list[int]:
+            barrier.wait()
+            for i in range(appends):
+                tables[w].append(rows(1000 * (w + 1) + i, 1))
+            return [1000 * (w + 1) + i for i in range(appends)]
+
+        with ThreadPoolExecutor(writers) as pool:
+            acknowledged = [row for done in pool.map(write, range(writers)) for row in done]
+        rebased = sum(_counter(url, "catalog_commit_append_rebase_total") for url in urls) - before
+    finally:
+        other.stop()
+    table = server.catalog().load_table(f"{ns}.hot")
+    check_table(table, [0, *acknowledged])
+    assert len(table.snapshots()) == 1 + writers * appends
+    assert rebased > 0  # the writers really raced, and the server absorbed it
+
+
+def test_rebase_off_answers_409_as_before(server, ns):
+    """Without the property (and the catalog default off), a stale append is a 409 and nothing moves."""
+    catalog = server.catalog()
+    catalog.create_table(f"{ns}.plain", SCHEMA, properties=NO_CLIENT_RETRY).append(rows(0, 1))
+    stale = catalog.load_table(f"{ns}.plain")
+    catalog.load_table(f"{ns}.plain").append(rows(1, 1))
+    with pytest.raises(CommitFailedException, match="branch main has changed"):
+        stale.append(rows(2, 1))
+    table = catalog.load_table(f"{ns}.plain")
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [0, 1]
+    # switched off per table while the default is on is covered in process (test_property_overrides)
+
+
+def test_overwrites_are_never_rebased_and_appends_rebase_on_them(server, ns):
+    """An overwrite whose branch moved is a 409 as before; an append that was stale before an
+    overwrite landed is rebased on top of it: the rows the overwrite removed stay removed."""
+    catalog = server.catalog()
+    catalog.create_table(f"{ns}.mixed", SCHEMA, properties=REBASE).append(rows(0, 3))
+    overwriter = catalog.load_table(f"{ns}.mixed")
+    appender = catalog.load_table(f"{ns}.mixed")
+    catalog.load_table(f"{ns}.mixed").append(rows(10, 1))  # both are stale now
+    with pytest.raises(CommitFailedException):
+        overwriter.overwrite(rows(20, 1))
+    with pytest.raises(CommitFailedException):
+        overwriter.delete("id == 0")
+    catalog.load_table(f"{ns}.mixed").overwrite(rows(30, 2))  # a fresh overwrite lands
+    appender.append(rows(40, 1))  # stale across the overwrite: rebased on it
+    table = catalog.load_table(f"{ns}.mixed")
+    assert table.current_snapshot().snapshot_id == appender.current_snapshot().snapshot_id
+    ops = [s.summary.operation.value for s in chain(table)]
+    assert ops[-1] == "append" and ("overwrite" in ops or "delete" in ops), ops
+    check_table(table, [30, 31, 40])
+
+
+def test_merged_manifests_are_refused(server, ns):
+    """pyiceberg's merge-append rewrites earlier manifests into one (EXISTING entries): not a pure
+    append, so a stale one is a 409 even with rebase on."""
+    catalog = server.catalog()
+    props = {**REBASE, "commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "2"}
+    catalog.create_table(f"{ns}.merged", SCHEMA, properties=props).append(rows(0, 1))
+    stale = catalog.load_table(f"{ns}.merged")
+    catalog.load_table(f"{ns}.merged").append(rows(1, 1))
+    with pytest.raises(CommitFailedException, match="branch main has changed"):
+        stale.append(rows(2, 1))  # its list: one merged manifest (the old file EXISTING + the new one)
+    table = catalog.load_table(f"{ns}.merged")
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [0, 1]
+
+
+def test_a_client_that_asserted_no_branch_is_not_rebased(server, ns):
+    """The first append of an empty table asserts that main does not exist (snapshot-id null): if
+    another append created main meanwhile, it is a 409 as before."""
+    catalog = server.catalog()
+    catalog.create_table(f"{ns}.empty", SCHEMA, properties=REBASE)
+    stale = catalog.load_table(f"{ns}.empty")
+    catalog.load_table(f"{ns}.empty").append(rows(0, 1))
+    with pytest.raises(CommitFailedException, match="created concurrently"):
+        stale.append(rows(1, 1))
+
+
+def test_a_manifest_list_outside_the_table_is_refused(server, ns, http):
+    """A hostile client names another table's manifest list: a 409 as before, nothing written."""
+    catalog = server.catalog()
+    catalog.create_table(f"{ns}.victim", SCHEMA, properties=REBASE).append(rows(0, 1))
+    victim = catalog.load_table(f"{ns}.victim")
+    catalog.create_table(f"{ns}.t", SCHEMA, properties=REBASE).append(rows(0, 1))
+    stale = catalog.load_table(f"{ns}.t")
+    catalog.load_table(f"{ns}.t").append(rows(1, 1))
+    parent = stale.current_snapshot()
+    snapshot_id = uuid.uuid4().int >> 66
+    snapshot = {
+        "snapshot-id": snapshot_id,
+        "parent-snapshot-id": parent.snapshot_id,
+        "sequence-number": parent.sequence_number + 1,
+        "timestamp-ms": parent.timestamp_ms + 1,
+        "manifest-list": victim.current_snapshot().manifest_list,
+        "summary": {"operation": "append"},
+        "schema-id": 0,
+    }
+    body = {
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent.snapshot_id}],
+        "updates": [
+            {"action": "add-snapshot", "snapshot": snapshot},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+        ],
+    }
+    resp = http.post(f"/v1/namespaces/{ns}/tables/t", json=body)
+    assert resp.status_code == 409, resp.text
+    assert resp.json()["error"]["type"] == "CommitFailedException"
+    listed = Counter(s.manifest_list.rsplit("/", 1)[0] for s in catalog.load_table(f"{ns}.victim").snapshots())
+    assert len(listed) == 1  # and nothing was written next to the victim's list:
+    if server.backend == "sqlite":
+        directory = next(iter(listed)).removeprefix("file://")
+        import os
+
+        assert not [n for n in os.listdir(directory) if "rebased" in n]
+
+
+# --- in process: hand-built appends (pyiceberg's Avro writers), v3 row ids, a lost CAS ----------------
+
+IN_SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+
+
+@pytest.fixture
+def local(tmp_path):
+    """The catalog in process on SQLite + a local warehouse, rebase on by default."""
+    from catalog import migrate
+    from catalog.db import create_engine
+    from catalog.files import MetadataFiles
+    from catalog.service import Catalog
+    from catalog.settings import Settings
+    from catalog.storage import create_storage
+    from catalog.store import Store
+
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "wh"), append_rebase=True
+    )
+    engine = create_engine(settings)
+    migrate.upgrade(engine)
+    storage = create_storage(settings)
+    cat = Catalog(settings, Store(engine), storage, MetadataFiles(storage, settings.metadata_cache_bytes))
+    cat.create_namespace(("n",), {})
+    yield cat
+    engine.dispose()
+
+
+def new_table(cat, name: str, **properties: str) -> dict:
+    from catalog.service import TABLE
+
+    cat.create_table(("n",), name, None, {"schema": IN_SCHEMA, "properties": properties})
+    return cat.load(TABLE, ("n",), name).data
+
+
+def read_list(location: str) -> list:
+    """A manifest list as pyiceberg reads it, with the v3 fields (first_row_id)."""
+    from pyiceberg.avro.file import AvroFile
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.manifest import MANIFEST_LIST_FILE_SCHEMAS, ManifestContent, ManifestFile, PartitionFieldSummary
+
+    with AvroFile[ManifestFile](
+        PyArrowFileIO().new_input(location),
+        MANIFEST_LIST_FILE_SCHEMAS[3],
+        read_types={-1: ManifestFile, 508: PartitionFieldSummary},
+        read_enums={517: ManifestContent},
+    ) as reader:
+        return list(reader)
+
+
+def client_append(meta: dict, snapshot_id: int, records: int, existing_files_count: int = 0) -> tuple[list, list]:
+    """What a client's FastAppend sends for ``records`` rows in one new data file on ``meta``'s main:
+    a manifest and a manifest list written with pyiceberg's writers (v3 lists with the catalog's
+    writer: pyiceberg 0.12 writes none), and the commit's requirements and updates."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.manifest import (
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestEntry,
+        ManifestEntryStatus,
+        ManifestFile,
+        write_manifest,
+        write_manifest_list,
+    )
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.schema import Schema
+    from pyiceberg.typedef import Record
+    from pyiceberg.types import LongType, NestedField
+
+    from catalog import manifest_io
+
+    io, version, where = PyArrowFileIO(), meta["format-version"], meta["location"] + "/metadata"
+    parent_id = meta.get("current-snapshot-id")
+    parent_id = None if parent_id in (None, -1) else parent_id
+    parent = next((s for s in meta["snapshots"] if s["snapshot-id"] == parent_id), None)
+    sequence = meta["last-sequence-number"] + 1
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=f"{meta['location']}/data/{uuid.uuid4()}.parquet",
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=records,
+        file_size_in_bytes=100 + records,
+    )
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    path = f"{where}/{uuid.uuid4()}-m0.avro"
+    with write_manifest(2, UNPARTITIONED_PARTITION_SPEC, schema, io.new_output(path), snapshot_id, "null") as w:
+        w.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data_file))
+    manifest = w.to_manifest_file()
+    if existing_files_count:  # as a merged manifest says of the files it carried over
+        manifest._data[8] = existing_files_count
+    kept = read_list(parent["manifest-list"]) if parent else []
+    location = f"{where}/snap-{snapshot_id}-0-{uuid.uuid4()}.avro"
+    if version >= 3:
+        writer = manifest_io.ListWriterV3(
+            io.new_output(location), snapshot_id, parent_id, sequence, meta["next-row-id"], "null"
+        )
+        with writer:
+            writer.add_manifests([ManifestFile(*manifest._data, None), *kept])
+    else:
+        with write_manifest_list(version, io.new_output(location), snapshot_id, parent_id, sequence, "null") as writer:
+            writer.add_manifests([manifest, *[ManifestFile(*m._data[:15]) for m in kept]])
+    total = int((parent or {}).get("summary", {}).get("total-records", 0)) + records
+    snapshot = {
+        "snapshot-id": snapshot_id,
+        "sequence-number": sequence,
+        "timestamp-ms": meta["last-updated-ms"] + 1,
+        "manifest-list": location,
+        "summary": {
+            "operation": "append",
+            "added-records": str(records),
+            "added-data-files": "1",
+            "added-files-size": str(100 + records),
+            "total-records": str(total),
+            "total-data-files": str(len(kept) + 1),
+        },
+        "schema-id": 0,
+    }
+    if parent_id is not None:
+        snapshot["parent-snapshot-id"] = parent_id
+    if version >= 3:
+        snapshot["first-row-id"], snapshot["added-rows"] = meta["next-row-id"], records
+    requirements = [
+        {"type": "assert-table-uuid", "uuid": meta["table-uuid"]},
+        {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent_id},
+    ]
+    updates = [
+        {"action": "add-snapshot", "snapshot": snapshot},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+    ]
+    return requirements, updates
+
+
+def commit(cat, name: str, requirements: list, updates: list) -> dict:
+    from catalog.service import TABLE, Change
+
+    return cat.commit([Change(TABLE, ("n",), name, requirements, updates)]).files[0].data
+
+
+def test_v3_row_ids_stay_disjoint(local):
+    """Three appends built on the same parent: the second and third are rebased; each gets the table's
+    next-row-id as first-row-id, its manifest fresh row ids and the new sequence number."""
+    base = commit(local, "v3", *client_append(new_table(local, "v3", **{"format-version": "3"}), 1, 5))
+    stale = [client_append(base, 10 + i, 3 + i) for i in range(3)]
+    for requirements, updates in stale:
+        final = commit(local, "v3", requirements, updates)
+    snaps = {s["snapshot-id"]: s for s in final["snapshots"]}
+    ordered = [snaps[i] for i in (1, 10, 11, 12)]
+    assert [s.get("parent-snapshot-id") for s in ordered] == [None, 1, 10, 11]
+    assert [s["sequence-number"] for s in ordered] == [1, 2, 3, 4]
+    assert [(s["first-row-id"], s["added-rows"]) for s in ordered] == [(0, 5), (5, 3), (8, 4), (12, 5)]
+    assert final["next-row-id"] == 17
+    assert [s["summary"]["total-records"] for s in ordered] == ["5", "8", "12", "17"]
+    manifests = read_list(snaps[12]["manifest-list"])
+    ranges = sorted((m._data[15], m._data[15] + m.added_rows_count) for m in manifests)
+    assert ranges == [(0, 5), (5, 8), (8, 12), (12, 17)]  # disjoint, and every row has one
+    seqs = {m.added_snapshot_id: (m.sequence_number, m.min_sequence_number) for m in manifests}
+    assert seqs == {1: (1, 1), 10: (2, 2), 11: (3, 3), 12: (4, 4)}
+    assert snaps[12]["manifest-list"] != stale[2][1][0]["snapshot"]["manifest-list"]  # a new list, next to it
+
+
+def test_refusals_are_the_original_409(local, caplog):
+    """Existing entries, a manifest list outside the table, another failing requirement, a branch that
+    went back: each a 409 naming the moved branch, with nothing written."""
+    from catalog import errors
+    from catalog.service import TABLE, Change
+
+    base = commit(local, "t", *client_append(new_table(local, "t"), 1, 1))
+    commit(local, "t", *client_append(base, 2, 1))  # main moves on
+    merged = client_append(base, 3, 1, existing_files_count=1)
+    wrong_schema = client_append(base, 4, 1)
+    wrong_schema[0].append({"type": "assert-current-schema-id", "current-schema-id": 7})
+    outside = client_append(base, 5, 1)
+    outside[1][0]["snapshot"]["manifest-list"] = "file:///etc/passwd"
+    in_transaction = client_append(base, 6, 1)
+    new_table(local, "u")
+    before = sorted(p.name for p in _metadata_dir(local, "t").iterdir())
+    with pytest.raises(errors.RequirementFailed):  # a multi-table transaction may rely on what it read
+        local.commit([Change(TABLE, ("n",), "t", *in_transaction), Change(TABLE, ("n",), "u")])
+    cases = [(merged, "existing or deleted entries"), (wrong_schema, None), (outside, "outside the table's location")]
+    for (requirements, updates), reason in cases:
+        caplog.clear()
+        with (
+            caplog.at_level(logging.DEBUG, logger="catalog.commit"),
+            pytest.raises(errors.RequirementFailed, match="branch main has changed"),
+        ):
+            commit(local, "t", requirements, updates)
+        refused = [r.getMessage() for r in caplog.records if "not rebased" in r.getMessage()]
+        assert refused == ([] if reason is None else [refused[0]]) and all(reason in m for m in refused), refused
+    assert [n for n in sorted(p.name for p in _metadata_dir(local, "t").iterdir()) if n not in before] == []
+
+
+def test_the_table_property_overrides_the_default(local):
+    from catalog import errors
+
+    base = commit(
+        local, "off", *client_append(new_table(local, "off", **{"catalog.append-rebase.enabled": "false"}), 1, 1)
+    )
+    commit(local, "off", *client_append(base, 2, 1))
+    with pytest.raises(errors.RequirementFailed):
+        commit(local, "off", *client_append(base, 3, 1))
+    local.settings.append_rebase = False
+    base = commit(
+        local, "on", *client_append(new_table(local, "on", **{"catalog.append-rebase.enabled": "true"}), 1, 1)
+    )
+    commit(local, "on", *client_append(base, 2, 1))
+    assert commit(local, "on", *client_append(base, 3, 1))["current-snapshot-id"] == 3
+
+
+def test_a_crash_before_the_cas_leaves_only_orphans(local, monkeypatch):
+    """The rebased manifest list and metadata file are written, then the process dies in the CAS: the
+    table is unchanged, what was written is referenced by nothing, and the client's retry lands."""
+    from catalog import metrics
+    from catalog.service import TABLE
+
+    base = commit(local, "c", *client_append(new_table(local, "c"), 1, 1))
+    head = commit(local, "c", *client_append(base, 2, 1))
+    stale = client_append(base, 3, 1)
+    pointer = local.load(TABLE, ("n",), "c").location
+    real = local.store.swap_pointers
+
+    def crash(*args, **kwargs):
+        raise SystemExit("killed in the CAS")  # not an Exception: nothing after it runs, like a crash
+
+    monkeypatch.setattr(local.store, "swap_pointers", crash)
+    with pytest.raises(SystemExit):
+        commit(local, "c", *stale)
+    assert local.load(TABLE, ("n",), "c").location == pointer
+    written = [p for p in _metadata_dir(local, "c").iterdir() if "rebased" in p.name]
+    assert len(written) == 1  # the orphan: no snapshot of the table names it
+    assert all(s["manifest-list"] != f"file://{written[0]}" for s in head["snapshots"])
+    monkeypatch.setattr(local.store, "swap_pointers", real)
+    landed = metrics.APPEND_REBASES._value.get()
+    final = commit(local, "c", *stale)
+    assert final["current-snapshot-id"] == 3 and metrics.APPEND_REBASES._value.get() == landed + 1
+
+    def lose(*args, **kwargs):  # a known failure (the database refused): the written files are deleted
+        raise RuntimeError("refused")
+
+    monkeypatch.setattr(local.store, "swap_pointers", lose)
+    before = set(_metadata_dir(local, "c").iterdir())
+    with pytest.raises(RuntimeError):
+        commit(local, "c", *client_append(head, 4, 1))
+    left = set(_metadata_dir(local, "c").iterdir()) - before  # the client's own manifest and list only
+    assert len(left) == 2 and not [p for p in left if "rebased" in p.name or p.name.endswith(".metadata.json")]
+
+
+def _metadata_dir(cat, name: str):
+    from pathlib import Path
+
+    from catalog.service import TABLE
+
+    return Path(cat.load(TABLE, ("n",), name).data["location"].removeprefix("file://")) / "metadata"
+
+
+def test_queued_appends_land_as_one_group(local):
+    """Eight appends queue while the table's lock is held (as behind a commit in flight): the first
+    lands alone (it did not wait), the other seven, one of them a merged manifest, land as ONE
+    metadata file and ONE swap; the merged one alone gets its 409, each other member is answered with
+    that file, which holds its snapshot; the snapshot log keeps every snapshot in order."""
+    from catalog import errors, metrics
+    from catalog.service import TABLE, Change
+
+    base = commit(local, "g", *client_append(new_table(local, "g"), 1, 1))
+    appends = [client_append(base, 10 + i, 1, existing_files_count=1 if i == 4 else 0) for i in range(8)]
+    groups = local.engine.groups
+    sizes = metrics.GROUP_COMMIT_SIZE.collect()[0].samples
+    before = {s.labels.get("le"): s.value for s in sizes if s.name.endswith("_bucket")}
+    results: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        try:
+            results[i] = local.commit([Change(TABLE, ("n",), "g", *appends[i])]).files[0]
+        except errors.IcebergError as e:
+            results[i] = e
+
+    change = Change(TABLE, ("n",), "g")
+    with local.engine._serialised([change]):
+        first = threading.Thread(target=run, args=(0,))
+        first.start()
+        key = (("n",), "g")
+        _wait_for(lambda: key in groups._tables and groups._tables[key].leading and not groups._tables[key].queue)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(1, 8)]
+        for t in threads:
+            t.start()
+        _wait_for(lambda: len(groups._tables[key].queue) == 7)
+    for t in [first, *threads]:
+        t.join(30)
+    assert isinstance(results[4], errors.RequirementFailed)
+    landed = [results[i] for i in range(8) if i != 4]
+    assert len({f.location for f in landed[1:]}) == 1 and landed[0].location != landed[1].location
+    for i, file in zip([0, 1, 2, 3, 5, 6, 7], landed, strict=True):
+        assert 10 + i in {s["snapshot-id"] for s in file.data["snapshots"]}
+    final = local.load(TABLE, ("n",), "g").data  # the group's members in their order of arrival:
+    by_id = {s["snapshot-id"]: s for s in final["snapshots"]}
+    chain = [final["current-snapshot-id"]]
+    while by_id[chain[-1]].get("parent-snapshot-id") is not None:
+        chain.append(by_id[chain[-1]]["parent-snapshot-id"])
+    chain.reverse()
+    assert chain[:2] == [1, 10] and sorted(chain[2:]) == [11, 12, 13, 15, 16, 17]
+    assert [e["snapshot-id"] for e in final["snapshot-log"]] == chain
+    assert [by_id[i]["sequence-number"] for i in chain] == list(range(1, 9))
+    assert len(final["metadata-log"]) == len(base["metadata-log"]) + 2  # two files: the lone one, the group
+    after = {
+        s.labels.get("le"): s.value
+        for s in metrics.GROUP_COMMIT_SIZE.collect()[0].samples
+        if s.name.endswith("_bucket")
+    }
+    assert after["8.0"] - after["4.0"] == before["8.0"] - before["4.0"] + 1  # one group of 6 (5 to 8)
+    assert after["1.0"] == before["1.0"] + 1  # and the lone commit
+
+
+def _wait_for(condition, timeout: float = 10) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+# --- Spark: Java's MergeAppend through the rebase ---------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_spark_concurrent_inserts_land_without_409(spark, server, version):
+    """Concurrent INSERTs from four threads of one Spark session, with Iceberg's own retry off
+    (``commit.retry.num-retries=0``: a 409 fails the INSERT) and rebase on: every INSERT lands once,
+    and Java's manifest lists (MergeAppend, sequence numbers and row ids inherited) were rebased."""
+    lake = test_spark.register_catalog(spark, server)
+    table = f"{lake}.sp_{uuid.uuid4().hex[:8]}.hot"
+    spark.sql(f"CREATE NAMESPACE {table.rsplit('.', 1)[0]}")
+    props = {"format-version": version, "commit.retry.num-retries": "0", "catalog.append-rebase.enabled": "true"}
+    test_spark.create_events(spark, table, **props)
+    test_spark.insert_events(spark, table, range(-1, 0))  # main exists: a first append is never rebased
+    before = _counter(server.url, "catalog_commit_append_rebase_total")
+    threads, inserts = 4, 2
+    barrier = threading.Barrier(threads)
+
+    def insert(t: int) -> None:
+        barrier.wait()
+        for i in range(inserts):
+            test_spark.insert_events(spark, table, range(100 * t + 10 * i, 100 * t + 10 * i + 2))
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(insert, range(threads)))
+    ids = sorted(r[0] for r in spark.sql(f"SELECT id FROM {table}").collect())
+    assert ids == sorted(
+        [-1, *(100 * t + 10 * i + k for t in range(threads) for i in range(inserts) for k in range(2))]
+    )
+    history = spark.sql(f"SELECT snapshot_id, parent_id FROM {table}.history").collect()
+    parents = {r[0]: r[1] for r in history}
+    head, length = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC").first()[0], 0
+    while head is not None:
+        head, length = parents.get(head), length + 1
+    assert length == 1 + threads * inserts == len(parents)  # one linear chain
+    assert _counter(server.url, "catalog_commit_append_rebase_total") > before
+    if version == "3":  # row lineage: every row its own _row_id, the snapshots' ranges back to back
+        spark.conf.set("spark.sql.iceberg.vectorization.enabled", "false")  # see tests/test_v3.py
+        try:
+            row_ids = [r[0] for r in spark.sql(f"SELECT _row_id FROM {table}").collect()]
+        finally:
+            spark.conf.unset("spark.sql.iceberg.vectorization.enabled")
+        assert len(set(row_ids)) == len(row_ids) == len(ids)
+        namespace, name = table.split(".", 1)[1].split(".")
+        meta = requests.get(f"{server.url}/v1/namespaces/{namespace}/tables/{name}", timeout=30).json()["metadata"]
+        ordered = sorted(meta["snapshots"], key=lambda s: s["sequence-number"])
+        assert [s["first-row-id"] for s in ordered] == [
+            sum(s["added-rows"] for s in ordered[:i]) for i in range(len(ordered))
+        ]
+        assert meta["next-row-id"] == sum(s["added-rows"] for s in ordered)
+
+
+def test_what_qualifies_for_a_rebase():
+    """``candidate`` on the commit's JSON alone: only a pure append whose branch moved forward from
+    its parent, with every other requirement holding."""
+    from catalog import rebase
+
+    snapshots = [{"snapshot-id": i, **({"parent-snapshot-id": i - 1} if i > 1 else {})} for i in (1, 2, 3)]
+    snapshots.append({"snapshot-id": 9, "parent-snapshot-id": 1})  # a side branch "b" off snapshot 1
+    base = {
+        "format-version": 2,
+        "table-uuid": "u",
+        "properties": {},
+        "snapshots": snapshots,
+        "refs": {"main": {"snapshot-id": 3, "type": "branch"}, "b": {"snapshot-id": 9, "type": "branch"}},
+        "current-snapshot-id": 3,
+    }
+
+    def commit(parent=1, branch="main", operation="append", expected="parent", extra=(), ref_type="branch"):
+        snapshot = {"snapshot-id": 50, "parent-snapshot-id": parent, "summary": {"operation": operation}}
+        requirements = [
+            {"type": "assert-table-uuid", "uuid": "u"},
+            {
+                "type": "assert-ref-snapshot-id",
+                "ref": branch,
+                "snapshot-id": parent if expected == "parent" else expected,
+            },
+        ]
+        updates = [
+            {"action": "add-snapshot", "snapshot": snapshot},
+            {"action": "set-snapshot-ref", "ref-name": branch, "type": ref_type, "snapshot-id": 50},
+            *extra,
+        ]
+        return requirements, updates
+
+    def qualifies(*args, table=base, default=True):
+        return rebase.candidate(*args, table, default) is not None
+
+    assert qualifies(*commit())  # main moved 1 -> 3
+    assert qualifies(*commit(branch="b"))  # any branch: b moved 1 -> 9
+    assert not qualifies(*commit(), default=False)  # rebase off
+    off = {**base, "properties": {rebase.PROPERTY: "false"}}
+    assert not qualifies(*commit(), table=off)  # the table says no
+    assert not qualifies(*commit(parent=9))  # main is not a descendant of 9 (rolled back or replaced)
+    assert not qualifies(*commit(parent=3))  # main did not move: some other requirement failed
+    assert not qualifies(*commit(expected=None))  # the client asserted main does not exist
+    assert not qualifies(*commit(branch="gone"))  # the branch was dropped
+    assert not qualifies(*commit(operation="overwrite"))
+    assert not qualifies(*commit(ref_type="tag"))
+    assert not qualifies(*commit(extra=[{"action": "set-properties", "updates": {"k": "v"}}]))
+    wrong_uuid = commit()
+    wrong_uuid[0][0]["uuid"] = "other"
+    assert not qualifies(*wrong_uuid)
