@@ -826,6 +826,16 @@ def test_storage_access_values_reach_the_server(chart: Any, helm: ModuleType) ->
         )
 
 
+def test_append_rebase_value_reaches_the_server(chart: Any) -> None:
+    def env(values: dict[str, Any]) -> dict[str, str]:
+        rendered = Rendered(chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True))
+        return resolve_env(server_container(rendered), rendered.chart_secrets())
+
+    base = {"database": {"password": "pw"}}
+    assert env({**base, "catalog": {"appendRebase": True}})["CATALOG_APPEND_REBASE"] == "true"
+    assert "CATALOG_APPEND_REBASE" not in env(base)  # off unless asked: the server's default
+
+
 # ---------------------------------------------------------------------------------------------
 # Chart: authentication and authorization
 # ---------------------------------------------------------------------------------------------
