@@ -266,6 +266,18 @@ class Catalog:
         if existing is not None:
             raise name_taken(creating, existing.kind, ident(ns, name))
 
+    def staged_location(self, ns: Namespace, name: str) -> str | None:
+        """Where a staged create of ``ns.name`` at the server's choice of location writes before it
+        commits: ``<namespace location>/<name>``; None if an entry has that name or overlaps that
+        location (the remote signer's only way into a table that does not exist yet)."""
+        check_name(name)
+        ns_props = self.load_namespace(ns)
+        base = (ns_props.get("location") or "/".join([self.storage.root().rstrip("/"), *ns])).rstrip("/")
+        chosen = self.ownership.locations.check(f"{base}/{name}")
+        if self.store.get_entry(ns, name) is not None or self.store.overlapping(chosen):
+            return None
+        return chosen
+
     def _location_for(self, ns: Namespace, name: str, ns_props: dict[str, str], requested: str | None) -> str:
         """A new entry's location: as requested, under the namespace's, or in the warehouse.
 

@@ -212,6 +212,11 @@ def test_pyiceberg_without_s3_keys_creates_appends_and_reads_through_signing(sig
     assert "s3.access-key-id" not in table.io.properties and "s3.secret-access-key" not in table.io.properties
     table.append(rows(0, 5))
     table.append(rows(5, 3))
+    # a staged create writes before the table exists: signed in the location the server chooses
+    staged = f"sg.staged_{uuid.uuid4().hex[:6]}"
+    with writer.create_table_transaction(staged, SCHEMA) as tx:
+        tx.append(rows(100, 2))
+    assert sorted(writer.load_table(staged).scan().to_arrow().column("id").to_pylist()) == [100, 101]
     # pyiceberg's default delegation header (vended-credentials) gets signing too: nothing is vended
     reader = keyless(READER, signed)
     got = reader.load_table(table.name()).scan().to_arrow()
@@ -251,9 +256,12 @@ def test_spark_without_s3_keys_inserts_and_selects_through_signing(signed: Serve
         spark.sql(f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
         spark.sql(f"INSERT INTO {table} VALUES (4, 'd')")
         got = [tuple(r) for r in spark.sql(f"SELECT id, label FROM {table} ORDER BY id").collect()]
+        # CTAS is a staged create: its files are written, and signed, before the table exists
+        spark.sql(f"CREATE TABLE {table}_ctas USING iceberg AS SELECT * FROM {table} WHERE id > 2")
+        copied = [r[0] for r in spark.sql(f"SELECT id FROM {table}_ctas ORDER BY id").collect()]
     finally:
         spark.stop()  # the next module builds its own session
-    assert got == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+    assert got == [(1, "a"), (2, "b"), (3, "c"), (4, "d")] and copied == [3, 4]
     assert metric(signed, "signed") > before  # every S3 request went through the catalog's signer
     bucket, prefix = location_of(signed, table.removeprefix(f"{name}."))
     assert any(k.startswith(prefix + "/data/") for k in bucket_listing(s3))
@@ -362,9 +370,14 @@ def test_malformed_sign_requests_are_400_and_a_missing_table_404(signed, s3, tab
         resp = requests.post(sign.url, json=body, headers=sign.headers, timeout=30)
         assert resp.status_code == 400, (method, uri, extra, resp.text)
         assert resp.json()["error"]["type"] == "BadRequestException"
-    missing = Signer(signed, WRITER, "sg.missing")
-    resp = missing("GET", f"{base}/{bucket}/{mine}/x")
+    # a table that does not exist: 404 for a caller that may not create it
+    resp = Signer(signed, READER, "sg.missing")("GET", f"{base}/{bucket}/{mine}/x")
     assert resp.status_code == 404 and resp.json()["error"]["type"] == "NoSuchTableException"
+    # one that may create it (a staged create) gets signatures only where the server would put it
+    staged = Signer(signed, WRITER, "sg.missing")
+    assert staged("PUT", f"{base}/{bucket}/{mine.rsplit('/', 1)[0]}/missing/data/x.parquet").status_code == 200
+    assert staged("PUT", f"{base}/{bucket}/{mine}/data/x.parquet").status_code == 403
+    assert Signer(signed, WRITER, "nope.missing")("GET", f"{base}/{bucket}/{mine}/x").status_code == 403
 
 
 def test_signing_is_not_served_or_advertised_unless_switched_on(tmp_path: Path, s3):

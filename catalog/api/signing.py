@@ -53,16 +53,39 @@ async def sign_request(namespace: str, table: str, payload: bytes, request: Requ
     sign_req = signing.SignRequest(req.method, req.uri, req.headers, req.body)
     try:
         planned = signing.plan(sign_req, signer.hosts, signer.settings.s3_remote_signing_bulk_delete)
-        privilege = Privilege.READ if planned.access == signing.READ else Privilege.WRITE
-        await guard.require(request, [(privilege, authz.entry("table", ns, name))])
-        file = state.catalog.load_inline(TABLE, ns, name) or await wire.blocking(state.catalog.load, TABLE, ns, name)
-        signing.confine(planned, file.data["location"])
+        signing.confine(planned, await _location(ns, name, planned, request, state))
     except errors.Forbidden:
         metrics.SIGN_REQUESTS.labels("denied").inc()
         raise
     headers: dict[str, Any] = await wire.blocking(signer.sign, sign_req, planned)
     metrics.SIGN_REQUESTS.labels("signed").inc()
     return wire.raw_json_response(orjson.dumps({"uri": planned.uri, "headers": headers}), headers=NO_CACHE)
+
+
+async def _location(ns: tuple[str, ...], name: str, planned: signing.Plan, request: Request, state: State) -> str:
+    """The location a sign request must stay in: the table's, for a caller holding read (GET/HEAD)
+    or write (the rest) on it. A table that does not exist yet is a staged create's: a caller that
+    may create tables in the namespace gets its writes signed in the location the server would
+    choose for it (``Catalog.staged_location``); a staged create at a location of the client's own
+    choosing is not signed before it commits."""
+    privilege = Privilege.READ if planned.access == signing.READ else Privilege.WRITE
+    target = authz.entry("table", ns, name)
+    if await guard.holds(request, privilege, target):
+        try:
+            file = state.catalog.load_inline(TABLE, ns, name) or await wire.blocking(
+                state.catalog.load, TABLE, ns, name
+            )
+            return file.data["location"]
+        except errors.NoSuchTable:
+            if not await guard.holds(request, Privilege.CREATE, authz.namespace(ns)):
+                raise
+    elif not await guard.holds(request, Privilege.CREATE, authz.namespace(ns)):
+        await guard.require(request, [(privilege, target)])  # the 403, audited like every refusal
+    location = await wire.blocking(state.catalog.staged_location, ns, name)
+    if location is None:  # the table exists after all, or another entry holds its place
+        await guard.require(request, [(privilege, target)])
+        raise errors.NoSuchTable(f"Table does not exist: {'.'.join((*ns, name))}")
+    return location
 
 
 ROUTES = [sign_request]
