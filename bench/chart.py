@@ -17,7 +17,7 @@ def chart(results: dict[str, dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     ok = {n: r for n, r in results.items() if r.get("status") == "ok"}
-    fig, axes = plt.subplots(3, 2, figsize=(15, 14))
+    fig, axes = plt.subplots(4, 2, figsize=(15, 19))
     fig.suptitle(title, fontsize=11)
     styles = {"sqlite": "-", "postgres-s3": "--"}
 
@@ -92,6 +92,34 @@ def chart(results: dict[str, dict], path: Path, title: str) -> None:
             if samples:
                 _cdf(ax, samples, f"{n} commit, {key}", styles.get(n, "-"))
     ax.set(title="growth: commit latency distribution", xlabel="ms (log)", ylabel="fraction <= x", xscale="log")
+    ax.legend(fontsize=7)
+
+    ax = axes[3][0]
+    labels, values, colors = [], [], []
+    for i, (n, r) in enumerate(ok.items()):
+        for key, h in (r.get("hot_appends") or {}).items():
+            writers, mode = key.split("_")
+            labels.append(f"{n}\n{writers} writers, rebase {mode}")
+            values.append(h["rate"] or math.nan)
+            colors.append(f"C{2 * i + (mode == 'on')}")
+    bars = ax.barh(range(len(values)), values, color=colors)
+    ax.bar_label(bars, fmt="%.1f/s", fontsize=7)
+    ax.set_yticks(range(len(values)), labels, fontsize=7)
+    ax.set(title="hot appends (real manifest lists) on ONE table", xlabel="successful appends/s")
+    ax.invert_yaxis()
+
+    ax = axes[3][1]
+    for n, r in ok.items():
+        for key, samples in (r.get("raw", {}).get("hot_appends") or {}).items():
+            writers, mode = key.split("_")
+            _cdf(ax, samples, f"{n} {writers} writers, rebase {mode}", styles.get(n, "-"))
+    ax.axvline(250, color="grey", lw=0.8, ls=":")
+    ax.set(
+        title="hot appends: commit latency (first attempt to success; dotted: 250 ms)",
+        xlabel="ms (log)",
+        ylabel="fraction <= x",
+        xscale="log",
+    )
     ax.legend(fontsize=7)
 
     for ax in axes.flat:  # a scenario group left out (--only): an empty panel, not a failed chart

@@ -73,6 +73,7 @@ def server_split(d: dict[str, float], method: str, kind: str = "table") -> dict[
     for name, key, labels in (
         ("catalog_commit_attempts_total", "cas_attempts", {}),
         ("catalog_commit_rebase_total", "server_rebases", {}),
+        ("catalog_commit_append_rebase_total", "append_rebases", {}),
         ("catalog_commit_conflict_total", "conflicts_requirement", {"cause": "requirement"}),
         ("catalog_commit_conflict_total", "conflicts_cas", {"cause": "cas"}),
     ):
