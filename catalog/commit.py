@@ -31,7 +31,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import errors, metrics
+from . import errors, metrics, rebase
 from .files import MetadataFile, MetadataFiles, next_location
 from .metadata import tables, views
 from .ownership import Ownership
@@ -106,6 +106,7 @@ class _Staged:
     base: MetadataFile | None
     new: MetadataFile
     location: str  # the entry's normalised location after the commit
+    rebased: rebase.Rebased | None = None  # a pure append rebuilt on the branch's new head
 
 
 class CommitEngine:
@@ -114,6 +115,7 @@ class CommitEngine:
         self.store = store
         self.files = files
         self.ownership = ownership
+        self.rebaser = rebase.Rebaser(files.storage)
         self._locks = [threading.Lock() for _ in range(_LOCKS)]
 
     def commit(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome:
@@ -171,16 +173,22 @@ class CommitEngine:
         with _step(kind, "read"):
             entry, base = self._read(change)
         with _step(kind, "apply"):
-            new = self._apply(change, base)
+            new, rebased = self._apply(change, base)
         if base is not None and new is base.data:
             return base
-        with _step(kind, "write"):
-            location = self.ownership.check_new(entry.id if entry else None, base.data if base else None, new)
-            try:
-                written = self.files.write(next_location(new, entry.metadata_location if entry else None), new, base)
-            except errors.IcebergError as e:
-                raise not_committed(e) from e
-        return _Staged(change, entry, base, written, location)
+        try:
+            with _step(kind, "write"):
+                location = self.ownership.check_new(entry.id if entry else None, base.data if base else None, new)
+                try:
+                    at = next_location(new, entry.metadata_location if entry else None)
+                    written = self.files.write(at, new, base)
+                except errors.IcebergError as e:
+                    raise not_committed(e) from e
+        except BaseException:
+            if rebased is not None:
+                self._delete_quietly(rebased.manifest_list)
+            raise
+        return _Staged(change, entry, base, written, location, rebased)
 
     def _read(self, change: Change) -> tuple[Entry | None, MetadataFile | None]:
         entry = self.store.get_entry(change.namespace, change.name)
@@ -192,21 +200,74 @@ class CommitEngine:
             raise change.kind.missing(f"{change.kind.noun} does not exist: {change.ident}")
         return entry, self.files.read(entry.metadata_location)
 
-    def _apply(self, change: Change, base: MetadataFile | None) -> dict[str, Any]:
+    def _apply(
+        self, change: Change, base: MetadataFile | None, check_only: bool = False
+    ) -> tuple[dict[str, Any], rebase.Rebased | None]:
+        """The new metadata (``base.data`` itself when nothing changed). A failed requirement is a 409,
+        unless the commit is a pure append whose branch moved and rebase is on: then it is rebuilt on
+        the branch's head (``catalog.rebase``) and the second value is that rebase, whose manifest list
+        is written. ``check_only``: raise the 409 or not, but write nothing (the rebase may return
+        None as its second value)."""
         if change.created is not None:
-            return change.created
+            return change.created, None
+        now_ms = int(time.time() * 1000)
         try:
-            return change.kind.apply(
-                base.data if base else None,
-                list(change.requirements),
-                list(change.updates),
-                base_location=base.location if base else None,
-                now_ms=int(time.time() * 1000),
-            )
+            return self._apply_updates(change, base, change.requirements, change.updates, now_ms), None
+        except errors.RequirementFailed as e:
+            candidate = self._rebase_candidate(change, base)
+            if candidate is None:
+                raise self._conflict(change, e) from None
+            if check_only:
+                return base.data, None  # type: ignore[union-attr]  # a candidate has a base
+            assert base is not None
+            try:
+                with _step(change.kind.name, "rebase"):
+                    rebased = self.rebaser.rebuild(candidate, base.data, now_ms)
+            except Exception as refused:  # noqa: BLE001 - any refusal or I/O failure: the original 409
+                log.debug("append to %s not rebased: %s", change.ident, refused)
+                raise self._conflict(change, e) from None
+            try:
+                new = self._apply_updates(change, base, rebased.requirements, rebased.updates, now_ms)
+            except errors.IcebergError:
+                self._delete_quietly(rebased.manifest_list)
+                raise self._conflict(change, e) from None
+            log.debug(
+                "rebased append %s to %s onto snapshot %s",
+                candidate.snapshot["snapshot-id"], change.ident, candidate.head["snapshot-id"],
+            )  # fmt: skip
+            return new, rebased
         except errors.CommitFailed as e:  # the client's premise no longer holds: refused, not retried
-            metrics.CONFLICTS.labels("requirement").inc()
-            log.warning("commit conflict: %s=%s cause=requirement %s", change.kind.name, change.ident, e.message)
-            raise
+            raise self._conflict(change, e) from None
+
+    def _apply_updates(
+        self,
+        change: Change,
+        base: MetadataFile | None,
+        requirements: Sequence[dict],
+        updates: Sequence[dict],
+        now_ms: int,
+    ) -> dict[str, Any]:
+        return change.kind.apply(
+            base.data if base else None,
+            list(requirements),
+            list(updates),
+            base_location=base.location if base else None,
+            now_ms=now_ms,
+        )
+
+    def _rebase_candidate(self, change: Change, base: MetadataFile | None) -> rebase.Candidate | None:
+        if change.kind is not TABLE or base is None:
+            return None
+        try:
+            default = self.settings.append_rebase
+            return rebase.candidate(list(change.requirements), list(change.updates), base.data, default)
+        except Exception:  # noqa: BLE001 - malformed input the apply refused already: no rebase
+            return None
+
+    def _conflict(self, change: Change, e: errors.CommitFailed) -> errors.CommitFailed:
+        metrics.CONFLICTS.labels("requirement").inc()
+        log.warning("commit conflict: %s=%s cause=requirement %s", change.kind.name, change.ident, e.message)
+        return e
 
     # -- step 4 ----------------------------------------------------------------------------------
 
@@ -264,6 +325,8 @@ class CommitEngine:
         metrics.COMMITS.labels(kind).inc()
         for one in staged:
             self.files.remember(one.new)
+            if one.rebased is not None:
+                metrics.APPEND_REBASES.inc()
             if one.base is not None and one.entry is not None:
                 self._delete_dropped_files(one)
         return Committed(tuple(current), recorded)
@@ -302,7 +365,7 @@ class CommitEngine:
         log.info("commit to %s lost the CAS (attempt %d), rebasing", ", ".join(c.ident for c in changes), attempt + 1)
         for change in changes:
             _, base = self._read(change)
-            self._apply(change, base)
+            self._apply(change, base, check_only=True)
         delay = self.settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
         time.sleep(random.uniform(0, delay))
 
@@ -317,10 +380,15 @@ class CommitEngine:
 
     def _discard(self, staged: Sequence[_Staged]) -> None:
         for one in staged:
-            try:
-                self.files.delete(one.new.location)
-            except Exception:  # noqa: BLE001 - an orphan file is harmless; never mask the real outcome
-                log.warning("could not delete uncommitted metadata file %s", one.new.location)
+            self._delete_quietly(one.new.location)
+            if one.rebased is not None:
+                self._delete_quietly(one.rebased.manifest_list)
+
+    def _delete_quietly(self, location: str) -> None:
+        try:
+            self.files.delete(location)
+        except Exception:  # noqa: BLE001 - an orphan file is harmless; never mask the real outcome
+            log.warning("could not delete uncommitted file %s", location)
 
     def _delete_dropped_files(self, one: _Staged) -> None:
         """``write.metadata.delete-after-commit.enabled``: delete the previous metadata files that

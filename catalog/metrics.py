@@ -38,6 +38,11 @@ CONFLICTS = Counter(
     "catalog_commit_conflict_total", "Commits answered 409, by cause (requirement | cas)", ["cause"], registry=REGISTRY
 )
 REBASES = Counter("catalog_commit_rebase_total", "Lost CAS races retried on the new pointer", registry=REGISTRY)
+APPEND_REBASES = Counter(
+    "catalog_commit_append_rebase_total",
+    "Pure appends whose branch had moved, rebuilt on the new head by the server and committed (no 409)",
+    registry=REGISTRY,
+)
 UNKNOWN = Counter("catalog_commit_state_unknown_total", "Commits answered 500 CommitStateUnknown", registry=REGISTRY)
 COMMIT_SECONDS = Histogram(
     "catalog_commit_duration_seconds",

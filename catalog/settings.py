@@ -148,6 +148,12 @@ class Settings(BaseSettings):
     # Commit loop
     commit_max_attempts: int = Field(default=10, ge=1, description="Server-side rebase attempts per commit.")
     commit_backoff_ms: float = Field(default=5.0, ge=0, description="Base of the jittered exponential backoff.")
+    append_rebase: bool = Field(
+        default=False,
+        description="Rebase pure appends (add-snapshot operation=append + set-snapshot-ref) whose branch moved "
+        "on the server instead of answering 409, as the client's own retry would; a table's "
+        "catalog.append-rebase.enabled property (true|false) overrides this default.",
+    )
     idempotency_key_lifetime_seconds: int = Field(
         default=1800,
         ge=0,

@@ -1,0 +1,418 @@
+"""Server-side rebase of pure appends: what a client's retry of a FastAppend/MergeAppend does after a
+409, done by the catalog without the round trip.
+
+A table commit whose only failed requirement is ``assert-ref-snapshot-id`` on branch B (B moved from
+the client's parent X to Y), and that is exactly ``add-snapshot`` (summary ``operation=append``,
+parent X) + ``set-snapshot-ref`` B to that snapshot, is rebuilt on Y when rebase is on (``append_rebase``
+setting, overridden per table by ``catalog.append-rebase.enabled``):
+
+* the client's manifest list is read (bounded, confined to the table's own locations); every manifest
+  the snapshot adds (``added_snapshot_id`` = its id) must hold data files with ADDED entries only
+  (existing = deleted = 0, checked in the list and in the manifest itself) whose sequence numbers and
+  (v3) row ids are inherited; the other manifests must be exactly X's. Anything else is refused;
+* a new manifest list = those new manifests followed by Y's manifests is written create-only next to
+  the client's (pyiceberg's Avro writers; the new manifests get the new sequence number and, v3,
+  fresh ``first_row_id``s from the table's ``next-row-id``);
+* the snapshot keeps its id (Java's post-commit cleanup keeps exactly the files the committed
+  snapshot references), gets parent Y, sequence number last+1, a new timestamp, recomputed
+  ``first-row-id``/``added-rows`` (v3) and summary totals (Y's totals + this snapshot's changes).
+
+That is exactly Java's ``SnapshotProducer.apply`` on a refreshed base for a ``FastAppend``: new
+manifests first, then the base snapshot's manifests, no validation (appends conflict with nothing).
+A refusal never changes the answer: the caller raises the original 409. X must be an ancestor of Y
+(the branch moved forward): a branch that was rolled back or replaced is left to the client, and so is
+a client that asserted that B does not exist (``snapshot-id: null``).
+
+``candidate`` is pure (no I/O): the engine uses it to tell a rebase-eligible conflict from a 409
+without reading files. ``Rebaser.rebuild`` does the I/O.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
+from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
+    MANIFEST_ENTRY_SCHEMAS,
+    MANIFEST_LIST_FILE_SCHEMAS,
+    UNASSIGNED_SEQ,
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestListWriter,
+    PartitionFieldSummary,
+    write_manifest_list,
+)
+
+from . import errors
+from .locations import is_within, normalise
+from .metadata import parsing, tables
+from .storage import Storage
+
+log = logging.getLogger("catalog.rebase")
+
+PROPERTY = "catalog.append-rebase.enabled"
+# The most manifests one rebased append may add (each is read to check its entries).
+MAX_NEW_MANIFESTS = 32
+# How far back (in the snapshots list) the client's parent may lie behind the branch's head.
+MAX_DISTANCE = 10_000
+TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added - removed
+    ("total-records", "added-records", "deleted-records"),
+    ("total-files-size", "added-files-size", "removed-files-size"),
+    ("total-data-files", "added-data-files", "deleted-data-files"),
+    ("total-delete-files", "added-delete-files", "removed-delete-files"),
+    ("total-position-deletes", "added-position-deletes", "removed-position-deletes"),
+    ("total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"),
+)
+FIRST_ROW_ID = 15  # first_row_id's position in a v3 ManifestFile
+# first_row_id's position in a v3 DataFile (pyiceberg 0.12 has no property for it)
+_FILE_ROW_ID = [f.field_id for f in DATA_FILE_TYPE[3].fields].index(142)
+
+
+class Refused(Exception):
+    """This commit cannot be rebased; the caller answers the original 409."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A commit that would be a pure append on ``head`` if its files say so."""
+
+    branch: str
+    parent: dict  # the client's parent snapshot X (still in the table)
+    head: dict  # the branch's current snapshot Y
+    snapshot: dict  # the client's snapshot JSON
+    ref_update: dict
+    requirements: list[dict]  # the client's, with B's expected id moved to Y
+
+
+@dataclass(frozen=True, slots=True)
+class Rebased:
+    requirements: list[dict]
+    updates: list[dict]
+    manifest_list: str  # written, not yet committed: delete it if the commit does not land
+
+
+def enabled(base: dict, default: bool) -> bool:
+    value = (base.get("properties") or {}).get(PROPERTY)
+    return default if value is None else str(value).strip().lower() == "true"
+
+
+def candidate(requirements: list[dict], updates: list[dict], base: dict, default: bool) -> Candidate | None:
+    """The rebase this failed commit qualifies for, judged on its JSON and ``base`` only; None: a 409."""
+    if not enabled(base, default) or base.get("format-version") not in (1, 2, 3):
+        return None
+    if len(updates) != 2 or not all(isinstance(u, dict) for u in updates):
+        return None
+    add, ref = updates
+    snapshot = add.get("snapshot")
+    if add.get("action") != "add-snapshot" or ref.get("action") != "set-snapshot-ref" or not isinstance(snapshot, dict):
+        return None
+    snapshot_id, branch = snapshot.get("snapshot-id"), ref.get("ref-name")
+    summary = snapshot.get("summary")
+    if not isinstance(summary, dict) or summary.get("operation") != "append" or not _is_int(snapshot_id):
+        return None
+    if ref.get("snapshot-id") != snapshot_id or str(ref.get("type")).lower() != "branch" or not isinstance(branch, str):
+        return None
+    asserted = [r for r in requirements if isinstance(r, dict) and r.get("type") == "assert-ref-snapshot-id"]
+    if len(asserted) != 1 or asserted[0].get("ref") != branch:
+        return None
+    expected = asserted[0].get("snapshot-id")
+    if not _is_int(expected) or snapshot.get("parent-snapshot-id") != expected:
+        return None  # null: the client asserted B does not exist; never rebased
+    current = (base.get("refs") or {}).get(branch)
+    if not isinstance(current, dict) or str(current.get("type")).lower() != "branch":
+        return None
+    head_id = current.get("snapshot-id")
+    if head_id == expected:
+        return None  # B did not move: the 409 is about something else
+    found = _ancestry(base.get("snapshots") or [], head_id, expected, snapshot_id)
+    if found is None:
+        return None
+    head, parent = found
+    moved = [r if r is not asserted[0] else {**r, "snapshot-id": head_id} for r in requirements]
+    try:
+        tables.check_requirements(parsing.parse_requirements(moved), base)
+    except errors.IcebergError:
+        return None  # another requirement fails too
+    return Candidate(branch, parent, head, snapshot, ref, moved)
+
+
+def _ancestry(snapshots: list, head_id: Any, parent_id: int, new_id: int) -> tuple[dict, dict] | None:
+    """(head, parent) when ``parent_id`` is an ancestor of ``head_id`` and ``new_id`` is unused.
+    Snapshots are listed in commit order, so one backward pass walks the chain."""
+    want, head = head_id, None
+    for i, snap in enumerate(reversed(snapshots)):
+        if i > MAX_DISTANCE or not isinstance(snap, dict):
+            return None
+        if snap.get("snapshot-id") == new_id:
+            return None
+        if snap.get("snapshot-id") != want:
+            continue
+        if head is None:
+            head = snap
+        if want == parent_id:
+            return head, snap
+        want = snap.get("parent-snapshot-id")
+        if want is None:
+            return None
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Rebaser:
+    """Reads and writes manifest lists through the server's storage (confined, size-capped)."""
+
+    def __init__(self, storage: Storage, cache_entries: int = 64) -> None:
+        self.storage = storage
+        self._cache: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
+        self._size = cache_entries
+        self._lock = threading.Lock()
+
+    def rebuild(self, c: Candidate, base: dict, now_ms: int) -> Rebased:
+        """Write the rebased manifest list; the commit to apply instead. Raises ``Refused``."""
+        version, snapshot_id = base["format-version"], c.snapshot["snapshot-id"]
+        client_list = _owned(c.snapshot.get("manifest-list"), base)
+        client = self._manifests(client_list)
+        new = [m for m in client if m.added_snapshot_id == snapshot_id]
+        rest = [m.manifest_path for m in client if m.added_snapshot_id != snapshot_id]
+        if not new or len(new) > MAX_NEW_MANIFESTS:
+            raise Refused(f"{len(new)} new manifests")
+        for manifest in new:
+            _check_counts(manifest, c.snapshot, version)
+        parent = self._manifests(_owned(c.parent.get("manifest-list"), base))
+        if sorted(rest) != sorted(m.manifest_path for m in parent):
+            raise Refused("the manifests it keeps are not its parent's")
+        for manifest in new:
+            self._check_entries(manifest, c.snapshot, base)
+        head = self._manifests(_owned(c.head.get("manifest-list"), base)) if c.head.get("manifest-list") else ()
+        sequence = base.get("last-sequence-number", 0) + 1
+        location = f"{client_list.rsplit('/', 1)[0]}/snap-{snapshot_id}-rebased-{uuid.uuid4()}.avro"
+        codec = (base.get("properties") or {}).get("write.avro.compression-codec", "gzip")
+        out = _Buffer(location)
+        first_row_id = base.get("next-row-id", 0)
+        writer = _writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
+        with writer:
+            writer.add_manifests([_unassigned(m, version) for m in new] + [_fresh(m, version) for m in head])
+        self.storage.write_new(location, out.value)
+        snapshot = {
+            **c.snapshot,
+            "parent-snapshot-id": c.head["snapshot-id"],
+            "timestamp-ms": max(now_ms, c.head.get("timestamp-ms", 0)),
+            "manifest-list": location,
+            "summary": _summary(c.snapshot["summary"], c.head.get("summary") or {}),
+        }
+        if version >= 2:
+            snapshot["sequence-number"] = sequence
+        if version >= 3:
+            snapshot["first-row-id"] = first_row_id
+            snapshot["added-rows"] = writer.next_row_id - first_row_id
+        updates = [{"action": "add-snapshot", "snapshot": snapshot}, c.ref_update]
+        return Rebased(c.requirements, updates, location)
+
+    def _check_entries(self, m: ManifestFile, snapshot: dict, base: dict) -> None:
+        """Its entries: only ADDED data files of this snapshot that inherit sequence numbers and row ids."""
+        raw = self.storage.read(_owned(m.manifest_path, base))
+        entries = 0
+        with AvroFile[ManifestEntry](
+            _Bytes(m.manifest_path, raw),
+            MANIFEST_ENTRY_SCHEMAS[3],
+            read_types={-1: ManifestEntry, 2: DataFile},
+            read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+        ) as reader:
+            for entry in reader:
+                entries += 1
+                mine = entry.snapshot_id in (None, snapshot["snapshot-id"])
+                if entry.status != ManifestEntryStatus.ADDED or not mine:
+                    raise Refused("an entry that is not an added file of this snapshot")
+                if entry.data_file.content != DataFileContent.DATA:
+                    raise Refused("an entry that adds a delete file")
+                explicit = (entry.sequence_number, entry.file_sequence_number, entry.data_file[_FILE_ROW_ID])
+                if explicit != (None, None, None):
+                    raise Refused("an entry with an explicit sequence number or row id")
+        if entries != m.added_files_count:
+            raise Refused("a manifest whose counts do not match its entries")
+
+    def _manifests(self, location: str) -> tuple[ManifestFile, ...]:
+        """A manifest list's manifests, read with the v3 schema (older lists read with defaults);
+        cached by location, since a manifest list never changes."""
+        with self._lock:
+            hit = self._cache.get(location)
+            if hit is not None:
+                self._cache.move_to_end(location)
+                return hit
+        raw = self.storage.read(location)
+        with AvroFile[ManifestFile](
+            _Bytes(location, raw),
+            MANIFEST_LIST_FILE_SCHEMAS[3],
+            read_types={-1: ManifestFile, 508: PartitionFieldSummary},
+            read_enums={517: ManifestContent},
+        ) as reader:
+            manifests = tuple(reader)
+        with self._lock:
+            self._cache[location] = manifests
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return manifests
+
+
+def _check_counts(m: ManifestFile, snapshot: dict, version: int) -> None:
+    """What the list says of a new manifest: data files, only added ones, inherited sequence numbers."""
+    if m.content != ManifestContent.DATA:
+        raise Refused("a delete manifest")
+    counts = (m.existing_files_count, m.deleted_files_count, m.existing_rows_count, m.deleted_rows_count)
+    if counts != (0, 0, 0, 0) or m.added_files_count is None or m.added_rows_count is None:
+        raise Refused("a manifest with existing or deleted entries")
+    if version >= 2:
+        expected = {snapshot.get("sequence-number"), UNASSIGNED_SEQ}
+        if m.sequence_number not in expected or m.min_sequence_number not in expected:
+            raise Refused("a manifest with sequence numbers of its own")
+
+
+def _owned(location: Any, base: dict) -> str:
+    """A file the rebase reads: inside the table's location or its metadata path, else refused."""
+    try:
+        normal = normalise(location)
+        roots = [base["location"], *[(base.get("properties") or {}).get("write.metadata.path") or ""]]
+        if any(root and is_within(normal, normalise(root)) for root in roots):
+            return location
+    except errors.IcebergError:
+        pass
+    raise Refused(f"a file outside the table's location: {location!r}")
+
+
+def _summary(summary: dict, previous: dict) -> dict:
+    """Java's ``updateTotal``: each total from the head's, when the head has it and it parses."""
+    out = {k: v for k, v in summary.items() if k not in {total for total, _, _ in TOTALS}}
+    for total, added, removed in TOTALS:
+        try:
+            value = int(previous[total]) + int(summary.get(added, 0)) - int(summary.get(removed, 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if value >= 0:
+            out[total] = str(value)
+    return out
+
+
+def _fresh(m: ManifestFile, version: int) -> ManifestFile:
+    """A copy the writer may change (pyiceberg's writers copy shallowly, sharing the field list)."""
+    return ManifestFile(*(m._data if version >= 3 else m._data[:FIRST_ROW_ID]))
+
+
+def _unassigned(m: ManifestFile, version: int) -> ManifestFile:
+    """A new manifest as the client's writer saw it: sequence numbers (and row ids) to be assigned."""
+    fresh = _fresh(m, version)
+    if version >= 2:
+        fresh.sequence_number = fresh.min_sequence_number = UNASSIGNED_SEQ
+    if version >= 3:
+        fresh._data[FIRST_ROW_ID] = None
+    return fresh
+
+
+def _writer(version: int, out: OutputFile, snapshot_id: int, parent: int, sequence: int, first_row_id: int,
+            codec: str) -> ManifestListWriter:  # fmt: skip
+    if version >= 3:
+        return _ListWriterV3(out, snapshot_id, parent, sequence, first_row_id, codec)
+    writer = write_manifest_list(version, out, snapshot_id, parent, sequence if version >= 2 else None, codec)
+    writer.next_row_id = first_row_id  # type: ignore[attr-defined]
+    return writer
+
+
+class _ListWriterV3(ManifestListWriter):
+    """Java's ``ManifestListWriter.V3Writer`` (pyiceberg 0.12 writes v1/v2 lists only): sequence numbers
+    as v2, and every data manifest without a ``first_row_id`` gets the next row ids, which advance by
+    its existing + added rows."""
+
+    def __init__(self, out: OutputFile, snapshot_id: int, parent: int, sequence: int, first_row_id: int, codec: str):
+        meta = {
+            "snapshot-id": str(snapshot_id),
+            "parent-snapshot-id": str(parent),
+            "sequence-number": str(sequence),
+            "first-row-id": str(first_row_id),
+            "format-version": "3",
+            "avro.codec": codec,
+        }
+        super().__init__(format_version=3, output_file=out, meta=meta)
+        self.snapshot_id, self.sequence, self.next_row_id = snapshot_id, sequence, first_row_id
+
+    def __enter__(self) -> _ListWriterV3:
+        self._writer = AvroOutputFile[ManifestFile](
+            output_file=self._output_file,
+            record_schema=MANIFEST_LIST_FILE_SCHEMAS[3],
+            file_schema=MANIFEST_LIST_FILE_SCHEMAS[3],
+            schema_name="manifest_file",
+            metadata=self._meta,
+        )
+        self._writer.__enter__()
+        return self
+
+    def prepare_manifest(self, m: ManifestFile) -> ManifestFile:
+        if m.sequence_number == UNASSIGNED_SEQ:
+            m.sequence_number = self.sequence
+        if m.min_sequence_number == UNASSIGNED_SEQ:
+            m.min_sequence_number = self.sequence
+        if m.content == ManifestContent.DATA and m._data[FIRST_ROW_ID] is None:
+            if m.added_rows_count is None or m.existing_rows_count is None:
+                raise Refused("a data manifest without row counts")
+            m._data[FIRST_ROW_ID] = self.next_row_id
+            self.next_row_id += m.existing_rows_count + m.added_rows_count
+        return m
+
+
+class _Bytes(InputFile):
+    def __init__(self, location: str, data: bytes) -> None:
+        super().__init__(location)
+        self._data = data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def exists(self) -> bool:
+        return True
+
+    def open(self, seekable: bool = True) -> InputStream:
+        return io.BytesIO(self._data)
+
+
+class _Kept(io.BytesIO):
+    def close(self) -> None:  # the Avro writer closes its stream; keep the bytes readable
+        self.kept = self.getvalue()
+        super().close()
+
+
+class _Buffer(OutputFile):
+    """An in-memory output: the bytes are then written create-only through the server's storage."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self._stream = _Kept()
+
+    @property
+    def value(self) -> bytes:
+        return self._stream.kept if self._stream.closed else self._stream.getvalue()
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def exists(self) -> bool:
+        return False
+
+    def to_input_file(self) -> InputFile:
+        return _Bytes(self.location, self.value)
+
+    def create(self, overwrite: bool = False) -> OutputStream:
+        return self._stream
