@@ -116,50 +116,57 @@ def _summary(previous: dict, data_size: int) -> dict:
     }
 
 
-def append_worker(i: int, args: dict, start: Callable[[], float], duration: float, max_ops: int) -> dict:
-    """One pyiceberg-style appender (see the module docstring)."""
-    from pyiceberg.io import load_file_io
-    from pyiceberg.manifest import (
-        DataFile,
-        DataFileContent,
-        FileFormat,
-        ManifestEntry,
-        ManifestEntryStatus,
-        read_manifest_list,
-        write_manifest,
-        write_manifest_list,
-    )
-    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-    from pyiceberg.schema import Schema
-    from pyiceberg.typedef import Record
+class Appender:
+    """A pyiceberg-style fast appender on one table: its connection, its FileIO, its counters."""
 
-    http = wire.client(args["url"], args.get("client", "http"))
-    path, location = args["path"], args["location"]
-    fio = load_file_io(args["io"], location)
-    schema = Schema.model_validate(SCHEMA)
-    data = args["parquet"]
-    counts: Counter[str] = Counter()
+    def __init__(self, args: dict) -> None:
+        from pyiceberg.io import load_file_io
+        from pyiceberg.schema import Schema
 
-    def load() -> Head:
-        status, body = http.request("GET", path + "?snapshots=refs")
+        self.http = wire.client(args["url"], args.get("client", "http"))
+        self.path, self.location, self.data = args["path"], args["location"], args["parquet"]
+        self.fio = load_file_io(args["io"], self.location)
+        self.schema = Schema.model_validate(SCHEMA)
+        self.counts: Counter[str] = Counter()
+
+    def load(self) -> Head:
+        status, body = self.http.request("GET", self.path + "?snapshots=refs")
         if status != 200:
-            raise RuntimeError(f"load {path} -> {status}: {body[:300]!r}")
+            raise RuntimeError(f"load {self.path} -> {status}: {body[:300]!r}")
         return Head(orjson.loads(body)["metadata"])
 
-    def write(file_path: str, payload: bytes) -> None:
-        with fio.new_output(file_path).create(overwrite=False) as f:
-            f.write(payload)
+    def write_data_file(self) -> str:
+        """A new 1-row data file (what an append writes once, whatever its retries)."""
+        data_path = f"{self.location}/data/{uuid.uuid4()}.parquet"
+        with self.fio.new_output(data_path).create(overwrite=False) as f:
+            f.write(self.data)
+        self.counts["data_files_written"] += 1
+        return data_path
 
-    def attempt_body(head: Head, sid: int, data_path: str) -> bytes:
+    def attempt_body(self, head: Head, sid: int, data_path: str) -> bytes:
+        """One attempt's files (a manifest and a manifest list on ``head``) and its commit body."""
+        from pyiceberg.manifest import (
+            DataFile,
+            DataFileContent,
+            FileFormat,
+            ManifestEntry,
+            ManifestEntryStatus,
+            read_manifest_list,
+            write_manifest,
+            write_manifest_list,
+        )
+        from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+        from pyiceberg.typedef import Record
+
         existing = []
         if head.manifest_list:
-            existing = list(read_manifest_list(fio.new_input(head.manifest_list)))
-            counts["lists_read"] += 1
-            counts["manifests_listed"] += len(existing)
+            existing = list(read_manifest_list(self.fio.new_input(head.manifest_list)))
+            self.counts["lists_read"] += 1
+            self.counts["manifests_listed"] += len(existing)
         commit_uuid = uuid.uuid4()
-        manifest_path = f"{location}/metadata/{commit_uuid}-m0.avro"
+        output = self.fio.new_output(f"{self.location}/metadata/{commit_uuid}-m0.avro")
         with write_manifest(
-            head.format_version, UNPARTITIONED_PARTITION_SPEC, schema, fio.new_output(manifest_path), sid, "deflate"
+            head.format_version, UNPARTITIONED_PARTITION_SPEC, self.schema, output, sid, "deflate"
         ) as writer:
             writer.add(
                 ManifestEntry.from_args(
@@ -173,26 +180,26 @@ def append_worker(i: int, args: dict, start: Callable[[], float], duration: floa
                         file_format=FileFormat.PARQUET,
                         partition=Record(),
                         record_count=1,
-                        file_size_in_bytes=len(data),
+                        file_size_in_bytes=len(self.data),
                     ),
                 )
             )
         new_manifest = writer.to_manifest_file()
-        counts["manifests_written"] += 1
+        self.counts["manifests_written"] += 1
         seq = head.seq + 1
-        list_path = f"{location}/metadata/snap-{sid}-{counts['lists_written']}-{commit_uuid}.avro"
+        list_path = f"{self.location}/metadata/snap-{sid}-{self.counts['lists_written']}-{commit_uuid}.avro"
         with write_manifest_list(
-            head.format_version, fio.new_output(list_path), sid, head.sid, seq, "deflate"
+            head.format_version, self.fio.new_output(list_path), sid, head.sid, seq, "deflate"
         ) as list_writer:
             list_writer.add_manifests([new_manifest, *existing])
-        counts["lists_written"] += 1
+        self.counts["lists_written"] += 1
         snapshot = {
             "snapshot-id": sid,
             "parent-snapshot-id": head.sid,
             "sequence-number": seq,
             "timestamp-ms": int(time.time() * 1000),
             "manifest-list": list_path,
-            "summary": _summary(head.summary, len(data)),
+            "summary": _summary(head.summary, len(self.data)),
             "schema-id": 0,
         }
         if head.format_version >= 3 and head.next_row_id is not None:
@@ -208,7 +215,22 @@ def append_worker(i: int, args: dict, start: Callable[[], float], duration: floa
             }
         )
 
-    head = load()
+    def append_once(self) -> int:
+        """One uncontended append (setup): its snapshot id."""
+        sid = wire.new_snapshot_id()
+        status, answer = self.http.request(
+            "POST", self.path, self.attempt_body(self.load(), sid, self.write_data_file())
+        )
+        if status != 200:
+            raise RuntimeError(f"seed append to {self.path} -> {status}: {answer[:300]!r}")
+        return sid
+
+
+def append_worker(i: int, args: dict, start: Callable[[], float], duration: float, max_ops: int) -> dict:
+    """One pyiceberg-style appender (see the module docstring)."""
+    a = Appender(args)
+    http = a.http
+    head = a.load()
     deadline = start()
     cpu0, t0 = time.process_time(), time.perf_counter()
     commit_lat: list[float] = []
@@ -220,16 +242,14 @@ def append_worker(i: int, args: dict, start: Callable[[], float], duration: floa
     conflicts = abandoned = 0
     while len(acked) < max_ops and time.perf_counter() < deadline:
         began = time.perf_counter()
-        data_path = f"{location}/data/{uuid.uuid4()}.parquet"
-        write(data_path, data)
-        counts["data_files_written"] += 1
+        data_path = a.write_data_file()
         sid = wire.new_snapshot_id()
         while True:
-            body = attempt_body(head, sid, data_path)
-            a = time.perf_counter()
-            status, answer = http.request("POST", path, body)
+            body = a.attempt_body(head, sid, data_path)
+            t = time.perf_counter()
+            status, answer = http.request("POST", a.path, body)
             now = time.perf_counter()
-            attempt_lat.append(now - a)
+            attempt_lat.append(now - t)
             statuses[status] += 1
             if status == 200:
                 acked.append(sid)
@@ -240,7 +260,7 @@ def append_worker(i: int, args: dict, start: Callable[[], float], duration: floa
                 conflicts += 1
             elif status == 0 or status >= 500:
                 unknown.append(sid)
-                head = load()
+                head = a.load()
                 break
             else:
                 errors.append(f"{status}: {answer[:300]!r}")
@@ -248,8 +268,8 @@ def append_worker(i: int, args: dict, start: Callable[[], float], duration: floa
             if now >= deadline:
                 abandoned += 1
                 break
-            head = load()
-            counts["reloads"] += 1
+            head = a.load()
+            a.counts["reloads"] += 1
         if len(errors) > 20:
             break
     elapsed = time.perf_counter() - t0
@@ -264,7 +284,7 @@ def append_worker(i: int, args: dict, start: Callable[[], float], duration: floa
         "unknown": unknown,
         "errors": errors[:5],
         "acked": acked,
-        "counts": dict(counts),
+        "counts": dict(a.counts),
         "elapsed": elapsed,
         "cpu": time.process_time() - cpu0,
     }
@@ -305,4 +325,57 @@ def verify(metadata: dict, acked: list[int], storage_props: dict[str, str]) -> d
         and all(n == 1 for n in per_snapshot.values())
         and int((snaps[head]["summary"] if head else {}).get("total-data-files", "0")) == len(manifests)
     )
+    return out
+
+
+PROBE_MANIFESTS = (10, 100, 1000)
+
+
+def build_head(a: Appender, manifests: int) -> None:
+    """Make the table's head a snapshot whose list holds ``manifests`` manifests: one real manifest
+    (of one data file) and byte copies of it under other names, committed as one append. Synthetic
+    (never scanned): the rebase reads manifest lists, never the head's manifests."""
+    from pyiceberg.manifest import read_manifest_list, write_manifest_list
+
+    head = a.load()
+    sid = wire.new_snapshot_id()
+    body = orjson.loads(a.attempt_body(head, sid, a.write_data_file()))
+    snapshot = body["updates"][0]["snapshot"]
+    (one,) = list(read_manifest_list(a.fio.new_input(snapshot["manifest-list"])))
+    with a.fio.new_input(one.manifest_path).open() as f:
+        raw = f.read()
+    copies = [one]
+    for n in range(1, manifests):
+        path = one.manifest_path.replace("-m0.avro", f"-m{n}.avro")
+        with a.fio.new_output(path).create(overwrite=False) as f:
+            f.write(raw)
+        copy = one.__class__(*one._data)
+        copy.manifest_path = path
+        copies.append(copy)
+    list_path = snapshot["manifest-list"].replace(".avro", "-probe.avro")
+    with write_manifest_list(
+        head.format_version, a.fio.new_output(list_path), sid, head.sid, head.seq + 1, "deflate"
+    ) as w:
+        w.add_manifests(copies)
+    snapshot["manifest-list"] = list_path
+    snapshot["summary"] |= {"added-data-files": str(manifests), "total-data-files": str(manifests)}
+    status, answer = a.http.request("POST", a.path, orjson.dumps(body))
+    if status != 200:
+        raise RuntimeError(f"probe head of {manifests} manifests -> {status}: {answer[:300]!r}")
+
+
+def probe(a: Appender, rounds: int) -> dict[str, list[float]]:
+    """Per round: a commit on the current head (lands as sent: ``direct``), then a commit built on
+    the head before it (stale by one snapshot: the server rebases it: ``rebased``). Latencies in s of
+    the POST alone."""
+    out: dict[str, list[float]] = {"direct": [], "rebased": []}
+    for _ in range(rounds):
+        head = a.load()
+        bodies = [a.attempt_body(head, wire.new_snapshot_id(), a.write_data_file()) for _ in range(2)]
+        for kind, body in zip(("direct", "rebased"), bodies, strict=True):
+            t = time.perf_counter()
+            status, answer = a.http.request("POST", a.path, body)
+            out[kind].append(time.perf_counter() - t)
+            if status != 200:
+                raise RuntimeError(f"probe {kind} commit -> {status}: {answer[:300]!r}")
     return out

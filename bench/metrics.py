@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-STEPS = ("read", "apply", "write", "cas")
+STEPS = ("read", "apply", "rebase", "write", "cas")  # rebase: inside apply, when the server rebased
 TABLE_ROUTE = "/v1/namespaces/{namespace:str}/tables/{table:str}"
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 

@@ -196,6 +196,17 @@ def _hot_append_verify(r: dict) -> tuple[str, bool | None]:
     return "; ".join(parts), ok
 
 
+def _rebase_probe(r: dict) -> tuple[str, bool | None]:
+    probe = _get(r, "rebase_probe")
+    if not probe:
+        return "n/a", None
+    return "; ".join(
+        f"{int(k):,} manifests: rebased p50 {_ms(p['rebased']['p50_ms'])} vs direct {_ms(p['direct']['p50_ms'])} ms, "
+        f"server rebase step {_ms(p['server_rebase_step_ms'])} ms"
+        for k, p in probe.items()
+    ), None
+
+
 def _lost(r: dict) -> tuple[str, bool | None]:
     lost, acked = _get(r, "integrity", "lost"), _get(r, "integrity", "acknowledged")
     if lost is None:
@@ -349,6 +360,7 @@ ROWS: list[Row] = [
     ("hot appends, 64 writers, rebase on", "409 <= 1%; SQLite p99 <= 250 ms", _hot_append(64, True)),
     ("hot appends, 64 writers: rebase on / off", ">= 10x", _hot_append_ratio(64)),
     ("hot appends: acknowledged exactly once, linear chain", "all", _hot_append_verify),
+    ("one rebased append vs the head's manifest count (1 writer, stale by one)", "", _rebase_probe),
     ("... where a single-writer commit's time goes", "", _split(("commit_single",))),
     ("... where a 1-client loadTable's time goes", "", _split(("load", "1"))),
     ("server resident memory", "", _rss),

@@ -273,12 +273,15 @@ class Run:
                     "parquet": parquet,
                     "client": self.args.client,
                 }
+                seeder = hot.Appender(args)  # one append first: the race is on a branch that exists
+                seed = [seeder.append_once()]
+                seeder.http.close()
                 key = f"{writers}_{'on' if rebase else 'off'}"
                 results, srv_cpu = self.scenario(
                     f"hot_appends_{key}", hot.append_worker, [args] * writers, self.plan.hot_append_s, 10**6
                 )
                 self.r["hot_appends"][key] = s = self._hot_summary(results, srv_cpu, writers, rebase)
-                acked = [sid for r in results for sid in r["acked"]]
+                acked = seed + [sid for r in results for sid in r["acked"]]
                 metadata = orjson.loads(self.call("GET", wire.table_path(name)))["metadata"]
                 s["verify"] = hot.verify(metadata, acked, io_props)
                 self.r["raw"]["hot_appends"][key] = sample([x for r in results for x in r["lat"]])
@@ -292,6 +295,36 @@ class Run:
                     f"{s['lists_per_append']:.2f} manifest lists written per append, "
                     f"{s['server'].get('append_rebases', 0):.0f} server rebases, verify {s['verify']}"
                 )
+        self.rebase_probe(io_props, parquet)
+
+    def rebase_probe(self, io_props: dict, parquet: bytes) -> None:
+        """What one rebase costs the server as the head's manifest list grows (``hot.probe``)."""
+        self.r["rebase_probe"] = {}
+        rounds = 5 if self.args.quick else 15
+        for manifests in hot.PROBE_MANIFESTS:
+            name = f"rebase_probe_{manifests}"
+            data = self.call("POST", f"/v1/namespaces/{wire.NS}/tables", hot.create_body(name, True))
+            args = {"url": self.url, "path": wire.table_path(name), "io": io_props, "parquet": parquet}
+            a = hot.Appender(args | {"location": orjson.loads(data)["metadata"]["location"]})
+            hot.build_head(a, manifests)
+            before = self.metrics()
+            lat = hot.probe(a, rounds)
+            a.http.close()
+            d = metrics.delta(before, self.metrics())
+            n = metrics.total(d, "catalog_commit_append_rebase_total")
+            rebase_s = metrics.total(d, "catalog_commit_step_seconds_sum", kind="table", step="rebase")
+            self.r["rebase_probe"][str(manifests)] = p = {
+                "manifests": manifests,
+                "rebases": n,
+                "direct": lat_stats(lat["direct"]),
+                "rebased": lat_stats(lat["rebased"]),
+                "server_rebase_step_ms": 1000 * rebase_s / n if n else math.nan,
+            }
+            log(
+                f"[{self.b.name}] rebase probe, {manifests} manifests: direct p50 {p['direct']['p50_ms']:.1f} ms, "
+                f"rebased p50 {p['rebased']['p50_ms']:.1f} ms, server rebase step {p['server_rebase_step_ms']:.1f} ms "
+                f"({n:.0f} rebases)"
+            )
 
     def _hot_summary(self, results: list[dict], srv_cpu: float, writers: int, rebase: bool) -> dict:
         lat = [x for r in results for x in r["lat"]]

@@ -133,6 +133,7 @@ METRICS = {
     "5xx": ("catalog_http_requests_total", r'status="5\d\d"'),
     "rebases": ("catalog_commit_append_rebase_total", ""),
 }
+SEED = 10**6  # the row of the table's first append (the writers' rows are w * 1000 + i)
 # pyiceberg's retry for a handful of writers: a short first wait, its own 10% jitter
 CLIENT_RETRY_SHORT = {**CLIENT_RETRY, "commit.retry.min-wait-ms": "20", "commit.retry.max-wait-ms": "2000"}
 
@@ -149,13 +150,14 @@ def test_32_writers_25_appends_through_two_replicas(replicas):
     ns = f"h_{uuid.uuid4().hex[:8]}"
     catalog = replicas[0].catalog()
     catalog.create_namespace(ns)
-    catalog.create_table(f"{ns}.hot", SCHEMA, properties=REBASE_NO_CLIENT_RETRY)
+    # the first append: the server rebases onto a branch that moved, not onto one created meanwhile
+    catalog.create_table(f"{ns}.hot", SCHEMA, properties=REBASE_NO_CLIENT_RETRY).append(rows(SEED, 1))
     before = {k: counter_total(urls, *q) for k, q in METRICS.items()}
     started = time.monotonic()
-    acknowledged = hammer(urls, f"{ns}.hot", writers, appends, replicas[0].io_props)
+    acknowledged = [SEED, *hammer(urls, f"{ns}.hot", writers, appends, replicas[0].io_props)]
     wall = time.monotonic() - started
     after = {k: counter_total(urls, *q) for k, q in METRICS.items()}
-    assert len(acknowledged) == writers * appends
+    assert len(acknowledged) == writers * appends + 1
     assert_exactly_once_linear(replicas[1].catalog().load_table(f"{ns}.hot"), acknowledged)
     assert after["409"] == before["409"], "a pure append got a 409 with the rebase on"
     assert after["5xx"] == before["5xx"]
