@@ -139,7 +139,7 @@ CLIENT_RETRY_SHORT = {**CLIENT_RETRY, "commit.retry.min-wait-ms": "20", "commit.
 
 
 @pytest.mark.soak
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)
 def test_32_writers_25_appends_through_two_replicas(replicas):
     """The headline proof (issue 17): 800 appends from 32 pyiceberg writers, spread over two server
     processes sharing one PostgreSQL, on a table with the server's append rebase on and pyiceberg's
