@@ -31,7 +31,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import errors, metrics, rebase
+from . import errors, grouping, metrics, rebase
 from .files import MetadataFile, MetadataFiles, next_location
 from .metadata import tables, views
 from .ownership import Ownership
@@ -116,12 +116,17 @@ class CommitEngine:
         self.files = files
         self.ownership = ownership
         self.rebaser = rebase.Rebaser(files.storage)
+        self.groups = grouping.GroupCommitter(self)
         self._locks = [threading.Lock() for _ in range(_LOCKS)]
 
     def commit(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome:
         """Apply ``changes`` atomically: every pointer moves, or none does. ``key``: the request's
         Idempotency-Key record, written in the CAS transaction (its ``metadata_location`` is filled
         in with the first change's new file)."""
+        if self.groups.eligible(changes, key):
+            grouped = self.groups.commit(changes[0])
+            if grouped is not None:
+                return grouped
         kind = changes[0].kind.name if len(changes) == 1 else "transaction"
         start = time.perf_counter()
         try:
@@ -158,7 +163,7 @@ class CommitEngine:
         staged: list[_Staged] = []
         try:
             for change in changes:
-                one = self._stage_one(change, kind)
+                one = self._stage_one(change, kind, alone=len(changes) == 1)
                 if isinstance(one, _Staged):
                     staged.append(one)
                     current.append(one.new)
@@ -169,11 +174,11 @@ class CommitEngine:
             raise
         return current, staged
 
-    def _stage_one(self, change: Change, kind: str) -> _Staged | MetadataFile:
+    def _stage_one(self, change: Change, kind: str, alone: bool) -> _Staged | MetadataFile:
         with _step(kind, "read"):
             entry, base = self._read(change)
         with _step(kind, "apply"):
-            new, rebased = self._apply(change, base)
+            new, rebased = self._apply(change, base, rebasable=alone)
         if base is not None and new is base.data:
             return base
         try:
@@ -201,20 +206,20 @@ class CommitEngine:
         return entry, self.files.read(entry.metadata_location)
 
     def _apply(
-        self, change: Change, base: MetadataFile | None, check_only: bool = False
+        self, change: Change, base: MetadataFile | None, rebasable: bool = False, check_only: bool = False
     ) -> tuple[dict[str, Any], rebase.Rebased | None]:
         """The new metadata (``base.data`` itself when nothing changed). A failed requirement is a 409,
         unless the commit is a pure append whose branch moved and rebase is on: then it is rebuilt on
         the branch's head (``catalog.rebase``) and the second value is that rebase, whose manifest list
-        is written. ``check_only``: raise the 409 or not, but write nothing (the rebase may return
-        None as its second value)."""
+        is written. Only a commit of one table is ``rebasable`` (a multi-table transaction may rely on
+        what it read). ``check_only``: raise the 409 or not, but write nothing."""
         if change.created is not None:
             return change.created, None
         now_ms = int(time.time() * 1000)
         try:
             return self._apply_updates(change, base, change.requirements, change.updates, now_ms), None
         except errors.RequirementFailed as e:
-            candidate = self._rebase_candidate(change, base)
+            candidate = self._rebase_candidate(change, base) if rebasable else None
             if candidate is None:
                 raise self._conflict(change, e) from None
             if check_only:
@@ -365,7 +370,7 @@ class CommitEngine:
         log.info("commit to %s lost the CAS (attempt %d), rebasing", ", ".join(c.ident for c in changes), attempt + 1)
         for change in changes:
             _, base = self._read(change)
-            self._apply(change, base, check_only=True)
+            self._apply(change, base, rebasable=len(changes) == 1, check_only=True)
         delay = self.settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
         time.sleep(random.uniform(0, delay))
 
@@ -389,6 +394,12 @@ class CommitEngine:
             self.files.delete(location)
         except Exception:  # noqa: BLE001 - an orphan file is harmless; never mask the real outcome
             log.warning("could not delete uncommitted file %s", location)
+
+    def _housekeeping(
+        self, change: Change, entry: Entry, base: MetadataFile, written: MetadataFile, location: str
+    ) -> None:
+        """What follows a landed group commit (``catalog.grouping``), as ``_won`` does for one."""
+        self._delete_dropped_files(_Staged(change, entry, base, written, location))
 
     def _delete_dropped_files(self, one: _Staged) -> None:
         """``write.metadata.delete-after-commit.enabled``: delete the previous metadata files that

@@ -43,6 +43,12 @@ APPEND_REBASES = Counter(
     "Pure appends whose branch had moved, rebuilt on the new head by the server and committed (no 409)",
     registry=REGISTRY,
 )
+GROUP_COMMIT_SIZE = Histogram(
+    "catalog_group_commit_size",
+    "Commits landed together in one metadata file and one compare-and-swap (group commit of appends)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+    registry=REGISTRY,
+)
 UNKNOWN = Counter("catalog_commit_state_unknown_total", "Commits answered 500 CommitStateUnknown", registry=REGISTRY)
 COMMIT_SECONDS = Histogram(
     "catalog_commit_duration_seconds",

@@ -34,10 +34,13 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyiceberg.avro.decoder import new_decoder
 from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.avro.resolver import resolve_reader
 from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
@@ -66,6 +69,10 @@ log = logging.getLogger("catalog.rebase")
 PROPERTY = "catalog.append-rebase.enabled"
 # The most manifests one rebased append may add (each is read to check its entries).
 MAX_NEW_MANIFESTS = 32
+# Manifest lists are cached parsed (they never change): the bound, in manifests across all lists.
+CACHED_MANIFESTS = 50_000
+# Avro readers kept, one per (file schema, read schema): a table's manifests share one schema.
+READERS = 256
 # How far back (in the snapshots list) the client's parent may lie behind the branch's head.
 MAX_DISTANCE = 10_000
 TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added - removed
@@ -107,6 +114,22 @@ class Rebased:
 def enabled(base: dict, default: bool) -> bool:
     value = (base.get("properties") or {}).get(PROPERTY)
     return default if value is None else str(value).strip().lower() == "true"
+
+
+def append_shaped(updates: Sequence[Any]) -> bool:
+    """``add-snapshot`` of an append + ``set-snapshot-ref`` of a branch to it: what group commit takes."""
+    if len(updates) != 2 or not all(isinstance(u, dict) for u in updates):
+        return False
+    add, ref = updates
+    snapshot = add.get("snapshot")
+    return (
+        add.get("action") == "add-snapshot"
+        and ref.get("action") == "set-snapshot-ref"
+        and isinstance(snapshot, dict)
+        and isinstance(snapshot.get("summary"), dict)
+        and snapshot["summary"].get("operation") == "append"
+        and ref.get("snapshot-id") == snapshot.get("snapshot-id")
+    )
 
 
 def candidate(requirements: list[dict], updates: list[dict], base: dict, default: bool) -> Candidate | None:
@@ -177,10 +200,11 @@ def _is_int(value: Any) -> bool:
 class Rebaser:
     """Reads and writes manifest lists through the server's storage (confined, size-capped)."""
 
-    def __init__(self, storage: Storage, cache_entries: int = 64) -> None:
+    def __init__(self, storage: Storage, cache_manifests: int = CACHED_MANIFESTS) -> None:
         self.storage = storage
         self._cache: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
-        self._size = cache_entries
+        self._budget = cache_manifests  # the entries' manifests, in all (about 1 KB of memory each)
+        self._held = 0
         self._lock = threading.Lock()
 
     def rebuild(self, c: Candidate, base: dict, now_ms: int) -> Rebased:
@@ -199,16 +223,18 @@ class Rebaser:
             raise Refused("the manifests it keeps are not its parent's")
         for manifest in new:
             self._check_entries(manifest, c.snapshot, base)
-        head = self._manifests(_owned(c.head.get("manifest-list"), base)) if c.head.get("manifest-list") else ()
+        head = self._manifests(_owned(c.head.get("manifest-list"), base))  # v1's inline lists: refused
         sequence = base.get("last-sequence-number", 0) + 1
         location = f"{client_list.rsplit('/', 1)[0]}/snap-{snapshot_id}-rebased-{uuid.uuid4()}.avro"
         codec = (base.get("properties") or {}).get("write.avro.compression-codec", "gzip")
         out = _Buffer(location)
         first_row_id = base.get("next-row-id", 0)
         writer = _writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
-        with writer:
-            writer.add_manifests([_unassigned(m, version) for m in new] + [_fresh(m, version) for m in head])
+        records = [_renumbered(m, version, sequence) for m in new] + [_fresh(m, version) for m in head]
+        with writer:  # assigns the v3 first_row_ids in place
+            writer.add_manifests(records)
         self.storage.write_new(location, out.value)
+        self._remember(location, tuple(records))  # as written: the next rebase builds on it
         snapshot = {
             **c.snapshot,
             "parent-snapshot-id": c.head["snapshot-id"],
@@ -228,11 +254,9 @@ class Rebaser:
         """Its entries: only ADDED data files of this snapshot that inherit sequence numbers and row ids."""
         raw = self.storage.read(_owned(m.manifest_path, base))
         entries = 0
-        with AvroFile[ManifestEntry](
+        with _AvroFile(
             _Bytes(m.manifest_path, raw),
-            MANIFEST_ENTRY_SCHEMAS[3],
-            read_types={-1: ManifestEntry, 2: DataFile},
-            read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+            *_ENTRY_READ,
         ) as reader:
             for entry in reader:
                 entries += 1
@@ -255,19 +279,28 @@ class Rebaser:
             if hit is not None:
                 self._cache.move_to_end(location)
                 return hit
-        raw = self.storage.read(location)
-        with AvroFile[ManifestFile](
-            _Bytes(location, raw),
-            MANIFEST_LIST_FILE_SCHEMAS[3],
-            read_types={-1: ManifestFile, 508: PartitionFieldSummary},
-            read_enums={517: ManifestContent},
-        ) as reader:
-            manifests = tuple(reader)
-        with self._lock:
-            self._cache[location] = manifests
-            while len(self._cache) > self._size:
-                self._cache.popitem(last=False)
+        manifests = self._parse(location, self.storage.read(location))
+        self._remember(location, manifests)
         return manifests
+
+    @staticmethod
+    def _parse(location: str, raw: bytes) -> tuple[ManifestFile, ...]:
+        with _AvroFile(
+            _Bytes(location, raw),
+            *_LIST_READ,
+        ) as reader:
+            return tuple(reader)
+
+    def _remember(self, location: str, manifests: tuple[ManifestFile, ...]) -> None:
+        if len(manifests) > self._budget:
+            return
+        with self._lock:
+            previous = self._cache.pop(location, None)
+            self._held -= len(previous) if previous is not None else 0
+            while self._cache and self._held + len(manifests) > self._budget:
+                self._held -= len(self._cache.popitem(last=False)[1])
+            self._cache[location] = manifests
+            self._held += len(manifests)
 
 
 def _check_counts(m: ManifestFile, snapshot: dict, version: int) -> None:
@@ -313,11 +346,12 @@ def _fresh(m: ManifestFile, version: int) -> ManifestFile:
     return ManifestFile(*(m._data if version >= 3 else m._data[:FIRST_ROW_ID]))
 
 
-def _unassigned(m: ManifestFile, version: int) -> ManifestFile:
-    """A new manifest as the client's writer saw it: sequence numbers (and row ids) to be assigned."""
+def _renumbered(m: ManifestFile, version: int, sequence: int) -> ManifestFile:
+    """A new manifest with the rebased commit's sequence number (its entries inherit it; checked)
+    and, v3, no row ids yet: the list writer assigns them."""
     fresh = _fresh(m, version)
     if version >= 2:
-        fresh.sequence_number = fresh.min_sequence_number = UNASSIGNED_SEQ
+        fresh.sequence_number = fresh.min_sequence_number = sequence
     if version >= 3:
         fresh._data[FIRST_ROW_ID] = None
     return fresh
@@ -337,10 +371,12 @@ class _ListWriterV3(ManifestListWriter):
     as v2, and every data manifest without a ``first_row_id`` gets the next row ids, which advance by
     its existing + added rows."""
 
-    def __init__(self, out: OutputFile, snapshot_id: int, parent: int, sequence: int, first_row_id: int, codec: str):
+    def __init__(
+        self, out: OutputFile, snapshot_id: int, parent: int | None, sequence: int, first_row_id: int, codec: str
+    ):
         meta = {
             "snapshot-id": str(snapshot_id),
-            "parent-snapshot-id": str(parent),
+            "parent-snapshot-id": str(parent) if parent is not None else "null",
             "sequence-number": str(sequence),
             "first-row-id": str(first_row_id),
             "format-version": "3",
@@ -371,6 +407,46 @@ class _ListWriterV3(ManifestListWriter):
             m._data[FIRST_ROW_ID] = self.next_row_id
             self.next_row_id += m.existing_rows_count + m.added_rows_count
         return m
+
+
+# How manifest lists and manifests are read (constants: their identity keys the reader cache).
+_LIST_READ = (
+    MANIFEST_LIST_FILE_SCHEMAS[3],
+    {-1: ManifestFile, 508: PartitionFieldSummary},
+    {517: ManifestContent},
+)
+_ENTRY_READ = (
+    MANIFEST_ENTRY_SCHEMAS[3],
+    {-1: ManifestEntry, 2: DataFile},
+    {0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+)
+
+
+class _AvroFile(AvroFile[Any]):
+    """pyiceberg's Avro reader, reusing the reader it builds for a file schema it has seen: every
+    manifest of a table shares one schema, and building the reader (parsing the header's schema and
+    resolving it against the read schema) costs more than decoding a small file."""
+
+    __slots__ = ()
+    _readers: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
+    _lock = threading.Lock()
+
+    def __enter__(self) -> _AvroFile:
+        with self.input_file.open() as f:
+            self.decoder = new_decoder(f.read())
+        self.header = self._read_header()
+        key = (self.header.meta.get("avro.schema"), id(self.read_schema), id(self.read_types), id(self.read_enums))
+        with self._lock:
+            hit = self._readers.get(key)
+        if hit is None:
+            schema = self.header.get_schema()
+            hit = (schema, resolve_reader(schema, self.read_schema, self.read_types, self.read_enums))
+            with self._lock:
+                self._readers[key] = hit
+                while len(self._readers) > READERS:
+                    self._readers.popitem(last=False)
+        self.schema, self.reader = hit
+        return self
 
 
 class _Bytes(InputFile):

@@ -154,6 +154,16 @@ class Settings(BaseSettings):
         "on the server instead of answering 409, as the client's own retry would; a table's "
         "catalog.append-rebase.enabled property (true|false) overrides this default.",
     )
+    group_commit_max_commits: int = Field(
+        default=32,
+        ge=1,
+        description="Group commit: appends to one table with append rebase on that queued while the previous "
+        "commit landed go together in one metadata file and one compare-and-swap, at most this many; 1 turns "
+        "grouping off. A lone commit never waits.",
+    )
+    group_commit_max_bytes: int = Field(
+        default=4 * 2**20, ge=1, description="Group commit: the most JSON (the members' updates) in one group."
+    )
     idempotency_key_lifetime_seconds: int = Field(
         default=1800,
         ge=0,

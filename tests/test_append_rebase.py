@@ -6,6 +6,7 @@ does not absorb surfaces as ``CommitFailedException``."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections import Counter
@@ -180,3 +181,259 @@ def test_a_manifest_list_outside_the_table_is_refused(server, ns, http):
 
 
 _ = requests
+
+
+# --- in process: hand-built appends (pyiceberg's Avro writers), v3 row ids, a lost CAS ----------------
+
+IN_SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+
+
+@pytest.fixture
+def local(tmp_path):
+    """The catalog in process on SQLite + a local warehouse, rebase on by default."""
+    from catalog import migrate
+    from catalog.db import create_engine
+    from catalog.files import MetadataFiles
+    from catalog.service import Catalog
+    from catalog.settings import Settings
+    from catalog.storage import create_storage
+    from catalog.store import Store
+
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "wh"), append_rebase=True
+    )
+    engine = create_engine(settings)
+    migrate.upgrade(engine)
+    storage = create_storage(settings)
+    cat = Catalog(settings, Store(engine), storage, MetadataFiles(storage, settings.metadata_cache_bytes))
+    cat.create_namespace(("n",), {})
+    yield cat
+    engine.dispose()
+
+
+def new_table(cat, name: str, **properties: str) -> dict:
+    from catalog.service import TABLE
+
+    cat.create_table(("n",), name, None, {"schema": IN_SCHEMA, "properties": properties})
+    return cat.load(TABLE, ("n",), name).data
+
+
+def read_list(location: str) -> list:
+    """A manifest list as pyiceberg reads it, with the v3 fields (first_row_id)."""
+    from pyiceberg.avro.file import AvroFile
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.manifest import MANIFEST_LIST_FILE_SCHEMAS, ManifestContent, ManifestFile, PartitionFieldSummary
+
+    with AvroFile[ManifestFile](
+        PyArrowFileIO().new_input(location),
+        MANIFEST_LIST_FILE_SCHEMAS[3],
+        read_types={-1: ManifestFile, 508: PartitionFieldSummary},
+        read_enums={517: ManifestContent},
+    ) as reader:
+        return list(reader)
+
+
+def client_append(meta: dict, snapshot_id: int, records: int, existing_files_count: int = 0) -> tuple[list, list]:
+    """What a client's FastAppend sends for ``records`` rows in one new data file on ``meta``'s main:
+    a manifest and a manifest list written with pyiceberg's writers (v3 lists with the catalog's
+    writer: pyiceberg 0.12 writes none), and the commit's requirements and updates."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.manifest import (
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestEntry,
+        ManifestEntryStatus,
+        ManifestFile,
+        write_manifest,
+        write_manifest_list,
+    )
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.schema import Schema
+    from pyiceberg.typedef import Record
+    from pyiceberg.types import LongType, NestedField
+
+    from catalog import rebase
+
+    io, version, where = PyArrowFileIO(), meta["format-version"], meta["location"] + "/metadata"
+    parent_id = meta.get("current-snapshot-id")
+    parent_id = None if parent_id in (None, -1) else parent_id
+    parent = next((s for s in meta["snapshots"] if s["snapshot-id"] == parent_id), None)
+    sequence = meta["last-sequence-number"] + 1
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=f"{meta['location']}/data/{uuid.uuid4()}.parquet",
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=records,
+        file_size_in_bytes=100 + records,
+    )
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    path = f"{where}/{uuid.uuid4()}-m0.avro"
+    with write_manifest(2, UNPARTITIONED_PARTITION_SPEC, schema, io.new_output(path), snapshot_id, "null") as w:
+        w.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data_file))
+    manifest = w.to_manifest_file()
+    if existing_files_count:  # as a merged manifest says of the files it carried over
+        manifest._data[8] = existing_files_count
+    kept = read_list(parent["manifest-list"]) if parent else []
+    location = f"{where}/snap-{snapshot_id}-0-{uuid.uuid4()}.avro"
+    if version >= 3:
+        writer = rebase._ListWriterV3(
+            io.new_output(location), snapshot_id, parent_id, sequence, meta["next-row-id"], "null"
+        )
+        with writer:
+            writer.add_manifests([ManifestFile(*manifest._data, None), *kept])
+    else:
+        with write_manifest_list(version, io.new_output(location), snapshot_id, parent_id, sequence, "null") as writer:
+            writer.add_manifests([manifest, *[ManifestFile(*m._data[:15]) for m in kept]])
+    total = int((parent or {}).get("summary", {}).get("total-records", 0)) + records
+    snapshot = {
+        "snapshot-id": snapshot_id,
+        "sequence-number": sequence,
+        "timestamp-ms": meta["last-updated-ms"] + 1,
+        "manifest-list": location,
+        "summary": {
+            "operation": "append",
+            "added-records": str(records),
+            "added-data-files": "1",
+            "added-files-size": str(100 + records),
+            "total-records": str(total),
+            "total-data-files": str(len(kept) + 1),
+        },
+        "schema-id": 0,
+    }
+    if parent_id is not None:
+        snapshot["parent-snapshot-id"] = parent_id
+    if version >= 3:
+        snapshot["first-row-id"], snapshot["added-rows"] = meta["next-row-id"], records
+    requirements = [
+        {"type": "assert-table-uuid", "uuid": meta["table-uuid"]},
+        {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent_id},
+    ]
+    updates = [
+        {"action": "add-snapshot", "snapshot": snapshot},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+    ]
+    return requirements, updates
+
+
+def commit(cat, name: str, requirements: list, updates: list) -> dict:
+    from catalog.service import TABLE, Change
+
+    return cat.commit([Change(TABLE, ("n",), name, requirements, updates)]).files[0].data
+
+
+def test_v3_row_ids_stay_disjoint(local):
+    """Three appends built on the same parent: the second and third are rebased; each gets the table's
+    next-row-id as first-row-id, its manifest fresh row ids and the new sequence number."""
+    base = commit(local, "v3", *client_append(new_table(local, "v3", **{"format-version": "3"}), 1, 5))
+    stale = [client_append(base, 10 + i, 3 + i) for i in range(3)]
+    for requirements, updates in stale:
+        final = commit(local, "v3", requirements, updates)
+    snaps = {s["snapshot-id"]: s for s in final["snapshots"]}
+    ordered = [snaps[i] for i in (1, 10, 11, 12)]
+    assert [s.get("parent-snapshot-id") for s in ordered] == [None, 1, 10, 11]
+    assert [s["sequence-number"] for s in ordered] == [1, 2, 3, 4]
+    assert [(s["first-row-id"], s["added-rows"]) for s in ordered] == [(0, 5), (5, 3), (8, 4), (12, 5)]
+    assert final["next-row-id"] == 17
+    assert [s["summary"]["total-records"] for s in ordered] == ["5", "8", "12", "17"]
+    manifests = read_list(snaps[12]["manifest-list"])
+    ranges = sorted((m._data[15], m._data[15] + m.added_rows_count) for m in manifests)
+    assert ranges == [(0, 5), (5, 8), (8, 12), (12, 17)]  # disjoint, and every row has one
+    seqs = {m.added_snapshot_id: (m.sequence_number, m.min_sequence_number) for m in manifests}
+    assert seqs == {1: (1, 1), 10: (2, 2), 11: (3, 3), 12: (4, 4)}
+    assert snaps[12]["manifest-list"] != stale[2][1][0]["snapshot"]["manifest-list"]  # a new list, next to it
+
+
+def test_refusals_are_the_original_409(local, caplog):
+    """Existing entries, a manifest list outside the table, another failing requirement, a branch that
+    went back: each a 409 naming the moved branch, with nothing written."""
+    from catalog import errors
+    from catalog.service import TABLE, Change
+
+    base = commit(local, "t", *client_append(new_table(local, "t"), 1, 1))
+    commit(local, "t", *client_append(base, 2, 1))  # main moves on
+    merged = client_append(base, 3, 1, existing_files_count=1)
+    wrong_schema = client_append(base, 4, 1)
+    wrong_schema[0].append({"type": "assert-current-schema-id", "current-schema-id": 7})
+    outside = client_append(base, 5, 1)
+    outside[1][0]["snapshot"]["manifest-list"] = "file:///etc/passwd"
+    in_transaction = client_append(base, 6, 1)
+    new_table(local, "u")
+    before = sorted(p.name for p in _metadata_dir(local, "t").iterdir())
+    with pytest.raises(errors.RequirementFailed):  # a multi-table transaction may rely on what it read
+        local.commit([Change(TABLE, ("n",), "t", *in_transaction), Change(TABLE, ("n",), "u")])
+    cases = [(merged, "existing or deleted entries"), (wrong_schema, None), (outside, "outside the table's location")]
+    for (requirements, updates), reason in cases:
+        caplog.clear()
+        with (
+            caplog.at_level(logging.DEBUG, logger="catalog.commit"),
+            pytest.raises(errors.RequirementFailed, match="branch main has changed"),
+        ):
+            commit(local, "t", requirements, updates)
+        refused = [r.getMessage() for r in caplog.records if "not rebased" in r.getMessage()]
+        assert refused == ([] if reason is None else [refused[0]]) and all(reason in m for m in refused), refused
+    assert [n for n in sorted(p.name for p in _metadata_dir(local, "t").iterdir()) if n not in before] == []
+
+
+def test_the_table_property_overrides_the_default(local):
+    from catalog import errors
+
+    base = commit(
+        local, "off", *client_append(new_table(local, "off", **{"catalog.append-rebase.enabled": "false"}), 1, 1)
+    )
+    commit(local, "off", *client_append(base, 2, 1))
+    with pytest.raises(errors.RequirementFailed):
+        commit(local, "off", *client_append(base, 3, 1))
+    local.settings.append_rebase = False
+    base = commit(
+        local, "on", *client_append(new_table(local, "on", **{"catalog.append-rebase.enabled": "true"}), 1, 1)
+    )
+    commit(local, "on", *client_append(base, 2, 1))
+    assert commit(local, "on", *client_append(base, 3, 1))["current-snapshot-id"] == 3
+
+
+def test_a_crash_before_the_cas_leaves_only_orphans(local, monkeypatch):
+    """The rebased manifest list and metadata file are written, then the process dies in the CAS: the
+    table is unchanged, what was written is referenced by nothing, and the client's retry lands."""
+    from catalog import metrics
+    from catalog.service import TABLE
+
+    base = commit(local, "c", *client_append(new_table(local, "c"), 1, 1))
+    head = commit(local, "c", *client_append(base, 2, 1))
+    stale = client_append(base, 3, 1)
+    pointer = local.load(TABLE, ("n",), "c").location
+    real = local.store.swap_pointers
+
+    def crash(*args, **kwargs):
+        raise SystemExit("killed in the CAS")  # not an Exception: nothing after it runs, like a crash
+
+    monkeypatch.setattr(local.store, "swap_pointers", crash)
+    with pytest.raises(SystemExit):
+        commit(local, "c", *stale)
+    assert local.load(TABLE, ("n",), "c").location == pointer
+    written = [p for p in _metadata_dir(local, "c").iterdir() if "rebased" in p.name]
+    assert len(written) == 1  # the orphan: no snapshot of the table names it
+    assert all(s["manifest-list"] != f"file://{written[0]}" for s in head["snapshots"])
+    monkeypatch.setattr(local.store, "swap_pointers", real)
+    landed = metrics.APPEND_REBASES._value.get()
+    final = commit(local, "c", *stale)
+    assert final["current-snapshot-id"] == 3 and metrics.APPEND_REBASES._value.get() == landed + 1
+
+    def lose(*args, **kwargs):  # a known failure (the database refused): the written files are deleted
+        raise RuntimeError("refused")
+
+    monkeypatch.setattr(local.store, "swap_pointers", lose)
+    before = set(_metadata_dir(local, "c").iterdir())
+    with pytest.raises(RuntimeError):
+        commit(local, "c", *client_append(head, 4, 1))
+    left = set(_metadata_dir(local, "c").iterdir()) - before  # the client's own manifest and list only
+    assert len(left) == 2 and not [p for p in left if "rebased" in p.name or p.name.endswith(".metadata.json")]
+
+
+def _metadata_dir(cat, name: str):
+    from pathlib import Path
+
+    from catalog.service import TABLE
+
+    return Path(cat.load(TABLE, ("n",), name).data["location"].removeprefix("file://")) / "metadata"

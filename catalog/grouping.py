@@ -1,0 +1,223 @@
+"""Group commit: appends queued on one hot table land together, in ONE metadata file and ONE CAS.
+
+Only commits that are shaped like an append (one table, ``add-snapshot`` + ``set-snapshot-ref``, no
+Idempotency-Key) of a table with append rebase on are grouped; everything else takes the engine's
+ordinary path. Per table and process, one committer at a time (the leader) takes what queued while
+the previous group was landing, in arrival order, bounded by ``group_commit_max_commits`` and
+``group_commit_max_bytes``. Nobody waits for a group to fill: a lone commit is a group of one and
+lands at once, and a group is exactly what arrived while the one before it was committing.
+
+The leader applies the members one after the other, each on the result of the one before (as the
+engine's lock would have made them, so a member stale by then is rebased or refused exactly as it
+would have been alone), writes one metadata file holding all their snapshots, and swaps the pointer
+once. A member whose requirements fail is answered its own 409 (or 400) and left out; the others
+land. Every member that landed is answered with that file, which contains its snapshot. A lost CAS
+(another process or replica) rebuilds the whole group on the new pointer; an unknown outcome is
+every member's 500, as it would be alone. The metadata log gains one entry per group, and each
+snapshot its own snapshot-log entry.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import orjson
+
+from . import errors, metrics, rebase
+from .files import MetadataFile, next_location
+from .store import PointerOutcomeUnknown, Swap, Swapped
+
+if TYPE_CHECKING:
+    from .commit import Change, CommitEngine, Committed
+
+
+@dataclass(eq=False)
+class _Member:
+    change: Change
+    size: int
+    done: bool = False
+    outcome: Committed | None = None
+    error: BaseException | None = None
+
+
+@dataclass(eq=False)
+class _Table:
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    queue: deque[_Member] = field(default_factory=deque)
+    leading: bool = False
+
+
+class GroupCommitter:
+    def __init__(self, engine: CommitEngine) -> None:
+        self.engine = engine
+        self.settings = engine.settings
+        self._tables: dict[tuple, _Table] = {}
+        self._lock = threading.Lock()
+
+    def eligible(self, changes, key) -> bool:  # noqa: ANN001 - the engine's arguments
+        if self.settings.group_commit_max_commits <= 1 or key is not None or len(changes) != 1:
+            return False
+        change = changes[0]
+        return change.kind.name == "table" and not change.creates and rebase.append_shaped(change.updates)
+
+    def commit(self, change: Change) -> Committed | None:
+        """Queue ``change``; lead a group or wait for the leader that takes it. Raises its error.
+        None: the table's rebase is off, so the engine commits it alone, as before."""
+        try:
+            _, base = self.engine._read(change)
+        except errors.IcebergError:
+            return None  # the ordinary path gives the answer (404...)
+        if base is None or not rebase.enabled(base.data, self.settings.append_rebase):
+            return None
+        start = time.perf_counter()
+        try:
+            return self._queue(change)
+        finally:
+            metrics.COMMIT_SECONDS.labels("table").observe(time.perf_counter() - start)
+
+    def _queue(self, change: Change) -> Committed:
+        member = _Member(change, len(orjson.dumps(list(change.updates))))
+        key = (change.namespace, change.name)
+        with self._lock:
+            table = self._tables.setdefault(key, _Table())
+        with table.cond:
+            table.queue.append(member)
+            while not member.done and table.leading:
+                table.cond.wait()
+            if not member.done:
+                table.leading = True
+        try:
+            while not member.done:  # lead until this member's own group has landed
+                batch = self._take(table)
+                try:
+                    self._land(batch)
+                except BaseException as e:  # noqa: BLE001 - every member of a failed group gets the error
+                    for one in batch:
+                        if not one.done:
+                            one.error, one.done = e, True
+                with table.cond:
+                    table.cond.notify_all()
+        finally:
+            with table.cond:
+                table.leading = False
+                table.cond.notify_all()
+                if not table.queue:
+                    with self._lock:
+                        if self._tables.get(key) is table:
+                            del self._tables[key]
+        if member.error is not None:
+            raise member.error
+        assert member.outcome is not None
+        return member.outcome
+
+    def _take(self, table: _Table) -> list[_Member]:
+        limit, budget = self.settings.group_commit_max_commits, self.settings.group_commit_max_bytes
+        batch: list[_Member] = []
+        with table.cond:
+            while table.queue and len(batch) < limit:
+                if batch and sum(m.size for m in batch) + table.queue[0].size > budget:
+                    break
+                batch.append(table.queue.popleft())
+        return batch
+
+    def _land(self, batch: list[_Member]) -> None:
+        """Apply, write and swap the group until it lands or fails; settles every member."""
+        engine, change = self.engine, batch[0].change
+        with engine._serialised([change]):
+            live = batch
+            for attempt in range(self.settings.commit_max_attempts):
+                live, landed = self._attempt(live)
+                if landed:
+                    break
+                metrics.REBASES.inc()
+                delay = self.settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
+                time.sleep(random.uniform(0, delay))
+            else:
+                metrics.CONFLICTS.labels("cas").inc()
+                failed = errors.CommitFailed(
+                    f"Commit failed: {change.ident} changed concurrently {attempt + 1} times in a row; "
+                    "refresh and retry"
+                )
+                for one in live:
+                    one.error, one.done = failed, True
+
+    def _attempt(self, members: list[_Member]) -> tuple[list[_Member], bool]:
+        """One read-apply-write-CAS of the group. Returns the members still in it and whether the
+        attempt settled them (landed, or failed for all); False: the CAS was lost, go again."""
+        engine, change = self.engine, members[0].change
+        entry, base = engine._read(change)
+        assert entry is not None and base is not None
+        current, lists, live = base, [], []
+        for one in members:
+            try:
+                new, rebased = engine._apply(one.change, current, rebasable=True)
+            except errors.IcebergError as e:
+                one.error, one.done = e, True
+                continue
+            if rebased is not None:
+                lists.append(rebased.manifest_list)
+            if new is not current.data:
+                current = MetadataFile(None, b"", new)  # type: ignore[arg-type]  # no file: no log entry
+            live.append(one)
+        if current is base:
+            for one in live:
+                one.outcome, one.done = _committed(base), True
+            return live, True
+        try:
+            location = engine.ownership.check_new(entry.id, base.data, current.data)
+            written = engine.files.write(next_location(current.data, entry.metadata_location), current.data, base)
+        except BaseException as e:
+            _delete(engine, lists)
+            raise (commit_error(e) if isinstance(e, errors.IcebergError) else e) from None
+        swap = Swap(entry.id, entry.metadata_location, written.location, location)
+        metrics.COMMIT_ATTEMPTS.inc()
+        try:
+            result = engine.store.swap_pointers([swap], None)
+        except PointerOutcomeUnknown as e:
+            try:
+                now = engine.store.read_pointer(entry.id)
+            except Exception:  # noqa: BLE001 - still unreachable: unknown
+                now = None
+            if now != written.location:
+                if now is not None and e.settled and now == swap.expected:
+                    _delete(engine, [written.location, *lists])
+                    raise errors.ServiceUnavailable(f"Database unavailable, nothing was committed: {e}") from e
+                metrics.UNKNOWN.inc()
+                raise errors.CommitStateUnknown(f"Commit state unknown, the database connection failed: {e}") from e
+            result = Swapped.WON
+        except Exception:
+            _delete(engine, [written.location, *lists])
+            raise
+        if result is not Swapped.WON:
+            _delete(engine, [written.location, *lists])
+            return live, False
+        engine.files.remember(written)
+        engine._housekeeping(change, entry, base, written, location)
+        metrics.COMMITS.labels("table").inc(len(live))
+        metrics.APPEND_REBASES.inc(len(lists))
+        metrics.GROUP_COMMIT_SIZE.observe(len(live))
+        for one in live:
+            one.outcome, one.done = _committed(written), True
+        return live, True
+
+
+def _committed(file: MetadataFile) -> Committed:
+    from .commit import Committed
+
+    return Committed((file,), recorded=False)
+
+
+def commit_error(e: errors.IcebergError) -> errors.IcebergError:
+    from .commit import not_committed
+
+    return not_committed(e)
+
+
+def _delete(engine: CommitEngine, locations: list[str]) -> None:
+    for location in locations:
+        engine._delete_quietly(location)
