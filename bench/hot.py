@@ -329,13 +329,30 @@ def verify(metadata: dict, acked: list[int], storage_props: dict[str, str]) -> d
 
 
 PROBE_MANIFESTS = (10, 100, 1000)
+MANIFEST_FIELDS = (  # a v2 manifest list entry
+    "manifest_path",
+    "manifest_length",
+    "partition_spec_id",
+    "content",
+    "sequence_number",
+    "min_sequence_number",
+    "added_snapshot_id",
+    "added_files_count",
+    "existing_files_count",
+    "deleted_files_count",
+    "added_rows_count",
+    "existing_rows_count",
+    "deleted_rows_count",
+    "partitions",
+    "key_metadata",
+)
 
 
 def build_head(a: Appender, manifests: int) -> None:
     """Make the table's head a snapshot whose list holds ``manifests`` manifests: one real manifest
     (of one data file) and byte copies of it under other names, committed as one append. Synthetic
     (never scanned): the rebase reads manifest lists, never the head's manifests."""
-    from pyiceberg.manifest import read_manifest_list, write_manifest_list
+    from pyiceberg.manifest import ManifestFile, read_manifest_list, write_manifest_list
 
     head = a.load()
     sid = wire.new_snapshot_id()
@@ -349,9 +366,7 @@ def build_head(a: Appender, manifests: int) -> None:
         path = one.manifest_path.replace("-m0.avro", f"-m{n}.avro")
         with a.fio.new_output(path).create(overwrite=False) as f:
             f.write(raw)
-        copy = one.__class__(*one._data)
-        copy.manifest_path = path
-        copies.append(copy)
+        copies.append(ManifestFile.from_args(**{f: getattr(one, f) for f in MANIFEST_FIELDS} | {"manifest_path": path}))
     list_path = snapshot["manifest-list"].replace(".avro", "-probe.avro")
     with write_manifest_list(
         head.format_version, a.fio.new_output(list_path), sid, head.sid, head.seq + 1, "deflate"

@@ -161,7 +161,10 @@ def _hot_append(writers: int, rebase: bool) -> Callable[[dict], tuple[str, bool 
         )
         if not rebase:
             return text, None
-        text += f"; {(h.get('server') or {}).get('append_rebases', 0):,.0f} server rebases"
+        srv = h.get("server") or {}
+        text += f"; {srv.get('append_rebases', 0):,.0f} server rebases"
+        if srv.get("groups"):
+            text += f"; group commit: {srv['group_mean_size']:.1f} appends per metadata write + CAS"
         ok = h["rate_409"] <= 0.01 and h["commits"] > 0
         if "sqlite" in (r.get("versions") or {}):  # the latency target is SQLite's
             ok = ok and h["p99_ms"] <= 250
