@@ -23,9 +23,9 @@ CLIENT_RETRY = {
     "commit.retry.max-wait-ms": "8000",
     "commit.retry.total-timeout-ms": "1200000",
 }
-# The server rebases a pure append whose branch moved (issue 17): a writer must never see a 409, so
-# pyiceberg's own retry is off and any 409 fails the writer, hence the test.
-REBASE_NO_CLIENT_RETRY = {"catalog.append-rebase.enabled": "true", "commit.retry.num-retries": "0"}
+# With the server's append rebase on (issue 17) a writer must never see a 409 for an append, so
+# pyiceberg's own retry is off: any 409 fails the writer, hence the test.
+NO_CLIENT_RETRY = {"commit.retry.num-retries": "0"}
 
 
 def _process(urls: list[str], table: str, writer_ids: list[int], appends: int, props: dict[str, str]) -> list[int]:
