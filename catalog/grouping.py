@@ -94,6 +94,9 @@ class GroupCommitter:
         try:
             while not member.done:  # lead until this member's own group has landed
                 batch = self._take(table)
+                if not batch:  # its member is in no queue and not done: cannot happen, never spin
+                    member.error, member.done = errors.IcebergError("group commit lost a commit"), True
+                    break
                 try:
                     self._land(batch)
                 except BaseException as e:  # noqa: BLE001 - every member of a failed group gets the error
@@ -169,15 +172,17 @@ class GroupCommitter:
                 one.outcome, one.done = _committed(base), True
             return live, True
         try:
-            location = engine.ownership.check_new(entry.id, base.data, current.data)
-            written = engine.files.write(next_location(current.data, entry.metadata_location), current.data, base)
+            with _step("table", "write"):
+                location = engine.ownership.check_new(entry.id, base.data, current.data)
+                written = engine.files.write(next_location(current.data, entry.metadata_location), current.data, base)
         except BaseException as e:
             _delete(engine, lists)
             raise (commit_error(e) if isinstance(e, errors.IcebergError) else e) from None
         swap = Swap(entry.id, entry.metadata_location, written.location, location)
         metrics.COMMIT_ATTEMPTS.inc()
         try:
-            result = engine.store.swap_pointers([swap], None)
+            with _step("table", "cas"):
+                result = engine.store.swap_pointers([swap], None)
         except PointerOutcomeUnknown as e:
             try:
                 now = engine.store.read_pointer(entry.id)
@@ -210,6 +215,12 @@ def _committed(file: MetadataFile) -> Committed:
     from .commit import Committed
 
     return Committed((file,), recorded=False)
+
+
+def _step(kind: str, step: str):  # noqa: ANN202 - the engine's step timer
+    from .commit import _step as step_timer
+
+    return step_timer(kind, step)
 
 
 def commit_error(e: errors.IcebergError) -> errors.IcebergError:

@@ -16,11 +16,13 @@ import pytest
 import requests
 from pyiceberg.exceptions import CommitFailedException
 
+from tests import test_spark
 from tests.conftest import start_server
 from tests.test_concurrency import _counter
 from tests.test_tables import SCHEMA, rows
 
 NO_CLIENT_RETRY = {"commit.retry.num-retries": "0"}
+spark = test_spark.spark  # the module's Spark session (tests/test_spark.py's fixture), only for the spark test
 REBASE = {**NO_CLIENT_RETRY, "catalog.append-rebase.enabled": "true"}
 
 
@@ -178,9 +180,6 @@ def test_a_manifest_list_outside_the_table_is_refused(server, ns, http):
         import os
 
         assert not [n for n in os.listdir(directory) if "rebased" in n]
-
-
-_ = requests
 
 
 # --- in process: hand-built appends (pyiceberg's Avro writers), v3 row ids, a lost CAS ----------------
@@ -437,3 +436,176 @@ def _metadata_dir(cat, name: str):
     from catalog.service import TABLE
 
     return Path(cat.load(TABLE, ("n",), name).data["location"].removeprefix("file://")) / "metadata"
+
+
+def test_queued_appends_land_as_one_group(local):
+    """Eight appends queue while the table's lock is held (as behind a commit in flight): the first
+    lands alone (it did not wait), the other seven, one of them a merged manifest, land as ONE
+    metadata file and ONE swap; the merged one alone gets its 409, each other member is answered with
+    that file, which holds its snapshot; the snapshot log keeps every snapshot in order."""
+    from catalog import errors, metrics
+    from catalog.service import TABLE, Change
+
+    base = commit(local, "g", *client_append(new_table(local, "g"), 1, 1))
+    appends = [client_append(base, 10 + i, 1, existing_files_count=1 if i == 4 else 0) for i in range(8)]
+    groups = local.engine.groups
+    sizes = metrics.GROUP_COMMIT_SIZE.collect()[0].samples
+    before = {s.labels.get("le"): s.value for s in sizes if s.name.endswith("_bucket")}
+    results: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        try:
+            results[i] = local.commit([Change(TABLE, ("n",), "g", *appends[i])]).files[0]
+        except errors.IcebergError as e:
+            results[i] = e
+
+    change = Change(TABLE, ("n",), "g")
+    with local.engine._serialised([change]):
+        first = threading.Thread(target=run, args=(0,))
+        first.start()
+        key = (("n",), "g")
+        _wait_for(lambda: key in groups._tables and groups._tables[key].leading and not groups._tables[key].queue)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(1, 8)]
+        for t in threads:
+            t.start()
+        _wait_for(lambda: len(groups._tables[key].queue) == 7)
+    for t in [first, *threads]:
+        t.join(30)
+    assert isinstance(results[4], errors.RequirementFailed)
+    landed = [results[i] for i in range(8) if i != 4]
+    assert len({f.location for f in landed[1:]}) == 1 and landed[0].location != landed[1].location
+    for i, file in zip([0, 1, 2, 3, 5, 6, 7], landed, strict=True):
+        assert 10 + i in {s["snapshot-id"] for s in file.data["snapshots"]}
+    final = local.load(TABLE, ("n",), "g").data  # the group's members in their order of arrival:
+    by_id = {s["snapshot-id"]: s for s in final["snapshots"]}
+    chain = [final["current-snapshot-id"]]
+    while by_id[chain[-1]].get("parent-snapshot-id") is not None:
+        chain.append(by_id[chain[-1]]["parent-snapshot-id"])
+    chain.reverse()
+    assert chain[:2] == [1, 10] and sorted(chain[2:]) == [11, 12, 13, 15, 16, 17]
+    assert [e["snapshot-id"] for e in final["snapshot-log"]] == chain
+    assert [by_id[i]["sequence-number"] for i in chain] == list(range(1, 9))
+    assert len(final["metadata-log"]) == len(base["metadata-log"]) + 2  # two files: the lone one, the group
+    after = {
+        s.labels.get("le"): s.value
+        for s in metrics.GROUP_COMMIT_SIZE.collect()[0].samples
+        if s.name.endswith("_bucket")
+    }
+    assert after["8.0"] - after["4.0"] == before["8.0"] - before["4.0"] + 1  # one group of 6 (5 to 8)
+    assert after["1.0"] == before["1.0"] + 1  # and the lone commit
+
+
+def _wait_for(condition, timeout: float = 10) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+# --- Spark: Java's MergeAppend through the rebase ---------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_spark_concurrent_inserts_land_without_409(spark, server, version):
+    """Concurrent INSERTs from four threads of one Spark session, with Iceberg's own retry off
+    (``commit.retry.num-retries=0``: a 409 fails the INSERT) and rebase on: every INSERT lands once,
+    and Java's manifest lists (MergeAppend, sequence numbers and row ids inherited) were rebased."""
+    lake = test_spark.register_catalog(spark, server)
+    table = f"{lake}.sp_{uuid.uuid4().hex[:8]}.hot"
+    spark.sql(f"CREATE NAMESPACE {table.rsplit('.', 1)[0]}")
+    props = {"format-version": version, "commit.retry.num-retries": "0", "catalog.append-rebase.enabled": "true"}
+    test_spark.create_events(spark, table, **props)
+    test_spark.insert_events(spark, table, range(-1, 0))  # main exists: a first append is never rebased
+    before = _counter(server.url, "catalog_commit_append_rebase_total")
+    threads, inserts = 4, 2
+    barrier = threading.Barrier(threads)
+
+    def insert(t: int) -> None:
+        barrier.wait()
+        for i in range(inserts):
+            test_spark.insert_events(spark, table, range(100 * t + 10 * i, 100 * t + 10 * i + 2))
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(insert, range(threads)))
+    ids = sorted(r[0] for r in spark.sql(f"SELECT id FROM {table}").collect())
+    assert ids == sorted(
+        [-1, *(100 * t + 10 * i + k for t in range(threads) for i in range(inserts) for k in range(2))]
+    )
+    history = spark.sql(f"SELECT snapshot_id, parent_id FROM {table}.history").collect()
+    parents = {r[0]: r[1] for r in history}
+    head, length = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC").first()[0], 0
+    while head is not None:
+        head, length = parents.get(head), length + 1
+    assert length == 1 + threads * inserts == len(parents)  # one linear chain
+    assert _counter(server.url, "catalog_commit_append_rebase_total") > before
+    if version == "3":  # row lineage: every row its own _row_id, the snapshots' ranges back to back
+        spark.conf.set("spark.sql.iceberg.vectorization.enabled", "false")  # see tests/test_v3.py
+        try:
+            row_ids = [r[0] for r in spark.sql(f"SELECT _row_id FROM {table}").collect()]
+        finally:
+            spark.conf.unset("spark.sql.iceberg.vectorization.enabled")
+        assert len(set(row_ids)) == len(row_ids) == len(ids)
+        namespace, name = table.split(".", 1)[1].split(".")
+        meta = requests.get(f"{server.url}/v1/namespaces/{namespace}/tables/{name}", timeout=30).json()["metadata"]
+        ordered = sorted(meta["snapshots"], key=lambda s: s["sequence-number"])
+        assert [s["first-row-id"] for s in ordered] == [
+            sum(s["added-rows"] for s in ordered[:i]) for i in range(len(ordered))
+        ]
+        assert meta["next-row-id"] == sum(s["added-rows"] for s in ordered)
+
+
+def test_what_qualifies_for_a_rebase():
+    """``candidate`` on the commit's JSON alone: only a pure append whose branch moved forward from
+    its parent, with every other requirement holding."""
+    from catalog import rebase
+
+    snapshots = [{"snapshot-id": i, **({"parent-snapshot-id": i - 1} if i > 1 else {})} for i in (1, 2, 3)]
+    snapshots.append({"snapshot-id": 9, "parent-snapshot-id": 1})  # a side branch "b" off snapshot 1
+    base = {
+        "format-version": 2,
+        "table-uuid": "u",
+        "properties": {},
+        "snapshots": snapshots,
+        "refs": {"main": {"snapshot-id": 3, "type": "branch"}, "b": {"snapshot-id": 9, "type": "branch"}},
+        "current-snapshot-id": 3,
+    }
+
+    def commit(parent=1, branch="main", operation="append", expected="parent", extra=(), ref_type="branch"):
+        snapshot = {"snapshot-id": 50, "parent-snapshot-id": parent, "summary": {"operation": operation}}
+        requirements = [
+            {"type": "assert-table-uuid", "uuid": "u"},
+            {
+                "type": "assert-ref-snapshot-id",
+                "ref": branch,
+                "snapshot-id": parent if expected == "parent" else expected,
+            },
+        ]
+        updates = [
+            {"action": "add-snapshot", "snapshot": snapshot},
+            {"action": "set-snapshot-ref", "ref-name": branch, "type": ref_type, "snapshot-id": 50},
+            *extra,
+        ]
+        return requirements, updates
+
+    def qualifies(*args, table=base, default=True):
+        return rebase.candidate(*args, table, default) is not None
+
+    assert qualifies(*commit())  # main moved 1 -> 3
+    assert qualifies(*commit(branch="b"))  # any branch: b moved 1 -> 9
+    assert not qualifies(*commit(), default=False)  # rebase off
+    off = {**base, "properties": {rebase.PROPERTY: "false"}}
+    assert not qualifies(*commit(), table=off)  # the table says no
+    assert not qualifies(*commit(parent=9))  # main is not a descendant of 9 (rolled back or replaced)
+    assert not qualifies(*commit(parent=3))  # main did not move: some other requirement failed
+    assert not qualifies(*commit(expected=None))  # the client asserted main does not exist
+    assert not qualifies(*commit(branch="gone"))  # the branch was dropped
+    assert not qualifies(*commit(operation="overwrite"))
+    assert not qualifies(*commit(ref_type="tag"))
+    assert not qualifies(*commit(extra=[{"action": "set-properties", "updates": {"k": "v"}}]))
+    wrong_uuid = commit()
+    wrong_uuid[0][0]["uuid"] = "other"
+    assert not qualifies(*wrong_uuid)
