@@ -17,9 +17,17 @@ def chart(results: dict[str, dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     ok = {n: r for n, r in results.items() if r.get("status") == "ok"}
+    styles = {"sqlite": "-", "postgres-s3": "--"}
+    if ok and all(set(r) & {"load", "commit_single", "growth"} == set() for r in ok.values()):
+        fig, (bar, cdf) = plt.subplots(1, 2, figsize=(15, 5.5))  # --only hot: its two panels alone
+        fig.suptitle(title, fontsize=10)
+        _hot_panels(bar, cdf, ok, styles)
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        return
     fig, axes = plt.subplots(4, 2, figsize=(15, 19))
     fig.suptitle(title, fontsize=11)
-    styles = {"sqlite": "-", "postgres-s3": "--"}
 
     ax = axes[0][0]
     for n, r in ok.items():
@@ -94,7 +102,22 @@ def chart(results: dict[str, dict], path: Path, title: str) -> None:
     ax.set(title="growth: commit latency distribution", xlabel="ms (log)", ylabel="fraction <= x", xscale="log")
     ax.legend(fontsize=7)
 
-    ax = axes[3][0]
+    _hot_panels(axes[3][0], axes[3][1], ok, styles)
+
+    for ax in axes.flat:  # a scenario group left out (--only): an empty panel, not a failed chart
+        lim = ax.dataLim
+        if not (math.isfinite(lim.x1) and lim.x1 > 0):
+            ax.set_xscale("linear")
+        if not (math.isfinite(lim.y1) and lim.y1 > 0):
+            ax.set_yscale("linear")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _hot_panels(bar: Any, cdf: Any, ok: dict[str, dict], styles: dict[str, str]) -> None:
+    """Hot-table appends: successful appends/s per (backend, writers, rebase) and latency CDFs."""
+    ax = bar
     labels, values, colors = [], [], []
     for i, (n, r) in enumerate(ok.items()):
         for key, h in (r.get("hot_appends") or {}).items():
@@ -108,7 +131,7 @@ def chart(results: dict[str, dict], path: Path, title: str) -> None:
     ax.set(title="hot appends (real manifest lists) on ONE table", xlabel="successful appends/s")
     ax.invert_yaxis()
 
-    ax = axes[3][1]
+    ax = cdf
     for n, r in ok.items():
         for key, samples in (r.get("raw", {}).get("hot_appends") or {}).items():
             writers, mode = key.split("_")
@@ -121,16 +144,6 @@ def chart(results: dict[str, dict], path: Path, title: str) -> None:
         xscale="log",
     )
     ax.legend(fontsize=7)
-
-    for ax in axes.flat:  # a scenario group left out (--only): an empty panel, not a failed chart
-        lim = ax.dataLim
-        if not (math.isfinite(lim.x1) and lim.x1 > 0):
-            ax.set_xscale("linear")
-        if not (math.isfinite(lim.y1) and lim.y1 > 0):
-            ax.set_yscale("linear")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 def _cdf(ax: Any, samples_ms: list[float], label: str, style: str) -> None:
