@@ -1,4 +1,5 @@
-"""Command line: ``iceberg-catalog serve``, ``migrate`` and ``grants`` (also ``python -m catalog``).
+"""Command line: ``iceberg-catalog serve``, ``migrate``, ``grants``, and the commands for people of
+``catalog/cli.py`` (``namespaces``, ``tables``, ``views``, ``doctor``); also ``python -m catalog``.
 
 Flags override ``CATALOG_*`` environment variables; they are passed to the server processes through
 the environment, so several uvicorn workers all see the same settings.
@@ -11,21 +12,17 @@ import logging
 import os
 import sys
 
-from . import logs
+from pydantic import ValidationError
+
+from . import __version__, cli, logs, startup
 from .settings import Settings
 
-_FLAGS = {
-    "database_url": "--database-url",
-    "warehouse": "--warehouse",
-    "host": "--host",
-    "port": "--port",
-    "workers": "--workers",
-    "log_level": "--log-level",
-}
+_FLAGS = startup.FLAGS
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="iceberg-catalog", description="Apache Iceberg REST catalog server")
+    parser.add_argument("--version", action="version", version=f"iceberg-catalog {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the REST catalog server")
     for field, flag in _FLAGS.items():
@@ -33,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     mig = sub.add_parser("migrate", help="migrate the database schema (to head by default) and exit")
     mig.add_argument("--database-url", dest="database_url")
     mig.add_argument("--revision", default="head", help="target revision (head, base, or an id)")
-    mig.add_argument("--downgrade", action="store_true", help="migrate down to --revision")
+    mig.add_argument("--downgrade", action="store_true", help="migrate down to --revision (asks for confirmation)")
+    mig.add_argument("--yes", action="store_true", help="downgrade without asking (scripts)")
     grants = sub.add_parser(
         "grants", help="list, add and remove grants (authorization), directly in the database", description=_GRANTS
     )
@@ -44,16 +42,25 @@ def main(argv: list[str] | None = None) -> int:
     grants.add_argument("--on", help="catalog | namespace=a.b | table=a.b.t | view=a.b.v")
     grants.add_argument("--id", type=int, help="the grant to remove")
     grants.add_argument("--file", help="a bootstrap file to check (check-bootstrap)")
+    cli.register(sub)
     args = parser.parse_args(argv)
+    if args.command in cli.COMMANDS:
+        return cli.run(args)
 
     for field in _FLAGS:
         value = getattr(args, field, None)
         if value is not None:
             os.environ[f"CATALOG_{field.upper()}"] = str(value)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as e:  # one line per setting, naming its variable and flag
+        _traceback_if_debug()
+        for line in startup.invalid(e):
+            print(f"iceberg-catalog: configuration error: {line}", file=sys.stderr)
+        return 2
     logs.configure(settings.log_level, settings.log_format)
     if args.command == "migrate":
-        return _migrate(settings, args.revision, args.downgrade)
+        return _migrate(settings, args.revision, args.downgrade, args.yes)
     if args.command == "grants":
         return _grants(settings, args)
     from .identity import ConfigurationError, check_settings
@@ -71,7 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             print(f"iceberg-catalog: {e}", file=sys.stderr)
             return 2
-    return _serve(settings)
+    try:
+        return _serve(settings)
+    except startup.Refused as e:
+        _traceback_if_debug()
+        print(f"iceberg-catalog: {e}", file=sys.stderr)
+        return 2
+
+
+def _traceback_if_debug() -> None:
+    """With --log-level debug (or CATALOG_LOG_LEVEL=debug), a refusal shows its traceback too."""
+    if os.environ.get("CATALOG_LOG_LEVEL", "").lower() == "debug" and sys.exc_info()[0] is not None:
+        import traceback
+
+        traceback.print_exc()
 
 
 _GRANTS = """Grants give a principal (user:<name>, or role:<name> for a group/role in its token) a privilege
@@ -127,11 +147,17 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _migrate(settings: Settings, revision: str, down: bool) -> int:
+def _migrate(settings: Settings, revision: str, down: bool, yes: bool = False) -> int:
     from . import migrate
     from .db import create_engine
 
     engine = create_engine(settings)
+    if down:
+        current = ", ".join(sorted(migrate.current(engine))) or "base"
+        refused = cli.confirm_downgrade(engine.url.render_as_string(hide_password=True), current, revision, yes)
+        if refused is not None:
+            engine.dispose()
+            return refused
     (migrate.downgrade if down else migrate.upgrade)(engine, revision)
     print(f"database migrated to {revision}: {engine.url.render_as_string(hide_password=True)}")
     engine.dispose()
@@ -139,22 +165,34 @@ def _migrate(settings: Settings, revision: str, down: bool) -> int:
 
 
 def _serve(settings: Settings) -> int:
+    """Bind the port, then migrate, then start the workers: a busy port fails before the database is
+    touched, and a database that cannot be reached is one line (``startup``), in the parent process."""
+    import shutil
+    import tempfile
+
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from .connections import BoundedHttpProtocol
 
+    # One process answers /metrics from its own registry; several get a fresh directory below.
+    # (Before anything imports prometheus-client, which reads this variable once.)
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     max_connections = _fit_connections(settings.max_connections)
     # The protocol reads its limits from the environment in each worker process: pass the lowered cap.
     os.environ["CATALOG_MAX_CONNECTIONS"] = str(max_connections)
-    uvicorn.run(
+    sock = startup.listen(settings)
+    startup.prepare_database(settings)
+    config = uvicorn.Config(
         "catalog.app:app_from_env",
         factory=True,
         host=settings.host,
         port=settings.port,
         workers=settings.workers,
-        log_level=settings.log_level.lower(),
-        log_config=None,  # keep our (JSON) handler for uvicorn's loggers too
-        access_log=False,
+        log_level=settings.log_level,
+        # Applied by uvicorn in this process and first thing in every worker process: JSON everywhere.
+        log_config=logs.dict_config(settings.log_level, settings.log_format),
+        access_log=False,  # the access lines are catalog.access's (app.RequestObservation)
         timeout_graceful_shutdown=30,
         # Deadlines for incomplete requests and the connection cap (uvicorn has neither): connections.py.
         http=BoundedHttpProtocol,
@@ -165,6 +203,25 @@ def _serve(settings: Settings) -> int:
         # connection just as a client reuses it makes the client see "connection aborted".
         timeout_keep_alive=settings.idle_timeout_seconds,
     )
+    startup.announce(settings)
+    if settings.workers == 1:
+        server = uvicorn.Server(config)
+        server.run(sockets=[sock])
+        return 0 if server.started else 1
+    # Several workers: each writes its metrics into files in a fresh directory that /metrics, in
+    # whichever worker serves it, adds up (prometheus-client's multiprocess mode, see metrics.py).
+    try:
+        shared = tempfile.mkdtemp(prefix="iceberg-catalog-metrics-")
+    except OSError as e:
+        raise startup.Refused(
+            f"--workers {settings.workers} needs a writable temporary directory for the workers' metrics: {e} "
+            "(set TMPDIR to one)"
+        ) from e
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = shared
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
     return 0
 
 

@@ -22,13 +22,14 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from pydantic import ValidationError
 
-from . import errors, identity, logs, metrics, migrate
+from . import delegation, errors, identity, logs, metrics, migrate, signing
 from .access import Access
 from .api import config as config_api
 from .api import entries, idempotency, management, namespaces, oauth, operations, unserved, wire
+from .api import signing as signing_api
 from .db import create_engine
 from .files import MetadataFiles
-from .purge import client_io_properties, credential_properties
+from .purge import client_io_properties
 from .service import Catalog
 from .settings import Settings
 from .storage import create_storage
@@ -36,6 +37,9 @@ from .store import Store
 
 log = logging.getLogger("catalog")
 audit_log = logging.getLogger("catalog.audit")
+access_log = logging.getLogger("catalog.access")
+# Probes and scrapes come every few seconds: their access lines are at debug, the others at info.
+_QUIET_ROUTES = frozenset({"/health/live", "/health/ready", "/metrics"})
 _MUTATING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 
 CATALOG_ROUTES = [*namespaces.ROUTES, *entries.ROUTES]
@@ -46,9 +50,11 @@ _UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "config", 
 
 class RequestObservation:
     """Per request: an id (``X-Request-Id``, taken from the client or made up) in logs and the
-    response, the request count and latency by route template and status, and the audit line of
-    each mutating request and each refusal (principal, action, object, outcome, request id; the
-    principal and object as the route's authorization check recorded them)."""
+    response, the request count and latency by route template and status, the access line (method,
+    route template, status, duration, principal when authentication is on; info, probes and scrapes
+    at debug), and the audit line of each mutating request and each refusal (principal, action,
+    object, outcome, request id; the principal and object as the route's authorization check
+    recorded them)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -76,11 +82,31 @@ class RequestObservation:
         finally:
             handler = scope.get("route_handler")
             route = handler.paths and sorted(handler.paths)[0] if handler is not None else "unmatched"
+            seconds = time.perf_counter() - start
             metrics.REQUESTS.labels(scope["method"], route, str(status)).inc()
-            metrics.REQUEST_SECONDS.labels(scope["method"], route).observe(time.perf_counter() - start)
+            metrics.REQUEST_SECONDS.labels(scope["method"], route).observe(seconds)
+            _access(scope, route, status, seconds, audit)
             if scope["method"] in _MUTATING or status in (401, 403):
                 _audit(scope, handler, audit, status)
             logs.request_id.reset(token)
+
+
+def _access(scope: dict[str, Any], route: str, status: int, seconds: float, audit: dict[str, Any]) -> None:
+    level = logging.DEBUG if route in _QUIET_ROUTES else logging.INFO
+    if not access_log.isEnabledFor(level):
+        return
+    fields: dict[str, Any] = {
+        "method": scope["method"],
+        "route": route,
+        "status": status,
+        "duration_ms": round(seconds * 1000, 2),
+    }
+    who = scope.get("principal")
+    if who is not None and who is not identity.ANONYMOUS:  # authentication is on
+        fields["principal"] = audit.get("principal") or who.name
+    access_log.log(
+        level, "%s %s -> %s in %.1f ms", scope["method"], route, status, seconds * 1000, extra={"fields": fields}
+    )
 
 
 def _audit(scope: dict[str, Any], handler: Any, audit: dict[str, Any], status: int) -> None:
@@ -116,6 +142,8 @@ class RawPathRouting:
     def __init__(self, app: Litestar, prefix: str) -> None:
         self.app = app
         self.prefix = prefix
+        # Outside Litestar, so that requests no route matches (404) are observed and logged too.
+        self.observed = RequestObservation(app)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -128,7 +156,7 @@ class RawPathRouting:
                     return
                 path = f"/v1/{match.group(2)}{match.group(3) or ''}"
             scope = {**scope, "path": path}
-        await self.app(scope, receive, send)
+        await self.observed(scope, receive, send)
 
     def __getattr__(self, name: str) -> Any:  # expose the Litestar app's attributes (state, routes)
         return getattr(self.app, name)
@@ -139,6 +167,7 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
     handlers = [
         *config_api.ROUTES,
         *CATALOG_ROUTES,
+        *signing_api.ROUTES,
         *operations.ROUTES,
         *oauth.ROUTES,
         *management.ROUTES,
@@ -153,7 +182,8 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         engine = create_engine(settings)
-        if settings.is_sqlite or settings.auto_migrate:
+        # `serve` migrated before starting the workers; this covers other ways of running the app.
+        if (settings.is_sqlite or settings.auto_migrate) and not migrate.is_at_head(engine):
             migrate.upgrade(engine)
         storage = create_storage(settings)
         files = MetadataFiles(storage, settings.metadata_cache_bytes)
@@ -166,9 +196,15 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         threading.Thread(target=_backfill, args=(app.state.catalog,), name="backfill", daemon=True).start()
         app.state.authenticator = authenticator
         app.state.limiter = limiter
-        app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(CATALOG_ROUTES)))
-        app.state.table_config = orjson.dumps(client_io_properties(settings))
-        app.state.vended = credential_properties(settings) if settings.s3_vend_credentials else {}
+        # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
+        signs = settings.s3_remote_signing and signing.is_s3(settings.warehouse)
+        app.state.signer = signing.Signer(settings) if signs else None
+        served = [*CATALOG_ROUTES, *(signing_api.ROUTES if signs else [])]
+        app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(served)))
+        app.state.client_io = client_io_properties(settings)
+        app.state.table_config = orjson.dumps(app.state.client_io)
+        app.state.vendor = delegation.Vendor(settings) if settings.s3_vend_credentials else None
+        app.state.prefix = settings.prefix
         metrics.GAUGES.add("catalog_metadata_cache_hits", "Metadata file reads served from memory", lambda: files.hits)
         metrics.GAUGES.add("catalog_metadata_cache_misses", "Metadata file reads from storage", lambda: files.misses)
         metrics.GAUGES.add(
@@ -176,9 +212,12 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         )
         metrics.GAUGES.add("catalog_db_pool_checked_out", "Database connections in use", engine.pool.checkedout)
         metrics.GAUGES.add("catalog_db_pool_size", "Database pool size", engine.pool.size)
+        publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
         try:
             yield
         finally:
+            publishing.set()
+            metrics.process_exited()
             engine.dispose()
 
     app = Litestar(
@@ -188,7 +227,6 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         exception_handlers={Exception: _error_response},
         request_max_body_size=settings.max_request_bytes,
         middleware=[
-            RequestObservation,
             DefineMiddleware(
                 oauth.BearerAuth,
                 authenticator=authenticator,

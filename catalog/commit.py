@@ -142,6 +142,8 @@ class CommitEngine:
                         return Committed(tuple(current), recorded=False)
                     outcome = self._swap(current, staged, key, kind)
                     if outcome is not None:
+                        if isinstance(outcome, Committed):
+                            _log_landed(staged, attempt + 1)
                         return outcome
                 self._lost(changes, staged, attempt, kind)
             names = ", ".join(c.ident for c in changes)
@@ -431,6 +433,39 @@ def _step(kind: str, step: str) -> Iterator[None]:
         yield
     finally:
         metrics.COMMIT_STEP_SECONDS.labels(kind, step).observe(time.perf_counter() - start)
+
+
+def _log_landed(staged: Sequence[_Staged], attempts: int) -> None:
+    """One info line per entry a commit moved: its name, the table's new current snapshot (when the
+    commit changed it) and the attempts it took (more than 1: it was rebased on others' commits)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    for one in staged:
+        fields: dict[str, Any] = {
+            "kind": one.change.kind.name,
+            "name": one.change.ident,
+            "attempts": attempts,
+            "metadata_location": one.new.location,
+        }
+        snapshot = ""
+        if one.rebased is not None:
+            fields["rebased"] = True  # a pure append rebuilt on its branch's new head
+        if one.change.kind is TABLE:
+            now = one.new.data.get("current-snapshot-id")
+            if now not in (None, -1) and (one.base is None or one.base.data.get("current-snapshot-id") != now):
+                fields["snapshot_id"] = now
+                snapshot = f" snapshot {now}"
+        verb = "created" if one.entry is None else "committed"
+        log.info(
+            "%s %s %s%s (%d attempt%s)",
+            verb,
+            one.change.kind.name,
+            one.change.ident,
+            snapshot,
+            attempts,
+            "s" if attempts > 1 else "",
+            extra={"fields": fields},
+        )
 
 
 def not_committed(e: errors.IcebergError) -> errors.IcebergError:

@@ -19,6 +19,7 @@ snapshot its own snapshot-log entry.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -31,6 +32,8 @@ import orjson
 from . import errors, metrics, rebase
 from .files import MetadataFile, next_location
 from .store import PointerOutcomeUnknown, Swap, Swapped
+
+log = logging.getLogger("catalog.commit")
 
 if TYPE_CHECKING:
     from .commit import Change, CommitEngine, Committed
@@ -139,7 +142,7 @@ class GroupCommitter:
         with engine._serialised([change]):
             live = batch
             for attempt in range(self.settings.commit_max_attempts):
-                live, landed = self._attempt(live)
+                live, landed = self._attempt(live, attempt + 1)
                 if landed:
                     break
                 metrics.REBASES.inc()
@@ -154,7 +157,7 @@ class GroupCommitter:
                 for one in live:
                     one.error, one.done = failed, True
 
-    def _attempt(self, members: list[_Member]) -> tuple[list[_Member], bool]:
+    def _attempt(self, members: list[_Member], attempts: int) -> tuple[list[_Member], bool]:
         """One read-apply-write-CAS of the group. Returns the members still in it and whether the
         attempt settled them (landed, or failed for all); False: the CAS was lost, go again."""
         engine, change = self.engine, members[0].change
@@ -213,6 +216,13 @@ class GroupCommitter:
         metrics.GROUP_COMMIT_SIZE.observe(len(live))
         for one in live:
             one.outcome, one.done = _committed(written), True
+        log.info(
+            "committed table %s: %d commits in one group, snapshot %s (%d attempt%s)",
+            change.ident, len(live), written.data.get("current-snapshot-id"), attempts, "s" if attempts > 1 else "",
+            extra={"fields": {"kind": "table", "name": change.ident, "attempts": attempts, "group": len(live),
+                              "rebased": len(lists), "metadata_location": written.location,
+                              "snapshot_id": written.data.get("current-snapshot-id")}},
+        )  # fmt: skip
         return live, True
 
 

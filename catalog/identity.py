@@ -91,8 +91,7 @@ def parse_clients(spec: str | None) -> dict[str, str]:
     return clients
 
 
-def check_settings(settings: Settings) -> list[str]:
-    """Raise ``ConfigurationError`` for a configuration the server must not run with; return warnings."""
+def _check_auth(settings: Settings) -> list[str]:
     clients = parse_clients(settings.oauth_clients)
     oidc = bool(settings.oidc_issuer or settings.oidc_jwks_url)
     if settings.auth_required and not clients and not oidc:
@@ -119,6 +118,14 @@ def check_settings(settings: Settings) -> list[str]:
         warning = "CATALOG_TOKEN_SECRET is not set: built-in tokens are signed with a random key and do not "
         return [warning + "survive a restart (clients fetch a new one)"]
     return []
+
+
+def check_settings(settings: Settings) -> list[str]:
+    """Raise ``ConfigurationError`` for a configuration the server must not run with; return warnings."""
+    from . import delegation
+
+    delegation.check_settings(settings)  # storage access: vending without STS
+    return _check_auth(settings)
 
 
 # ---------------------------------------------------------------------------------------------------

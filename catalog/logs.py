@@ -1,14 +1,26 @@
-"""Structured logs: one JSON object per line, carrying the request id of the request being served."""
+"""Structured logs: one JSON object per line, carrying the request id of the request being served.
+
+Loggers: ``catalog`` (the server), ``catalog.access`` (one line per request: info, health probes and
+``/metrics`` at debug), ``catalog.commit`` (one info line per landed commit, conflicts at warning),
+``catalog.audit`` (kept at any level). Libraries' chatter (Alembic's per-connection INFO lines) is
+held at warning.
+"""
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import logging.config
 import time
+from typing import Any
 
 import orjson
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Libraries whose INFO lines say nothing an operator needs (alembic: "Context impl ..." per check).
+_QUIET = ("alembic",)
 
 
 class JsonFormatter(logging.Formatter):
@@ -21,21 +33,39 @@ class JsonFormatter(logging.Formatter):
         }
         if rid := request_id.get():
             entry["request_id"] = rid
-        if fields := getattr(record, "fields", None):  # structured lines (the audit log)
+        if fields := getattr(record, "fields", None):  # structured lines (access, audit, commit, start-up)
             entry.update(fields)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
 
 
+def formatter(fmt: str = "json") -> logging.Formatter:
+    """The formatter of ``fmt`` (json | text). Also routes Python warnings (``warnings.warn``) into
+    logging, so that they come out in the same format instead of as bare text: this runs first thing
+    in every uvicorn worker process (``dict_config``)."""
+    logging.captureWarnings(True)
+    return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
+
+
+def dict_config(level: str, fmt: str) -> dict[str, Any]:
+    """The logging set-up as a ``logging.config`` dictionary: uvicorn applies it in the parent and in
+    each worker process before anything else runs there, so every line of every process has the format."""
+    root_level = level.upper()
+    audit_level = logging.getLevelName(min(logging.INFO, logging.getLevelName(root_level)))
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"catalog": {"()": "catalog.logs.formatter", "fmt": fmt}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "catalog"}},
+        "root": {"handlers": ["stderr"], "level": root_level},
+        "loggers": {
+            # The audit trail (one line per mutating request and per refusal) is kept at any log level.
+            "catalog.audit": {"level": audit_level},
+            **{name: {"level": "DEBUG" if root_level == "DEBUG" else "WARNING"} for name in _QUIET},
+        },
+    }
+
+
 def configure(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler()
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    # The audit trail (one line per mutating request and per refusal) is kept at any log level.
-    logging.getLogger("catalog.audit").setLevel(min(logging.INFO, root.level))
+    logging.config.dictConfig(dict_config(level, fmt))

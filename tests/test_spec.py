@@ -34,6 +34,8 @@ DEVIATIONS = {
     ("POST", "/v1/{prefix}/namespaces"): {"404"},
     # A view the caller holds no privilege on, like a table (the contract lists 403 for tableExists).
     ("HEAD", "/v1/{prefix}/namespaces/{namespace}/views/{view}"): {"403"},
+    # Signing for a table that does not exist: NoSuchTableException, as every other table route.
+    ("POST", "/v1/{prefix}/namespaces/{namespace}/tables/{table}/sign"): {"404"},
     # Brute-force protection: a client or address with too many failed attempts is locked for a while.
     ("POST", "/v1/oauth/tokens"): {"429"},
 }

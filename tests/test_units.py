@@ -147,6 +147,43 @@ def test_local_storage_touches_nothing_outside_its_roots(tmp_path):
     assert storage.read((tmp_path / "extra" / "t" / "m.json").as_uri()) == b"{}"
 
 
+def test_preparing_a_table_location_creates_its_directories_inside_the_roots_only(tmp_path):
+    """A staged create leaves location/, metadata/ and data/ for clients that do not create parent
+    directories (DuckDB), confined like every write: nothing outside the roots or through a link."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    storage = _local(tmp_path / "wh", allowed_locations=str(tmp_path / "extra"))
+    storage.prepare_table_location(f"file://{tmp_path}/wh/ns/t")
+    storage.prepare_table_location(f"file://{tmp_path}/wh/ns/t")  # again: existing directories are kept
+    storage.prepare_table_location(str(tmp_path / "extra" / "t2"))
+    for table in (tmp_path / "wh" / "ns" / "t", tmp_path / "extra" / "t2"):
+        assert sorted(p.name for p in table.iterdir()) == ["data", "metadata"]
+    for location in (outside.as_uri() + "/t", str(tmp_path / "elsewhere" / "t")):
+        with pytest.raises(errors.Forbidden):
+            storage.prepare_table_location(location)
+    with pytest.raises(errors.BadRequest):
+        storage.prepare_table_location(f"file://{tmp_path}/wh/../outside/t")
+    (tmp_path / "wh" / "link").symlink_to(outside)
+    with pytest.raises(errors.Forbidden):
+        storage.prepare_table_location(f"file://{tmp_path}/wh/link/t")
+    (tmp_path / "wh" / "file").write_text("x")
+    for location in (f"file://{tmp_path}/wh/file", f"file://{tmp_path}/wh/file/t"):
+        with pytest.raises(errors.BadRequest):
+            storage.prepare_table_location(location)
+    assert list(outside.iterdir()) == [] and not (tmp_path / "elsewhere").exists()
+    assert (tmp_path / "wh" / "file").read_text() == "x"
+
+
+def test_preparing_an_s3_table_location_writes_nothing_but_is_still_confined():
+    from catalog.settings import Settings
+    from catalog.storage import S3Storage
+
+    storage = S3Storage(Settings(warehouse="s3://bucket/wh", s3_endpoint="http://127.0.0.1:9"))
+    storage.prepare_table_location("s3://bucket/wh/ns/t")  # no request: the endpoint is not even there
+    with pytest.raises(errors.Forbidden):
+        storage.prepare_table_location("s3://other/t")
+
+
 def test_local_reads_take_only_bounded_regular_files(tmp_path):
     import os
 

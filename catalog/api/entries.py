@@ -10,7 +10,7 @@ import orjson
 from litestar import Request, Response, delete, get, head, post
 from litestar.datastructures import State
 
-from .. import authz, errors
+from .. import authz, delegation, errors, signing
 from ..authz import Privilege, Target
 from ..files import MetadataFile
 from ..service import TABLE, VIEW, Change, Committed, Kind
@@ -75,10 +75,8 @@ async def load_table(namespace: str, table: str, request: Request, state: State)
     if _matches(request.headers.get("if-none-match"), tag):
         return Response(content=None, status_code=304, headers={"ETag": tag})
     raw = file.raw if mode == "all" else file.refs_only
-    return wire.raw_json_response(
-        wire.load_result(file.location, raw, state.table_config, await _vended(file, (ns, name), request, state)),
-        headers={"ETag": tag},
-    )
+    config, credentials = await _delegated(file.data["location"], (ns, name), request, state)
+    return wire.raw_json_response(wire.load_result(file.location, raw, config, credentials), headers={"ETag": tag})
 
 
 @get(VIEW_PATH)
@@ -120,15 +118,14 @@ async def create_table(namespace: str, payload: bytes, request: Request, state: 
     }
     if req.stage_create:  # nothing persisted, no metadata location yet
         doc = await wire.blocking(state.catalog.stage_table, ns, req.name, req.location, body)
-        wanted = _wants_credentials(request, state) and await _may_write(request, (ns, req.name))
-        credentials = _credentials(doc["location"], state) if wanted else None
-        return wire.raw_json_response(wire.load_result(None, orjson.dumps(doc), state.table_config, credentials))
+        config, credentials = await _delegated(doc["location"], (ns, req.name), request, state, creating=True)
+        return wire.raw_json_response(wire.load_result(None, orjson.dumps(doc), config, credentials))
     key = idempotency.key_of(request, 200)
     outcome = await wire.blocking(state.catalog.create_table, ns, req.name, req.location, body, key)
     if not isinstance(outcome, Committed):
         return await idempotency.replay(request)
     idempotency.settle(request, outcome)
-    return await _loaded(outcome.files[0], state, (ns, req.name), request)
+    return await _loaded(outcome.files[0], state, (ns, req.name), request, creating=True)
 
 
 @post(VIEWS)
@@ -253,14 +250,17 @@ async def _rename(kind: Kind, payload: bytes, request: Request, state: State) ->
 
 @get(TABLE_PATH + "/credentials")
 async def load_credentials(namespace: str, table: str, request: Request, state: State) -> Response:
-    """Storage credentials for the table's location: the server's own when vending is switched on
-    and the caller may write the table, otherwise an explicit empty list (clients then use their
-    configured credentials)."""
+    """Fresh table-scoped storage credentials (see ``catalog.delegation``): read-only or read-write
+    as the caller's privileges on the table allow; an empty list when vending is off."""
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     await guard.require(request, [(Privilege.READ, authz.entry("table", ns, name))])
-    file = await wire.blocking(state.catalog.load, TABLE, ns, name)
-    credentials = _credentials(file.data["location"], state) if await _may_write(request, (ns, name)) else []
-    return wire.json_response({"storage-credentials": credentials})
+    file = state.catalog.load_inline(TABLE, ns, name) or await wire.blocking(state.catalog.load, TABLE, ns, name)
+    if state.vendor is None:
+        return wire.json_response({"storage-credentials": []})
+    location = file.data["location"]
+    access = await _access(request, (ns, name))
+    found = await wire.blocking(delegation.delegate, state.vendor, "vended-credentials", access, location, None)
+    return wire.json_response({"storage-credentials": found.credentials if found else []})
 
 
 @post(TABLE_PATH + "/metrics", status_code=204)
@@ -283,13 +283,15 @@ def _commit_needs(change: Change) -> list[tuple[Privilege, Target]]:
     return [(p, target) for p in sorted(authz.commit_privileges(change.updates))]
 
 
-async def _may_write(request: Request, identifier: tuple[tuple[str, ...], str]) -> bool:
-    """Vended credentials are the server's own, good for reading and writing the whole warehouse:
-    only a caller that may write the table (or create it) gets them."""
+async def _access(request: Request, identifier: tuple[tuple[str, ...], str], creating: bool = False) -> str:
+    """The storage access a caller's credentials get: read-write if it may write the table (or, for
+    the answer to its create, create tables in the namespace), else read-only."""
     ns, name = identifier
-    return await guard.holds(request, Privilege.WRITE, authz.entry("table", ns, name)) or await guard.holds(
-        request, Privilege.CREATE, authz.namespace(ns)
-    )
+    if await guard.holds(request, Privilege.WRITE, authz.entry("table", ns, name)):
+        return delegation.WRITE
+    if creating and await guard.holds(request, Privilege.CREATE, authz.namespace(ns)):
+        return delegation.WRITE
+    return delegation.READ
 
 
 # -- the load result ------------------------------------------------------------------------------
@@ -300,13 +302,15 @@ async def _loaded(
     state: State,
     identifier: tuple[tuple[str, ...], str] | None = None,
     request: Request | None = None,
+    creating: bool = False,
 ) -> Response:
-    """A LoadTableResult / LoadViewResult of a metadata file, with its ETag (and a table's vended
-    credentials when the request asks and may have them)."""
-    credentials = await _vended(file, identifier, request, state) if request and identifier else None
+    """A LoadTableResult / LoadViewResult of a metadata file, with its ETag (and, for a table, the
+    storage access its caller gets, see ``_delegated``)."""
+    config, credentials = state.table_config, None
+    if request is not None and identifier is not None:
+        config, credentials = await _delegated(file.data["location"], identifier, request, state, creating)
     return wire.raw_json_response(
-        wire.load_result(file.location, file.raw, state.table_config, credentials),
-        headers={"ETag": etag(file.location, "all")},
+        wire.load_result(file.location, file.raw, config, credentials), headers={"ETag": etag(file.location, "all")}
     )
 
 
@@ -322,22 +326,26 @@ def _matches(if_none_match: str | None, tag: str) -> bool:
     return tag.strip('"') in candidates or "*" in candidates
 
 
-def _credentials(location: str, state: State) -> list[dict]:
-    return [{"prefix": location, "config": state.vended}] if state.vended else []
-
-
-async def _vended(
-    file: MetadataFile, identifier: tuple[tuple[str, ...], str], request: Request, state: State
-) -> list[dict] | None:
-    """Credentials for a load result: only when vending is on, the client asked for them, and it
-    may write the table."""
-    if not _wants_credentials(request, state) or not await _may_write(request, identifier):
-        return None
-    return _credentials(file.data["location"], state)
-
-
-def _wants_credentials(request: Request, state: State) -> bool:
-    return bool(state.vended) and "vended-credentials" in (request.headers.get("x-iceberg-access-delegation") or "")
+async def _delegated(
+    location: str, identifier: tuple[tuple[str, ...], str], request: Request, state: State, creating: bool = False
+) -> tuple[bytes, list[dict] | None]:
+    """A table result's ``config`` (JSON) and ``storage-credentials``: the static storage config,
+    plus the storage access this request gets. Vended credentials when vending is on and the client
+    asks for them (``catalog.delegation``: scoped STS credentials and their refresh route); else the
+    remote-signing settings when signing is on and the client asks for it, or asks for vended
+    credentials the server does not vend (``catalog.signing.offered``); else nothing: the client
+    brings its own storage access."""
+    header = request.headers.get("x-iceberg-access-delegation")
+    if state.vendor is not None and delegation.wants_vended(header):
+        access = await _access(request, identifier, creating)
+        refresh = delegation.credentials_path(state.prefix, *identifier)
+        found = await wire.blocking(delegation.delegate, state.vendor, header, access, location, refresh)
+        if found is not None:
+            return orjson.dumps({**state.client_io, **found.config}), found.credentials
+    signer = state.signer
+    if signer is not None and signing.offered(signer.settings, header):
+        return orjson.dumps({**state.client_io, **signing.properties_for(signer.settings, *identifier)}), None
+    return state.table_config, None
 
 
 ROUTES = [

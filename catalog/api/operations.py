@@ -1,4 +1,4 @@
-"""Operational routes (not part of the Iceberg API): liveness, readiness, Prometheus metrics."""
+"""Operational routes (not part of the Iceberg API): an index, liveness, readiness, Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -7,10 +7,32 @@ from concurrent.futures import Future
 
 from litestar import Response, get
 from litestar.datastructures import State
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from ..metrics import REGISTRY
+from .. import __version__
+from ..metrics import exposition
 from . import wire
+
+DOCS = "https://github.com/apache/iceberg/blob/main/open-api/rest-catalog-open-api.yaml"
+
+
+@get("/")
+async def index() -> Response:
+    """What this server is and where to go next (a browser or curl pointed at the bare URL)."""
+    return wire.json_response(
+        {
+            "name": "iceberg-catalog",
+            "description": "Apache Iceberg REST catalog",
+            "version": __version__,
+            "links": {
+                "config": "/v1/config",
+                "live": "/health/live",
+                "ready": "/health/ready",
+                "metrics": "/metrics",
+                "iceberg_rest_spec": DOCS,
+            },
+        }
+    )
 
 
 @get("/health/live")
@@ -45,7 +67,7 @@ def _outcome(probe: Future) -> str:
 
 @get("/metrics")
 async def metrics() -> Response:
-    return Response(content=generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(content=exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
-ROUTES = [live, ready, metrics]
+ROUTES = [index, live, ready, metrics]

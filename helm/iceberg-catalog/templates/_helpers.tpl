@@ -183,6 +183,30 @@ and the migration Job, so every replica and the Job see the same URL.
 {{- end }}
 - name: CATALOG_S3_PATH_STYLE_ACCESS
   value: {{ .Values.s3.pathStyleAccess | toString | quote }}
+{{- with .Values.s3.clientEndpoint }}
+- name: CATALOG_S3_CLIENT_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.s3.clientPathStyleAccess) }}
+- name: CATALOG_S3_CLIENT_PATH_STYLE_ACCESS
+  value: {{ .Values.s3.clientPathStyleAccess | toString | quote }}
+{{- end }}
+{{- if .Values.s3.vendCredentials }}
+- name: CATALOG_S3_VEND_CREDENTIALS
+  value: "true"
+- name: CATALOG_S3_STS_ROLE_ARN
+  value: {{ required "s3.sts.roleArn is required with s3.vendCredentials (the server's own keys are never vended)" .Values.s3.sts.roleArn | quote }}
+{{- with .Values.s3.sts.endpoint }}
+- name: CATALOG_S3_STS_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+- name: CATALOG_S3_STS_DURATION_SECONDS
+  value: {{ .Values.s3.sts.durationSeconds | toString | quote }}
+{{- end }}
+{{- if .Values.s3.remoteSigning }}
+- name: CATALOG_S3_REMOTE_SIGNING
+  value: "true"
+{{- end }}
 {{- if or .Values.s3.existingSecret (include "iceberg-catalog.chartSecret.s3" .) }}
 {{- $secret := .Values.s3.existingSecret | default (include "iceberg-catalog.secretName" .) }}
 - name: CATALOG_S3_ACCESS_KEY_ID
@@ -356,5 +380,78 @@ is renamed back to `on`, and the output quotes it.
 {{- if include "iceberg-catalog.authzBootstrap.enabled" . }}
 - name: CATALOG_AUTHZ_BOOTSTRAP
   value: {{ include "iceberg-catalog.authzBootstrap.path" . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* ---------------------------------------------------------------------------------------
+Storage and database: local data, replicas, passwords
+--------------------------------------------------------------------------------------- */}}
+
+{{/* "true" when more than one server pod may run at once. */}}
+{{- define "iceberg-catalog.manyPods" -}}
+{{- if .Values.autoscaling.enabled }}
+{{- if gt (int .Values.autoscaling.maxReplicas) 1 }}true{{ end }}
+{{- else if gt (int .Values.replicaCount) 1 }}true{{ end }}
+{{- end }}
+
+{{- define "iceberg-catalog.podCount" -}}
+{{- if .Values.autoscaling.enabled }}up to {{ .Values.autoscaling.maxReplicas }} autoscaled pods{{ else }}{{ .Values.replicaCount }} replicas{{ end }}
+{{- end }}
+
+{{/* The local path of the warehouse, or "" when it is in S3. */}}
+{{- define "iceberg-catalog.localWarehouse" -}}
+{{- $w := include "iceberg-catalog.warehouse" . }}
+{{- if not (or (hasPrefix "s3://" $w) (hasPrefix "s3a://" $w)) }}
+{{- trimPrefix "file://" $w }}
+{{- end }}
+{{- end }}
+
+{{/* The SQLite file of database.url ("" unless a SQLite URL is given inline), absolute in the pod. */}}
+{{- define "iceberg-catalog.sqlitePath" -}}
+{{- $url := .Values.database.url }}
+{{- if and $url (not .Values.database.existingSecret) (hasPrefix "sqlite" $url) }}
+{{- $path := regexReplaceAll "\\?.*$" (regexReplaceAll "^sqlite[^:]*:///" $url "") "" }}
+{{- if hasPrefix "/" $path }}{{ $path }}{{ else }}/var/lib/iceberg-catalog/{{ $path }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when a path in the pod is on dataVolume. */}}
+{{- define "iceberg-catalog.onDataVolume" -}}
+{{- $mount := trimSuffix "/" .root.Values.dataVolume.mountPath }}
+{{- if and .root.Values.dataVolume.source (or (eq .path $mount) (hasPrefix (printf "%s/" $mount) .path)) }}true{{ end }}
+{{- end }}
+
+{{/*
+Refuse value sets that install but cannot work: local data shared by several pods, local data on the
+read-only root filesystem (or on no volume at all), an empty database password. Included by the
+Deployment.
+*/}}
+{{- define "iceberg-catalog.validateStorage" -}}
+{{- $many := include "iceberg-catalog.manyPods" . }}
+{{- $pods := include "iceberg-catalog.podCount" . }}
+{{- $readOnly := .Values.securityContext.readOnlyRootFilesystem }}
+{{- $db := .Values.database }}
+{{- $sqlite := include "iceberg-catalog.sqlitePath" . }}
+{{- $local := include "iceberg-catalog.localWarehouse" . }}
+{{- if and (not $db.existingSecret) (not $db.url) (not $db.password) }}
+{{- fail (printf "database.password is empty: the chart builds the PostgreSQL URL %s://%s:<password>@%s:%v/%s from database.* and this password, and PostgreSQL refuses an empty one; set database.password, database.existingSecret (key database.passwordKey) or a whole database.url" $db.driver $db.user $db.host $db.port $db.name) }}
+{{- end }}
+{{- if and $sqlite $many }}
+{{- fail (printf "database.url is SQLite (%s) but %s would run: each pod would open its own file on its own disk and see a different catalog; use PostgreSQL for several pods, or replicaCount: 1 with autoscaling off" $sqlite $pods) }}
+{{- end }}
+{{- if and $sqlite .Values.migration.enabled }}
+{{- fail "database.url is SQLite but migration.enabled=true: the migration Job runs in its own pod and would migrate a file the server never sees; set migration.enabled=false (the server migrates a SQLite file itself at start)" }}
+{{- end }}
+{{- if and $local $many }}
+{{- fail (printf "warehouse %s is a local directory but %s would run: each would write its own directory (and clients could read none of them); use an s3:// warehouse for several pods, or replicaCount: 1 with autoscaling off" $local $pods) }}
+{{- end }}
+{{- range $what, $path := dict "warehouse" $local "the SQLite file of database.url" $sqlite }}
+{{- if and $path (not (include "iceberg-catalog.onDataVolume" (dict "root" $ "path" $path))) }}
+{{- if $readOnly }}
+{{- fail (printf "%s (%s) is on the pod's read-only root filesystem (securityContext.readOnlyRootFilesystem=true), so the server cannot write it: mount a volume over it with dataVolume.source (and dataVolume.mountPath), or use s3:// and PostgreSQL" $what $path) }}
+{{- else }}
+{{- fail (printf "%s (%s) is on no volume: it would be lost whenever the pod is replaced; mount one over it with dataVolume.source (and dataVolume.mountPath), or use s3:// and PostgreSQL" $what $path) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}

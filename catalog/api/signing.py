@@ -1,0 +1,68 @@
+"""``POST /v1/{prefix}/namespaces/{ns}/tables/{table}/sign``: S3 remote signing (``catalog.signing``).
+
+The order: parse and classify the request (400/403 before anything is read), the caller's
+privilege for that access (403), the table (404), the confinement to its location (403), then
+botocore's signature. Every 403 counts as ``denied``, every answer as ``signed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from litestar import Request, Response, post
+from litestar.datastructures import State
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import authz, errors, metrics, signing
+from ..authz import Privilege
+from ..service import TABLE
+from . import guard, wire
+from .entries import TABLE_PATH
+
+NO_CACHE = {"Cache-Control": "no-cache"}
+
+
+class RemoteSignRequest(BaseModel):
+    """The contract's RemoteSignRequest; unknown fields are ignored like everywhere else."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    region: str = Field(max_length=64)
+    uri: str = Field(max_length=signing.MAX_URI_CHARS)
+    method: str = Field(pattern="^(PUT|GET|HEAD|POST|DELETE|PATCH|OPTIONS)$")
+    headers: dict[str, list[str]]
+    properties: dict[str, str] | None = None
+    body: str | None = Field(default=None, max_length=signing.MAX_BODY_BYTES)
+    provider: str | None = None
+
+
+@post(TABLE_PATH + "/sign", status_code=200)
+async def sign_request(namespace: str, table: str, payload: bytes, request: Request, state: State) -> Response:
+    ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
+    signer: signing.Signer | None = state.signer
+    if signer is None:
+        raise errors.NotImplementedOperation(
+            "Not implemented: remote signing is switched off (CATALOG_S3_REMOTE_SIGNING) or the warehouse is not S3"
+        )
+    if len(payload) > signing.MAX_BODY_BYTES + 64 * 1024:
+        raise errors.BadRequest("Malformed request: larger than a sign request can be")
+    req = wire.parse(RemoteSignRequest, payload)
+    if (req.provider or "s3").lower() != "s3":
+        raise errors.BadRequest(f"Malformed request: provider {req.provider[:20]!r} is not signed here")
+    sign_req = signing.SignRequest(req.method, req.uri, req.headers, req.body)
+    try:
+        planned = signing.plan(sign_req, signer.hosts, signer.settings.s3_remote_signing_bulk_delete)
+        privilege = Privilege.READ if planned.access == signing.READ else Privilege.WRITE
+        await guard.require(request, [(privilege, authz.entry("table", ns, name))])
+        file = state.catalog.load_inline(TABLE, ns, name) or await wire.blocking(state.catalog.load, TABLE, ns, name)
+        signing.confine(planned, file.data["location"])
+    except errors.Forbidden:
+        metrics.SIGN_REQUESTS.labels("denied").inc()
+        raise
+    headers: dict[str, Any] = await wire.blocking(signer.sign, sign_req, planned)
+    metrics.SIGN_REQUESTS.labels("signed").inc()
+    return wire.raw_json_response(orjson.dumps({"uri": planned.uri, "headers": headers}), headers=NO_CACHE)
+
+
+ROUTES = [sign_request]

@@ -1,0 +1,262 @@
+"""What ``iceberg-catalog serve`` does before the workers start, in the parent process, in order:
+
+1. the settings are valid (a refusal is one line naming the variable and its flag: ``invalid``);
+2. the port is bound (``listen``): a busy port fails here, before the database is touched;
+3. the database is reached and migrated (``prepare_database``): one line saying what failed where;
+4. the summary (version, URL, database with its password masked, warehouse, auth, workers) and one
+   warning per risky setting (``summary``, ``risky``).
+
+A refusal raises ``Refused`` (the CLI prints its message and exits 2); with ``--log-level debug`` the
+CLI prints the traceback too.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import logging
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.engine import make_url
+
+from . import __version__
+from .settings import Settings
+
+log = logging.getLogger("catalog")
+
+# The command-line flag of each setting that has one (the others are environment variables only).
+FLAGS = {
+    "database_url": "--database-url",
+    "warehouse": "--warehouse",
+    "host": "--host",
+    "port": "--port",
+    "workers": "--workers",
+    "log_level": "--log-level",
+}
+# Settings whose value is never repeated in a message (they may hold a password or a key).
+_SECRET = ("database_url", "secret", "token", "clients", "key")
+
+
+class Refused(Exception):
+    """The server cannot start; the message is one line naming the setting and what to do."""
+
+
+def setting_name(field: str) -> str:
+    """``CATALOG_PORT (--port)`` for a settings field."""
+    env = f"CATALOG_{field.upper()}"
+    return f"{env} ({FLAGS[field]})" if field in FLAGS else env
+
+
+def invalid(e: ValidationError) -> list[str]:
+    """One line per invalid setting, naming it, saying what is wrong and what it got."""
+    lines = []
+    for err in e.errors():
+        field = str(err["loc"][0]) if err["loc"] else "?"
+        message = err["msg"].removeprefix("Value error, ")
+        got = "" if any(s in field for s in _SECRET) else f"; got {err.get('input')!r}"
+        lines.append(f"{setting_name(field)}: {message}{got}")
+    return lines
+
+
+def masked(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - validated before; never print a password by accident
+        return url.split("://", 1)[0] + "://..."
+
+
+def sqlite_path(settings: Settings) -> Path | None:
+    """The SQLite file (absolute), or None for PostgreSQL and in-memory SQLite."""
+    if not settings.is_sqlite:
+        return None
+    database = make_url(settings.database_url).database
+    if not database or database == ":memory:":
+        return None
+    return Path(database).expanduser().resolve()
+
+
+def local_warehouse(settings: Settings) -> Path | None:
+    """The local warehouse directory (absolute), or None for an S3 warehouse."""
+    warehouse = settings.warehouse
+    if warehouse.startswith(("s3://", "s3a://")):
+        return None
+    return Path(warehouse.removeprefix("file://")).expanduser().resolve()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: assume it is reachable from elsewhere
+        return False
+
+
+def url(settings: Settings) -> str:
+    host = settings.host
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    return f"http://{shown}:{settings.port}"
+
+
+def auth_mode(settings: Settings) -> str:
+    if not settings.auth_required:
+        return "off (no token needed; anyone who reaches the port may do anything)"
+    from .identity import parse_clients
+
+    ways = []
+    if clients := parse_clients(settings.oauth_clients):
+        ways.append(f"{len(clients)} built-in client{'s' if len(clients) > 1 else ''}")
+    if settings.oidc_issuer or settings.oidc_jwks_url:
+        ways.append(f"OIDC {settings.oidc_issuer or settings.oidc_jwks_url}")
+    return f"on ({', '.join(ways)}; authorization: {settings.authorization})"
+
+
+def risky(settings: Settings) -> list[str]:
+    """One warning per setting that works but is likely to surprise (the refused ones are refused)."""
+    warnings = []
+    raw_db = make_url(settings.database_url).database or ""
+    if (path := sqlite_path(settings)) is not None and not Path(raw_db).expanduser().is_absolute():
+        warnings.append(
+            f"CATALOG_DATABASE_URL is a relative path: the catalog is {path}, in the directory the server was "
+            f"started from (started elsewhere, it is another, empty catalog); set an absolute one: sqlite:///{path}"
+        )
+    raw_wh = settings.warehouse.removeprefix("file://")
+    if (wh := local_warehouse(settings)) is not None and not Path(raw_wh).expanduser().is_absolute():
+        warnings.append(
+            f"CATALOG_WAREHOUSE is a relative path: tables are written under {wh}, in the directory the server "
+            f"was started from; set an absolute one: --warehouse {wh}"
+        )
+    if not settings.auth_required and not _loopback(settings.host):
+        warnings.append(
+            f"CATALOG_AUTH_REQUIRED is false and the server listens on {settings.host}: anyone who can reach port "
+            f"{settings.port} can read, change and drop every table (see README, Authentication)"
+        )
+    endpoint = settings.s3_endpoint or ""
+    if local_warehouse(settings) is None and endpoint.startswith("http://"):
+        host = make_url(endpoint.replace("http://", "s3://", 1)).host or ""
+        if not _loopback(host):
+            warnings.append(
+                f"CATALOG_S3_ENDPOINT {endpoint} is plain HTTP: keys, request signatures and data cross the network "
+                "unencrypted (fine on a private network; use https:// elsewhere)"
+            )
+    if settings.s3_vend_credentials and not settings.auth_required:
+        warnings.append(
+            "CATALOG_S3_VEND_CREDENTIALS is on and CATALOG_AUTH_REQUIRED is false: anyone who reaches the port gets "
+            "read-write S3 credentials for any table"
+        )
+    return warnings
+
+
+def summary(settings: Settings) -> tuple[list[str], dict[str, Any]]:
+    """The start-up summary: lines for people, fields for the structured log line."""
+    db = sqlite_path(settings)
+    database = f"sqlite:///{db}" if db is not None else masked(settings.database_url)
+    wh = local_warehouse(settings)
+    warehouse = str(wh) if wh is not None else settings.warehouse
+    if wh is None and settings.s3_endpoint:
+        warehouse += f" (endpoint {settings.s3_endpoint})"
+    fields = {
+        "version": __version__,
+        "url": url(settings),
+        "database": database,
+        "warehouse": warehouse,
+        "auth": auth_mode(settings),
+        "workers": settings.workers,
+    }
+    lines = [
+        f"iceberg-catalog {__version__} listening on {fields['url']} (GET / lists the routes)",
+        f"  database:  {database}",
+        f"  warehouse: {warehouse}",
+        f"  auth:      {fields['auth']}",
+        f"  workers:   {settings.workers}",
+    ]
+    return lines, fields
+
+
+def announce(settings: Settings) -> None:
+    """Print the summary and the warnings: as plain lines for a person (a terminal, or the text log
+    format), as one structured log line plus one warning line each for a log pipeline (JSON)."""
+    lines, fields = summary(settings)
+    warnings = risky(settings)
+    if settings.log_format == "text" or sys.stderr.isatty():
+        print("\n".join([*lines, *(f"warning: {w}" for w in warnings)]), file=sys.stderr, flush=True)
+        return
+    log.info(
+        "iceberg-catalog %s listening on %s: database %s, warehouse %s, auth %s, %d worker(s)",
+        __version__,
+        fields["url"],
+        fields["database"],
+        fields["warehouse"],
+        fields["auth"].split(" ", 1)[0],
+        settings.workers,
+        extra={"fields": fields},
+    )
+    for warning in warnings:
+        log.warning("%s", warning)
+
+
+def listen(settings: Settings) -> socket.socket:
+    """The listening socket, bound before anything else touches the database or the warehouse."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.port))
+    except (OSError, UnicodeError) as e:  # in use, not an address of this host, a name that does not resolve
+        sock.close()
+        reason = getattr(e, "strerror", None) or str(e)
+        hint = {
+            errno.EADDRINUSE: "another server is running there; pick another CATALOG_PORT / --port",
+            errno.EACCES: "ports below 1024 need privileges; pick another CATALOG_PORT / --port",
+        }.get(getattr(e, "errno", None), "CATALOG_HOST / --host must be an address of this machine")
+        raise Refused(f"cannot listen on {settings.host}:{settings.port}: {reason} ({hint})") from e
+    sock.set_inheritable(True)
+    return sock
+
+
+def prepare_database(settings: Settings) -> None:
+    """Reach the database and migrate it to head (SQLite always; PostgreSQL unless auto_migrate is
+    off, when readiness waits for ``iceberg-catalog migrate`` instead). One log line if it migrated."""
+    if not (settings.is_sqlite or settings.auto_migrate):
+        return
+    import sqlalchemy.exc
+
+    from . import migrate
+    from .db import create_engine
+
+    engine = create_engine(settings)
+    try:
+        before = migrate.current(engine)
+        if before != migrate.heads():
+            migrate.upgrade(engine)
+            log.info(
+                "database schema migrated from %s to %s",
+                ", ".join(sorted(before)) or "empty",
+                ", ".join(sorted(migrate.heads())),
+            )
+    except sqlalchemy.exc.DBAPIError as e:
+        raise Refused(_unreachable(settings, e)) from e
+    except Exception as e:
+        raise Refused(f"database migration failed ({masked(settings.database_url)}, CATALOG_DATABASE_URL): {e}") from e
+    finally:
+        engine.dispose()
+
+
+def _unreachable(settings: Settings, e: Exception) -> str:
+    """``cannot use the database at host:port (CATALOG_DATABASE_URL): <the driver's first line>``."""
+    orig = getattr(e, "orig", None) or e
+    reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    # psycopg: 'connection to server at "h", port p failed: FATAL:  <why>'
+    reason = reason.rsplit(" failed: ", 1)[-1].removeprefix("FATAL:").strip()
+    parsed = make_url(settings.database_url)
+    if settings.is_sqlite:
+        where = str(sqlite_path(settings) or parsed.database)
+        hint = " (does its directory exist and is it writable?)" if "unable to open" in reason else ""
+        return f"cannot open the SQLite database {where} (CATALOG_DATABASE_URL): {reason}{hint}"
+    where = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
+    return f"cannot use the PostgreSQL database {parsed.database or ''!s} at {where} (CATALOG_DATABASE_URL): {reason}"
