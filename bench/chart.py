@@ -17,9 +17,17 @@ def chart(results: dict[str, dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     ok = {n: r for n, r in results.items() if r.get("status") == "ok"}
-    fig, axes = plt.subplots(3, 2, figsize=(15, 14))
-    fig.suptitle(title, fontsize=11)
     styles = {"sqlite": "-", "postgres-s3": "--"}
+    if ok and all(set(r) & {"load", "commit_single", "growth"} == set() for r in ok.values()):
+        fig, (bar, cdf) = plt.subplots(1, 2, figsize=(15, 5.5))  # --only hot: its two panels alone
+        fig.suptitle(title, fontsize=10)
+        _hot_panels(bar, cdf, ok, styles)
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        return
+    fig, axes = plt.subplots(4, 2, figsize=(15, 19))
+    fig.suptitle(title, fontsize=11)
 
     ax = axes[0][0]
     for n, r in ok.items():
@@ -94,6 +102,8 @@ def chart(results: dict[str, dict], path: Path, title: str) -> None:
     ax.set(title="growth: commit latency distribution", xlabel="ms (log)", ylabel="fraction <= x", xscale="log")
     ax.legend(fontsize=7)
 
+    _hot_panels(axes[3][0], axes[3][1], ok, styles)
+
     for ax in axes.flat:  # a scenario group left out (--only): an empty panel, not a failed chart
         lim = ax.dataLim
         if not (math.isfinite(lim.x1) and lim.x1 > 0):
@@ -103,6 +113,37 @@ def chart(results: dict[str, dict], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _hot_panels(bar: Any, cdf: Any, ok: dict[str, dict], styles: dict[str, str]) -> None:
+    """Hot-table appends: successful appends/s per (backend, writers, rebase) and latency CDFs."""
+    ax = bar
+    labels, values, colors = [], [], []
+    for i, (n, r) in enumerate(ok.items()):
+        for key, h in (r.get("hot_appends") or {}).items():
+            writers, mode = key.split("_")
+            labels.append(f"{n}\n{writers} writers, rebase {mode}")
+            values.append(h["rate"] or math.nan)
+            colors.append(f"C{2 * i + (mode == 'on')}")
+    bars = ax.barh(range(len(values)), values, color=colors)
+    ax.bar_label(bars, fmt="%.1f/s", fontsize=7)
+    ax.set_yticks(range(len(values)), labels, fontsize=7)
+    ax.set(title="hot appends (real manifest lists) on ONE table", xlabel="successful appends/s")
+    ax.invert_yaxis()
+
+    ax = cdf
+    for n, r in ok.items():
+        for key, samples in (r.get("raw", {}).get("hot_appends") or {}).items():
+            writers, mode = key.split("_")
+            _cdf(ax, samples, f"{n} {writers} writers, rebase {mode}", styles.get(n, "-"))
+    ax.axvline(250, color="grey", lw=0.8, ls=":")
+    ax.set(
+        title="hot appends: commit latency (first attempt to success; dotted: 250 ms)",
+        xlabel="ms (log)",
+        ylabel="fraction <= x",
+        xscale="log",
+    )
+    ax.legend(fontsize=7)
 
 
 def _cdf(ax: Any, samples_ms: list[float], label: str, style: str) -> None:

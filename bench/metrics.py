@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-STEPS = ("read", "apply", "write", "cas")
+STEPS = ("read", "apply", "rebase", "write", "cas")  # rebase: inside apply, when the server rebased
 TABLE_ROUTE = "/v1/namespaces/{namespace:str}/tables/{table:str}"
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -70,9 +70,13 @@ def server_split(d: dict[str, float], method: str, kind: str = "table") -> dict[
             if total(d, "catalog_commit_step_seconds_count", kind=kind, step=step):
                 seconds = total(d, "catalog_commit_step_seconds_sum", kind=kind, step=step)
                 out[f"step_{step}_ms"] = 1000 * seconds / commits
+    groups = total(d, "catalog_group_commit_size_count")
+    if groups:  # group commit: mean appends landed per metadata file + CAS
+        out["groups"], out["group_mean_size"] = groups, total(d, "catalog_group_commit_size_sum") / groups
     for name, key, labels in (
         ("catalog_commit_attempts_total", "cas_attempts", {}),
         ("catalog_commit_rebase_total", "server_rebases", {}),
+        ("catalog_commit_append_rebase_total", "append_rebases", {}),
         ("catalog_commit_conflict_total", "conflicts_requirement", {"cause": "requirement"}),
         ("catalog_commit_conflict_total", "conflicts_cas", {"cause": "cas"}),
     ):

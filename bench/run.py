@@ -3,8 +3,9 @@
 Per backend it starts the server (``python -m catalog serve``, its own process), creates the tables
 over HTTP, drives the scenarios from forked client processes, verifies that no acknowledged commit
 was lost, measures the baselines, and stops everything. Then it writes
-``bench/results/<date>-<machine>.md`` (the one table), ``.json`` (every number, latency samples
-included) and ``.png`` (the chart), and prints the table. See ``bench/README.md``.
+``bench/results/<date>-<machine>.md`` (the one table), ``.png`` (the chart) and
+``bench/results/raw/<date>-<machine>.json`` (every number, latency samples included; git ignores
+``raw/``), and prints the table. See ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -98,10 +99,15 @@ def machine() -> dict:
 def output_stem(out: Path, host: str) -> Path:
     stem = out / f"{dt.date.today().isoformat()}-{host}"
     n = 1
-    while stem.with_suffix(".md").exists() or stem.with_suffix(".json").exists():
+    while stem.with_suffix(".md").exists() or raw_path(stem).exists():
         n += 1
         stem = out / f"{dt.date.today().isoformat()}-{host}-{n}"
     return stem
+
+
+def raw_path(stem: Path) -> Path:
+    """The run's raw JSON: ``<out>/raw/<stem>.json``, a folder git ignores (only .md and .png are kept)."""
+    return stem.parent / "raw" / f"{stem.name}.json"
 
 
 def _parts(text: str) -> set[str]:
@@ -145,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default=",".join(SHORT),
         type=_parts,
-        help="scenario groups to run, comma-separated: load, commits, growth, baselines (default: all)",
+        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines (default: all)",
     )
     parser.add_argument("--profile", action="store_true", help="record py-spy profiles of the server per scenario")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results directory")
@@ -195,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Wall time {wall:.0f} s. Load average {info['load_average_at_start']} at start, "
         f"{info['load_average_at_end']} at end. Command: `{' '.join(['python -m bench', *(argv or sys.argv[1:])])}`.",
-        f"Raw numbers: `{stem.name}.json`; chart: `{stem.name}.png`. What each row means: `bench/README.md`.",
+        f"Raw numbers: `raw/{stem.name}.json` (not committed); chart: `{stem.name}.png`. "
+        "What each row means: `bench/README.md`.",
     ]
     for n, r in results.items():
         if r.get("status") == "error":
@@ -210,11 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         "args": vars(args) | {"out": str(args.out)},
         "results": results,
     }
-    stem.with_suffix(".json").write_text(json.dumps(payload, indent=1, default=str, allow_nan=True))
-    written = ".md/.json"
+    raw_path(stem).parent.mkdir(parents=True, exist_ok=True)
+    raw_path(stem).write_text(json.dumps(payload, indent=1, default=str, allow_nan=True))
+    written = f".md, {raw_path(stem)}"
     try:
         chart.chart(results, stem.with_suffix(".png"), title)
-        written += "/.png"
+        written += ", .png"
     except Exception:  # noqa: BLE001 - the numbers matter more than the picture
         log(f"chart failed (install the bench extra for matplotlib):\n{traceback.format_exc()}")
     if args.profile:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from . import backends, baselines, clients, cpu, metrics, profiling, wire
+from . import backends, baselines, clients, cpu, hot, metrics, profiling, wire
 from .report import lat_stats, sample
 
 LOAD_LEVELS = (1, 8, 32)
@@ -45,8 +45,14 @@ GROWTH = {
 HISTORY_BATCH = 5_000  # add-snapshot updates per commit while building history
 
 
-PARTS = ("load", "commit_scenarios", "growth", "baselines")
-SHORT = {"load": "load", "commits": "commit_scenarios", "growth": "growth", "baselines": "baselines"}
+PARTS = ("load", "commit_scenarios", "hot_appends", "growth", "baselines")
+SHORT = {
+    "load": "load",
+    "commits": "commit_scenarios",
+    "hot": "hot_appends",
+    "growth": "growth",
+    "baselines": "baselines",
+}
 
 
 @dataclass(frozen=True)
@@ -66,10 +72,11 @@ class Plan:
     sql_1_s: float
     sql_16_s: float
     write_probes: int
+    hot_append_s: float  # each (writers, rebase off|on) window of the hot-append scenario
 
 
-FULL = Plan(8, 8, 10, 15, 6, 100, 3, 45, 3, 5, 6, 8, 100)
-QUICK = Plan(2, 2.5, 3, 4, 2, 30, 1, 20, 1, 2, 2, 3, 30)
+FULL = Plan(8, 8, 10, 15, 6, 100, 3, 45, 3, 5, 6, 8, 100, 15)
+QUICK = Plan(2, 2.5, 3, 4, 2, 30, 1, 20, 1, 2, 2, 3, 30, 5)
 
 
 def log(msg: str) -> None:
@@ -188,13 +195,17 @@ class Run:
 
     def setup(self) -> None:
         t = time.perf_counter()
+        only = self.args.only  # create only what the chosen scenario groups use
         self.call("POST", "/v1/namespaces", orjson.dumps({"namespace": [wire.NS]}))
-        self.create("load", COLUMNS, 10)
-        self.create("hot", COLUMNS, 10)
-        for i in range(TABLES):
-            self.create(f"w{i:03d}", COLUMNS, 10)
+        if "load" in only:
+            self.create("load", COLUMNS, 10)
+        if only & {"commit_scenarios", "baselines"}:
+            self.create("hot", COLUMNS, 10)
+        if "commit_scenarios" in only:
+            for i in range(TABLES):
+                self.create(f"w{i:03d}", COLUMNS, 10)
         self.r["setup_s"] = {"tables": time.perf_counter() - t}
-        for key, g in GROWTH.items():
+        for key, g in GROWTH.items() if "growth" in only else ():
             t = time.perf_counter()
             budget = self.plan.history_s
             built = [self.create(f"g_{key}_{i}", g.columns, g.snapshots, budget) for i in range(g.replicas)]
@@ -239,6 +250,116 @@ class Run:
             f"[{self.b.name}] commit, 16 writers/1 table: {s['rate']:,.1f}/s, 409 rate {s['rate_409']:.0%}, "
             f"{s['retries_per_commit']:.2f} retries/commit, p50 {s['p50_ms']:.1f} p99 {s['p99_ms']:.1f} ms"
         )
+
+    def hot_appends(self) -> None:
+        """16 and 64 pyiceberg-style appenders (real manifest lists) on ONE table, rebase off then on,
+        each on its own fresh table (``bench/hot.py``)."""
+        self.r["hot_appends"], self.r["raw"]["hot_appends"] = {}, {}
+        import pyiceberg.io.pyarrow  # noqa: F401 - imported once here, shared by the forked clients
+        import pyiceberg.manifest  # noqa: F401
+
+        io_props = hot.file_io_props(self.b.storage)
+        parquet = hot.parquet_row()
+        for writers in hot.LEVELS:
+            for rebase in (False, True):
+                name = hot.table_name(writers, rebase)
+                data = self.call("POST", f"/v1/namespaces/{wire.NS}/tables", hot.create_body(name, rebase))
+                location = orjson.loads(data)["metadata"]["location"]
+                args = {
+                    "url": self.url,
+                    "path": wire.table_path(name),
+                    "location": location,
+                    "io": io_props,
+                    "parquet": parquet,
+                    "client": self.args.client,
+                }
+                seeder = hot.Appender(args)  # one append first: the race is on a branch that exists
+                seed = [seeder.append_once()]
+                seeder.http.close()
+                key = f"{writers}_{'on' if rebase else 'off'}"
+                results, srv_cpu = self.scenario(
+                    f"hot_appends_{key}", hot.append_worker, [args] * writers, self.plan.hot_append_s, 10**6
+                )
+                self.r["hot_appends"][key] = s = self._hot_summary(results, srv_cpu, writers, rebase)
+                acked = seed + [sid for r in results for sid in r["acked"]]
+                metadata = orjson.loads(self.call("GET", wire.table_path(name)))["metadata"]
+                s["verify"] = hot.verify(metadata, acked, io_props)
+                self.r["raw"]["hot_appends"][key] = sample([x for r in results for x in r["lat"]])
+                for r in results:
+                    if r["errors"]:
+                        raise RuntimeError(f"hot appends {key}: unexpected answers: {r['errors']}")
+                log(
+                    f"[{self.b.name}] hot appends, {writers} writers, rebase {'on' if rebase else 'off'}: "
+                    f"{s['rate']:,.1f}/s, 409 rate {s['rate_409']:.1%}, "
+                    f"p50 {s['p50_ms']:.0f} p99 {s['p99_ms']:.0f} ms, "
+                    f"{s['lists_per_append']:.2f} manifest lists written per append, "
+                    f"{s['server'].get('append_rebases', 0):.0f} server rebases, verify {s['verify']}"
+                )
+        self.rebase_probe(io_props, parquet)
+
+    def rebase_probe(self, io_props: dict, parquet: bytes) -> None:
+        """What one rebase costs the server as the head's manifest list grows (``hot.probe``)."""
+        self.r["rebase_probe"] = {}
+        rounds = 5 if self.args.quick else 15
+        for manifests in hot.PROBE_MANIFESTS:
+            name = f"rebase_probe_{manifests}"
+            data = self.call("POST", f"/v1/namespaces/{wire.NS}/tables", hot.create_body(name, True))
+            args = {"url": self.url, "path": wire.table_path(name), "io": io_props, "parquet": parquet}
+            a = hot.Appender(args | {"location": orjson.loads(data)["metadata"]["location"]})
+            hot.build_head(a, manifests)
+            before = self.metrics()
+            lat = hot.probe(a, rounds)
+            a.http.close()
+            d = metrics.delta(before, self.metrics())
+            n = metrics.total(d, "catalog_commit_append_rebase_total")
+            rebase_s = metrics.total(d, "catalog_commit_step_seconds_sum", kind="table", step="rebase")
+            self.r["rebase_probe"][str(manifests)] = p = {
+                "manifests": manifests,
+                "rebases": n,
+                "direct": lat_stats(lat["direct"]),
+                "rebased": lat_stats(lat["rebased"]),
+                "server_rebase_step_ms": 1000 * rebase_s / n if n else math.nan,
+            }
+            log(
+                f"[{self.b.name}] rebase probe, {manifests} manifests: direct p50 {p['direct']['p50_ms']:.1f} ms, "
+                f"rebased p50 {p['rebased']['p50_ms']:.1f} ms, server rebase step {p['server_rebase_step_ms']:.1f} ms "
+                f"({n:.0f} rebases)"
+            )
+
+    def _hot_summary(self, results: list[dict], srv_cpu: float, writers: int, rebase: bool) -> dict:
+        lat = [x for r in results for x in r["lat"]]
+        attempts = [x for r in results for x in r["attempt_lat"]]
+        commits = sum(r["commits"] for r in results)
+        conflicts = sum(r["conflicts"] for r in results)
+        elapsed = max(r["elapsed"] for r in results)
+        counts: dict[str, int] = {}
+        for r in results:
+            for k, v in r["counts"].items():
+                counts[k] = counts.get(k, 0) + v
+            self.unknown.extend(r["unknown"])
+        per = max(1, commits)
+        return {
+            **lat_stats(lat),
+            "writers": writers,
+            "rebase": rebase,
+            "rate": commits / elapsed if elapsed else math.nan,
+            "commits": commits,
+            "attempts": len(attempts),
+            "conflicts": conflicts,
+            "rate_409": conflicts / len(attempts) if attempts else 0.0,
+            "retries_per_commit": conflicts / per,
+            "abandoned": sum(r["abandoned"] for r in results),
+            "unknown": sum(len(r["unknown"]) for r in results),
+            "attempt": lat_stats(attempts),
+            "counts": counts,
+            "lists_per_append": counts.get("lists_written", 0) / per,
+            "manifests_per_append": counts.get("manifests_written", 0) / per,
+            "manifest_entries_listed_per_append": counts.get("manifests_listed", 0) / per,
+            "client_cpu_ms_per_append": 1000 * sum(r["cpu"] for r in results) / per,
+            "server_cpu_ms_per_append": 1000 * srv_cpu / per,
+            "elapsed_s": elapsed,
+            "server": metrics.server_split(self.split, "POST"),
+        }
 
     def growth(self) -> None:
         self.r["growth"], self.r["raw"]["growth"] = {}, {}

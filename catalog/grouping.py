@@ -92,8 +92,9 @@ class GroupCommitter:
             table.queue.append(member)
             while not member.done and table.leading:
                 table.cond.wait()
-            if not member.done:
-                table.leading = True
+            if member.done:  # landed by a leader: this thread never led, so it must not clear `leading`
+                return self._answer(member)
+            table.leading = True
         try:
             while not member.done:  # lead until this member's own group has landed
                 batch = self._take(table)
@@ -116,6 +117,10 @@ class GroupCommitter:
                     with self._lock:
                         if self._tables.get(key) is table:
                             del self._tables[key]
+        return self._answer(member)
+
+    @staticmethod
+    def _answer(member: _Member) -> Committed:
         if member.error is not None:
             raise member.error
         assert member.outcome is not None
