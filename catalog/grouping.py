@@ -141,7 +141,7 @@ class GroupCommitter:
         engine, change = self.engine, batch[0].change
         with engine._serialised([change]):
             live = batch
-            for attempt in range(self.settings.commit_max_attempts):
+            for attempt in range(self.settings.append_rebase_max_attempts):
                 live, landed = self._attempt(live, attempt + 1)
                 if landed:
                     break

@@ -168,6 +168,13 @@ class Settings(BaseSettings):
         "commit landed go together in one metadata file and one compare-and-swap, at most this many; 1 turns "
         "grouping off. A lone commit never waits.",
     )
+    append_rebase_max_attempts: int = Field(
+        default=100,
+        ge=1,
+        description="Compare-and-swap attempts of a group of rebased appends before 409: each lost attempt means "
+        "another writer's commit landed, and an append can always be rebased again, so the bound is higher than "
+        "commit_max_attempts (replicas racing for one hot table otherwise starve the slower one).",
+    )
     group_commit_max_bytes: int = Field(
         default=4 * 2**20, ge=1, description="Group commit: the most JSON (the members' updates) in one group."
     )
