@@ -198,6 +198,7 @@ class Store:
             if row is None:
                 raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns)}")
             props = dict(row.properties)
+            removals = list(dict.fromkeys(removals))  # a key named twice is removed (and reported) once
             removed = [k for k in removals if k in props]
             missing = [k for k in removals if k not in props]
             for k in removed:

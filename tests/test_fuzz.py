@@ -219,7 +219,7 @@ def test_stateful_links_conform(fuzz_server: Server) -> None:
 
 # A valid principal with no grants may list (and sees nothing) and read its own identity; anything
 # else it sends is refused or malformed, whatever the request looks like.
-_MAY_SUCCEED = {"getConfig", "listNamespaces", "whoami", "listGrants"}
+_MAY_SUCCEED = {"getConfig", "listNamespaces", "whoami", "listGrants", "index"}  # index: name, version, links
 _OPEN = {"live", "ready", "metrics"}
 _CLIENTS = "owner:owner-secret,nobody:nobody-secret"
 _SECRET = "fuzz-signing-key-" + "f" * 32

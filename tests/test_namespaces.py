@@ -149,3 +149,10 @@ def test_namespace_errors(http, ns):
     )
     assert_error(http.post("/v1/namespaces", data=b"{not json"), 400, "BadRequestException")
     assert_error(http.post("/v1/namespaces", data=b""), 400, "BadRequestException")
+
+
+def test_a_removal_named_twice_is_removed_once(http, ns):
+    assert http.post(f"/v1/namespaces/{ns}/properties", json={"updates": {"k": "v"}}).status_code == 200
+    resp = http.post(f"/v1/namespaces/{ns}/properties", json={"removals": ["k", "k", "", ""]})
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"updated": [], "removed": ["k"], "missing": [""]}
