@@ -106,7 +106,8 @@ class _Staged:
     base: MetadataFile | None
     new: MetadataFile
     location: str  # the entry's normalised location after the commit
-    rebased: rebase.Rebased | None = None  # a pure append rebuilt on the branch's new head
+    lists: tuple[str, ...] = ()  # manifest lists written by rebases of pure appends (catalog.rebase)
+    commits: int = 1  # the commits it carries: more than one for a group commit (catalog.grouping)
 
 
 class CommitEngine:
@@ -183,6 +184,20 @@ class CommitEngine:
             new, rebased = self._apply(change, base, rebasable=alone)
         if base is not None and new is base.data:
             return base
+        return self._write(change, entry, base, new, kind, (rebased.manifest_list,) if rebased else ())
+
+    def _write(
+        self,
+        change: Change,
+        entry: Entry | None,
+        base: MetadataFile | None,
+        new: dict[str, Any],
+        kind: str,
+        lists: tuple[str, ...] = (),
+        commits: int = 1,
+    ) -> _Staged:
+        """Step 3: the new metadata file, written create-only after the location rules are checked.
+        If it fails, the manifest lists rebases wrote for it are deleted."""
         try:
             with _step(kind, "write"):
                 location = self.ownership.check_new(entry.id if entry else None, base.data if base else None, new)
@@ -192,10 +207,10 @@ class CommitEngine:
                 except errors.IcebergError as e:
                     raise not_committed(e) from e
         except BaseException:
-            if rebased is not None:
-                self._delete_quietly(rebased.manifest_list)
+            for location in lists:
+                self._delete_quietly(location)
             raise
-        return _Staged(change, entry, base, written, location, rebased)
+        return _Staged(change, entry, base, written, location, lists, commits)
 
     def _read(self, change: Change) -> tuple[Entry | None, MetadataFile | None]:
         entry = self.store.get_entry(change.namespace, change.name)
@@ -329,11 +344,10 @@ class CommitEngine:
         return True
 
     def _won(self, current: list[MetadataFile], staged: list[_Staged], kind: str, recorded: bool) -> Committed:
-        metrics.COMMITS.labels(kind).inc()
+        metrics.COMMITS.labels(kind).inc(staged[0].commits if len(staged) == 1 else 1)
         for one in staged:
             self.files.remember(one.new)
-            if one.rebased is not None:
-                metrics.APPEND_REBASES.inc()
+            metrics.APPEND_REBASES.inc(len(one.lists))
             if one.base is not None and one.entry is not None:
                 self._delete_dropped_files(one)
         return Committed(tuple(current), recorded)
@@ -387,21 +401,14 @@ class CommitEngine:
 
     def _discard(self, staged: Sequence[_Staged]) -> None:
         for one in staged:
-            self._delete_quietly(one.new.location)
-            if one.rebased is not None:
-                self._delete_quietly(one.rebased.manifest_list)
+            for location in (one.new.location, *one.lists):
+                self._delete_quietly(location)
 
     def _delete_quietly(self, location: str) -> None:
         try:
             self.files.delete(location)
         except Exception:  # noqa: BLE001 - an orphan file is harmless; never mask the real outcome
             log.warning("could not delete uncommitted file %s", location)
-
-    def _housekeeping(
-        self, change: Change, entry: Entry, base: MetadataFile, written: MetadataFile, location: str
-    ) -> None:
-        """What follows a landed group commit (``catalog.grouping``), as ``_won`` does for one."""
-        self._delete_dropped_files(_Staged(change, entry, base, written, location))
 
     def _delete_dropped_files(self, one: _Staged) -> None:
         """``write.metadata.delete-after-commit.enabled``: delete the previous metadata files that
@@ -447,9 +454,12 @@ def _log_landed(staged: Sequence[_Staged], attempts: int) -> None:
             "attempts": attempts,
             "metadata_location": one.new.location,
         }
-        snapshot = ""
-        if one.rebased is not None:
-            fields["rebased"] = True  # a pure append rebuilt on its branch's new head
+        snapshot, group = "", ""
+        if one.lists:
+            fields["rebased"] = len(one.lists)  # pure appends rebuilt on their branch's new head
+        if one.commits > 1:
+            fields["group"] = one.commits
+            group = f", {one.commits} commits in one group"
         if one.change.kind is TABLE:
             now = one.new.data.get("current-snapshot-id")
             if now not in (None, -1) and (one.base is None or one.base.data.get("current-snapshot-id") != now):
@@ -457,13 +467,14 @@ def _log_landed(staged: Sequence[_Staged], attempts: int) -> None:
                 snapshot = f" snapshot {now}"
         verb = "created" if one.entry is None else "committed"
         log.info(
-            "%s %s %s%s (%d attempt%s)",
+            "%s %s %s%s (%d attempt%s%s)",
             verb,
             one.change.kind.name,
             one.change.ident,
             snapshot,
             attempts,
             "s" if attempts > 1 else "",
+            group,
             extra={"fields": fields},
         )
 

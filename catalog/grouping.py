@@ -19,7 +19,6 @@ snapshot its own snapshot-log entry.
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
@@ -30,10 +29,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from . import errors, metrics, rebase
-from .files import MetadataFile, next_location
-from .store import PointerOutcomeUnknown, Swap, Swapped
-
-log = logging.getLogger("catalog.commit")
+from .files import MetadataFile
 
 if TYPE_CHECKING:
     from .commit import Change, CommitEngine, Committed
@@ -158,8 +154,9 @@ class GroupCommitter:
                     one.error, one.done = failed, True
 
     def _attempt(self, members: list[_Member], attempts: int) -> tuple[list[_Member], bool]:
-        """One read-apply-write-CAS of the group. Returns the members still in it and whether the
-        attempt settled them (landed, or failed for all); False: the CAS was lost, go again."""
+        """One read-apply-write-CAS of the group, through the engine's steps. Returns the members
+        still in it and whether the attempt settled them (landed, or failed for all); False: the CAS
+        was lost, go again."""
         engine, change = self.engine, members[0].change
         entry, base = engine._read(change)
         assert entry is not None and base is not None
@@ -179,50 +176,14 @@ class GroupCommitter:
             for one in live:
                 one.outcome, one.done = _committed(base), True
             return live, True
-        try:
-            with _step("table", "write"):
-                location = engine.ownership.check_new(entry.id, base.data, current.data)
-                written = engine.files.write(next_location(current.data, entry.metadata_location), current.data, base)
-        except BaseException as e:
-            _delete(engine, lists)
-            raise (commit_error(e) if isinstance(e, errors.IcebergError) else e) from None
-        swap = Swap(entry.id, entry.metadata_location, written.location, location)
-        metrics.COMMIT_ATTEMPTS.inc()
-        try:
-            with _step("table", "cas"):
-                result = engine.store.swap_pointers([swap], None)
-        except PointerOutcomeUnknown as e:
-            try:
-                now = engine.store.read_pointer(entry.id)
-            except Exception:  # noqa: BLE001 - still unreachable: unknown
-                now = None
-            if now != written.location:
-                if now is not None and e.settled and now == swap.expected:
-                    _delete(engine, [written.location, *lists])
-                    raise errors.ServiceUnavailable(f"Database unavailable, nothing was committed: {e}") from e
-                metrics.UNKNOWN.inc()
-                raise errors.CommitStateUnknown(f"Commit state unknown, the database connection failed: {e}") from e
-            result = Swapped.WON
-        except Exception:
-            _delete(engine, [written.location, *lists])
-            raise
-        if result is not Swapped.WON:
-            _delete(engine, [written.location, *lists])
+        staged = engine._write(change, entry, base, current.data, "table", tuple(lists), len(live))
+        if engine._swap([staged.new], [staged], None, "table") is None:  # lost: the files are orphans
+            engine._discard([staged])
             return live, False
-        engine.files.remember(written)
-        engine._housekeeping(change, entry, base, written, location)
-        metrics.COMMITS.labels("table").inc(len(live))
-        metrics.APPEND_REBASES.inc(len(lists))
         metrics.GROUP_COMMIT_SIZE.observe(len(live))
         for one in live:
-            one.outcome, one.done = _committed(written), True
-        log.info(
-            "committed table %s: %d commits in one group, snapshot %s (%d attempt%s)",
-            change.ident, len(live), written.data.get("current-snapshot-id"), attempts, "s" if attempts > 1 else "",
-            extra={"fields": {"kind": "table", "name": change.ident, "attempts": attempts, "group": len(live),
-                              "rebased": len(lists), "metadata_location": written.location,
-                              "snapshot_id": written.data.get("current-snapshot-id")}},
-        )  # fmt: skip
+            one.outcome, one.done = _committed(staged.new), True
+        _log_landed([staged], attempts)
         return live, True
 
 
@@ -232,18 +193,7 @@ def _committed(file: MetadataFile) -> Committed:
     return Committed((file,), recorded=False)
 
 
-def _step(kind: str, step: str):  # noqa: ANN202 - the engine's step timer
-    from .commit import _step as step_timer
+def _log_landed(staged: list, attempts: int) -> None:
+    from .commit import _log_landed as log_landed
 
-    return step_timer(kind, step)
-
-
-def commit_error(e: errors.IcebergError) -> errors.IcebergError:
-    from .commit import not_committed
-
-    return not_committed(e)
-
-
-def _delete(engine: CommitEngine, locations: list[str]) -> None:
-    for location in locations:
-        engine._delete_quietly(location)
+    log_landed(staged, attempts)
