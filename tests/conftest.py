@@ -103,12 +103,12 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     """One server per backend for the whole session; tests isolate themselves by namespace."""
     backend = request.param
     workdir = tmp_path_factory.mktemp(backend)
-    if backend == "sqlite":
-        srv = start_server(workdir)
-    elif backend == "postgres-s3":
-        srv = request.getfixturevalue("pg_s3_server")
-    else:
+    if backend == "postgres-s3":
+        yield request.getfixturevalue("pg_s3_server")  # stopped by its own fixture
+        return
+    if backend != "sqlite":
         raise ValueError(f"unknown backend {backend}")
+    srv = start_server(workdir)
     yield srv
     srv.stop()
 
@@ -151,12 +151,13 @@ def s3_client_props(s3) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def pg_s3_server(services: dict, tmp_path_factory: pytest.TempPathFactory) -> Server:
+def pg_s3_server(services: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     workdir = tmp_path_factory.mktemp("pg-s3")
     env = {"CATALOG_DATABASE_URL": services["pg"].url, **s3_env(services["s3"], "suite")}
     srv = start_server(workdir, "postgres-s3", env)
     srv.io_props = s3_client_props(services["s3"])
-    return srv
+    yield srv
+    srv.stop()  # also when only a test that asks for it directly ran (no server[postgres-s3])
 
 
 @pytest.fixture
