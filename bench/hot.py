@@ -37,9 +37,10 @@ from typing import Any
 
 import orjson
 
+from catalog.rebase import PROPERTY as REBASE_PROPERTY
+
 from . import wire
 
-REBASE_PROPERTY = "catalog.append-rebase.enabled"
 LEVELS = (16, 64)
 SCHEMA = {
     "type": "struct",
