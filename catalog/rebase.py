@@ -52,11 +52,14 @@ from .manifest_io import (
     ENTRY_READ,
     FILE_ROW_ID,
     FIRST_ROW_ID,
-    LIST_READ,
     AvroReader,
+    Body,
     BufferOutput,
     BytesInput,
+    body_of,
+    extend,
     list_writer,
+    read_list,
 )
 from .metadata import parsing, tables
 from .storage import Storage
@@ -71,6 +74,9 @@ CACHED_MANIFESTS = 50_000
 # The largest manifest list or new manifest a rebase reads (a list of 10,000 manifests is ~2 MB);
 # larger ones are refused (the client retries as before) rather than parsed under the table's lock.
 MAX_FILE_BYTES = 16 * 2**20
+# A rebased list carries its head's Avro blocks as bytes (one block more per rebase); past this many
+# blocks the list is written out whole again, one block, which bounds what readers pay per block.
+MAX_BLOCKS = 64
 # How far back (in the snapshots list) the client's parent may lie behind the branch's head.
 MAX_DISTANCE = 10_000
 TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added - removed
@@ -197,8 +203,9 @@ class Rebaser:
 
     def __init__(self, storage: Storage, cache_manifests: int = CACHED_MANIFESTS) -> None:
         self.storage = storage
-        self._cache: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
-        self._budget = cache_manifests  # the entries' manifests, in all (about 1 KB of memory each)
+        self._cache: OrderedDict[str, tuple[tuple[ManifestFile, ...], Body | None]] = OrderedDict()
+        # the entries' manifests, in all (about 1 KB of memory each, parsed, and their bytes)
+        self._budget = cache_manifests
         self._held = 0
         self._lock = threading.Lock()
 
@@ -206,30 +213,44 @@ class Rebaser:
         """Write the rebased manifest list; the commit to apply instead. Raises ``Refused``."""
         version, snapshot_id = base["format-version"], c.snapshot["snapshot-id"]
         client_list = _owned(c.snapshot.get("manifest-list"), base)
-        client = self._manifests(client_list)
+        client, _ = self._list(client_list)
         new = [m for m in client if m.added_snapshot_id == snapshot_id]
         rest = [m.manifest_path for m in client if m.added_snapshot_id != snapshot_id]
         if not new or len(new) > MAX_NEW_MANIFESTS:
             raise Refused(f"{len(new)} new manifests")
         for manifest in new:
             _check_counts(manifest, c.snapshot, version)
-        parent = self._manifests(_owned(c.parent.get("manifest-list"), base))
+        parent, _ = self._list(_owned(c.parent.get("manifest-list"), base))
         if sorted(rest) != sorted(m.manifest_path for m in parent):
             raise Refused("the manifests it keeps are not its parent's")
         for manifest in new:
             self._check_entries(manifest, c.snapshot, base)
-        head = self._manifests(_owned(c.head.get("manifest-list"), base))  # v1's inline lists: refused
+        head, head_body = self._list(_owned(c.head.get("manifest-list"), base))  # v1's inline lists: refused
         sequence = base.get("last-sequence-number", 0) + 1
         location = f"{client_list.rsplit('/', 1)[0]}/snap-{snapshot_id}-rebased-{uuid.uuid4()}.avro"
         codec = (base.get("properties") or {}).get("write.avro.compression-codec", "gzip")
-        out = BufferOutput(location)
         first_row_id = base.get("next-row-id", 0)
-        writer = list_writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
-        records = [_renumbered(m, version, sequence) for m in new] + [_fresh(m, version) for m in head]
-        with writer:  # assigns the v3 first_row_ids in place
-            writer.add_manifests(records)
-        self.storage.write_new(location, out.value)
-        self._remember(location, tuple(records))  # as written: the next rebase builds on it
+
+        def write(records: list[ManifestFile]) -> tuple[bytes, int]:
+            out = BufferOutput(location)
+            writer = list_writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
+            with writer:  # assigns the v3 first_row_ids in place
+                writer.add_manifests(records)
+            return out.value, writer.next_row_id - first_row_id
+
+        written = None
+        if head_body is not None and head_body.blocks < MAX_BLOCKS and _numbered(head, version):
+            mine = [_renumbered(m, version, sequence) for m in new]
+            raw, added_rows = write(mine)
+            written = extend(raw, head_body)  # None: another schema or codec (a client's list)
+        if written is None:  # the whole list, re-encoded
+            records = [_renumbered(m, version, sequence) for m in new] + [_fresh(m, version) for m in head]
+            raw, added_rows = write(records)
+            written = raw, body_of(raw)
+            mine, head = records[: len(new)], tuple(records[len(new) :])
+        raw, body = written
+        self.storage.write_new(location, raw)
+        self._remember(location, (*mine, *head), body)  # as written: the next rebase builds on it
         snapshot = {
             **c.snapshot,
             "parent-snapshot-id": c.head["snapshot-id"],
@@ -241,7 +262,7 @@ class Rebaser:
             snapshot["sequence-number"] = sequence
         if version >= 3:
             snapshot["first-row-id"] = first_row_id
-            snapshot["added-rows"] = writer.next_row_id - first_row_id
+            snapshot["added-rows"] = added_rows
         updates = [{"action": "add-snapshot", "snapshot": snapshot}, c.ref_update]
         return Rebased(c.requirements, updates, location)
 
@@ -266,35 +287,26 @@ class Rebaser:
         if entries != m.added_files_count:
             raise Refused("a manifest whose counts do not match its entries")
 
-    def _manifests(self, location: str) -> tuple[ManifestFile, ...]:
-        """A manifest list's manifests, read with the v3 schema (older lists read with defaults);
-        cached by location, since a manifest list never changes."""
+    def _list(self, location: str) -> tuple[tuple[ManifestFile, ...], Body | None]:
+        """A manifest list's manifests and body, cached by location (a manifest list never changes)."""
         with self._lock:
             hit = self._cache.get(location)
             if hit is not None:
                 self._cache.move_to_end(location)
                 return hit
-        manifests = self._parse(location, _bounded(self.storage.read(location)))
-        self._remember(location, manifests)
-        return manifests
+        manifests, body = read_list(location, _bounded(self.storage.read(location)))
+        self._remember(location, manifests, body)
+        return manifests, body
 
-    @staticmethod
-    def _parse(location: str, raw: bytes) -> tuple[ManifestFile, ...]:
-        with AvroReader(
-            BytesInput(location, raw),
-            *LIST_READ,
-        ) as reader:
-            return tuple(reader)
-
-    def _remember(self, location: str, manifests: tuple[ManifestFile, ...]) -> None:
+    def _remember(self, location: str, manifests: tuple[ManifestFile, ...], body: Body | None) -> None:
         if len(manifests) > self._budget:
             return
         with self._lock:
             previous = self._cache.pop(location, None)
-            self._held -= len(previous) if previous is not None else 0
+            self._held -= len(previous[0]) if previous is not None else 0
             while self._cache and self._held + len(manifests) > self._budget:
-                self._held -= len(self._cache.popitem(last=False)[1])
-            self._cache[location] = manifests
+                self._held -= len(self._cache.popitem(last=False)[1][0])
+            self._cache[location] = (manifests, body)
             self._held += len(manifests)
 
 
@@ -340,6 +352,12 @@ def _summary(summary: dict, previous: dict) -> dict:
         if value >= 0:
             out[total] = str(value)
     return out
+
+
+def _numbered(head: Sequence[ManifestFile], version: int) -> bool:
+    """Whether the head's manifests can be carried as they are: in v3, only when every data manifest
+    already has its first_row_id (the list writer assigns the missing ones, which changes them)."""
+    return version < 3 or all(m.content != ManifestContent.DATA or m._data[FIRST_ROW_ID] is not None for m in head)
 
 
 def _fresh(m: ManifestFile, version: int) -> ManifestFile:

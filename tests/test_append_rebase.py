@@ -344,6 +344,37 @@ def test_v3_row_ids_stay_disjoint(local):
     assert snaps[12]["manifest-list"] != stale[2][1][0]["snapshot"]["manifest-list"]  # a new list, next to it
 
 
+@pytest.mark.parametrize("version", [2, 3])
+def test_the_head_list_is_carried_as_bytes(local, monkeypatch, version):
+    """A rebase copies the head list's Avro blocks instead of re-encoding them (one block more per
+    rebase) until MAX_BLOCKS, then writes the whole list as one block again. Every list of the chain
+    reads back as a full re-encode would: the new manifest first, each manifest once, its own
+    sequence number and, v3, row ids that are disjoint and cover every row."""
+    from catalog import manifest_io, rebase
+
+    monkeypatch.setattr(rebase, "MAX_BLOCKS", 4)
+    name = f"bytes{version}"
+    base = commit(local, name, *client_append(new_table(local, name, **{"format-version": str(version)}), 1, 2))
+    stale = [client_append(base, 10 + i, 1 + i) for i in range(7)]  # all built on the first snapshot
+    blocks = []
+    for i, (requirements, updates) in enumerate(stale):
+        final = commit(local, name, requirements, updates)
+        listed = final["snapshots"][-1]["manifest-list"]
+        with open(listed.removeprefix("file://"), "rb") as f:
+            manifests, body = manifest_io.read_list(listed, f.read())
+        blocks.append(body.blocks)
+        assert [m.added_snapshot_id for m in manifests] == [10 + j for j in range(i, -1, -1)] + [1]
+        assert [m.sequence_number for m in manifests] == list(range(i + 2, 0, -1))
+        assert [m.added_snapshot_id for m in read_list(listed)] == [m.added_snapshot_id for m in manifests]
+        if version >= 3:
+            ranges = sorted((m._data[15], m._data[15] + m.added_rows_count) for m in manifests)
+            assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+            assert ranges[-1][1] == final["next-row-id"]
+    # the first lands as sent (the client's list); the first rebase re-encodes it (codec null; the
+    # server writes gzip); each next one carries the one before it until the fourth block; then one
+    assert blocks == [1, 1, 2, 3, 4, 1, 2]
+
+
 def test_refusals_are_the_original_409(local, caplog):
     """Existing entries, a manifest list outside the table, another failing requirement, a branch that
     went back: each a 409 naming the moved branch, with nothing written."""
@@ -556,6 +587,34 @@ def test_spark_concurrent_inserts_land_without_409(spark, server, version):
             sum(s["added-rows"] for s in ordered[:i]) for i in range(len(ordered))
         ]
         assert meta["next-row-id"] == sum(s["added-rows"] for s in ordered)
+
+
+@pytest.mark.spark
+def test_lists_carrying_blocks_read_in_spark_and_pyiceberg(spark, server, ns):
+    """Six pyiceberg writers loaded at the same snapshot append one after another: each append after
+    the first is rebased on the one before, the server carrying the head list's blocks as bytes, so
+    the last list holds several blocks under one sync marker. Java (Spark's scan and its manifests
+    table) and pyiceberg read every row and manifest from it."""
+    from catalog import manifest_io
+
+    catalog = server.catalog()
+    table = catalog.create_table(f"{ns}.blocks", SCHEMA, properties=REBASE)
+    table.append(rows(0, 1))
+    writers = [server.catalog().load_table(f"{ns}.blocks") for _ in range(6)]
+    for i, writer in enumerate(writers, start=1):
+        writer.append(rows(i * 10, 2))
+    table = catalog.load_table(f"{ns}.blocks")
+    check_table(table, [0, *(i * 10 + k for i in range(1, 7) for k in range(2))])
+    listed = table.current_snapshot().manifest_list
+    with table.io.new_input(listed).open() as f:
+        _, body = manifest_io.read_list(listed, f.read())
+    assert body.blocks > 2, body.blocks
+    lake = test_spark.register_catalog(spark, server)
+    name = f"{lake}.{ns}.blocks"
+    ids = sorted(r[0] for r in spark.sql(f"SELECT id FROM {name}").collect())
+    assert ids == sorted([0, *(i * 10 + k for i in range(1, 7) for k in range(2))])
+    added = [r[0] for r in spark.sql(f"SELECT added_snapshot_id FROM {name}.manifests").collect()]
+    assert sorted(added) == sorted(s.snapshot_id for s in table.snapshots())
 
 
 def test_what_qualifies_for_a_rebase():
