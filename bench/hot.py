@@ -330,6 +330,51 @@ def verify(metadata: dict, acked: list[int], storage_props: dict[str, str]) -> d
 
 
 PROBE_MANIFESTS = (10, 100, 1000)
+# Snapshots in the table when a real pyiceberg client's append is timed (``client_probe``).
+CLIENT_SNAPSHOTS = (1, 200, 400, 800)
+CLIENT_SNAPSHOTS_QUICK = (1, 100, 200)
+SOAK_APPENDS = 800  # the soak test: 32 pyiceberg writers x 25 appends on one table
+
+
+def client_probe(a: Appender, url: str, table: str, io: dict, sizes: tuple[int, ...], rounds: int) -> list[dict]:
+    """What one real pyiceberg ``Table.append`` (a 1-row Arrow table, the soak test's writers) costs
+    its client as the table's history grows: the table is grown to each size with this module's
+    cheap appends, then ``rounds`` pyiceberg appends are timed (CPU of this process, wall). The
+    server is another process, so the CPU is the client's own."""
+    import pyarrow as pa
+    from pyiceberg.catalog.rest import RestCatalog
+
+    catalog = RestCatalog("probe", uri=url, **io)
+    batch = pa.table({"id": pa.array([1], pa.int64()), "data": pa.array(["x"], pa.string())})
+    out, snapshots = [], len(orjson.loads(a.http.request("GET", a.path)[1])["metadata"].get("snapshots") or ())
+    for size in sizes:
+        while snapshots < size:
+            a.append_once()
+            snapshots += 1
+        tbl = catalog.load_table(table)
+        cpu, wall = [], []
+        for _ in range(rounds):
+            c, t = time.process_time(), time.perf_counter()
+            tbl.append(batch)
+            cpu.append(time.process_time() - c)
+            wall.append(time.perf_counter() - t)
+        snapshots += rounds
+        cpu_ms, wall_ms = 1000 * sorted(cpu)[len(cpu) // 2], 1000 * sorted(wall)[len(wall) // 2]
+        out.append({"snapshots": size, "cpu_ms": cpu_ms, "wall_ms": wall_ms})
+    return out
+
+
+def soak_client_cpu_s(points: list[dict], appends: int = SOAK_APPENDS) -> float | None:
+    """The pyiceberg clients' CPU for ``appends`` appends to one table, from a least-squares line
+    through ``points`` (CPU per append vs snapshots): the k-th append sees about k snapshots."""
+    if len(points) < 2:
+        return None
+    xs, ys = [p["snapshots"] for p in points], [p["cpu_ms"] / 1000 for p in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return sum(my + slope * (k - mx) for k in range(1, appends + 1))
+
+
 MANIFEST_FIELDS = (  # a v2 manifest list entry
     "manifest_path",
     "manifest_length",

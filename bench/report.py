@@ -210,6 +210,17 @@ def _rebase_probe(r: dict) -> tuple[str, bool | None]:
     ), None
 
 
+def _client_probe(r: dict) -> tuple[str, bool | None]:
+    c = _get(r, "client_probe")
+    if not c:
+        return "n/a", None
+    text = "; ".join(f"{p['snapshots']:,} snapshots: {_ms(p['cpu_ms'])} ms" for p in c["points"])
+    if c.get("soak_client_cpu_s"):
+        soak, cores = c["soak_client_cpu_s"], c["cores"]
+        text += f"; so 800 appends to one table: {soak:,.0f} s of client CPU, >= {soak / cores:,.0f} s on {cores} cores"
+    return text, None
+
+
 def _lost(r: dict) -> tuple[str, bool | None]:
     lost, acked = _get(r, "integrity", "lost"), _get(r, "integrity", "acknowledged")
     if lost is None:
@@ -364,6 +375,7 @@ ROWS: list[Row] = [
     ("hot appends, 64 writers: rebase on / off", ">= 10x", _hot_append_ratio(64)),
     ("hot appends: acknowledged exactly once, linear chain", "all", _hot_append_verify),
     ("one rebased append vs the head's manifest count (1 writer, stale by one)", "", _rebase_probe),
+    ("pyiceberg Table.append, client CPU vs the table's snapshots (the soak's bound)", "", _client_probe),
     ("... where a single-writer commit's time goes", "", _split(("commit_single",))),
     ("... where a 1-client loadTable's time goes", "", _split(("load", "1"))),
     ("server resident memory", "", _rss),

@@ -296,6 +296,7 @@ class Run:
                     f"{s['server'].get('append_rebases', 0):.0f} server rebases, verify {s['verify']}"
                 )
         self.rebase_probe(io_props, parquet)
+        self.client_probe(io_props, parquet)
 
     def rebase_probe(self, io_props: dict, parquet: bytes) -> None:
         """What one rebase costs the server as the head's manifest list grows (``hot.probe``)."""
@@ -325,6 +326,28 @@ class Run:
                 f"rebased p50 {p['rebased']['p50_ms']:.1f} ms, server rebase step {p['server_rebase_step_ms']:.1f} ms "
                 f"({n:.0f} rebases)"
             )
+
+    def client_probe(self, io_props: dict, parquet: bytes) -> None:
+        """What a real pyiceberg append costs its client as the table's history grows (``hot.client_probe``),
+        and what that makes the soak test's 800 appends cost the clients alone on this machine."""
+        import os
+
+        name = "client_probe"
+        data = self.call("POST", f"/v1/namespaces/{wire.NS}/tables", hot.create_body(name, False))
+        args = {"url": self.url, "path": wire.table_path(name), "io": io_props, "parquet": parquet}
+        a = hot.Appender(args | {"location": orjson.loads(data)["metadata"]["location"]})
+        sizes = hot.CLIENT_SNAPSHOTS_QUICK if self.args.quick else hot.CLIENT_SNAPSHOTS
+        points = hot.client_probe(a, self.url, f"{wire.NS}.{name}", io_props, sizes, 3)
+        a.http.close()
+        soak = hot.soak_client_cpu_s(points)
+        cores = len(os.sched_getaffinity(0))
+        self.r["client_probe"] = {"points": points, "soak_client_cpu_s": soak, "cores": cores}
+        text = ", ".join(f"{p['snapshots']:,} snapshots {p['cpu_ms']:.0f} ms" for p in points)
+        if soak:
+            text += (
+                f"; {hot.SOAK_APPENDS} appends: {soak:.0f} s of client CPU, >= {soak / cores:.0f} s on {cores} cores"
+            )
+        log(f"[{self.b.name}] pyiceberg append, client CPU: {text}")
 
     def _hot_summary(self, results: list[dict], srv_cpu: float, writers: int, rebase: bool) -> dict:
         lat = [x for r in results for x in r["lat"]]
