@@ -12,7 +12,8 @@ setting, overridden per table by ``catalog.append-rebase.enabled``):
   (v3) row ids are inherited; the other manifests must be exactly X's. Anything else is refused;
 * a new manifest list = those new manifests followed by Y's manifests is written create-only next to
   the client's (pyiceberg's Avro writers; the new manifests get the new sequence number and, v3,
-  fresh ``first_row_id``s from the table's ``next-row-id``);
+  fresh ``first_row_id``s from the table's ``next-row-id``; Y's list is carried as Avro blocks,
+  ``manifest_io.extend``, when its schema and codec allow, else re-encoded);
 * the snapshot keeps its id (Java's post-commit cleanup keeps exactly the files the committed
   snapshot references), gets parent Y, sequence number last+1, a new timestamp, recomputed
   ``first-row-id``/``added-rows`` (v3) and summary totals (Y's totals + this snapshot's changes).
