@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import io
 import threading
+import zlib
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.avro.decoder import new_decoder
-from pyiceberg.avro.file import SYNC_SIZE, AvroFile, AvroFileHeader, AvroOutputFile
+from pyiceberg.avro.file import SYNC_SIZE, AvroFile, AvroOutputFile
 from pyiceberg.avro.resolver import resolve_reader
 from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.manifest import (
@@ -137,31 +139,73 @@ class AvroReader(AvroFile[Any]):
         return self
 
 
+# The most bytes one Avro file's records may inflate to (a list of 10,000 manifests is ~2 MB): a
+# hostile file cannot make the server inflate a compression bomb.
+MAX_RECORD_BYTES = 64 * 2**20
+
+
+class Unreadable(Exception):
+    """An Avro file this module does not read: broken blocks, another codec, too large inflated."""
+
+
 @dataclass(frozen=True, slots=True)
 class Body:
-    """A manifest list's records as they lie in its file after the header: Avro blocks, each ending
-    in the file's sync marker. A list with the same schema and codec can carry them as bytes."""
+    """An Avro file's records as they lie after its header: blocks, each ending in the file's sync
+    marker (``count`` records in all). A file with the same schema and codec can carry them as bytes."""
 
     schema: str
     codec: str
     sync: bytes
     data: bytes
     blocks: int
+    count: int
 
 
-def read_list(location: str, raw: bytes) -> tuple[tuple[ManifestFile, ...], Body | None]:
-    """A manifest list's manifests (read with the v3 schema; older lists read with defaults) and its
-    body (None when its blocks do not parse as its header says: then nothing is copied from it)."""
-    with AvroReader(BytesInput(location, raw), *LIST_READ) as reader:
-        start = reader.decoder.tell()
-        manifests = tuple(reader)
-    return manifests, _body(reader.header, raw[start:])
+def read_records(raw: bytes, read: tuple = LIST_READ) -> tuple[tuple[Any, ...], Body]:
+    """Every record of an Avro file (``LIST_READ``: a manifest list's manifests, read with the v3
+    schema, older lists with defaults; ``ENTRY_READ``: a manifest's entries), each block decoded to
+    exactly its count, and the file's body. Raises ``Unreadable``."""
+    reader, body = _open(raw, read)
+    records: list[Any] = []
+    for count, inflated in _blocks(body):
+        decoder = new_decoder(inflated)
+        records.extend(reader.read(decoder) for _ in range(count))
+        if decoder.tell() != len(inflated):
+            raise Unreadable("a block whose records do not fill it")
+    return tuple(records), body
 
 
-def body_of(raw: bytes) -> Body | None:
+def body_of(raw: bytes) -> Body:
     """The body of a list this process just wrote."""
-    with AvroReader(BytesInput("", raw), *LIST_READ) as reader:
-        return _body(reader.header, raw[reader.decoder.tell() :])
+    return _open(raw, LIST_READ)[1]
+
+
+def added_by(raw: bytes, snapshot_id: int, parent: Body) -> list[ManifestFile] | None:
+    """The manifests a client's list adds, when it is shown cheaply to keep exactly its parent's:
+    its leading records are added by ``snapshot_id`` and the rest of its records are, byte for byte,
+    the parent list's records under the same schema (how pyiceberg and Java write a fast append's
+    list). None when that does not hold: the caller then reads the whole list.
+
+    This spares decoding the client's whole list, the rebase's cost that grows with the table
+    (measured: ~5 ms of the server's ~11 ms per append at 700 manifests)."""
+    reader, body = _open(raw, LIST_READ)
+    if body.schema != parent.schema:
+        return None
+    records = b"".join(inflated for _, inflated in _blocks(body))
+    decoder, new, kept_from = new_decoder(records), [], 0
+    while decoder.tell() < len(records):
+        manifest = reader.read(decoder)
+        if manifest.added_snapshot_id != snapshot_id:
+            break
+        new.append(manifest)
+        kept_from = decoder.tell()
+    else:
+        kept_from = len(records)
+    if body.count != len(new) + parent.count:
+        return None
+    if records[kept_from:] != b"".join(inflated for _, inflated in _blocks(parent)):
+        return None
+    return new
 
 
 def extend(raw: bytes, body: Body) -> tuple[bytes, Body] | None:
@@ -172,32 +216,59 @@ def extend(raw: bytes, body: Body) -> tuple[bytes, Body] | None:
     Python (measured: most of a rebase on a list of 1,000 manifests). The new file takes the copied
     blocks' sync marker, in its header and after its own block: a marker only has to be the same
     throughout one file, and this one is as random as a fresh one."""
-    with AvroReader(BytesInput("", raw), *LIST_READ) as reader:
-        start, header = reader.decoder.tell(), reader.header
-    own = _body(header, raw[start:])
-    if own is None or (own.schema, own.codec) != (body.schema, body.codec):
+    own = body_of(raw)
+    if (own.schema, own.codec) != (body.schema, body.codec):
         return None
+    start = len(raw) - len(own.data)
     if raw[start - SYNC_SIZE : start] != own.sync:
         return None
     data = own.data[:-SYNC_SIZE] + body.sync + body.data
-    joined = Body(body.schema, body.codec, body.sync, data, own.blocks + body.blocks)
+    joined = Body(body.schema, body.codec, body.sync, data, own.blocks + body.blocks, own.count + body.count)
     return raw[: start - SYNC_SIZE] + body.sync + data, joined
 
 
-def _body(header: AvroFileHeader, data: bytes) -> Body | None:
-    decoder, blocks = new_decoder(data), 0
+def _open(raw: bytes, read: tuple) -> tuple[Any, Body]:
+    """The record reader for a file's schema and its body, its blocks walked and their markers checked."""
+    try:
+        with AvroReader(BytesInput("", raw), *read) as file:
+            start, header, reader = file.decoder.tell(), file.header, file.reader
+    except Exception as e:  # noqa: BLE001 - whatever a malformed header makes the Avro library raise
+        raise Unreadable(f"an unreadable Avro header: {e}") from e
+    data, blocks, count = raw[start:], 0, 0
+    decoder = new_decoder(data)
     try:
         while decoder.tell() < len(data):
-            count, size = decoder.read_int(), decoder.read_int()
-            if count < 0 or size < 0 or decoder.tell() + size + SYNC_SIZE > len(data):
-                return None
+            records, size = decoder.read_int(), decoder.read_int()
+            if records < 0 or size < 0 or decoder.tell() + size + SYNC_SIZE > len(data):
+                raise Unreadable("a truncated block")
             decoder.skip(size)
             if decoder.read(SYNC_SIZE) != header.sync:
-                return None
-            blocks += 1
-    except (EOFError, ValueError, IndexError):
-        return None
-    return Body(header.meta.get("avro.schema", ""), header.meta.get("avro.codec", "null"), header.sync, data, blocks)
+                raise Unreadable("a block without the file's sync marker")
+            blocks, count = blocks + 1, count + records
+    except (EOFError, ValueError, IndexError) as e:
+        raise Unreadable(f"a broken block: {e}") from e
+    codec = header.meta.get("avro.codec", "null")
+    return reader, Body(header.meta.get("avro.schema", ""), codec, header.sync, data, blocks, count)
+
+
+def _blocks(body: Body) -> Iterator[tuple[int, bytes]]:
+    """Each block's record count and records, inflated within MAX_RECORD_BYTES in all. Only the
+    codecs whose inflation can be bounded are read: null and deflate (Iceberg's default, gzip)."""
+    if body.codec not in ("null", "deflate"):
+        raise Unreadable(f"codec {body.codec}")
+    decoder, budget = new_decoder(body.data), MAX_RECORD_BYTES
+    while decoder.tell() < len(body.data):
+        count, block = decoder.read_int(), decoder.read_bytes()
+        decoder.skip(SYNC_SIZE)
+        if body.codec == "deflate":
+            inflater = zlib.decompressobj(-15)
+            block = inflater.decompress(block, budget + 1)
+            if inflater.unconsumed_tail:
+                raise Unreadable(f"records over {MAX_RECORD_BYTES} bytes inflated")
+        budget -= len(block)
+        if budget < 0:
+            raise Unreadable(f"records over {MAX_RECORD_BYTES} bytes inflated")
+        yield count, block
 
 
 class BytesInput(InputFile):

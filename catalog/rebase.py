@@ -53,14 +53,13 @@ from .manifest_io import (
     ENTRY_READ,
     FILE_ROW_ID,
     FIRST_ROW_ID,
-    AvroReader,
     Body,
     BufferOutput,
-    BytesInput,
+    added_by,
     body_of,
     extend,
     list_writer,
-    read_list,
+    read_records,
 )
 from .metadata import parsing, tables
 from .storage import Storage
@@ -204,7 +203,7 @@ class Rebaser:
 
     def __init__(self, storage: Storage, cache_manifests: int = CACHED_MANIFESTS) -> None:
         self.storage = storage
-        self._cache: OrderedDict[str, tuple[tuple[ManifestFile, ...], Body | None]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[tuple[ManifestFile, ...], Body]] = OrderedDict()
         # the entries' manifests, in all (about 1 KB of memory each, parsed, and their bytes)
         self._budget = cache_manifests
         self._held = 0
@@ -214,16 +213,19 @@ class Rebaser:
         """Write the rebased manifest list; the commit to apply instead. Raises ``Refused``."""
         version, snapshot_id = base["format-version"], c.snapshot["snapshot-id"]
         client_list = _owned(c.snapshot.get("manifest-list"), base)
-        client, _ = self._list(client_list)
-        new = [m for m in client if m.added_snapshot_id == snapshot_id]
-        rest = [m.manifest_path for m in client if m.added_snapshot_id != snapshot_id]
+        parent, parent_body = self._list(_owned(c.parent.get("manifest-list"), base))
+        raw = _bounded(self.storage.read(client_list))
+        new = added_by(raw, snapshot_id, parent_body)  # the client's list is read once: not cached
+        if new is None:  # not shown by its bytes: every manifest decoded and compared by path
+            client, _ = read_records(raw)
+            new = [m for m in client if m.added_snapshot_id == snapshot_id]
+            rest = [m.manifest_path for m in client if m.added_snapshot_id != snapshot_id]
+            if sorted(rest) != sorted(m.manifest_path for m in parent):
+                raise Refused("the manifests it keeps are not its parent's")
         if not new or len(new) > MAX_NEW_MANIFESTS:
             raise Refused(f"{len(new)} new manifests")
         for manifest in new:
             _check_counts(manifest, c.snapshot, version)
-        parent, _ = self._list(_owned(c.parent.get("manifest-list"), base))
-        if sorted(rest) != sorted(m.manifest_path for m in parent):
-            raise Refused("the manifests it keeps are not its parent's")
         for manifest in new:
             self._check_entries(manifest, c.snapshot, base)
         head, head_body = self._list(_owned(c.head.get("manifest-list"), base))  # v1's inline lists: refused
@@ -240,7 +242,7 @@ class Rebaser:
             return out.value, writer.next_row_id - first_row_id
 
         written = None
-        if head_body is not None and head_body.blocks < MAX_BLOCKS and _numbered(head, version):
+        if head_body.blocks < MAX_BLOCKS and _numbered(head, version):
             mine = [_renumbered(m, version, sequence) for m in new]
             raw, added_rows = write(mine)
             written = extend(raw, head_body)  # None: another schema or codec (a client's list)
@@ -269,37 +271,31 @@ class Rebaser:
 
     def _check_entries(self, m: ManifestFile, snapshot: dict, base: dict) -> None:
         """Its entries: only ADDED data files of this snapshot that inherit sequence numbers and row ids."""
-        raw = _bounded(self.storage.read(_owned(m.manifest_path, base)))
-        entries = 0
-        with AvroReader(
-            BytesInput(m.manifest_path, raw),
-            *ENTRY_READ,
-        ) as reader:
-            for entry in reader:
-                entries += 1
-                mine = entry.snapshot_id in (None, snapshot["snapshot-id"])
-                if entry.status != ManifestEntryStatus.ADDED or not mine:
-                    raise Refused("an entry that is not an added file of this snapshot")
-                if entry.data_file.content != DataFileContent.DATA:
-                    raise Refused("an entry that adds a delete file")
-                explicit = (entry.sequence_number, entry.file_sequence_number, entry.data_file[FILE_ROW_ID])
-                if explicit != (None, None, None):
-                    raise Refused("an entry with an explicit sequence number or row id")
-        if entries != m.added_files_count:
+        entries, _ = read_records(_bounded(self.storage.read(_owned(m.manifest_path, base))), ENTRY_READ)
+        for entry in entries:
+            mine = entry.snapshot_id in (None, snapshot["snapshot-id"])
+            if entry.status != ManifestEntryStatus.ADDED or not mine:
+                raise Refused("an entry that is not an added file of this snapshot")
+            if entry.data_file.content != DataFileContent.DATA:
+                raise Refused("an entry that adds a delete file")
+            explicit = (entry.sequence_number, entry.file_sequence_number, entry.data_file[FILE_ROW_ID])
+            if explicit != (None, None, None):
+                raise Refused("an entry with an explicit sequence number or row id")
+        if len(entries) != m.added_files_count:
             raise Refused("a manifest whose counts do not match its entries")
 
-    def _list(self, location: str) -> tuple[tuple[ManifestFile, ...], Body | None]:
+    def _list(self, location: str) -> tuple[tuple[ManifestFile, ...], Body]:
         """A manifest list's manifests and body, cached by location (a manifest list never changes)."""
         with self._lock:
             hit = self._cache.get(location)
             if hit is not None:
                 self._cache.move_to_end(location)
                 return hit
-        manifests, body = read_list(location, _bounded(self.storage.read(location)))
+        manifests, body = read_records(_bounded(self.storage.read(location)))
         self._remember(location, manifests, body)
         return manifests, body
 
-    def _remember(self, location: str, manifests: tuple[ManifestFile, ...], body: Body | None) -> None:
+    def _remember(self, location: str, manifests: tuple[ManifestFile, ...], body: Body) -> None:
         if len(manifests) > self._budget:
             return
         with self._lock:

@@ -361,7 +361,7 @@ def test_the_head_list_is_carried_as_bytes(local, monkeypatch, version):
         final = commit(local, name, requirements, updates)
         listed = final["snapshots"][-1]["manifest-list"]
         with open(listed.removeprefix("file://"), "rb") as f:
-            manifests, body = manifest_io.read_list(listed, f.read())
+            manifests, body = manifest_io.read_records(f.read())
         blocks.append(body.blocks)
         assert [m.added_snapshot_id for m in manifests] == [10 + j for j in range(i, -1, -1)] + [1]
         assert [m.sequence_number for m in manifests] == list(range(i + 2, 0, -1))
@@ -404,6 +404,83 @@ def test_refusals_are_the_original_409(local, caplog):
         refused = [r.getMessage() for r in caplog.records if "not rebased" in r.getMessage()]
         assert refused == ([] if reason is None else [refused[0]]) and all(reason in m for m in refused), refused
     assert [n for n in sorted(p.name for p in _metadata_dir(local, "t").iterdir()) if n not in before] == []
+
+
+def test_a_client_list_is_checked_by_its_bytes(local, monkeypatch):
+    """A stale append's list is the new manifest followed by its parent's records byte for byte: the
+    server takes the new manifests without decoding the rest. A list that keeps its parent's
+    manifests in another order is decoded and compared by path (rebased); one that drops a manifest
+    is refused either way."""
+    from catalog import errors, manifest_io, rebase
+
+    shown = []
+
+    def spy(raw, snapshot_id, parent):
+        found = manifest_io.added_by(raw, snapshot_id, parent)
+        shown.append(found is not None)
+        return found
+
+    monkeypatch.setattr(rebase, "added_by", spy)
+    base = commit(local, "b", *client_append(new_table(local, "b"), 1, 1))
+    base = commit(local, "b", *client_append(base, 2, 1))
+    commit(local, "b", *client_append(base, 3, 1))  # main moves on
+    commit(local, "b", *client_append(base, 4, 1))  # rebased: the new manifest, then 2's and 1's bytes
+    assert shown == [True]
+
+    def rewritten(append, keep):
+        """``append`` with its list rewritten to hold its new manifest and ``keep`` of its parent's."""
+        requirements, updates = append
+        listed = updates[0]["snapshot"]["manifest-list"]
+        path = listed.removeprefix("file://")
+        with open(path, "rb") as f:
+            manifests, _ = manifest_io.read_records(f.read())
+        out = manifest_io.BufferOutput(listed)
+        writer = manifest_io.list_writer(2, out, updates[0]["snapshot"]["snapshot-id"], 2, 3, 0, "null")
+        with writer:
+            writer.add_manifests([manifests[0], *keep(list(manifests[1:]))])
+        with open(path, "wb") as f:
+            f.write(out.value)
+        return requirements, updates
+
+    final = commit(local, "b", *rewritten(client_append(base, 5, 1), lambda kept: kept[::-1]))
+    assert shown == [True, False] and final["current-snapshot-id"] == 5
+    with pytest.raises(errors.RequirementFailed, match="branch main has changed"):
+        commit(local, "b", *rewritten(client_append(base, 6, 1), lambda kept: kept[:1]))
+    assert shown == [True, False, False]
+
+
+def test_a_compressed_bomb_is_refused_without_inflating_it(local, monkeypatch):
+    """A manifest list whose one block inflates to 64 MiB of zeros (64 KB on disk), against a bound
+    set to 1 MiB here: the rebase stops inflating at the bound and answers the original 409."""
+    import zlib
+
+    from catalog import errors, manifest_io
+
+    monkeypatch.setattr(manifest_io, "MAX_RECORD_BYTES", 2**20)
+    base = commit(local, "z", *client_append(new_table(local, "z"), 1, 1))
+    commit(local, "z", *client_append(base, 2, 1))
+    requirements, updates = client_append(base, 3, 1)
+    path = updates[0]["snapshot"]["manifest-list"].removeprefix("file://")
+    out = manifest_io.BufferOutput(path)
+    with manifest_io.list_writer(2, out, 3, 1, 3, 0, "deflate") as writer:
+        writer.add_manifests([])
+    body = manifest_io.body_of(out.value)
+    header = out.value[: len(out.value) - len(body.data)]
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, -15)
+    bomb = b"".join(squeeze.compress(bytes(2**20)) for _ in range(64)) + squeeze.flush()
+    block = bytearray()
+    for value in (1, len(bomb)):  # Avro longs: zig-zag varints
+        value = value << 1
+        while value > 0x7F:
+            block.append(value & 0x7F | 0x80)
+            value >>= 7
+        block.append(value)
+    with open(path, "wb") as f:
+        f.write(header + bytes(block) + bomb + body.sync)
+    with pytest.raises(manifest_io.Unreadable, match="inflated"):
+        manifest_io.read_records(header + bytes(block) + bomb + body.sync)
+    with pytest.raises(errors.RequirementFailed, match="branch main has changed"):
+        commit(local, "z", requirements, updates)
 
 
 def test_the_table_property_overrides_the_default(local):
@@ -607,7 +684,7 @@ def test_lists_carrying_blocks_read_in_spark_and_pyiceberg(spark, server, ns):
     check_table(table, [0, *(i * 10 + k for i in range(1, 7) for k in range(2))])
     listed = table.current_snapshot().manifest_list
     with table.io.new_input(listed).open() as f:
-        _, body = manifest_io.read_list(listed, f.read())
+        _, body = manifest_io.read_records(f.read())
     assert body.blocks > 2, body.blocks
     lake = test_spark.register_catalog(spark, server)
     name = f"{lake}.{ns}.blocks"
