@@ -251,6 +251,7 @@ class CommitEngine:
             try:
                 new = self._apply_updates(change, base, rebased.requirements, rebased.updates, now_ms)
             except errors.IcebergError:
+                self.rebaser.forget(rebased.manifest_list)  # in a group: not written yet
                 self._delete_quietly(rebased.manifest_list)
                 raise self._conflict(change, e) from None
             log.debug(

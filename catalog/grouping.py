@@ -135,10 +135,10 @@ class GroupCommitter:
     def _land(self, batch: list[_Member]) -> None:
         """Apply, write and swap the group until it lands or fails; settles every member."""
         engine, change = self.engine, batch[0].change
-        with engine._serialised([change]):
+        with engine._serialised([change]), engine.rebaser.for_group() as files:
             live = batch
             for attempt in range(self.settings.append_rebase_max_attempts):
-                live, landed = self._attempt(live, attempt + 1)
+                live, landed = self._attempt(live, attempt + 1, files)
                 if landed:
                     break
                 metrics.REBASES.inc()
@@ -153,13 +153,14 @@ class GroupCommitter:
                 for one in live:
                     one.error, one.done = failed, True
 
-    def _attempt(self, members: list[_Member], attempts: int) -> tuple[list[_Member], bool]:
+    def _attempt(self, members: list[_Member], attempts: int, files: rebase.GroupFiles) -> tuple[list[_Member], bool]:
         """One read-apply-write-CAS of the group, through the engine's steps. Returns the members
         still in it and whether the attempt settled them (landed, or failed for all); False: the CAS
-        was lost, go again."""
+        was lost, go again. ``files``: the members' manifest lists, read and written in parallel."""
         engine, change = self.engine, members[0].change
         entry, base = engine._read(change)
         assert entry is not None and base is not None
+        files.fetch([one.change.updates[0]["snapshot"] for one in members], base.data)
         current, lists, live = base, [], []
         for one in members:
             try:
@@ -176,6 +177,7 @@ class GroupCommitter:
             for one in live:
                 one.outcome, one.done = _committed(base), True
             return live, True
+        files.flush()  # the rebased lists, before the metadata file that names them
         staged = engine._write(change, entry, base, current.data, "table", tuple(lists), len(live))
         if engine._swap([staged.new], [staged], None, "table") is None:  # lost: the files are orphans
             engine._discard([staged])

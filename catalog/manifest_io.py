@@ -208,6 +208,21 @@ def added_by(raw: bytes, snapshot_id: int, parent: Body) -> list[ManifestFile] |
     return new
 
 
+def leading_added(raw: bytes, snapshot_id: int) -> list[ManifestFile]:
+    """The manifests at the head of a client's list that ``snapshot_id`` added (what a fast append
+    puts first): which manifests to fetch ahead of its rebase. Raises ``Unreadable``."""
+    reader, body = _open(raw, LIST_READ)
+    new: list[ManifestFile] = []
+    for count, inflated in _blocks(body):
+        decoder = new_decoder(inflated)
+        for _ in range(count):
+            manifest = reader.read(decoder)
+            if manifest.added_snapshot_id != snapshot_id:
+                return new
+            new.append(manifest)
+    return new
+
+
 def extend(raw: bytes, body: Body) -> tuple[bytes, Body] | None:
     """The list ``raw`` (just written: a header and its records' block) followed by ``body``'s blocks
     as bytes, when both have the same schema and codec; None otherwise.

@@ -546,16 +546,25 @@ def _metadata_dir(cat, name: str):
     return Path(cat.load(TABLE, ("n",), name).data["location"].removeprefix("file://")) / "metadata"
 
 
-def test_queued_appends_land_as_one_group(local):
+def test_queued_appends_land_as_one_group(local, monkeypatch):
     """Eight appends queue while the table's lock is held (as behind a commit in flight): the first
     lands alone (it did not wait), the other seven, one of them a merged manifest, land as ONE
     metadata file and ONE swap; the merged one alone gets its 409, each other member is answered with
-    that file, which holds its snapshot; the snapshot log keeps every snapshot in order."""
+    that file, which holds its snapshot; the snapshot log keeps every snapshot in order. The group's
+    client lists and new manifests were read ahead, in parallel, each once."""
     from catalog import errors, metrics
     from catalog.service import TABLE, Change
 
     base = commit(local, "g", *client_append(new_table(local, "g"), 1, 1))
     appends = [client_append(base, 10 + i, 1, existing_files_count=1 if i == 4 else 0) for i in range(8)]
+    storage, reads, writes = local.engine.rebaser.storage, [], []
+    real_read, real_write = storage.read, storage.write_new
+    monkeypatch.setattr(
+        storage, "read", lambda loc: reads.append((threading.current_thread().name, loc)) or real_read(loc)
+    )
+    monkeypatch.setattr(
+        storage, "write_new", lambda loc, b: writes.append((threading.current_thread().name, loc)) or real_write(loc, b)
+    )
     groups = local.engine.groups
     sizes = metrics.GROUP_COMMIT_SIZE.collect()[0].samples
     before = {s.labels.get("le"): s.value for s in sizes if s.name.endswith("_bucket")}
@@ -601,6 +610,56 @@ def test_queued_appends_land_as_one_group(local):
     }
     assert after["8.0"] - after["4.0"] == before["8.0"] - before["4.0"] + 1  # one group of 6 (5 to 8)
     assert after["1.0"] == before["1.0"] + 1  # and the lone commit
+    lists = {a[1][0]["snapshot"]["manifest-list"] for a in appends[1:]}
+    read = [(thread, loc) for thread, loc in reads if loc in lists or loc.endswith("-m0.avro")]
+    assert {loc for _, loc in read} >= lists and len(read) == 2 * len(lists)  # each list and manifest once
+    assert all(thread.startswith("rebase-io") for thread, _ in read), read
+    rebased = [(thread, loc) for thread, loc in writes if "-rebased-" in loc]  # the group's six, in parallel
+    assert len(rebased) == 6 and all(thread.startswith("rebase-io") for thread, _ in rebased), rebased
+
+
+def test_a_group_whose_lists_cannot_be_written_lands_nothing(local, monkeypatch):
+    """The group's rebased lists are written together before its metadata file; when one PUT fails,
+    every member gets a 409, the table is unchanged and the lists that were written are deleted."""
+    from catalog import errors
+    from catalog.service import TABLE, Change
+
+    base = commit(local, "w", *client_append(new_table(local, "w"), 1, 1))
+    appends = [client_append(base, 10 + i, 1) for i in range(5)]
+    storage = local.engine.rebaser.storage
+    real_write, calls = storage.write_new, []
+
+    def flaky(location, data):
+        if "-rebased-" in location:
+            calls.append(location)
+            if len(calls) == 2:
+                raise OSError("the store refused")
+        return real_write(location, data)
+
+    monkeypatch.setattr(storage, "write_new", flaky)
+    results: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        try:
+            results[i] = local.commit([Change(TABLE, ("n",), "w", *appends[i])]).files[0]
+        except errors.IcebergError as e:
+            results[i] = e
+
+    groups, key = local.engine.groups, (("n",), "w")
+    with local.engine._serialised([Change(TABLE, ("n",), "w")]):
+        first = threading.Thread(target=run, args=(0,))
+        first.start()
+        _wait_for(lambda: key in groups._tables and groups._tables[key].leading and not groups._tables[key].queue)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(1, 5)]
+        for t in threads:
+            t.start()
+        _wait_for(lambda: len(groups._tables[key].queue) == 4)
+    for t in [first, *threads]:
+        t.join(30)
+    assert not isinstance(results[0], Exception)  # the lone first one landed as sent
+    assert all(isinstance(results[i], errors.CommitFailed) for i in range(1, 5)), results
+    assert local.load(TABLE, ("n",), "w").data["current-snapshot-id"] == 10
+    assert len(calls) == 4 and not [p for p in _metadata_dir(local, "w").iterdir() if "-rebased-" in p.name]
 
 
 def _wait_for(condition, timeout: float = 10) -> None:
