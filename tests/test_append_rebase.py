@@ -553,7 +553,7 @@ def test_queued_appends_land_as_one_group(local, monkeypatch):
     that file, which holds its snapshot; the snapshot log keeps every snapshot in order. The group's
     client lists and new manifests were read ahead, in parallel, each once."""
     from catalog import errors, metrics
-    from catalog.service import TABLE, Change
+    from catalog.service import TABLE
 
     base = commit(local, "g", *client_append(new_table(local, "g"), 1, 1))
     appends = [client_append(base, 10 + i, 1, existing_files_count=1 if i == 4 else 0) for i in range(8)]
@@ -565,29 +565,9 @@ def test_queued_appends_land_as_one_group(local, monkeypatch):
     monkeypatch.setattr(
         storage, "write_new", lambda loc, b: writes.append((threading.current_thread().name, loc)) or real_write(loc, b)
     )
-    groups = local.engine.groups
     sizes = metrics.GROUP_COMMIT_SIZE.collect()[0].samples
     before = {s.labels.get("le"): s.value for s in sizes if s.name.endswith("_bucket")}
-    results: dict[int, object] = {}
-
-    def run(i: int) -> None:
-        try:
-            results[i] = local.commit([Change(TABLE, ("n",), "g", *appends[i])]).files[0]
-        except errors.IcebergError as e:
-            results[i] = e
-
-    change = Change(TABLE, ("n",), "g")
-    with local.engine._serialised([change]):
-        first = threading.Thread(target=run, args=(0,))
-        first.start()
-        key = (("n",), "g")
-        _wait_for(lambda: key in groups._tables and groups._tables[key].leading and not groups._tables[key].queue)
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(1, 8)]
-        for t in threads:
-            t.start()
-        _wait_for(lambda: len(groups._tables[key].queue) == 7)
-    for t in [first, *threads]:
-        t.join(30)
+    results = land_queued(local, "g", appends)
     assert isinstance(results[4], errors.RequirementFailed)
     landed = [results[i] for i in range(8) if i != 4]
     assert len({f.location for f in landed[1:]}) == 1 and landed[0].location != landed[1].location
@@ -622,7 +602,7 @@ def test_a_group_whose_lists_cannot_be_written_lands_nothing(local, monkeypatch)
     """The group's rebased lists are written together before its metadata file; when one PUT fails,
     every member gets a 409, the table is unchanged and the lists that were written are deleted."""
     from catalog import errors
-    from catalog.service import TABLE, Change
+    from catalog.service import TABLE
 
     base = commit(local, "w", *client_append(new_table(local, "w"), 1, 1))
     appends = [client_append(base, 10 + i, 1) for i in range(5)]
@@ -637,29 +617,40 @@ def test_a_group_whose_lists_cannot_be_written_lands_nothing(local, monkeypatch)
         return real_write(location, data)
 
     monkeypatch.setattr(storage, "write_new", flaky)
-    results: dict[int, object] = {}
-
-    def run(i: int) -> None:
-        try:
-            results[i] = local.commit([Change(TABLE, ("n",), "w", *appends[i])]).files[0]
-        except errors.IcebergError as e:
-            results[i] = e
-
-    groups, key = local.engine.groups, (("n",), "w")
-    with local.engine._serialised([Change(TABLE, ("n",), "w")]):
-        first = threading.Thread(target=run, args=(0,))
-        first.start()
-        _wait_for(lambda: key in groups._tables and groups._tables[key].leading and not groups._tables[key].queue)
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(1, 5)]
-        for t in threads:
-            t.start()
-        _wait_for(lambda: len(groups._tables[key].queue) == 4)
-    for t in [first, *threads]:
-        t.join(30)
+    results = land_queued(local, "w", appends)
     assert not isinstance(results[0], Exception)  # the lone first one landed as sent
     assert all(isinstance(results[i], errors.CommitFailed) for i in range(1, 5)), results
     assert local.load(TABLE, ("n",), "w").data["current-snapshot-id"] == 10
     assert len(calls) == 4 and not [p for p in _metadata_dir(local, "w").iterdir() if "-rebased-" in p.name]
+
+
+def land_queued(cat, name: str, appends: list) -> dict[int, object]:
+    """Commit ``appends`` (requirements, updates) to table ``name`` so that the first one lands alone
+    and the others queue behind it (the table's lock is held until they all have): each one's
+    metadata file or error, by index."""
+    from catalog import errors
+    from catalog.service import TABLE, Change
+
+    results: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        try:
+            results[i] = cat.commit([Change(TABLE, ("n",), name, *appends[i])]).files[0]
+        except errors.IcebergError as e:
+            results[i] = e
+
+    groups, key = cat.engine.groups, (("n",), name)
+    with cat.engine._serialised([Change(TABLE, ("n",), name)]):
+        first = threading.Thread(target=run, args=(0,))
+        first.start()
+        _wait_for(lambda: key in groups._tables and groups._tables[key].leading and not groups._tables[key].queue)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(1, len(appends))]
+        for t in threads:
+            t.start()
+        _wait_for(lambda: len(groups._tables[key].queue) == len(appends) - 1)
+    for t in [first, *threads]:
+        t.join(30)
+    return results
 
 
 def _wait_for(condition, timeout: float = 10) -> None:
