@@ -188,22 +188,10 @@ def added_by(raw: bytes, snapshot_id: int, parent: Body) -> list[ManifestFile] |
 
     This spares decoding the client's whole list, the rebase's cost that grows with the table
     (measured: ~5 ms of the server's ~11 ms per append at 700 manifests)."""
-    reader, body = _open(raw, LIST_READ)
-    if body.schema != parent.schema:
+    new, body, rest = _leading(raw, snapshot_id)
+    if body.schema != parent.schema or body.count != len(new) + parent.count:
         return None
-    records = b"".join(inflated for _, inflated in _blocks(body))
-    decoder, new, kept_from = new_decoder(records), [], 0
-    while decoder.tell() < len(records):
-        manifest = reader.read(decoder)
-        if manifest.added_snapshot_id != snapshot_id:
-            break
-        new.append(manifest)
-        kept_from = decoder.tell()
-    else:
-        kept_from = len(records)
-    if body.count != len(new) + parent.count:
-        return None
-    if records[kept_from:] != b"".join(inflated for _, inflated in _blocks(parent)):
+    if rest != b"".join(inflated for _, inflated in _blocks(parent)):
         return None
     return new
 
@@ -211,16 +199,22 @@ def added_by(raw: bytes, snapshot_id: int, parent: Body) -> list[ManifestFile] |
 def leading_added(raw: bytes, snapshot_id: int) -> list[ManifestFile]:
     """The manifests at the head of a client's list that ``snapshot_id`` added (what a fast append
     puts first): which manifests to fetch ahead of its rebase. Raises ``Unreadable``."""
+    return _leading(raw, snapshot_id)[0]
+
+
+def _leading(raw: bytes, snapshot_id: int) -> tuple[list[ManifestFile], Body, bytes]:
+    """A list's leading manifests added by ``snapshot_id``, its body, and its inflated records
+    after them."""
     reader, body = _open(raw, LIST_READ)
-    new: list[ManifestFile] = []
-    for count, inflated in _blocks(body):
-        decoder = new_decoder(inflated)
-        for _ in range(count):
-            manifest = reader.read(decoder)
-            if manifest.added_snapshot_id != snapshot_id:
-                return new
-            new.append(manifest)
-    return new
+    records = b"".join(inflated for _, inflated in _blocks(body))
+    decoder, new, rest = new_decoder(records), [], 0
+    while decoder.tell() < len(records):
+        manifest = reader.read(decoder)
+        if manifest.added_snapshot_id != snapshot_id:
+            break
+        new.append(manifest)
+        rest = decoder.tell()
+    return new, body, records[rest:]
 
 
 def extend(raw: bytes, body: Body) -> tuple[bytes, Body] | None:

@@ -624,6 +624,32 @@ def test_a_group_whose_lists_cannot_be_written_lands_nothing(local, monkeypatch)
     assert len(calls) == 4 and not [p for p in _metadata_dir(local, "w").iterdir() if "-rebased-" in p.name]
 
 
+def test_a_group_never_reads_outside_the_table(local, monkeypatch, tmp_path):
+    """A queued member whose snapshot names a manifest list outside the table (another table's, a
+    file elsewhere on disk): the group's read-ahead never opens it, the member gets its 409, the
+    others land, and nothing is written next to the foreign file."""
+    from catalog import errors
+    from catalog.service import TABLE
+
+    victim = commit(local, "victim", *client_append(new_table(local, "victim"), 1, 1))
+    foreign = tmp_path / "elsewhere" / "snap-9-list.avro"
+    foreign.parent.mkdir()
+    foreign.write_bytes(b"not for the catalog")
+    base = commit(local, "h", *client_append(new_table(local, "h"), 1, 1))
+    appends = [client_append(base, 10 + i, 1) for i in range(5)]
+    appends[2][1][0]["snapshot"]["manifest-list"] = victim["snapshots"][0]["manifest-list"]
+    appends[3][1][0]["snapshot"]["manifest-list"] = f"file://{foreign}"
+    storage, reads = local.engine.rebaser.storage, []
+    real_read = storage.read
+    monkeypatch.setattr(storage, "read", lambda loc: reads.append(loc) or real_read(loc))
+    results = land_queued(local, "h", appends)
+    assert all(isinstance(results[i], errors.RequirementFailed) for i in (2, 3)), results
+    assert all(not isinstance(results[i], Exception) for i in (0, 1, 4)), results
+    assert "victim" not in " ".join(reads) and "elsewhere" not in " ".join(reads)
+    assert sorted(p.name for p in foreign.parent.iterdir()) == ["snap-9-list.avro"]
+    assert local.load(TABLE, ("n",), "h").data["current-snapshot-id"] == 14
+
+
 def land_queued(cat, name: str, appends: list) -> dict[int, object]:
     """Commit ``appends`` (requirements, updates) to table ``name`` so that the first one lands alone
     and the others queue behind it (the table's lock is held until they all have): each one's
