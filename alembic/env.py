@@ -8,7 +8,7 @@ import os
 import sqlalchemy as sa
 
 from alembic import context
-from catalog.db import metadata
+from catalog.store.db import metadata
 
 config = context.config
 connection = config.attributes.get("connection")

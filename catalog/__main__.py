@@ -14,8 +14,10 @@ import sys
 
 from pydantic import ValidationError
 
-from . import __version__, cli, logs, startup
-from .settings import Settings
+from catalog import __version__, logs
+from catalog.cli import browse
+from catalog.server import startup
+from catalog.settings import Settings
 
 _FLAGS = startup.FLAGS
 
@@ -42,10 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     grants.add_argument("--on", help="catalog | namespace=a.b | table=a.b.t | view=a.b.v")
     grants.add_argument("--id", type=int, help="the grant to remove")
     grants.add_argument("--file", help="a bootstrap file to check (check-bootstrap)")
-    cli.register(sub)
+    browse.register(sub)
     args = parser.parse_args(argv)
-    if args.command in cli.COMMANDS:
-        return cli.run(args)
+    if args.command in browse.COMMANDS:
+        return browse.run(args)
 
     for field in _FLAGS:
         value = getattr(args, field, None)
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             _traceback_if_debug()
             print(f"iceberg-catalog: {startup.unreachable(settings, e)}", file=sys.stderr)
             return 2
-    from .identity import ConfigurationError, check_settings
+    from catalog.auth.identity import ConfigurationError, check_settings
 
     try:
         check_settings(settings)  # here too, so that a refusal is one line, not a traceback per worker
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"iceberg-catalog: configuration error: {e}", file=sys.stderr)
         return 2
     if settings.authz_bootstrap:  # refuse a broken policy file before serving, in one line
-        from .access import read_bootstrap
+        from catalog.auth.grants import read_bootstrap
 
         try:
             read_bootstrap(settings.authz_bootstrap)
@@ -114,10 +116,11 @@ within CATALOG_AUTHZ_CACHE_SECONDS. Examples:
 def _grants(settings: Settings, args: argparse.Namespace) -> int:
     import json
 
-    from . import authz, errors
-    from .access import read_bootstrap
-    from .db import create_engine
-    from .store import Store
+    from catalog import errors
+    from catalog.auth import policy
+    from catalog.auth.grants import read_bootstrap
+    from catalog.store.db import create_engine
+    from catalog.store.entries import Store
 
     try:
         if args.action == "check-bootstrap":
@@ -133,9 +136,9 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
             if not (args.principal and args.privilege and args.on):
                 raise errors.BadRequest("grants add needs --principal, --privilege and --on")
             kind, _, name = args.on.partition("=")
-            target = authz.parse_target(kind if kind == "catalog" else {kind: name})
+            target = policy.parse_target(kind if kind == "catalog" else {kind: name})
             wanted = [
-                authz.Grant(authz.parse_principal(args.principal), authz.parse_privilege(p), target)
+                policy.Grant(policy.parse_principal(args.principal), policy.parse_privilege(p), target)
                 for p in args.privilege
             ]
             for g in store.add_grants(wanted):
@@ -155,13 +158,13 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _migrate(settings: Settings, revision: str, down: bool, yes: bool = False) -> int:
-    from . import migrate
-    from .db import create_engine
+    from catalog.store import migrate
+    from catalog.store.db import create_engine
 
     engine = create_engine(settings)
     if down:
         current = ", ".join(sorted(migrate.current(engine))) or "base"
-        refused = cli.confirm_downgrade(engine.url.render_as_string(hide_password=True), current, revision, yes)
+        refused = browse.confirm_downgrade(engine.url.render_as_string(hide_password=True), current, revision, yes)
         if refused is not None:
             engine.dispose()
             return refused
@@ -180,7 +183,7 @@ def _serve(settings: Settings) -> int:
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    from .connections import BoundedHttpProtocol
+    from catalog.server.connections import BoundedHttpProtocol
 
     # One process answers /metrics from its own registry; several get a fresh directory below.
     # (Before anything imports prometheus-client, which reads this variable once.)
@@ -191,7 +194,7 @@ def _serve(settings: Settings) -> int:
     sock = startup.listen(settings)
     startup.prepare_database(settings)
     config = uvicorn.Config(
-        "catalog.app:app_from_env",
+        "catalog.server.app:app_from_env",
         factory=True,
         host=settings.host,
         port=settings.port,

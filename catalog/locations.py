@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import unquote
 
-from . import errors
+from catalog import errors
 
 # A location is stored in the catalog and in every metadata file; S3 keys stop at 1,024 bytes.
 MAX_LOCATION_BYTES = 2000

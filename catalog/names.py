@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import errors
+from catalog import errors
 
 MAX_NAME_BYTES = 255
 MAX_NAMESPACE_BYTES = 1024

@@ -12,16 +12,18 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from . import errors, migrate, names, purge
-from .commit import TABLE, VIEW, Change, CommitEngine, Committed, Kind, Outcome, name_taken
-from .files import MetadataFile, MetadataFiles
-from .locations import is_within, normalise
-from .metadata import registered, tables, views
-from .names import check_name, check_namespace
-from .ownership import Ownership
-from .settings import Settings
-from .storage import Storage
-from .store import Entry, KeyRecord, Store
+from catalog import errors, names
+from catalog.commit.engine import TABLE, VIEW, Change, CommitEngine, Committed, Kind, Outcome, name_taken
+from catalog.locations import is_within, normalise
+from catalog.metadata import registered, tables, views
+from catalog.names import check_name, check_namespace
+from catalog.settings import Settings
+from catalog.storage import purge
+from catalog.storage.backends import Storage
+from catalog.storage.metadata_files import MetadataFile, MetadataFiles
+from catalog.store import migrate
+from catalog.store.entries import Entry, KeyRecord, Store
+from catalog.store.ownership import Ownership
 
 log = logging.getLogger("catalog.service")
 Namespace = tuple[str, ...]

@@ -190,13 +190,13 @@ IN_SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long"
 @pytest.fixture
 def local(tmp_path):
     """The catalog in process on SQLite + a local warehouse, rebase on by default."""
-    from catalog import migrate
-    from catalog.db import create_engine
-    from catalog.files import MetadataFiles
     from catalog.service import Catalog
     from catalog.settings import Settings
-    from catalog.storage import create_storage
-    from catalog.store import Store
+    from catalog.storage.backends import create_storage
+    from catalog.storage.metadata_files import MetadataFiles
+    from catalog.store import migrate
+    from catalog.store.db import create_engine
+    from catalog.store.entries import Store
 
     settings = Settings(
         database_url=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "wh"), append_rebase=True
@@ -252,7 +252,7 @@ def client_append(meta: dict, snapshot_id: int, records: int, existing_files_cou
     from pyiceberg.typedef import Record
     from pyiceberg.types import LongType, NestedField
 
-    from catalog import manifest_io
+    from catalog.storage import manifests as manifest_io
 
     io, version, where = PyArrowFileIO(), meta["format-version"], meta["location"] + "/metadata"
     parent_id = meta.get("current-snapshot-id")
@@ -350,7 +350,8 @@ def test_the_head_list_is_carried_as_bytes(local, monkeypatch, version):
     rebase) until MAX_BLOCKS, then writes the whole list as one block again. Every list of the chain
     reads back as a full re-encode would: the new manifest first, each manifest once, its own
     sequence number and, v3, row ids that are disjoint and cover every row."""
-    from catalog import manifest_io, rebase
+    from catalog.commit import rebase
+    from catalog.storage import manifests as manifest_io
 
     monkeypatch.setattr(rebase, "MAX_BLOCKS", 4)
     name = f"bytes{version}"
@@ -411,7 +412,9 @@ def test_a_client_list_is_checked_by_its_bytes(local, monkeypatch):
     server takes the new manifests without decoding the rest. A list that keeps its parent's
     manifests in another order is decoded and compared by path (rebased); one that drops a manifest
     is refused either way."""
-    from catalog import errors, manifest_io, rebase
+    from catalog import errors
+    from catalog.commit import rebase
+    from catalog.storage import manifests as manifest_io
 
     shown = []
 
@@ -454,7 +457,8 @@ def test_a_compressed_bomb_is_refused_without_inflating_it(local, monkeypatch):
     set to 1 MiB here: the rebase stops inflating at the bound and answers the original 409."""
     import zlib
 
-    from catalog import errors, manifest_io
+    from catalog import errors
+    from catalog.storage import manifests as manifest_io
 
     monkeypatch.setattr(manifest_io, "MAX_RECORD_BYTES", 2**20)
     base = commit(local, "z", *client_append(new_table(local, "z"), 1, 1))
@@ -748,7 +752,7 @@ def test_lists_carrying_blocks_read_in_spark_and_pyiceberg(spark, server, ns):
     the first is rebased on the one before, the server carrying the head list's blocks as bytes, so
     the last list holds several blocks under one sync marker. Java (Spark's scan and its manifests
     table) and pyiceberg read every row and manifest from it."""
-    from catalog import manifest_io
+    from catalog.storage import manifests as manifest_io
 
     catalog = server.catalog()
     table = catalog.create_table(f"{ns}.blocks", SCHEMA, properties=REBASE)
@@ -773,7 +777,7 @@ def test_lists_carrying_blocks_read_in_spark_and_pyiceberg(spark, server, ns):
 def test_what_qualifies_for_a_rebase():
     """``candidate`` on the commit's JSON alone: only a pure append whose branch moved forward from
     its parent, with every other requirement holding."""
-    from catalog import rebase
+    from catalog.commit import rebase
 
     snapshots = [{"snapshot-id": i, **({"parent-snapshot-id": i - 1} if i > 1 else {})} for i in (1, 2, 3)]
     snapshots.append({"snapshot-id": 9, "parent-snapshot-id": 1})  # a side branch "b" off snapshot 1

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import OAuthError
 
-from catalog.identity import (
+from catalog.auth.identity import (
     BUILTIN_ISSUER,
     BuiltinTokens,
     ConfigurationError,
@@ -426,7 +426,7 @@ def test_gate_covers_management_routes_and_sets_the_principal():
     import asyncio
 
     from catalog.api.oauth import BearerAuth
-    from catalog.identity import ANONYMOUS, UNAUTHENTICATED, Authenticator
+    from catalog.auth.identity import ANONYMOUS, UNAUTHENTICATED, Authenticator
 
     settings = Settings(auth_required=True, oauth_clients="a:b", token_secret=SECRET)
     authenticator = Authenticator.from_settings(settings)

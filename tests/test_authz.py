@@ -19,8 +19,8 @@ import requests
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError
 
-from catalog import authz
-from catalog.authz import Grant, Policy, Privilege, Target, commit_privileges, parse_grants, principal_keys
+from catalog.auth import policy as authz
+from catalog.auth.policy import Grant, Policy, Privilege, Target, commit_privileges, parse_grants, principal_keys
 from catalog.errors import BadRequest
 from tests.conftest import Server, _backends, assert_error, s3_client_props, s3_env, start_server
 from tests.test_tables import SCHEMA, rows
@@ -275,7 +275,7 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
     """Every route of the app is called (the list is checked against the app's routes), as a valid
     principal that holds nothing: 403 on each, nothing changed."""
     from catalog.api import unserved
-    from catalog.app import create_app
+    from catalog.server.app import create_app
     from catalog.settings import Settings
 
     location = pointers(secured)["raw.events"]

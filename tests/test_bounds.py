@@ -19,7 +19,7 @@ import orjson
 import pytest
 import requests
 
-from catalog.files import COST_PER_JSON_BYTE
+from catalog.storage.metadata_files import COST_PER_JSON_BYTE
 from tests.conftest import Server, _backends, assert_error, s3_client_props, s3_env, start_server
 from tests.test_commits_http import create, load
 

@@ -10,13 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 import pytest
 
-from catalog import errors, metrics, migrate
-from catalog.db import create_engine
-from catalog.files import MetadataFiles
+from catalog import errors, metrics
 from catalog.service import TABLE, VIEW, Catalog, Change, Committed
 from catalog.settings import Settings
-from catalog.storage import create_storage
-from catalog.store import KeyRecord, Store
+from catalog.storage.backends import create_storage
+from catalog.storage.metadata_files import MetadataFiles
+from catalog.store import migrate
+from catalog.store.db import create_engine
+from catalog.store.entries import KeyRecord, Store
 
 SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 VIEW_VERSION = {

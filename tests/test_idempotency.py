@@ -127,10 +127,10 @@ def test_switched_off_the_key_is_ignored(tmp_path):
 def test_commit_and_its_key_land_in_one_transaction(tmp_path):
     """Store level, real SQLite: the key row is written by the CAS transaction itself, and a
     second commit carrying an already recorded key rolls back entirely."""
-    from catalog import migrate
-    from catalog.db import create_engine
     from catalog.settings import Settings
-    from catalog.store import KeyRecord, Store, Swap, Swapped
+    from catalog.store import migrate
+    from catalog.store.db import create_engine
+    from catalog.store.entries import KeyRecord, Store, Swap, Swapped
 
     engine = create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}"))
     migrate.upgrade(engine)

@@ -6,9 +6,9 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from catalog import migrate
-from catalog.db import create_engine, metadata
 from catalog.settings import Settings
+from catalog.store import migrate
+from catalog.store.db import create_engine, metadata
 
 
 def check_round_trip(url: str) -> None:

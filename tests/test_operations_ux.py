@@ -18,7 +18,8 @@ import orjson
 import pytest
 import requests
 
-from catalog import __version__, startup
+from catalog import __version__
+from catalog.server import startup
 from catalog.settings import Settings
 from tests.conftest import ROOT, free_port, start_server
 from tests.test_auth import builtin_token

@@ -21,8 +21,9 @@ import requests
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.utils.concurrent import ExecutorFactory
 
-from catalog import errors, signing
+from catalog import errors
 from catalog.settings import Settings
+from catalog.storage import signing
 from tests.conftest import Server, s3_env, start_server
 from tests.test_authz import CLIENTS, SECRET, token
 from tests.test_tables import SCHEMA, rows

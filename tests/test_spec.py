@@ -16,8 +16,8 @@ import pytest
 import yaml
 from openapi_spec_validator import validate
 
-from catalog import app as app_module
 from catalog.api import config as config_api
+from catalog.server import app as app_module
 from catalog.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]

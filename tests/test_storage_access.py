@@ -28,7 +28,7 @@ import requests
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from catalog.delegation import USER_AGENT, credentials_path
+from catalog.storage.vending import USER_AGENT, credentials_path
 from tests import services as svc
 from tests.conftest import IN_CI, Server, assert_error, start_server
 from tests.services import duckdb_connection
@@ -325,8 +325,8 @@ def test_credential_cache_is_bounded_and_renews_at_half_life(monkeypatch: pytest
     half the lifetime is gone; the oldest entries go beyond the bound."""
     import datetime
 
-    from catalog import delegation
     from catalog.settings import Settings
+    from catalog.storage import vending as delegation
 
     calls: list[dict] = []
 

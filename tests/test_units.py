@@ -6,8 +6,8 @@ import pytest
 
 from catalog import errors
 from catalog.api import wire
-from catalog.files import next_location, version_of
 from catalog.metadata import tables
+from catalog.storage.metadata_files import next_location, version_of
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
@@ -93,7 +93,7 @@ def test_pagination_tokens_round_trip():
 
 def _local(path, **env):
     from catalog.settings import Settings
-    from catalog.storage import LocalStorage
+    from catalog.storage.backends import LocalStorage
 
     return LocalStorage(Settings(warehouse=str(path), **env))
 
@@ -176,7 +176,7 @@ def test_preparing_a_table_location_creates_its_directories_inside_the_roots_onl
 
 def test_preparing_an_s3_table_location_writes_nothing_but_is_still_confined():
     from catalog.settings import Settings
-    from catalog.storage import S3Storage
+    from catalog.storage.backends import S3Storage
 
     storage = S3Storage(Settings(warehouse="s3://bucket/wh", s3_endpoint="http://127.0.0.1:9"))
     storage.prepare_table_location("s3://bucket/wh/ns/t")  # no request: the endpoint is not even there

@@ -12,7 +12,7 @@ from litestar import Response, get
 from litestar.datastructures import State
 from litestar.handlers import HTTPRouteHandler
 
-from . import wire
+from catalog.api import wire
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 _NOT_ADVERTISED = ("/v1/config", "/v1/oauth/tokens")

@@ -10,12 +10,9 @@ import orjson
 from litestar import Request, Response, delete, get, head, post
 from litestar.datastructures import State
 
-from .. import authz, delegation, errors, signing
-from ..authz import Privilege, Target
-from ..files import MetadataFile
-from ..service import TABLE, VIEW, Change, Committed, Kind
-from . import guard, idempotency, wire
-from .models import (
+from catalog import errors
+from catalog.api import guard, idempotency, wire
+from catalog.api.models import (
     CommitRequest,
     CommitTransactionRequest,
     CreateTableRequest,
@@ -25,6 +22,11 @@ from .models import (
     RenameTableRequest,
     ReportMetricsRequest,
 )
+from catalog.auth import policy
+from catalog.auth.policy import Privilege, Target
+from catalog.service import TABLE, VIEW, Change, Committed, Kind
+from catalog.storage import signing, vending
+from catalog.storage.metadata_files import MetadataFile
 
 TABLES = "/v1/namespaces/{namespace:str}/tables"
 TABLE_PATH = TABLES + "/{table:str}"
@@ -50,11 +52,11 @@ async def list_views(namespace: str, request: Request, state: State) -> Response
 
 async def _list(kind: Kind, namespace: str, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
-    await guard.require_visible(request, authz.namespace(ns))
+    await guard.require_visible(request, policy.namespace(ns))
     after, size = wire.page_params(request.query_params)
     names = await wire.blocking(state.catalog.list_entries, kind, ns, after, wire.fetch_limit(size))
     page, token = wire.paginate(names, size, lambda name: name)
-    shown = await guard.visible(request, [authz.entry(kind.name, ns, n) for n in page])
+    shown = await guard.visible(request, [policy.entry(kind.name, ns, n) for n in page])
     return wire.json_response(
         {
             "identifiers": [{"namespace": list(ns), "name": n} for n, ok in zip(page, shown, strict=True) if ok],
@@ -66,7 +68,7 @@ async def _list(kind: Kind, namespace: str, request: Request, state: State) -> R
 @get(TABLE_PATH)
 async def load_table(namespace: str, table: str, request: Request, state: State) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
-    await guard.require(request, [(Privilege.READ, authz.entry("table", ns, name))])
+    await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
     mode = (request.query_params.get("snapshots") or "all").lower()
     if mode not in ("all", "refs"):
         raise errors.BadRequest(f"Invalid snapshots mode: {mode!r}, expected 'all' or 'refs'")
@@ -82,7 +84,7 @@ async def load_table(namespace: str, table: str, request: Request, state: State)
 @get(VIEW_PATH)
 async def load_view(namespace: str, view: str, request: Request, state: State) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(view)
-    await guard.require(request, [(Privilege.READ, authz.entry("view", ns, name))])
+    await guard.require(request, [(Privilege.READ, policy.entry("view", ns, name))])
     return await _loaded(await wire.blocking(state.catalog.load, VIEW, ns, name), state)
 
 
@@ -98,7 +100,7 @@ async def view_exists(namespace: str, view: str, request: Request, state: State)
 
 async def _exists(kind: Kind, namespace: str, name: str, request: Request, state: State) -> None:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(name)
-    await guard.require_visible(request, authz.entry(kind.name, ns, name))
+    await guard.require_visible(request, policy.entry(kind.name, ns, name))
     await wire.blocking(state.catalog.entry, kind, ns, name)
 
 
@@ -109,7 +111,7 @@ async def _exists(kind: Kind, namespace: str, name: str, request: Request, state
 async def create_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(CreateTableRequest, payload)
-    await guard.require(request, [(Privilege.CREATE, authz.namespace(ns))])
+    await guard.require(request, [(Privilege.CREATE, policy.namespace(ns))])
     body = {
         "schema": req.table_schema,
         "partition-spec": req.partition_spec,
@@ -132,7 +134,7 @@ async def create_table(namespace: str, payload: bytes, request: Request, state: 
 async def create_view(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(CreateViewRequest, payload)
-    await guard.require(request, [(Privilege.CREATE, authz.namespace(ns))])
+    await guard.require(request, [(Privilege.CREATE, policy.namespace(ns))])
     body = {"schema": req.view_schema, "view-version": req.view_version, "properties": dict(req.properties)}
     return await _loaded(await wire.blocking(state.catalog.create_view, ns, req.name, req.location, body), state)
 
@@ -141,9 +143,9 @@ async def create_view(namespace: str, payload: bytes, request: Request, state: S
 async def register_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(RegisterTableRequest, payload)
-    needs = [(Privilege.REGISTER, authz.namespace(ns))]
+    needs = [(Privilege.REGISTER, policy.namespace(ns))]
     if req.overwrite:  # replaces whatever table has the name: as much as dropping it
-        needs.append((Privilege.DROP, authz.entry("table", ns, req.name)))
+        needs.append((Privilege.DROP, policy.entry("table", ns, req.name)))
     await guard.require(request, needs)
     file = await wire.blocking(state.catalog.register, TABLE, ns, req.name, req.metadata_location, req.overwrite)
     return await _loaded(file, state, (ns, req.name), request)
@@ -153,7 +155,7 @@ async def register_table(namespace: str, payload: bytes, request: Request, state
 async def register_view(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(RegisterViewRequest, payload)
-    await guard.require(request, [(Privilege.REGISTER, authz.namespace(ns))])
+    await guard.require(request, [(Privilege.REGISTER, policy.namespace(ns))])
     return await _loaded(await wire.blocking(state.catalog.register, VIEW, ns, req.name, req.metadata_location), state)
 
 
@@ -223,7 +225,7 @@ async def drop_view(namespace: str, view: str, request: Request, state: State) -
 async def _drop(kind: Kind, namespace: str, name: str, request: Request, state: State) -> None:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(name)
     purge = kind is TABLE and wire.is_true(request.query_params.get("purgeRequested"))
-    await guard.require(request, [(Privilege.PURGE if purge else Privilege.DROP, authz.entry(kind.name, ns, name))])
+    await guard.require(request, [(Privilege.PURGE if purge else Privilege.DROP, policy.entry(kind.name, ns, name))])
     await wire.blocking(state.catalog.drop, kind, ns, name, purge)
 
 
@@ -243,7 +245,7 @@ async def _rename(kind: Kind, payload: bytes, request: Request, state: State) ->
     source, destination = wire.identifier(req.source), wire.identifier(req.destination)
     await guard.require(
         request,
-        [(Privilege.DROP, authz.entry(kind.name, *source)), (Privilege.CREATE, authz.namespace(destination[0]))],
+        [(Privilege.DROP, policy.entry(kind.name, *source)), (Privilege.CREATE, policy.namespace(destination[0]))],
     )
     await wire.blocking(state.catalog.rename, kind, source, destination)
 
@@ -253,13 +255,13 @@ async def load_credentials(namespace: str, table: str, request: Request, state: 
     """Fresh table-scoped storage credentials (see ``catalog.delegation``): read-only or read-write
     as the caller's privileges on the table allow; an empty list when vending is off."""
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
-    await guard.require(request, [(Privilege.READ, authz.entry("table", ns, name))])
+    await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
     file = state.catalog.load_inline(TABLE, ns, name) or await wire.blocking(state.catalog.load, TABLE, ns, name)
     if state.vendor is None:
         return wire.json_response({"storage-credentials": []})
     location = file.data["location"]
     access = await _access(request, (ns, name))
-    found = await wire.blocking(delegation.delegate, state.vendor, "vended-credentials", access, location, None)
+    found = await wire.blocking(vending.delegate, state.vendor, "vended-credentials", access, location, None)
     return wire.json_response({"storage-credentials": found.credentials if found else []})
 
 
@@ -267,7 +269,7 @@ async def load_credentials(namespace: str, table: str, request: Request, state: 
 async def report_metrics(namespace: str, table: str, payload: bytes, request: Request, state: State) -> None:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     wire.parse(ReportMetricsRequest, payload)
-    await guard.require(request, [(Privilege.READ, authz.entry("table", ns, name))])
+    await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
     await wire.blocking(state.catalog.entry, TABLE, ns, name)
 
 
@@ -276,22 +278,22 @@ async def report_metrics(namespace: str, table: str, payload: bytes, request: Re
 
 def _commit_needs(change: Change) -> list[tuple[Privilege, Target]]:
     """A staged create's commit (``assert-create``) is a create in the namespace; any other commit
-    needs what its updates change (``authz.commit_privileges``) on the entry."""
+    needs what its updates change (``policy.commit_privileges``) on the entry."""
     if any(r.get("type") == "assert-create" for r in change.requirements):
-        return [(Privilege.CREATE, authz.namespace(change.namespace))]
-    target = authz.entry(change.kind.name, change.namespace, change.name)
-    return [(p, target) for p in sorted(authz.commit_privileges(change.updates))]
+        return [(Privilege.CREATE, policy.namespace(change.namespace))]
+    target = policy.entry(change.kind.name, change.namespace, change.name)
+    return [(p, target) for p in sorted(policy.commit_privileges(change.updates))]
 
 
 async def _access(request: Request, identifier: tuple[tuple[str, ...], str], creating: bool = False) -> str:
     """The storage access a caller's credentials get: read-write if it may write the table (or, for
     the answer to its create, create tables in the namespace), else read-only."""
     ns, name = identifier
-    if await guard.holds(request, Privilege.WRITE, authz.entry("table", ns, name)):
-        return delegation.WRITE
-    if creating and await guard.holds(request, Privilege.CREATE, authz.namespace(ns)):
-        return delegation.WRITE
-    return delegation.READ
+    if await guard.holds(request, Privilege.WRITE, policy.entry("table", ns, name)):
+        return vending.WRITE
+    if creating and await guard.holds(request, Privilege.CREATE, policy.namespace(ns)):
+        return vending.WRITE
+    return vending.READ
 
 
 # -- the load result ------------------------------------------------------------------------------
@@ -336,10 +338,10 @@ async def _delegated(
     credentials the server does not vend (``catalog.signing.offered``); else nothing: the client
     brings its own storage access."""
     header = request.headers.get("x-iceberg-access-delegation")
-    if state.vendor is not None and delegation.wants_vended(header):
+    if state.vendor is not None and vending.wants_vended(header):
         access = await _access(request, identifier, creating)
-        refresh = delegation.credentials_path(state.prefix, *identifier)
-        found = await wire.blocking(delegation.delegate, state.vendor, header, access, location, refresh)
+        refresh = vending.credentials_path(state.prefix, *identifier)
+        found = await wire.blocking(vending.delegate, state.vendor, header, access, location, refresh)
         if found is not None:
             return orjson.dumps({**state.client_io, **found.config}), found.credentials
     signer = state.signer

@@ -12,10 +12,10 @@ from typing import Any
 
 from litestar import Request
 
-from .. import errors
-from ..authz import Policy, Privilege, Target, principal_keys
-from ..identity import ANONYMOUS, Principal
-from . import wire
+from catalog import errors
+from catalog.api import wire
+from catalog.auth.identity import ANONYMOUS, Principal
+from catalog.auth.policy import Policy, Privilege, Target, principal_keys
 
 
 def principal(request: Request) -> Principal:

@@ -31,10 +31,10 @@ from typing import Any
 
 from litestar import Request, Response
 
-from .. import errors
-from ..service import Committed
-from ..store import KeyRecord
-from . import wire
+from catalog import errors
+from catalog.api import wire
+from catalog.service import Committed
+from catalog.store.entries import KeyRecord
 
 log = logging.getLogger("catalog.idempotency")
 

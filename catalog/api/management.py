@@ -19,9 +19,10 @@ import orjson
 from litestar import Request, Response, delete, get, post
 from litestar.datastructures import State
 
-from .. import authz, errors
-from ..authz import Grant, Privilege, principal_keys
-from . import guard, wire
+from catalog import errors
+from catalog.api import guard, wire
+from catalog.auth import policy
+from catalog.auth.policy import Grant, Privilege, principal_keys
 
 BASE = "/management/v1"
 MAX_GRANTS_PER_REQUEST = 100
@@ -53,7 +54,7 @@ async def list_grants(request: Request, state: State) -> Response:
 @post(BASE + "/grants", status_code=201)
 async def add_grants(payload: bytes, request: Request, state: State) -> Response:
     body = _json(payload)
-    grants = [Grant(g.principal, g.privilege, g.target) for g in authz.parse_grants({"grants": [body]})]
+    grants = [Grant(g.principal, g.privilege, g.target) for g in policy.parse_grants({"grants": [body]})]
     if len(grants) > MAX_GRANTS_PER_REQUEST:
         raise errors.BadRequest(f"At most {MAX_GRANTS_PER_REQUEST} privileges per request")
     await guard.require(request, [(Privilege.MANAGE_GRANTS, grants[0].target)])

@@ -5,10 +5,11 @@ from __future__ import annotations
 from litestar import Request, Response, delete, get, head, post
 from litestar.datastructures import State
 
-from .. import authz, errors
-from ..authz import Privilege
-from . import guard, wire
-from .models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
+from catalog import errors
+from catalog.api import guard, wire
+from catalog.api.models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
+from catalog.auth import policy
+from catalog.auth.policy import Privilege
 
 NS = "/v1/namespaces/{namespace:str}"
 
@@ -17,11 +18,11 @@ NS = "/v1/namespaces/{namespace:str}"
 async def list_namespaces(request: Request, state: State) -> Response:
     parent = wire.decode_parent(request.query_params.get("parent"))
     if parent:
-        await guard.require_visible(request, authz.namespace(parent))
+        await guard.require_visible(request, policy.namespace(parent))
     after, size = wire.page_params(request.query_params)
     found = await wire.blocking(state.catalog.list_namespaces, parent, after, wire.fetch_limit(size))
     page, token = wire.paginate(found, size, wire.namespace_key)
-    shown = await guard.visible(request, [authz.namespace(ns) for ns in page])
+    shown = await guard.visible(request, [policy.namespace(ns) for ns in page])
     return wire.json_response(
         {"namespaces": [list(ns) for ns, ok in zip(page, shown, strict=True) if ok], "next-page-token": token}
     )
@@ -30,7 +31,7 @@ async def list_namespaces(request: Request, state: State) -> Response:
 @post("/v1/namespaces", opt=wire.IDEMPOTENT)
 async def create_namespace(payload: bytes, request: Request, state: State) -> Response:
     req = wire.parse(CreateNamespaceRequest, payload)
-    await guard.require(request, [(Privilege.CREATE, authz.namespace(req.namespace[:-1]))])
+    await guard.require(request, [(Privilege.CREATE, policy.namespace(req.namespace[:-1]))])
     await wire.blocking(state.catalog.create_namespace, tuple(req.namespace), req.properties)
     return wire.json_response({"namespace": req.namespace, "properties": req.properties})
 
@@ -38,7 +39,7 @@ async def create_namespace(payload: bytes, request: Request, state: State) -> Re
 @get(NS)
 async def load_namespace(namespace: str, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
-    await guard.require_visible(request, authz.namespace(ns))
+    await guard.require_visible(request, policy.namespace(ns))
     return wire.json_response(
         {"namespace": list(ns), "properties": await wire.blocking(state.catalog.load_namespace, ns)}
     )
@@ -47,14 +48,14 @@ async def load_namespace(namespace: str, request: Request, state: State) -> Resp
 @head(NS, status_code=204)
 async def namespace_exists(namespace: str, request: Request, state: State) -> None:
     ns = wire.decode_namespace(namespace)
-    await guard.require_visible(request, authz.namespace(ns))
+    await guard.require_visible(request, policy.namespace(ns))
     await wire.blocking(state.catalog.load_namespace, ns)
 
 
 @delete(NS, status_code=204, opt=wire.IDEMPOTENT)
 async def drop_namespace(namespace: str, request: Request, state: State) -> None:
     ns = wire.decode_namespace(namespace)
-    await guard.require(request, [(Privilege.DROP, authz.namespace(ns))])
+    await guard.require(request, [(Privilege.DROP, policy.namespace(ns))])
     await wire.blocking(state.catalog.drop_namespace, ns)
 
 
@@ -62,7 +63,7 @@ async def drop_namespace(namespace: str, request: Request, state: State) -> None
 async def update_properties(namespace: str, payload: bytes, request: Request, state: State) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(UpdateNamespacePropertiesRequest, payload)
-    await guard.require(request, [(Privilege.MANAGE_PROPERTIES, authz.namespace(ns))])
+    await guard.require(request, [(Privilege.MANAGE_PROPERTIES, policy.namespace(ns))])
     both = set(req.removals) & set(req.updates)
     if both:
         raise errors.UnprocessableEntity(f"Cannot remove and update the same key(s): {sorted(both)}")

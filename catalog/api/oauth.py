@@ -23,8 +23,9 @@ from urllib.parse import parse_qs
 from litestar import Request, Response, post
 from litestar.datastructures import State
 
-from .. import errors
-from ..identity import (
+from catalog import errors
+from catalog.api import wire
+from catalog.auth.identity import (
     ANONYMOUS,
     UNAUTHENTICATED,
     Authenticator,
@@ -32,7 +33,6 @@ from ..identity import (
     IdentityProviderUnavailable,
     InvalidToken,
 )
-from . import wire
 
 TOKEN_PATH = "/v1/oauth/tokens"
 audit = logging.getLogger("catalog.audit")

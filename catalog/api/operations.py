@@ -9,9 +9,9 @@ from litestar import Response, get
 from litestar.datastructures import State
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .. import __version__
-from ..metrics import exposition
-from . import wire
+from catalog import __version__
+from catalog.api import wire
+from catalog.metrics import exposition
 
 DOCS = "https://github.com/apache/iceberg/blob/main/open-api/rest-catalog-open-api.yaml"
 

@@ -14,11 +14,13 @@ from litestar import Request, Response, post
 from litestar.datastructures import State
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import authz, errors, metrics, signing
-from ..authz import Privilege
-from ..service import TABLE
-from . import guard, wire
-from .entries import TABLE_PATH
+from catalog import errors, metrics
+from catalog.api import guard, wire
+from catalog.api.entries import TABLE_PATH
+from catalog.auth import policy
+from catalog.auth.policy import Privilege
+from catalog.service import TABLE
+from catalog.storage import signing
 
 NO_CACHE = {"Cache-Control": "no-cache"}
 
@@ -69,7 +71,7 @@ async def _location(ns: tuple[str, ...], name: str, planned: signing.Plan, reque
     choose for it (``Catalog.staged_location``); a staged create at a location of the client's own
     choosing is not signed before it commits."""
     privilege = Privilege.READ if planned.access == signing.READ else Privilege.WRITE
-    target = authz.entry("table", ns, name)
+    target = policy.entry("table", ns, name)
     if await guard.holds(request, privilege, target):
         try:
             file = state.catalog.load_inline(TABLE, ns, name) or await wire.blocking(
@@ -77,9 +79,9 @@ async def _location(ns: tuple[str, ...], name: str, planned: signing.Plan, reque
             )
             return file.data["location"]
         except errors.NoSuchTable:
-            if not await guard.holds(request, Privilege.CREATE, authz.namespace(ns)):
+            if not await guard.holds(request, Privilege.CREATE, policy.namespace(ns)):
                 raise
-    elif not await guard.holds(request, Privilege.CREATE, authz.namespace(ns)):
+    elif not await guard.holds(request, Privilege.CREATE, policy.namespace(ns)):
         await guard.require(request, [(privilege, target)])  # the 403, audited like every refusal
     location = await wire.blocking(state.catalog.staged_location, ns, name)
     if location is None:  # the table exists after all, or another entry holds its place

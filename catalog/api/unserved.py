@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from litestar import delete, get, post
 
-from .. import errors
+from catalog import errors
 
 T = "/v1/namespaces/{namespace:str}/tables/{table:str}"
 F = "/v1/namespaces/{namespace:str}/functions"

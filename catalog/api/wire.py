@@ -19,8 +19,8 @@ import orjson
 from litestar import Response
 from pydantic import BaseModel, ValidationError
 
-from .. import errors, names
-from ..db import SEP
+from catalog import errors, names
+from catalog.store.db import SEP
 
 JSON = "application/json"
 # Route option of the operations that honour an Idempotency-Key (see ``api.idempotency``).

@@ -8,6 +8,6 @@ reference changes it. Pure (no I/O; the caller passes the clock) and copy-on-wri
 - ``parsing``: parsing a request's requirements and updates; ``reading``: field access like Java's ``JsonUtil``.
 """
 
-from . import tables, views
+from catalog.metadata import tables, views
 
 __all__ = ["tables", "views"]

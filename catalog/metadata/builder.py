@@ -13,10 +13,10 @@ import uuid as uuids
 from operator import itemgetter
 from typing import Any
 
-from .. import errors
-from . import parsing, partitioning, schemas
-from . import reading as r
-from .parsing import Update
+from catalog import errors
+from catalog.metadata import parsing, partitioning, schemas
+from catalog.metadata import reading as r
+from catalog.metadata.parsing import Update
 
 MAIN = "main"
 SUPPORTED_FORMAT_VERSION = 3

@@ -16,9 +16,9 @@ import base64
 import binascii
 from typing import Any, NamedTuple
 
-from .. import errors
-from . import partitioning, schemas
-from . import reading as r
+from catalog import errors
+from catalog.metadata import partitioning, schemas
+from catalog.metadata import reading as r
 
 TABLE_REQUIREMENTS = frozenset(
     {

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
-from .. import errors
-from . import reading as r
-from .schemas import Schema, family, is_primitive, type_str
+from catalog import errors
+from catalog.metadata import reading as r
+from catalog.metadata.schemas import Schema, family, is_primitive, type_str
 
 PARTITION_DATA_ID_START = 1000
 _WIDTH = re.compile(r"(\w+)\[(\d+)\]", re.ASCII)

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from .. import errors
+from catalog import errors
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1

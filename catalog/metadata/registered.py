@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import errors
-from . import reading as r
-from . import schemas
-from .builder import read_schemas, read_specs
+from catalog import errors
+from catalog.metadata import reading as r
+from catalog.metadata import schemas
+from catalog.metadata.builder import read_schemas, read_specs
 
 
 def check_table(doc: dict[str, Any]) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-from .. import errors
-from . import reading as r
+from catalog import errors
+from catalog.metadata import reading as r
 
 _SIMPLE = frozenset(
     [

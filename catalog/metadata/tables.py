@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 import uuid as uuids
 
-from .. import errors
-from . import parsing, partitioning, schemas, views
-from . import reading as r
-from .builder import MAIN, Builder, current_snapshot_id, java_int, read_schemas, read_specs
-from .parsing import Update
+from catalog import errors
+from catalog.metadata import parsing, partitioning, schemas, views
+from catalog.metadata import reading as r
+from catalog.metadata.builder import MAIN, Builder, current_snapshot_id, java_int, read_schemas, read_specs
+from catalog.metadata.parsing import Update
 
 DEFAULT_FORMAT_VERSION = 2
 RESERVED_PROPERTIES = frozenset(

@@ -11,11 +11,11 @@ from __future__ import annotations
 import uuid as uuids
 from typing import Any, NamedTuple
 
-from .. import errors
-from . import parsing, schemas
-from . import reading as r
-from .builder import java_int
-from .parsing import Update
+from catalog import errors
+from catalog.metadata import parsing, schemas
+from catalog.metadata import reading as r
+from catalog.metadata.builder import java_int
+from catalog.metadata.parsing import Update
 
 SUPPORTED_VIEW_FORMAT_VERSION = 1
 VERSION_HISTORY_SIZE = "version.history.num-entries"

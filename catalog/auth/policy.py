@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import errors
+from catalog import errors
 
 
 class Privilege(enum.StrEnum):

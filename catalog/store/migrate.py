@@ -15,8 +15,8 @@ from alembic import command
 
 def script_location() -> str:
     """The scripts ship in the wheel as ``catalog/_alembic``; in a checkout they are ``alembic/``."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "_alembic", here.parent / "alembic"):
+    package = Path(__file__).resolve().parent.parent  # catalog/
+    for candidate in (package / "_alembic", package.parent / "alembic"):
         if (candidate / "env.py").is_file():
             return str(candidate)
     raise RuntimeError("Alembic migration scripts not found")

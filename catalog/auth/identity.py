@@ -30,7 +30,7 @@ from typing import Any
 import anyio.to_thread
 import jwt
 
-from .settings import Settings
+from catalog.settings import Settings
 
 log = logging.getLogger("catalog.auth")
 
@@ -122,9 +122,9 @@ def _check_auth(settings: Settings) -> list[str]:
 
 def check_settings(settings: Settings) -> list[str]:
     """Raise ``ConfigurationError`` for a configuration the server must not run with; return warnings."""
-    from . import delegation
+    from catalog.storage import vending
 
-    delegation.check_settings(settings)  # storage access: vending without STS
+    vending.check_settings(settings)  # storage access: vending without STS
     return _check_auth(settings)
 
 

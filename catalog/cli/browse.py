@@ -500,7 +500,7 @@ class _Check:
 def doctor(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from .settings import Settings
+    from catalog.settings import Settings
 
     overrides = {f: getattr(args, f) for f in ("database_url", "warehouse") if getattr(args, f, None) is not None}
     checks: list[_Check] = []
@@ -526,8 +526,8 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def _doctor_checks(settings: Any) -> Iterator[_Check]:
-    from . import startup
-    from .identity import ConfigurationError, check_settings
+    from catalog.auth.identity import ConfigurationError, check_settings
+    from catalog.server import startup
 
     warnings: list[str] = []
     try:
@@ -555,8 +555,9 @@ def _sqlite_path(url: str) -> str | None:
 
 
 def _database_checks(settings: Any) -> tuple[Any, list[_Check]]:
-    from . import migrate, startup
-    from .db import create_engine
+    from catalog.server import startup
+    from catalog.store import migrate
+    from catalog.store.db import create_engine
 
     where = startup.masked(settings.database_url)
     try:
@@ -599,8 +600,8 @@ def _database_checks(settings: Any) -> tuple[Any, list[_Check]]:
 
 
 def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
-    from . import errors
-    from .storage import LocalStorage, S3Storage
+    from catalog import errors
+    from catalog.storage.backends import LocalStorage, S3Storage
 
     s3 = settings.warehouse.startswith(("s3://", "s3a://"))
     if not s3:

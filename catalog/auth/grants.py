@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from . import errors
-from .authz import Grant, Policy, parse_grants
-from .settings import Settings
-from .store import Store
+from catalog import errors
+from catalog.auth.policy import Grant, Policy, parse_grants
+from catalog.settings import Settings
+from catalog.store.entries import Store
 
 log = logging.getLogger("catalog.access")
 

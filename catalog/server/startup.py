@@ -23,8 +23,8 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
-from . import __version__
-from .settings import Settings
+from catalog import __version__
+from catalog.settings import Settings
 
 log = logging.getLogger("catalog")
 
@@ -106,7 +106,7 @@ def url(settings: Settings) -> str:
 def auth_mode(settings: Settings) -> str:
     if not settings.auth_required:
         return "off (no token needed; anyone who reaches the port may do anything)"
-    from .identity import parse_clients
+    from catalog.auth.identity import parse_clients
 
     ways = []
     if clients := parse_clients(settings.oauth_clients):
@@ -226,8 +226,8 @@ def prepare_database(settings: Settings) -> None:
         return
     import sqlalchemy.exc
 
-    from . import migrate
-    from .db import create_engine
+    from catalog.store import migrate
+    from catalog.store.db import create_engine
 
     engine = create_engine(settings)
     try:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlparse
 
-from . import errors, metrics
-from .settings import Settings
+from catalog import errors, metrics
+from catalog.settings import Settings
 
 # Marker in the User-Agent of every S3/STS request the server itself makes (botocore user_agent_extra).
 USER_AGENT = "iceberg-catalog"
@@ -51,7 +51,7 @@ MAX_CACHED = 10_000
 
 def check_settings(settings: Settings) -> None:
     """Refuse to start with vending switched on but nothing to vend with (``ConfigurationError``)."""
-    from .identity import ConfigurationError
+    from catalog.auth.identity import ConfigurationError
 
     if not settings.s3_vend_credentials:
         return

@@ -24,10 +24,10 @@ from typing import Any
 
 import orjson
 
-from . import errors
-from .metadata import encoding
-from .metadata.encoding import Dumped
-from .storage import Storage
+from catalog import errors
+from catalog.metadata import encoding
+from catalog.metadata.encoding import Dumped
+from catalog.storage.backends import Storage
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from .settings import Settings
+from catalog.settings import Settings
 
 SEP = "\x1f"
 

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
-from . import errors
-from .delegation import USER_AGENT
-from .locations import Locations
-from .settings import Settings
+from catalog import errors
+from catalog.locations import Locations
+from catalog.settings import Settings
+from catalog.storage.vending import USER_AGENT
 
 
 class Storage(Protocol):

@@ -27,14 +27,14 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from . import errors
-from .authz import Grant, Target, parse_privilege
-from .db import catalog_entries as E
-from .db import grants as G
-from .db import idempotency_keys as K
-from .db import join_namespace, split_namespace
-from .db import namespaces as N
-from .locations import ancestors, overlaps
+from catalog import errors
+from catalog.auth.policy import Grant, Target, parse_privilege
+from catalog.locations import ancestors, overlaps
+from catalog.store.db import catalog_entries as E
+from catalog.store.db import grants as G
+from catalog.store.db import idempotency_keys as K
+from catalog.store.db import join_namespace, split_namespace
+from catalog.store.db import namespaces as N
 
 log = logging.getLogger("catalog.store")
 

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from . import errors
-from .locations import normalise
-from .settings import Settings
+from catalog import errors
+from catalog.locations import normalise
+from catalog.settings import Settings
 
 READ, WRITE = "read", "write"
 REMOTE_SIGNING, VENDED_CREDENTIALS = "remote-signing", "vended-credentials"

@@ -31,12 +31,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import errors, grouping, metrics, rebase
-from .files import MetadataFile, MetadataFiles, next_location
-from .metadata import tables, views
-from .ownership import Ownership
-from .settings import Settings
-from .store import Entry, KeyRecord, PointerOutcomeUnknown, Store, Swap, Swapped
+from catalog import errors, metrics
+from catalog.commit import grouping, rebase
+from catalog.metadata import tables, views
+from catalog.settings import Settings
+from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
+from catalog.store.entries import Entry, KeyRecord, PointerOutcomeUnknown, Store, Swap, Swapped
+from catalog.store.ownership import Ownership
 
 log = logging.getLogger("catalog.commit")
 Namespace = tuple[str, ...]

@@ -49,9 +49,11 @@ from pyiceberg.manifest import (
     ManifestFile,
 )
 
-from . import errors
-from .locations import is_within, normalise
-from .manifest_io import (
+from catalog import errors
+from catalog.locations import is_within, normalise
+from catalog.metadata import parsing, tables
+from catalog.storage.backends import Storage
+from catalog.storage.manifests import (
     ENTRY_READ,
     FILE_ROW_ID,
     FIRST_ROW_ID,
@@ -64,8 +66,6 @@ from .manifest_io import (
     list_writer,
     read_records,
 )
-from .metadata import parsing, tables
-from .storage import Storage
 
 log = logging.getLogger("catalog.rebase")
 

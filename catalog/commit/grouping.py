@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from . import errors, metrics, rebase
-from .files import MetadataFile
+from catalog import errors, metrics
+from catalog.commit import rebase
+from catalog.storage.metadata_files import MetadataFile
 
 if TYPE_CHECKING:
-    from .commit import Change, CommitEngine, Committed
+    from catalog.commit.engine import Change, CommitEngine, Committed
 
 
 @dataclass(eq=False)
@@ -190,12 +191,12 @@ class GroupCommitter:
 
 
 def _committed(file: MetadataFile) -> Committed:
-    from .commit import Committed
+    from catalog.commit.engine import Committed
 
     return Committed((file,), recorded=False)
 
 
 def _log_landed(staged: list, attempts: int) -> None:
-    from .commit import _log_landed as log_landed
+    from catalog.commit.engine import _log_landed as log_landed
 
     log_landed(staged, attempts)

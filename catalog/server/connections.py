@@ -29,8 +29,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from . import errors
-from .settings import Settings
+from catalog import errors
+from catalog.settings import Settings
 
 
 @functools.cache

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from pyiceberg.io import S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT, FileIO, load_file_io
 from pyiceberg.manifest import ManifestFile, read_manifest_list
 
-from .files import MetadataFile, MetadataFiles
-from .settings import Settings
+from catalog.settings import Settings
+from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 
 log = logging.getLogger("catalog.purge")
 

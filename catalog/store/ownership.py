@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import errors
-from .locations import Locations, is_within, normalise
-from .store import LocationTaken, Store
+from catalog import errors
+from catalog.locations import Locations, is_within, normalise
+from catalog.store.entries import LocationTaken, Store
 
 # Properties that put a table's files somewhere other than under its location.
 PATH_PROPERTIES = ("write.metadata.path", "write.data.path", "write.object-storage.path", "write.folder-storage.path")

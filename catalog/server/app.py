@@ -22,18 +22,21 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from pydantic import ValidationError
 
-from . import delegation, errors, identity, logs, metrics, migrate, signing
-from .access import Access
-from .api import config as config_api
-from .api import entries, idempotency, management, namespaces, oauth, operations, unserved, wire
-from .api import signing as signing_api
-from .db import create_engine
-from .files import MetadataFiles
-from .purge import client_io_properties
-from .service import Catalog
-from .settings import Settings
-from .storage import create_storage
-from .store import Store
+from catalog import errors, logs, metrics
+from catalog.api import config as config_api
+from catalog.api import entries, idempotency, management, namespaces, oauth, operations, unserved, wire
+from catalog.api import signing as signing_api
+from catalog.auth import identity
+from catalog.auth.grants import Access
+from catalog.service import Catalog
+from catalog.settings import Settings
+from catalog.storage import signing, vending
+from catalog.storage.backends import create_storage
+from catalog.storage.metadata_files import MetadataFiles
+from catalog.storage.purge import client_io_properties
+from catalog.store import migrate
+from catalog.store.db import create_engine
+from catalog.store.entries import Store
 
 log = logging.getLogger("catalog")
 audit_log = logging.getLogger("catalog.audit")
@@ -203,7 +206,7 @@ def create_app(settings: Settings | None = None) -> RawPathRouting:
         app.state.config_body = orjson.dumps(_config(settings, config_api.advertised(served)))
         app.state.client_io = client_io_properties(settings)
         app.state.table_config = orjson.dumps(app.state.client_io)
-        app.state.vendor = delegation.Vendor(settings) if settings.s3_vend_credentials else None
+        app.state.vendor = vending.Vendor(settings) if settings.s3_vend_credentials else None
         app.state.prefix = settings.prefix
         metrics.GAUGES.add("catalog_metadata_cache_hits", "Metadata file reads served from memory", lambda: files.hits)
         metrics.GAUGES.add("catalog_metadata_cache_misses", "Metadata file reads from storage", lambda: files.misses)
