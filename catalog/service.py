@@ -13,7 +13,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from catalog import errors, names
-from catalog.commit.engine import TABLE, VIEW, Change, CommitEngine, Committed, Kind, Outcome, name_taken
+from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
+from catalog.commit.engine import CommitEngine
+from catalog.commit.grouping import GroupCommitter
 from catalog.locations import is_within, normalise
 from catalog.metadata import registered, tables, views
 from catalog.names import check_name, check_namespace
@@ -22,8 +24,9 @@ from catalog.storage import purge
 from catalog.storage.backends import Storage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store import migrate
-from catalog.store.entries import Entry, KeyRecord, Store
+from catalog.store.entries import Store, name_taken
 from catalog.store.ownership import Ownership
+from catalog.store.pointers import Entry, KeyRecord
 
 log = logging.getLogger("catalog.service")
 Namespace = tuple[str, ...]
@@ -37,7 +40,7 @@ class Catalog:
         self.storage = storage
         self.files = files
         self.ownership = Ownership(store, storage.locations)
-        self.engine = CommitEngine(settings, store, files, self.ownership)
+        self.engine = CommitEngine(settings, store, files, self.ownership, grouping=GroupCommitter)
         # Readiness checks run on their own threads, one at a time per check, so that a stalled
         # dependency neither takes request threads nor piles up checks.
         self._probe_threads = ThreadPoolExecutor(max_workers=3, thread_name_prefix="readiness")
@@ -266,7 +269,7 @@ class Catalog:
     def _name_must_be_free(self, creating: Kind, ns: Namespace, name: str) -> None:
         existing = self.store.get_entry(ns, name)
         if existing is not None:
-            raise name_taken(creating, existing.kind, ident(ns, name))
+            raise name_taken(creating.name, existing.kind, ident(ns, name))
 
     def staged_location(self, ns: Namespace, name: str) -> str | None:
         """Where a staged create of ``ns.name`` at the server's choice of location writes before it

@@ -670,7 +670,7 @@ def land_queued(cat, name: str, appends: list) -> dict[int, object]:
             results[i] = e
 
     groups, key = cat.engine.groups, (("n",), name)
-    with cat.engine._serialised([Change(TABLE, ("n",), name)]):
+    with cat.engine.serialised([Change(TABLE, ("n",), name)]):
         first = threading.Thread(target=run, args=(0,))
         first.start()
         _wait_for(lambda: key in groups._tables and groups._tables[key].leading and not groups._tables[key].queue)

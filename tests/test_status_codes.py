@@ -29,7 +29,9 @@ from catalog import errors, logs
 from catalog.server import app as app_module
 from catalog.settings import Settings
 from catalog.store.db import create_engine
-from catalog.store.entries import Store, Swap, _short, _translate
+from catalog.store.entries import Store
+from catalog.store.pointers import Swap
+from catalog.store.sql import short as _short, translate as _translate
 from tests.conftest import IN_CI, assert_error, commit_with_its_connection_killed, s3_client_props, s3_env, start_server
 from tests.test_commits_http import SCHEMA, create
 

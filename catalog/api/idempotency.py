@@ -34,7 +34,7 @@ from litestar import Request, Response
 from catalog import errors
 from catalog.api import wire
 from catalog.service import Committed
-from catalog.store.entries import KeyRecord
+from catalog.store.pointers import KeyRecord
 
 log = logging.getLogger("catalog.idempotency")
 

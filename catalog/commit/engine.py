@@ -28,104 +28,57 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from catalog import errors, metrics
-from catalog.commit import grouping, rebase
-from catalog.metadata import tables, views
+from catalog.commit import rebase
+from catalog.commit.changes import (
+    TABLE,
+    Change,
+    Committed,
+    Grouping,
+    Outcome,
+    Replayed,
+    Staged,
+    changed_concurrently,
+    not_committed,
+)
 from catalog.settings import Settings
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
-from catalog.store.entries import Entry, KeyRecord, PointerOutcomeUnknown, Store, Swap, Swapped
+from catalog.store.entries import Store, name_taken
 from catalog.store.ownership import Ownership
+from catalog.store.pointers import Entry, KeyRecord, PointerOutcomeUnknown, Swap, Swapped
 
 log = logging.getLogger("catalog.commit")
-Namespace = tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """What differs between tables and views: the pure commit function and the names."""
-
-    name: str  # "table" | "view", as stored in catalog_entries.kind
-    apply: Callable[..., dict[str, Any]]  # (base, requirements, updates, *, base_location, now_ms) -> new
-    missing: type[errors.IcebergError]
-
-    @property
-    def noun(self) -> str:
-        return self.name.capitalize()
-
-
-TABLE = Kind("table", tables.apply, errors.NoSuchTable)
-VIEW = Kind("view", views.apply, errors.NoSuchView)
-KINDS = {kind.name: kind for kind in (TABLE, VIEW)}
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One entry's part of a commit. ``created``: the metadata of a plain create, built by the
-    service; a staged create is a change whose requirements are ``assert-create``."""
-
-    kind: Kind
-    namespace: Namespace
-    name: str
-    requirements: Sequence[dict[str, Any]] = ()
-    updates: Sequence[dict[str, Any]] = ()
-    created: dict[str, Any] | None = None
-
-    @property
-    def ident(self) -> str:
-        return ".".join((*self.namespace, self.name))
-
-    @property
-    def creates(self) -> bool:
-        return self.created is not None or any(r.get("type") == "assert-create" for r in self.requirements)
-
-
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """The commit landed (or changed nothing). ``files``: each change's current metadata file.
-    ``recorded``: the Idempotency-Key was recorded in the commit's own transaction."""
-
-    files: tuple[MetadataFile, ...]
-    recorded: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Replayed:
-    """Another request with the same Idempotency-Key committed first; this one changed nothing.
-    Its recorded response is the answer."""
-
-
-Outcome = Committed | Replayed
-
-
-@dataclass(slots=True)
-class _Staged:
-    change: Change
-    entry: Entry | None  # None: a create
-    base: MetadataFile | None
-    new: MetadataFile
-    location: str  # the entry's normalised location after the commit
-    lists: tuple[str, ...] = ()  # manifest lists written by rebases of pure appends (catalog.rebase)
-    commits: int = 1  # the commits it carries: more than one for a group commit (catalog.grouping)
 
 
 class CommitEngine:
-    def __init__(self, settings: Settings, store: Store, files: MetadataFiles, ownership: Ownership) -> None:
+    """The loop (``commit``) and its public steps (``read``, ``apply``, ``write``, ``swap``,
+    ``discard``, under ``serialised``), which group commit (``grouping.py``) drives for a group.
+    ``grouping``: builds the group committer this engine offers each commit first (the wiring
+    passes ``grouping.GroupCommitter``; None: no group commit)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        files: MetadataFiles,
+        ownership: Ownership,
+        grouping: Callable[[CommitEngine], Grouping] | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.files = files
         self.ownership = ownership
         self.rebaser = rebase.Rebaser(files.storage)
-        self.groups = grouping.GroupCommitter(self)
+        self.groups = grouping(self) if grouping is not None else None
         self._locks = [threading.Lock() for _ in range(_LOCKS)]
 
     def commit(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome:
         """Apply ``changes`` atomically: every pointer moves, or none does. ``key``: the request's
         Idempotency-Key record, written in the CAS transaction (its ``metadata_location`` is filled
         in with the first change's new file)."""
-        if self.groups.eligible(changes, key):
+        if self.groups is not None and self.groups.eligible(changes, key):
             grouped = self.groups.commit(changes[0])
             if grouped is not None:
                 return grouped
@@ -133,7 +86,7 @@ class CommitEngine:
         start = time.perf_counter()
         try:
             for attempt in range(self.settings.commit_max_attempts):
-                with self._serialised(changes):
+                with self.serialised(changes):
                     try:
                         current, staged = self._stage(changes, kind)
                     except errors.AlreadyExists:  # a create whose twin (same key) created it first
@@ -142,52 +95,50 @@ class CommitEngine:
                         raise
                     if not staged:  # nothing changed
                         return Committed(tuple(current), recorded=False)
-                    outcome = self._swap(current, staged, key, kind)
+                    outcome = self.swap(current, staged, key, kind)
                     if outcome is not None:
                         if isinstance(outcome, Committed):
-                            _log_landed(staged, attempt + 1)
+                            log_landed(staged, attempt + 1)
                         return outcome
                 self._lost(changes, staged, attempt, kind)
             names = ", ".join(c.ident for c in changes)
             metrics.CONFLICTS.labels("cas").inc()
             log.warning("commit conflict: %s=%s cause=cas attempts=%d", kind, names, attempt + 1)
-            raise errors.CommitFailed(
-                f"Commit failed: {names} changed concurrently {attempt + 1} times in a row; refresh and retry"
-            )
+            raise changed_concurrently(names, attempt + 1)
         finally:
             metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
 
     # -- steps 1-3 -------------------------------------------------------------------------------
 
-    def _stage(self, changes: Sequence[Change], kind: str) -> tuple[list[MetadataFile], list[_Staged]]:
+    def _stage(self, changes: Sequence[Change], kind: str) -> tuple[list[MetadataFile], list[Staged]]:
         """Read, apply and write every change: each change's file after the commit (the new one, or
         the base when the change is a no-op) and the written-but-uncommitted ones. A failure
         deletes the files already written."""
         current: list[MetadataFile] = []
-        staged: list[_Staged] = []
+        staged: list[Staged] = []
         try:
             for change in changes:
                 one = self._stage_one(change, kind, alone=len(changes) == 1)
-                if isinstance(one, _Staged):
+                if isinstance(one, Staged):
                     staged.append(one)
                     current.append(one.new)
                 else:
                     current.append(one)
         except BaseException:
-            self._discard(staged)
+            self.discard(staged)
             raise
         return current, staged
 
-    def _stage_one(self, change: Change, kind: str, alone: bool) -> _Staged | MetadataFile:
+    def _stage_one(self, change: Change, kind: str, alone: bool) -> Staged | MetadataFile:
         with _step(kind, "read"):
-            entry, base = self._read(change)
+            entry, base = self.read(change)
         with _step(kind, "apply"):
-            new, rebased = self._apply(change, base, rebasable=alone)
+            new, rebased = self.apply(change, base, rebasable=alone)
         if base is not None and new is base.data:
             return base
-        return self._write(change, entry, base, new, kind, (rebased.manifest_list,) if rebased else ())
+        return self.write(change, entry, base, new, kind, (rebased.manifest_list,) if rebased else ())
 
-    def _write(
+    def write(
         self,
         change: Change,
         entry: Entry | None,
@@ -196,7 +147,7 @@ class CommitEngine:
         kind: str,
         lists: tuple[str, ...] = (),
         commits: int = 1,
-    ) -> _Staged:
+    ) -> Staged:
         """Step 3: the new metadata file, written create-only after the location rules are checked.
         If it fails, the manifest lists rebases wrote for it are deleted."""
         try:
@@ -211,19 +162,19 @@ class CommitEngine:
             for location in lists:
                 self._delete_quietly(location)
             raise
-        return _Staged(change, entry, base, written, location, lists, commits)
+        return Staged(change, entry, base, written, location, lists, commits)
 
-    def _read(self, change: Change) -> tuple[Entry | None, MetadataFile | None]:
+    def read(self, change: Change) -> tuple[Entry | None, MetadataFile | None]:
         entry = self.store.get_entry(change.namespace, change.name)
         if change.creates:
             if entry is not None:
-                raise name_taken(change.kind, entry.kind, change.ident)
+                raise name_taken(change.kind.name, entry.kind, change.ident)
             return None, None
         if entry is None or entry.kind != change.kind.name:
             raise change.kind.missing(f"{change.kind.noun} does not exist: {change.ident}")
         return entry, self.files.read(entry.metadata_location)
 
-    def _apply(
+    def apply(
         self, change: Change, base: MetadataFile | None, rebasable: bool = False, check_only: bool = False
     ) -> tuple[dict[str, Any], rebase.Rebased | None]:
         """The new metadata (``base.data`` itself when nothing changed). A failed requirement is a 409,
@@ -295,8 +246,8 @@ class CommitEngine:
 
     # -- step 4 ----------------------------------------------------------------------------------
 
-    def _swap(
-        self, current: list[MetadataFile], staged: list[_Staged], key: KeyRecord | None, kind: str
+    def swap(
+        self, current: list[MetadataFile], staged: list[Staged], key: KeyRecord | None, kind: str
     ) -> Outcome | None:
         """The CAS (or, for a create, the insert). None: lost, go again."""
         if key is not None and key.status == 200:  # a 200 is the (first) entry's new metadata
@@ -314,16 +265,16 @@ class CommitEngine:
             except PointerOutcomeUnknown as e:
                 return self._settle(current, staged, swaps, e, kind, key is not None)
             except Exception:
-                self._discard(staged)  # known not committed: nothing points at these files
+                self.discard(staged)  # known not committed: nothing points at these files
                 raise
         if result is Swapped.WON:
             return self._won(current, staged, kind, recorded=key is not None)
         if result is Swapped.KEY_TAKEN:
-            self._discard(staged)
+            self.discard(staged)
             return Replayed()
         return None
 
-    def _insert(self, staged: _Staged, key: KeyRecord | None) -> bool:
+    def _insert(self, staged: Staged, key: KeyRecord | None) -> bool:
         """A create's "CAS": insert the row, with the Idempotency-Key's. False: the key was recorded
         by a twin request first (nothing inserted; its response is the answer)."""
         change = staged.change
@@ -332,20 +283,20 @@ class CommitEngine:
                 change.namespace, change.name, change.kind.name, staged.new.location, staged.location, key
             )
         except errors.AlreadyExists:
-            self._discard([staged])  # known not committed: the row was never inserted
+            self.discard([staged])  # known not committed: the row was never inserted
             # a twin with the same key may have created it meanwhile: then its response is the answer
             if key is not None and self.store.get_key(key.key) is not None:
                 return False
             raise
         except errors.IcebergError:
-            self._discard([staged])
+            self.discard([staged])
             raise
         if result is Swapped.KEY_TAKEN:
-            self._discard([staged])
+            self.discard([staged])
             return False
         return True
 
-    def _won(self, current: list[MetadataFile], staged: list[_Staged], kind: str, recorded: bool) -> Committed:
+    def _won(self, current: list[MetadataFile], staged: list[Staged], kind: str, recorded: bool) -> Committed:
         metrics.COMMITS.labels(kind).inc(staged[0].commits if len(staged) == 1 else 1)
         for one in staged:
             self.files.remember(one.new)
@@ -357,7 +308,7 @@ class CommitEngine:
     def _settle(
         self,
         current: list[MetadataFile],
-        staged: list[_Staged],
+        staged: list[Staged],
         swaps: list[Swap],
         e: PointerOutcomeUnknown,
         kind: str,
@@ -372,7 +323,7 @@ class CommitEngine:
         if now is not None and any(p == s.new for p, s in zip(now, swaps, strict=True)):
             return self._won(current, staged, kind, recorded=keyed)
         if now is not None and e.settled and all(p == s.expected for p, s in zip(now, swaps, strict=True)):
-            self._discard(staged)
+            self.discard(staged)
             raise errors.ServiceUnavailable(f"Database unavailable, nothing was committed: {e}") from e
         metrics.UNKNOWN.inc()
         log.error("commit outcome unknown for %s: %s", [s.new.location for s in staged], e)
@@ -380,20 +331,19 @@ class CommitEngine:
 
     # -- lost: rebase ----------------------------------------------------------------------------
 
-    def _lost(self, changes: Sequence[Change], staged: list[_Staged], attempt: int, kind: str) -> None:
+    def _lost(self, changes: Sequence[Change], staged: list[Staged], attempt: int, kind: str) -> None:
         """Delete the orphans; answer a requirement that no longer holds at once (409, no backoff,
         no file written); else back off before rebasing on the new pointers."""
-        self._discard(staged)
+        self.discard(staged)
         metrics.REBASES.inc()
         log.info("commit to %s lost the CAS (attempt %d), rebasing", ", ".join(c.ident for c in changes), attempt + 1)
         for change in changes:
-            _, base = self._read(change)
-            self._apply(change, base, rebasable=len(changes) == 1, check_only=True)
-        delay = self.settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
-        time.sleep(random.uniform(0, delay))
+            _, base = self.read(change)
+            self.apply(change, base, rebasable=len(changes) == 1, check_only=True)
+        backoff(self.settings, attempt)
 
     @contextmanager
-    def _serialised(self, changes: Sequence[Change]) -> Iterator[None]:
+    def serialised(self, changes: Sequence[Change]) -> Iterator[None]:
         """Hold the locks of these entries, taken in one order so that transactions cannot deadlock."""
         slots = sorted({hash((c.namespace, c.name)) % _LOCKS for c in changes})
         with ExitStack() as stack:
@@ -401,7 +351,7 @@ class CommitEngine:
                 stack.enter_context(self._locks[slot])
             yield
 
-    def _discard(self, staged: Sequence[_Staged]) -> None:
+    def discard(self, staged: Sequence[Staged]) -> None:
         for one in staged:
             for location in (one.new.location, *one.lists):
                 self._delete_quietly(location)
@@ -412,7 +362,7 @@ class CommitEngine:
         except Exception:  # noqa: BLE001 - an orphan file is harmless; never mask the real outcome
             log.warning("could not delete uncommitted file %s", location)
 
-    def _delete_dropped_files(self, one: _Staged) -> None:
+    def _delete_dropped_files(self, one: Staged) -> None:
         """``write.metadata.delete-after-commit.enabled``: delete the previous metadata files that
         fell out of the metadata log, those the table owns."""
         assert one.base is not None and one.entry is not None
@@ -435,6 +385,13 @@ class CommitEngine:
 _LOCKS = 1024
 
 
+def backoff(settings: Settings, attempt: int) -> None:
+    """THE wait after a lost CAS: full jitter over an exponential bound (``commit_backoff_ms`` x
+    2^attempt, capped at 2^6), so that writers who lost together do not collide again."""
+    delay = settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
+    time.sleep(random.uniform(0, delay))
+
+
 @contextmanager
 def _step(kind: str, step: str) -> Iterator[None]:
     start = time.perf_counter()
@@ -444,7 +401,7 @@ def _step(kind: str, step: str) -> Iterator[None]:
         metrics.COMMIT_STEP_SECONDS.labels(kind, step).observe(time.perf_counter() - start)
 
 
-def _log_landed(staged: Sequence[_Staged], attempts: int) -> None:
+def log_landed(staged: Sequence[Staged], attempts: int) -> None:
     """One info line per entry a commit moved: its name, the table's new current snapshot (when the
     commit changed it) and the attempts it took (more than 1: it was rebased on others' commits)."""
     if not log.isEnabledFor(logging.INFO):
@@ -479,18 +436,3 @@ def _log_landed(staged: Sequence[_Staged], attempts: int) -> None:
             group,
             extra={"fields": fields},
         )
-
-
-def not_committed(e: errors.IcebergError) -> errors.IcebergError:
-    """An error before the CAS: the commit certainly did not happen, so never a 500 (which clients
-    read as "state unknown"): what the operator must fix is a 503 too, with its message."""
-    if e.code >= 500 and not isinstance(e, errors.ServiceUnavailable):
-        return errors.ServiceUnavailable(e.message)
-    return e
-
-
-def name_taken(creating: Kind, existing: str, ident: str) -> errors.AlreadyExists:
-    if existing == creating.name:
-        return errors.AlreadyExists(f"{creating.noun} already exists: {ident}")
-    other = "View with same name" if existing == "view" else "Table with same name"
-    return errors.AlreadyExists(f"{other} already exists: {ident}")

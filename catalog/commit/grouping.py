@@ -19,21 +19,20 @@ snapshot its own snapshot-log entry.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import orjson
 
 from catalog import errors, metrics
 from catalog.commit import rebase
+from catalog.commit.changes import TABLE, Change, Committed, changed_concurrently
+from catalog.commit.engine import CommitEngine, backoff, log_landed
 from catalog.storage.metadata_files import MetadataFile
-
-if TYPE_CHECKING:
-    from catalog.commit.engine import Change, CommitEngine, Committed
+from catalog.store.pointers import KeyRecord
 
 
 @dataclass(eq=False)
@@ -59,17 +58,17 @@ class GroupCommitter:
         self._tables: dict[tuple, _Table] = {}
         self._lock = threading.Lock()
 
-    def eligible(self, changes, key) -> bool:  # noqa: ANN001 - the engine's arguments
+    def eligible(self, changes: Sequence[Change], key: KeyRecord | None) -> bool:
         if self.settings.group_commit_max_commits <= 1 or key is not None or len(changes) != 1:
             return False
         change = changes[0]
-        return change.kind.name == "table" and not change.creates and rebase.append_shaped(change.updates)
+        return change.kind is TABLE and not change.creates and rebase.append_shaped(change.updates)
 
     def commit(self, change: Change) -> Committed | None:
         """Queue ``change``; lead a group or wait for the leader that takes it. Raises its error.
         None: the table's rebase is off, so the engine commits it alone, as before."""
         try:
-            _, base = self.engine._read(change)
+            _, base = self.engine.read(change)
         except errors.IcebergError:
             return None  # the ordinary path gives the answer (404...)
         if base is None or not rebase.enabled(base.data, self.settings.append_rebase):
@@ -136,21 +135,17 @@ class GroupCommitter:
     def _land(self, batch: list[_Member]) -> None:
         """Apply, write and swap the group until it lands or fails; settles every member."""
         engine, change = self.engine, batch[0].change
-        with engine._serialised([change]), engine.rebaser.for_group() as files:
+        with engine.serialised([change]), engine.rebaser.for_group() as files:
             live = batch
             for attempt in range(self.settings.append_rebase_max_attempts):
                 live, landed = self._attempt(live, attempt + 1, files)
                 if landed:
                     break
                 metrics.REBASES.inc()
-                delay = self.settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))
-                time.sleep(random.uniform(0, delay))
+                backoff(self.settings, attempt)
             else:
                 metrics.CONFLICTS.labels("cas").inc()
-                failed = errors.CommitFailed(
-                    f"Commit failed: {change.ident} changed concurrently {attempt + 1} times in a row; "
-                    "refresh and retry"
-                )
+                failed = changed_concurrently(change.ident, attempt + 1)
                 for one in live:
                     one.error, one.done = failed, True
 
@@ -159,13 +154,13 @@ class GroupCommitter:
         still in it and whether the attempt settled them (landed, or failed for all); False: the CAS
         was lost, go again. ``files``: the members' manifest lists, read and written in parallel."""
         engine, change = self.engine, members[0].change
-        entry, base = engine._read(change)
+        entry, base = engine.read(change)
         assert entry is not None and base is not None
         files.fetch([one.change.updates[0]["snapshot"] for one in members], base.data)
         current, lists, live = base, [], []
         for one in members:
             try:
-                new, rebased = engine._apply(one.change, current, rebasable=True)
+                new, rebased = engine.apply(one.change, current, rebasable=True)
             except errors.IcebergError as e:
                 one.error, one.done = e, True
                 continue
@@ -179,24 +174,16 @@ class GroupCommitter:
                 one.outcome, one.done = _committed(base), True
             return live, True
         files.flush()  # the rebased lists, before the metadata file that names them
-        staged = engine._write(change, entry, base, current.data, "table", tuple(lists), len(live))
-        if engine._swap([staged.new], [staged], None, "table") is None:  # lost: the files are orphans
-            engine._discard([staged])
+        staged = engine.write(change, entry, base, current.data, "table", tuple(lists), len(live))
+        if engine.swap([staged.new], [staged], None, "table") is None:  # lost: the files are orphans
+            engine.discard([staged])
             return live, False
         metrics.GROUP_COMMIT_SIZE.observe(len(live))
         for one in live:
             one.outcome, one.done = _committed(staged.new), True
-        _log_landed([staged], attempts)
+        log_landed([staged], attempts)
         return live, True
 
 
 def _committed(file: MetadataFile) -> Committed:
-    from catalog.commit.engine import Committed
-
     return Committed((file,), recorded=False)
-
-
-def _log_landed(staged: list, attempts: int) -> None:
-    from catalog.commit.engine import _log_landed as log_landed
-
-    log_landed(staged, attempts)

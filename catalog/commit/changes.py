@@ -1,0 +1,118 @@
+"""The commit's value types: what a commit is asked to do (``Change``), what it answers
+(``Committed`` | ``Replayed``), what it holds between its steps (``Staged``), and the errors every
+caller of the engine shares. Types only: the engine (``engine.py``) and group commit
+(``grouping.py``) both import this module, and neither imports the other's internals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from catalog import errors
+from catalog.metadata import tables, views
+from catalog.storage.metadata_files import MetadataFile
+from catalog.store.pointers import Entry, KeyRecord
+
+Namespace = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What differs between tables and views: the pure commit function and the names."""
+
+    name: str  # "table" | "view", as stored in catalog_entries.kind
+    apply: Callable[..., dict[str, Any]]  # (base, requirements, updates, *, base_location, now_ms) -> new
+    missing: type[errors.IcebergError]
+
+    @property
+    def noun(self) -> str:
+        return self.name.capitalize()
+
+
+TABLE = Kind("table", tables.apply, errors.NoSuchTable)
+VIEW = Kind("view", views.apply, errors.NoSuchView)
+KINDS = {kind.name: kind for kind in (TABLE, VIEW)}
+
+
+def creates(requirements: Sequence[dict[str, Any]]) -> bool:
+    """THE test of "is this a staged create": an ``assert-create`` requirement."""
+    return any(r.get("type") == "assert-create" for r in requirements)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One entry's part of a commit. ``created``: the metadata of a plain create, built by the
+    service; a staged create is a change whose requirements are ``assert-create``."""
+
+    kind: Kind
+    namespace: Namespace
+    name: str
+    requirements: Sequence[dict[str, Any]] = ()
+    updates: Sequence[dict[str, Any]] = ()
+    created: dict[str, Any] | None = None
+
+    @property
+    def ident(self) -> str:
+        return ".".join((*self.namespace, self.name))
+
+    @property
+    def creates(self) -> bool:
+        return self.created is not None or creates(self.requirements)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The commit landed (or changed nothing). ``files``: each change's current metadata file.
+    ``recorded``: the Idempotency-Key was recorded in the commit's own transaction."""
+
+    files: tuple[MetadataFile, ...]
+    recorded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """Another request with the same Idempotency-Key committed first; this one changed nothing.
+    Its recorded response is the answer."""
+
+
+Outcome = Committed | Replayed
+
+
+@dataclass(slots=True)
+class Staged:
+    """One change between its write and its swap: the new metadata file is written, nothing points
+    at it yet."""
+
+    change: Change
+    entry: Entry | None  # None: a create
+    base: MetadataFile | None
+    new: MetadataFile
+    location: str  # the entry's normalised location after the commit
+    lists: tuple[str, ...] = ()  # manifest lists written by rebases of pure appends (commit/rebase.py)
+    commits: int = 1  # the commits it carries: more than one for a group commit (commit/grouping.py)
+
+
+class Grouping(Protocol):
+    """Group commit as the engine sees it (``grouping.GroupCommitter``): the engine offers it each
+    commit first; ``commit`` answers None when the commit should take the ordinary path."""
+
+    def eligible(self, changes: Sequence[Change], key: KeyRecord | None) -> bool: ...
+
+    def commit(self, change: Change) -> Committed | None: ...
+
+
+def not_committed(e: errors.IcebergError) -> errors.IcebergError:
+    """An error before the CAS: the commit certainly did not happen, so never a 500 (which clients
+    read as "state unknown"): what the operator must fix is a 503 too, with its message."""
+    if e.code >= 500 and not isinstance(e, errors.ServiceUnavailable):
+        return errors.ServiceUnavailable(e.message)
+    return e
+
+
+def changed_concurrently(names: str, attempts: int) -> errors.CommitFailed:
+    """The 409 of a commit that lost the CAS on every attempt it was allowed."""
+    return errors.CommitFailed(
+        f"Commit failed: {names} changed concurrently {attempts} times in a row; refresh and retry"
+    )

@@ -1,0 +1,98 @@
+"""The grants table: the rows behind the grants in force (``auth/grants.py``) and the
+``grants`` CLI. Decisions are made elsewhere (``auth/policy.py``, pure); this module only stores.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.engine import Connection
+
+from catalog import errors
+from catalog.auth.policy import Grant, Target, parse_privilege
+from catalog.store.db import grants as grant_rows
+from catalog.store.db import join_namespace, split_namespace
+from catalog.store.sql import Database
+
+
+class GrantRows(Database):
+    def list_grants(self) -> list[Grant]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(*_COLUMNS)).all()
+        return [_grant(row) for row in rows]
+
+    def add_grants(self, grants: Sequence[Grant]) -> list[Grant]:
+        """Insert the grants not held yet (an existing one keeps its id and source); returns all of
+        them as stored, with their ids."""
+        for attempt in range(3):  # a concurrent insert of the same grant: read it back, once it exists
+            try:
+                with self._write() as conn:
+                    self._insert_missing(conn, grants)
+                    return [_grant(row) for row in conn.execute(_select_grants(grants))]
+            except exc.IntegrityError:
+                if attempt == 2:
+                    raise errors.CommitFailed("Grants changed concurrently; try again") from None
+        raise AssertionError("unreachable")
+
+    def delete_grant(self, grant_id: int) -> Grant | None:
+        with self._write() as conn:
+            row = conn.execute(sa.select(*_COLUMNS).where(grant_rows.c.id == grant_id)).first()
+            if row is not None:
+                conn.execute(grant_rows.delete().where(grant_rows.c.id == grant_id))
+        return None if row is None else _grant(row)
+
+    def sync_bootstrap(self, grants: Sequence[Grant]) -> tuple[int, int]:
+        """Make the ``bootstrap`` grants exactly ``grants`` (those from the API stay); returns
+        (added, removed). Replicas starting together each run this: it converges."""
+        wanted = {_grant_key(g) for g in grants}
+        for attempt in range(3):
+            try:
+                return self._sync_bootstrap(grants, wanted)
+            except exc.IntegrityError:
+                if attempt == 2:
+                    raise errors.CommitFailed("Grants changed concurrently; try again") from None
+        raise AssertionError("unreachable")
+
+    def _sync_bootstrap(self, grants: Sequence[Grant], wanted: set[tuple[str, str, str, str]]) -> tuple[int, int]:
+        with self._write() as conn:
+            rows = conn.execute(sa.select(grant_rows.c.id, *_GRANT_KEY).where(grant_rows.c.source == "bootstrap")).all()
+            stale = [r.id for r in rows if tuple(r[1:]) not in wanted]
+            if stale:
+                conn.execute(grant_rows.delete().where(grant_rows.c.id.in_(stale)))
+            added = self._insert_missing(conn, grants)
+        return added, len(stale)
+
+    def _insert_missing(self, conn: Connection, grants: Sequence[Grant]) -> int:
+        held = {tuple(r) for r in conn.execute(_select_grants(grants).with_only_columns(*_GRANT_KEY))}
+        now = int(time.time() * 1000)
+        rows, seen = [], set(held)
+        for g in grants:
+            key = _grant_key(g)
+            if key not in seen:
+                seen.add(key)
+                rows.append(dict(zip(("principal", "privilege", "object_kind", "object_name"), key, strict=True)))
+                rows[-1].update(source=g.source, created_ms=now)
+        if rows:
+            conn.execute(grant_rows.insert(), rows)
+        return len(rows)
+
+
+_GRANT_KEY = (grant_rows.c.principal, grant_rows.c.privilege, grant_rows.c.object_kind, grant_rows.c.object_name)
+_COLUMNS = (grant_rows.c.id, *_GRANT_KEY, grant_rows.c.source)
+
+
+def _grant_key(g: Grant) -> tuple[str, str, str, str]:
+    return g.principal, str(g.privilege), g.target.kind, join_namespace(g.target.path)
+
+
+def _select_grants(grants: Sequence[Grant]) -> sa.Select:
+    principals = sorted({g.principal for g in grants})
+    keys = {_grant_key(g) for g in grants}
+    return sa.select(*_COLUMNS).where(grant_rows.c.principal.in_(principals), sa.tuple_(*_GRANT_KEY).in_(sorted(keys)))
+
+
+def _grant(row: sa.Row) -> Grant:
+    return Grant(row[1], parse_privilege(row[2]), Target(row[3], split_namespace(row[4])), id=row[0], source=row[5])

@@ -1,0 +1,199 @@
+"""The pointers: the compiled read every load and commit starts with, the compare-and-swap that
+is the commit, and the Idempotency-Key rows written in it. This is the measured hot path: both
+statements are compiled once and run on a pooled DBAPI connection (``sql.Database._fetch_one``).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.engine import Engine
+
+from catalog.store.db import catalog_entries as entries
+from catalog.store.db import idempotency_keys as keys
+from catalog.store.db import join_namespace, split_namespace
+from catalog.store.sql import Compiled, Database, not_committed, quiet_rollback, short, translate
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    id: int
+    namespace: tuple[str, ...]
+    name: str
+    kind: str
+    metadata_location: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """What an ``Idempotency-Key`` stands for: the final response to its first request. A commit's
+    200 is its new ``metadata_location`` (the response is rebuilt from that file); any other
+    response is its ``body``."""
+
+    key: str
+    fingerprint: str
+    status: int
+    body: bytes | None = None
+    metadata_location: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """One pointer move of a CAS transaction: ``expected`` -> ``new``; ``location`` is the entry's
+    normalised location after it (a commit may move the table)."""
+
+    entry_id: int
+    expected: str
+    new: str
+    location: str
+
+
+class Swapped(enum.Enum):
+    WON = "won"
+    LOST = "lost"  # a pointer was no longer the expected one: nothing changed
+    KEY_TAKEN = "key-taken"  # another request recorded the Idempotency-Key first: nothing changed
+
+
+class PointerOutcomeUnknown(Exception):
+    """The COMMIT of the pointer UPDATE failed: it may or may not have landed.
+
+    ``settled``: a fresh read of the pointers now tells the outcome for certain. True on SQLite (a
+    local file, committed synchronously: once COMMIT has returned an error, nothing more will land);
+    False on a server database, where a lost connection can leave the COMMIT still running there.
+    """
+
+    def __init__(self, message: str, settled: bool) -> None:
+        super().__init__(message)
+        self.settled = settled
+
+
+class Pointers(Database):
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self._get_entry = Compiled(
+            sa.select(
+                entries.c.id, entries.c.namespace, entries.c.name, entries.c.kind, entries.c.metadata_location
+            ).where(entries.c.namespace == sa.bindparam("namespace"), entries.c.name == sa.bindparam("name")),
+            engine.dialect,
+        )
+        self._swap = Compiled(
+            entries.update()
+            .where(entries.c.id == sa.bindparam("id"), entries.c.metadata_location == sa.bindparam("expected"))
+            .values(
+                metadata_location=sa.bindparam("new"),
+                previous_metadata_location=sa.bindparam("expected"),
+                location=sa.bindparam("location"),
+            ),
+            engine.dialect,
+        )
+        self._put_key = Compiled(keys.insert(), engine.dialect)
+
+    def get_entry(self, ns: tuple[str, ...], name: str) -> Entry | None:
+        """The pointer read of every load and commit: see ``_fetch_one``."""
+        row = self._fetch_one(self._get_entry, {"namespace": join_namespace(ns), "name": name})
+        return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
+
+    # -- the compare-and-swap --------------------------------------------------------------------
+
+    def swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None = None) -> Swapped:
+        """The commit: all-or-nothing compare-and-swap of one or more pointers in ONE transaction.
+
+        Each pointer moves by a conditional UPDATE: the database serialises UPDATEs of a row and
+        re-evaluates the WHERE clause against the latest committed version, so of N racing calls
+        with the same ``expected`` exactly one sees rowcount 1. Rows are updated in id order so that
+        two overlapping transactions lock in the same order and cannot deadlock; any rowcount 0
+        rolls the whole transaction back (``LOST``). ``key`` is recorded in the same transaction: a
+        commit and its idempotency key land together or not at all. Raises
+        ``PointerOutcomeUnknown`` when the COMMIT itself fails.
+        """
+        with self._writers:
+            return self._swap_pointers(swaps, key)
+
+    def _swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None) -> Swapped:
+        """The CAS transaction. Until COMMIT is sent nothing can have landed, so every failure before
+        it is a known one (translated, at worst 503); only a failed COMMIT is ``PointerOutcomeUnknown``."""
+        conn = self._raw_connection()
+        try:
+            cursor = conn.cursor()
+            try:
+                if self.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
+                    cursor.execute("BEGIN IMMEDIATE")
+                for swap in sorted(swaps, key=lambda s: s.entry_id):
+                    values = {
+                        "id": swap.entry_id,
+                        "expected": swap.expected,
+                        "new": swap.new,
+                        "location": swap.location,
+                    }
+                    cursor.execute(self._swap.sql, self._swap.parameters(values))
+                    if cursor.rowcount != 1:
+                        conn.rollback()
+                        return Swapped.LOST
+                if key is not None:
+                    try:
+                        cursor.execute(self._put_key.sql, self._put_key.parameters(key_row(key)))
+                    except self._integrity_error:
+                        conn.rollback()
+                        return Swapped.KEY_TAKEN
+            except self._dbapi_error as e:
+                quiet_rollback(conn)
+                conn.invalidate(e)
+                raise translate(e) or not_committed(e) from e
+            try:
+                conn.commit()
+            except Exception as e:  # noqa: BLE001 - whatever failed here, COMMIT may have been sent
+                quiet_rollback(conn)
+                conn.invalidate(e)
+                raise PointerOutcomeUnknown(short(e), settled=self.local) from e
+            return Swapped.WON
+        finally:
+            conn.close()
+
+    def read_pointer(self, entry_id: int) -> str | None:
+        with self._read() as conn:
+            return conn.execute(sa.select(entries.c.metadata_location).where(entries.c.id == entry_id)).scalar()
+
+    # -- idempotency keys ------------------------------------------------------------------------
+
+    def get_key(self, key: str) -> KeyRecord | None:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(keys.c.key, keys.c.fingerprint, keys.c.status, keys.c.body, keys.c.metadata_location).where(
+                    keys.c.key == key
+                )
+            ).first()
+        return None if row is None else KeyRecord(row[0], row[1], row[2], _bytes(row[3]), row[4])
+
+    def put_key(self, record: KeyRecord) -> bool:
+        """Record a final response; False if the key was recorded first by another request."""
+        try:
+            with self._write() as conn:
+                conn.execute(keys.insert().values(**key_row(record)))
+        except exc.IntegrityError:
+            return False
+        return True
+
+    def expire_keys(self, older_than_ms: int) -> int:
+        with self._write() as conn:
+            return conn.execute(keys.delete().where(keys.c.created_ms < older_than_ms)).rowcount
+
+
+def key_row(record: KeyRecord) -> dict[str, object]:
+    """An Idempotency-Key's row, as the CAS and a create's insert write it."""
+    return {
+        "key": record.key,
+        "fingerprint": record.fingerprint,
+        "status": record.status,
+        "body": record.body,
+        "metadata_location": record.metadata_location,
+        "created_ms": int(time.time() * 1000),
+    }
+
+
+def _bytes(value: object) -> bytes | None:
+    return None if value is None else bytes(value)  # type: ignore[call-overload]
