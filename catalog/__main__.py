@@ -1,5 +1,6 @@
 """Command line: ``iceberg-catalog serve``, ``migrate``, ``grants``, and the commands for people of
-``catalog/cli.py`` (``namespaces``, ``tables``, ``views``, ``doctor``); also ``python -m catalog``.
+``catalog/cli/`` (``namespaces``, ``tables``, ``views``: ``browse.py``; ``doctor``: ``doctor.py``);
+also ``python -m catalog``.
 
 Flags override ``CATALOG_*`` environment variables; they are passed to the server processes through
 the environment, so several uvicorn workers all see the same settings.
@@ -15,7 +16,8 @@ import sys
 from pydantic import ValidationError
 
 from catalog import __version__, logs
-from catalog.cli import browse
+from catalog.cli import browse, doctor
+from catalog.cli import migrate as migrate_cli
 from catalog.server import startup
 from catalog.settings import Settings
 
@@ -45,9 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     grants.add_argument("--id", type=int, help="the grant to remove")
     grants.add_argument("--file", help="a bootstrap file to check (check-bootstrap)")
     browse.register(sub)
+    doctor.register(sub)
     args = parser.parse_args(argv)
     if args.command in browse.COMMANDS:
         return browse.run(args)
+    if args.command == "doctor":
+        return doctor.run(args)
 
     for field in _FLAGS:
         value = getattr(args, field, None)
@@ -72,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             _traceback_if_debug()
             print(f"iceberg-catalog: {startup.unreachable(settings, e)}", file=sys.stderr)
             return 2
-    from catalog.auth.identity import ConfigurationError, check_settings
+    from catalog.settings import ConfigurationError
 
     try:
-        check_settings(settings)  # here too, so that a refusal is one line, not a traceback per worker
+        startup.check_settings(settings)  # here too, so that a refusal is one line, not a traceback per worker
     except ConfigurationError as e:
         print(f"iceberg-catalog: configuration error: {e}", file=sys.stderr)
         return 2
@@ -164,7 +169,7 @@ def _migrate(settings: Settings, revision: str, down: bool, yes: bool = False) -
     engine = create_engine(settings)
     if down:
         current = ", ".join(sorted(migrate.current(engine))) or "base"
-        refused = browse.confirm_downgrade(engine.url.render_as_string(hide_password=True), current, revision, yes)
+        refused = migrate_cli.confirm_downgrade(engine.url.render_as_string(hide_password=True), current, revision, yes)
         if refused is not None:
             engine.dispose()
             return refused

@@ -1,5 +1,5 @@
 """The use cases: namespaces, and the entries (tables and views) in them. Commits are the commit
-engine's (``catalog.commit``); this module prepares them (names, locations, the new metadata of a
+engine's (``catalog.commit.engine``); this module prepares them (names, locations, the new metadata of a
 create) and is the HTTP layer's only way in (it never reaches the store or the files itself).
 """
 
@@ -235,7 +235,7 @@ class Catalog:
 
     def commit(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome:
         """updateTable and replaceView (one change), transactions/commit (several, all or none):
-        see ``catalog.commit``. A staged create's commit (assert-create) creates the entry."""
+        see ``catalog.commit.engine``. A staged create's commit (assert-create) creates the entry."""
         seen = set()
         for change in changes:
             if (change.namespace, change.name) in seen:

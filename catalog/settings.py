@@ -19,6 +19,10 @@ DATABASE_URL_FORMS = (
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
+class ConfigurationError(Exception):
+    """A setting combination the server refuses to start with; the message names the variable."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CATALOG_", extra="ignore")
 
@@ -121,7 +125,7 @@ class Settings(BaseSettings):
         default=None, description="If set, /metrics needs Authorization: Bearer <metrics_token> (open otherwise)."
     )
 
-    # Authorization (grants; see catalog/authz.py). Only with auth_required: without it, anyone may do anything.
+    # Authorization (grants; see catalog/auth/policy.py). Only with auth_required: without it, anyone may do anything.
     authorization: Literal["grants", "none"] = Field(
         default="grants",
         description="grants: every request is checked against the grants (management API, CLI, bootstrap file); "
@@ -233,7 +237,7 @@ class Settings(BaseSettings):
         description="Offer S3 remote signing (an s3:// warehouse): loadTable tells clients that ask for it "
         "(X-Iceberg-Access-Delegation: remote-signing, or vended-credentials while s3_vend_credentials is off) to "
         "have each S3 request signed by the catalog, which signs only requests inside the table's location that "
-        "the caller may make (catalog/signing.py).",
+        "the caller may make (catalog/storage/signing.py).",
     )
 
     s3_remote_signing_bulk_delete: bool = Field(

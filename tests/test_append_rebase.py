@@ -1,4 +1,4 @@
-"""Server-side rebase of pure appends (catalog/rebase.py), with real pyiceberg clients over HTTP on both
+"""Server-side rebase of pure appends (catalog/commit/rebase.py), with real pyiceberg clients over HTTP on both
 backends, and in process for what needs hand-built files (v3 row ids, a lost CAS, hostile lists).
 
 Clients here never retry a 409 themselves (``commit.retry.num-retries=0``): every conflict the server

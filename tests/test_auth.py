@@ -24,18 +24,12 @@ from cryptography.hazmat.primitives import serialization
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import OAuthError
 
-from catalog.auth.identity import (
-    BUILTIN_ISSUER,
-    BuiltinTokens,
-    ConfigurationError,
-    FailureLimiter,
-    InvalidToken,
-    Principal,
-    check_settings,
-    claim_at,
-    parse_clients,
-)
-from catalog.settings import Settings
+from catalog.auth.lockout import FailureLimiter
+from catalog.auth.oidc import claim_at
+from catalog.auth.principals import InvalidToken, Principal
+from catalog.auth.tokens import BUILTIN_ISSUER, BuiltinTokens, parse_clients
+from catalog.server.startup import check_settings
+from catalog.settings import ConfigurationError, Settings
 from tests.conftest import ROOT, assert_error, free_port, start_server
 from tests.idp import LocalIdP, new_key
 from tests.test_tables import SCHEMA
@@ -426,7 +420,8 @@ def test_gate_covers_management_routes_and_sets_the_principal():
     import asyncio
 
     from catalog.api.oauth import BearerAuth
-    from catalog.auth.identity import ANONYMOUS, UNAUTHENTICATED, Authenticator
+    from catalog.auth.identity import Authenticator
+    from catalog.auth.principals import ANONYMOUS, UNAUTHENTICATED
 
     settings = Settings(auth_required=True, oauth_clients="a:b", token_secret=SECRET)
     authenticator = Authenticator.from_settings(settings)

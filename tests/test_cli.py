@@ -1,4 +1,4 @@
-"""The command line for people (catalog/cli.py): namespaces/tables/views against a real running server,
+"""The command line for people (catalog/cli/browse.py): namespaces/tables/views against a real running server,
 ``doctor`` against real local configurations, and ``migrate --downgrade``'s confirmation.
 
 The REST commands run in-process (``catalog.__main__.main``) against a real server process, so each

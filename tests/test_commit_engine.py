@@ -17,8 +17,8 @@ from catalog.storage.backends import create_storage
 from catalog.storage.metadata_files import MetadataFiles
 from catalog.store import migrate
 from catalog.store.db import create_engine
-from catalog.store.pointers import KeyRecord
 from catalog.store.entries import Store
+from catalog.store.pointers import KeyRecord
 
 SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 VIEW_VERSION = {

@@ -130,8 +130,8 @@ def test_commit_and_its_key_land_in_one_transaction(tmp_path):
     from catalog.settings import Settings
     from catalog.store import migrate
     from catalog.store.db import create_engine
-    from catalog.store.pointers import KeyRecord, Swap, Swapped
     from catalog.store.entries import Store
+    from catalog.store.pointers import KeyRecord, Swap, Swapped
 
     engine = create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}"))
     migrate.upgrade(engine)

@@ -17,6 +17,7 @@ import yaml
 from openapi_spec_validator import validate
 
 from catalog.api import config as config_api
+from catalog.api import routing
 from catalog.server import app as app_module
 from catalog.settings import Settings
 
@@ -101,7 +102,7 @@ def _spec_path(route_path: str) -> str:
 
 def _served() -> set[tuple[str, str]]:
     """Every (METHOD, path shape) the app routes; litestar's automatic OPTIONS is not an operation."""
-    app = app_module.create_app(Settings()).app
+    app = app_module.create_app(Settings())
     out = set()
     for route in app.routes:
         for method in getattr(route, "methods", ()):
@@ -176,7 +177,7 @@ def test_advertised_endpoints_are_the_served_catalog_operations(spec):
 def test_routes_honouring_idempotency_keys_are_the_documented_ones(spec):
     """A served operation that documents the Idempotency-Key header is marked idempotent, and only those
     (the 501 operations document it as upstream does, and answer without an effect)."""
-    app = app_module.create_app(Settings()).app
+    app = app_module.create_app(Settings())
     marked = {
         (method, _shape(_spec_path(route.path)))
         for route in app.routes
@@ -205,7 +206,7 @@ def test_prefixless_form_reaches_the_same_route():
         async def send(message):
             sent.append(message)
 
-        router = app_module.RawPathRouting(inner, prefix)  # type: ignore[arg-type]
+        router = routing.RawPathRouting(inner, prefix)  # type: ignore[arg-type]
         scope = {"type": "http", "path": path, "raw_path": path.encode(), "method": "GET", "headers": []}
         asyncio.run(router(scope, None, send))
         return sent
@@ -226,7 +227,7 @@ def test_prefixless_form_reaches_the_same_route():
 
 def test_description_names_the_words_that_are_never_a_prefix(spec):
     description = spec["info"]["description"]
-    for word in app_module._UNPREFIXED_FIRST:
+    for word in routing._UNPREFIXED_FIRST:
         assert f"`{word}`" in description, word
 
 

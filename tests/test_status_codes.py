@@ -26,12 +26,13 @@ import requests
 import sqlalchemy as sa
 
 from catalog import errors, logs
-from catalog.server import app as app_module
+from catalog.api import exceptions
 from catalog.settings import Settings
 from catalog.store.db import create_engine
 from catalog.store.entries import Store
 from catalog.store.pointers import Swap
-from catalog.store.sql import short as _short, translate as _translate
+from catalog.store.sql import short as _short
+from catalog.store.sql import translate as _translate
 from tests.conftest import IN_CI, assert_error, commit_with_its_connection_killed, s3_client_props, s3_env, start_server
 from tests.test_commits_http import SCHEMA, create
 
@@ -332,7 +333,7 @@ def test_bad_parents_are_400(http, ns, parent):
 def test_an_unexpected_error_is_a_fixed_message_with_the_request_id():
     token = logs.request_id.set("rid-123")
     try:
-        err = app_module._as_iceberg(RuntimeError("SELECT secret FROM t WHERE x = 'p4ssw0rd'"))
+        err = exceptions.as_iceberg(RuntimeError("SELECT secret FROM t WHERE x = 'p4ssw0rd'"))
     finally:
         logs.request_id.reset(token)
     assert err.code == 500 and "rid-123" in err.message

@@ -28,7 +28,8 @@ import requests
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from catalog.storage.vending import USER_AGENT, credentials_path
+from catalog.storage.backends import USER_AGENT
+from catalog.storage.vending import credentials_path
 from tests import services as svc
 from tests.conftest import IN_CI, Server, assert_error, start_server
 from tests.services import duckdb_connection
@@ -326,7 +327,7 @@ def test_credential_cache_is_bounded_and_renews_at_half_life(monkeypatch: pytest
     import datetime
 
     from catalog.settings import Settings
-    from catalog.storage import vending as delegation
+    from catalog.storage import vending
 
     calls: list[dict] = []
 
@@ -338,9 +339,9 @@ def test_credential_cache_is_bounded_and_renews_at_half_life(monkeypatch: pytest
             return {"Credentials": {"AccessKeyId": n, "SecretAccessKey": n, "SessionToken": n, "Expiration": expiry}}
 
     clock = [1_000_000.0]
-    monkeypatch.setattr(delegation.time, "time", lambda: clock[0])
-    monkeypatch.setattr(delegation, "MAX_CACHED", 3)
-    vendor = delegation.Vendor(Settings(s3_endpoint="http://127.0.0.1:1", s3_sts_role_arn="arn:aws:iam::1:role/r"))
+    monkeypatch.setattr(vending.time, "time", lambda: clock[0])
+    monkeypatch.setattr(vending, "MAX_CACHED", 3)
+    vendor = vending.Vendor(Settings(s3_endpoint="http://127.0.0.1:1", s3_sts_role_arn="arn:aws:iam::1:role/r"))
     vendor.sts = FakeSTS()
     first = vendor.credentials("s3://b/ns/t", "read")
     assert vendor.credentials("s3://b/ns/t", "read") is first and len(calls) == 1
@@ -353,8 +354,8 @@ def test_credential_cache_is_bounded_and_renews_at_half_life(monkeypatch: pytest
     for i in range(5):
         vendor.credentials(f"s3://b/ns/t{i}", "read")
     assert len(vendor._cache) == 3
-    assert delegation.wants_vended("remote-signing, Vended-Credentials")
-    assert not delegation.wants_vended("remote-signing") and not delegation.wants_vended(None)
+    assert vending.wants_vended("remote-signing, Vended-Credentials")
+    assert not vending.wants_vended("remote-signing") and not vending.wants_vended(None)
 
 
 def test_vending_without_an_sts_role_is_refused_at_start(tmp_path: Path) -> None:

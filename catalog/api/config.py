@@ -7,20 +7,34 @@ it can never claim an operation that is not there, nor hide one that is.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from litestar import Response, get
-from litestar.datastructures import State
 from litestar.handlers import HTTPRouteHandler
 
 from catalog.api import wire
+from catalog.api.context import AppState
+from catalog.settings import Settings
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 _NOT_ADVERTISED = ("/v1/config", "/v1/oauth/tokens")
 
 
 @get("/v1/config", sync_to_thread=False)
-def get_config(state: State) -> Response:
-    return wire.raw_json_response(state.config_body)
+def get_config(ctx: AppState) -> Response:
+    return wire.raw_json_response(ctx.config_body)
+
+
+def body(settings: Settings, client_io: dict[str, str], served: list[HTTPRouteHandler]) -> dict[str, Any]:
+    """The config answer: the storage properties every client is told, the overrides (the
+    namespace separator, the prefix), the idempotency-key lifetime and the served endpoints."""
+    overrides: dict[str, str] = {"namespace-separator": "%1F"}
+    if settings.prefix:
+        overrides["prefix"] = settings.prefix
+    config: dict[str, Any] = {"defaults": client_io, "overrides": overrides}
+    if settings.idempotency_key_lifetime_seconds:
+        config["idempotency-key-lifetime"] = f"PT{settings.idempotency_key_lifetime_seconds}S"
+    return {**config, "endpoints": advertised(served)}
 
 
 def advertised(handlers: list[HTTPRouteHandler]) -> list[str]:

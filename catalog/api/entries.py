@@ -8,10 +8,10 @@ import hashlib
 
 import orjson
 from litestar import Request, Response, delete, get, head, post
-from litestar.datastructures import State
 
 from catalog import errors
 from catalog.api import guard, idempotency, wire
+from catalog.api.context import AppState
 from catalog.api.models import (
     CommitRequest,
     CommitTransactionRequest,
@@ -41,20 +41,20 @@ LOAD_RESULT = {**wire.IDEMPOTENT, "result": "load"}
 
 
 @get(TABLES)
-async def list_tables(namespace: str, request: Request, state: State) -> Response:
-    return await _list(TABLE, namespace, request, state)
+async def list_tables(namespace: str, request: Request, ctx: AppState) -> Response:
+    return await _list(TABLE, namespace, request, ctx)
 
 
 @get(VIEWS)
-async def list_views(namespace: str, request: Request, state: State) -> Response:
-    return await _list(VIEW, namespace, request, state)
+async def list_views(namespace: str, request: Request, ctx: AppState) -> Response:
+    return await _list(VIEW, namespace, request, ctx)
 
 
-async def _list(kind: Kind, namespace: str, request: Request, state: State) -> Response:
+async def _list(kind: Kind, namespace: str, request: Request, ctx: AppState) -> Response:
     ns = wire.decode_namespace(namespace)
     await guard.require_visible(request, policy.namespace(ns))
     after, size = wire.page_params(request.query_params)
-    names = await wire.blocking(state.catalog.list_entries, kind, ns, after, wire.fetch_limit(size))
+    names = await wire.blocking(ctx.catalog.list_entries, kind, ns, after, wire.fetch_limit(size))
     page, token = wire.paginate(names, size, lambda name: name)
     shown = await guard.visible(request, [policy.entry(kind.name, ns, n) for n in page])
     return wire.json_response(
@@ -66,143 +66,141 @@ async def _list(kind: Kind, namespace: str, request: Request, state: State) -> R
 
 
 @get(TABLE_PATH)
-async def load_table(namespace: str, table: str, request: Request, state: State) -> Response:
+async def load_table(namespace: str, table: str, request: Request, ctx: AppState) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
     mode = (request.query_params.get("snapshots") or "all").lower()
     if mode not in ("all", "refs"):
         raise errors.BadRequest(f"Invalid snapshots mode: {mode!r}, expected 'all' or 'refs'")
-    file = state.catalog.load_inline(TABLE, ns, name) or await wire.blocking(state.catalog.load, TABLE, ns, name)
+    file = ctx.catalog.load_inline(TABLE, ns, name) or await wire.blocking(ctx.catalog.load, TABLE, ns, name)
     tag = etag(file.location, mode)
     if _matches(request.headers.get("if-none-match"), tag):
         return Response(content=None, status_code=304, headers={"ETag": tag})
     raw = file.raw if mode == "all" else file.refs_only
-    config, credentials = await _delegated(file.data["location"], (ns, name), request, state)
+    config, credentials = await _delegated(file.data["location"], (ns, name), request, ctx)
     return wire.raw_json_response(wire.load_result(file.location, raw, config, credentials), headers={"ETag": tag})
 
 
 @get(VIEW_PATH)
-async def load_view(namespace: str, view: str, request: Request, state: State) -> Response:
+async def load_view(namespace: str, view: str, request: Request, ctx: AppState) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(view)
     await guard.require(request, [(Privilege.READ, policy.entry("view", ns, name))])
-    return await _loaded(await wire.blocking(state.catalog.load, VIEW, ns, name), state)
+    return await _loaded(await wire.blocking(ctx.catalog.load, VIEW, ns, name), ctx)
 
 
 @head(TABLE_PATH, status_code=204)
-async def table_exists(namespace: str, table: str, request: Request, state: State) -> None:
-    await _exists(TABLE, namespace, table, request, state)
+async def table_exists(namespace: str, table: str, request: Request, ctx: AppState) -> None:
+    await _exists(TABLE, namespace, table, request, ctx)
 
 
 @head(VIEW_PATH, status_code=204)
-async def view_exists(namespace: str, view: str, request: Request, state: State) -> None:
-    await _exists(VIEW, namespace, view, request, state)
+async def view_exists(namespace: str, view: str, request: Request, ctx: AppState) -> None:
+    await _exists(VIEW, namespace, view, request, ctx)
 
 
-async def _exists(kind: Kind, namespace: str, name: str, request: Request, state: State) -> None:
+async def _exists(kind: Kind, namespace: str, name: str, request: Request, ctx: AppState) -> None:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(name)
     await guard.require_visible(request, policy.entry(kind.name, ns, name))
-    await wire.blocking(state.catalog.entry, kind, ns, name)
+    await wire.blocking(ctx.catalog.entry, kind, ns, name)
 
 
 # -- creates and registers ------------------------------------------------------------------------
 
 
 @post(TABLES, opt=LOAD_RESULT)
-async def create_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
+async def create_table(namespace: str, body: bytes, request: Request, ctx: AppState) -> Response:
     ns = wire.decode_namespace(namespace)
-    req = wire.parse(CreateTableRequest, payload)
+    req = wire.parse(CreateTableRequest, body)
     await guard.require(request, [(Privilege.CREATE, policy.namespace(ns))])
-    body = {
+    created = {
         "schema": req.table_schema,
         "partition-spec": req.partition_spec,
         "write-order": req.write_order,
         "properties": dict(req.properties),
     }
     if req.stage_create:  # nothing persisted, no metadata location yet
-        doc = await wire.blocking(state.catalog.stage_table, ns, req.name, req.location, body)
-        config, credentials = await _delegated(doc["location"], (ns, req.name), request, state, creating=True)
+        doc = await wire.blocking(ctx.catalog.stage_table, ns, req.name, req.location, created)
+        config, credentials = await _delegated(doc["location"], (ns, req.name), request, ctx, creating=True)
         return wire.raw_json_response(wire.load_result(None, orjson.dumps(doc), config, credentials))
     key = idempotency.key_of(request, 200)
-    outcome = await wire.blocking(state.catalog.create_table, ns, req.name, req.location, body, key)
+    outcome = await wire.blocking(ctx.catalog.create_table, ns, req.name, req.location, created, key)
     if not isinstance(outcome, Committed):
         return await idempotency.replay(request)
     idempotency.settle(request, outcome)
-    return await _loaded(outcome.files[0], state, (ns, req.name), request, creating=True)
+    return await _loaded(outcome.files[0], ctx, (ns, req.name), request, creating=True)
 
 
 @post(VIEWS)
-async def create_view(namespace: str, payload: bytes, request: Request, state: State) -> Response:
+async def create_view(namespace: str, body: bytes, request: Request, ctx: AppState) -> Response:
     ns = wire.decode_namespace(namespace)
-    req = wire.parse(CreateViewRequest, payload)
+    req = wire.parse(CreateViewRequest, body)
     await guard.require(request, [(Privilege.CREATE, policy.namespace(ns))])
-    body = {"schema": req.view_schema, "view-version": req.view_version, "properties": dict(req.properties)}
-    return await _loaded(await wire.blocking(state.catalog.create_view, ns, req.name, req.location, body), state)
+    created = {"schema": req.view_schema, "view-version": req.view_version, "properties": dict(req.properties)}
+    return await _loaded(await wire.blocking(ctx.catalog.create_view, ns, req.name, req.location, created), ctx)
 
 
 @post("/v1/namespaces/{namespace:str}/register", opt=wire.IDEMPOTENT)
-async def register_table(namespace: str, payload: bytes, request: Request, state: State) -> Response:
+async def register_table(namespace: str, body: bytes, request: Request, ctx: AppState) -> Response:
     ns = wire.decode_namespace(namespace)
-    req = wire.parse(RegisterTableRequest, payload)
+    req = wire.parse(RegisterTableRequest, body)
     needs = [(Privilege.REGISTER, policy.namespace(ns))]
     if req.overwrite:  # replaces whatever table has the name: as much as dropping it
         needs.append((Privilege.DROP, policy.entry("table", ns, req.name)))
     await guard.require(request, needs)
-    file = await wire.blocking(state.catalog.register, TABLE, ns, req.name, req.metadata_location, req.overwrite)
-    return await _loaded(file, state, (ns, req.name), request)
+    file = await wire.blocking(ctx.catalog.register, TABLE, ns, req.name, req.metadata_location, req.overwrite)
+    return await _loaded(file, ctx, (ns, req.name), request)
 
 
 @post("/v1/namespaces/{namespace:str}/register-view", opt=wire.IDEMPOTENT)
-async def register_view(namespace: str, payload: bytes, request: Request, state: State) -> Response:
+async def register_view(namespace: str, body: bytes, request: Request, ctx: AppState) -> Response:
     ns = wire.decode_namespace(namespace)
-    req = wire.parse(RegisterViewRequest, payload)
+    req = wire.parse(RegisterViewRequest, body)
     await guard.require(request, [(Privilege.REGISTER, policy.namespace(ns))])
-    return await _loaded(await wire.blocking(state.catalog.register, VIEW, ns, req.name, req.metadata_location), state)
+    return await _loaded(await wire.blocking(ctx.catalog.register, VIEW, ns, req.name, req.metadata_location), ctx)
 
 
 # -- commits --------------------------------------------------------------------------------------
 
 
 @post(TABLE_PATH, opt=COMMIT_RESULT)
-async def update_table(namespace: str, table: str, payload: bytes, request: Request, state: State) -> Response:
-    return await _commit_one(TABLE, namespace, table, payload, request, state)
+async def update_table(namespace: str, table: str, body: bytes, request: Request, ctx: AppState) -> Response:
+    return await _commit_one(TABLE, namespace, table, body, request, ctx)
 
 
 @post(VIEW_PATH, opt=LOAD_RESULT)
-async def replace_view(namespace: str, view: str, payload: bytes, request: Request, state: State) -> Response:
-    return await _commit_one(VIEW, namespace, view, payload, request, state)
+async def replace_view(namespace: str, view: str, body: bytes, request: Request, ctx: AppState) -> Response:
+    return await _commit_one(VIEW, namespace, view, body, request, ctx)
 
 
-async def _commit_one(
-    kind: Kind, namespace: str, name: str, payload: bytes, request: Request, state: State
-) -> Response:
+async def _commit_one(kind: Kind, namespace: str, name: str, body: bytes, request: Request, ctx: AppState) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(name)
-    req = wire.parse(CommitRequest, payload)
+    req = wire.parse(CommitRequest, body)
     if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
         raise errors.BadRequest("Malformed request: identifier in the body does not match the path")
     change = Change(kind, ns, name, req.requirements, req.updates)
     await guard.require(request, _commit_needs(change))
-    outcome = await wire.blocking(state.catalog.commit, [change], idempotency.key_of(request, 200))
+    outcome = await wire.blocking(ctx.catalog.commit, [change], idempotency.key_of(request, 200))
     if not isinstance(outcome, Committed):
         return await idempotency.replay(request)
     idempotency.settle(request, outcome)
     file = outcome.files[0]
     if kind is VIEW:
-        return await _loaded(file, state)
+        return await _loaded(file, ctx)
     return wire.raw_json_response(
         wire.load_result(file.location, file.raw), headers={"ETag": etag(file.location, "all")}
     )
 
 
 @post("/v1/transactions/commit", status_code=204, opt=wire.IDEMPOTENT)
-async def commit_transaction(payload: bytes, request: Request, state: State) -> Response[None]:
-    req = wire.parse(CommitTransactionRequest, payload)
+async def commit_transaction(body: bytes, request: Request, ctx: AppState) -> Response[None]:
+    req = wire.parse(CommitTransactionRequest, body)
     changes = []
     for change in req.table_changes:
         if change.identifier is None:
             raise errors.BadRequest("Malformed request: every table change needs an identifier")
         changes.append(Change(TABLE, *wire.identifier(change.identifier), change.requirements, change.updates))
     await guard.require(request, [need for change in changes for need in _commit_needs(change)])
-    outcome = await wire.blocking(state.catalog.commit, changes, idempotency.key_of(request, 204))
+    outcome = await wire.blocking(ctx.catalog.commit, changes, idempotency.key_of(request, 204))
     if not isinstance(outcome, Committed):
         return await idempotency.replay(request)
     idempotency.settle(request, outcome)
@@ -213,64 +211,64 @@ async def commit_transaction(payload: bytes, request: Request, state: State) -> 
 
 
 @delete(TABLE_PATH, status_code=204, opt=wire.IDEMPOTENT)
-async def drop_table(namespace: str, table: str, request: Request, state: State) -> None:
-    await _drop(TABLE, namespace, table, request, state)
+async def drop_table(namespace: str, table: str, request: Request, ctx: AppState) -> None:
+    await _drop(TABLE, namespace, table, request, ctx)
 
 
 @delete(VIEW_PATH, status_code=204, opt=wire.IDEMPOTENT)
-async def drop_view(namespace: str, view: str, request: Request, state: State) -> None:
-    await _drop(VIEW, namespace, view, request, state)
+async def drop_view(namespace: str, view: str, request: Request, ctx: AppState) -> None:
+    await _drop(VIEW, namespace, view, request, ctx)
 
 
-async def _drop(kind: Kind, namespace: str, name: str, request: Request, state: State) -> None:
+async def _drop(kind: Kind, namespace: str, name: str, request: Request, ctx: AppState) -> None:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(name)
     purge = kind is TABLE and wire.is_true(request.query_params.get("purgeRequested"))
     await guard.require(request, [(Privilege.PURGE if purge else Privilege.DROP, policy.entry(kind.name, ns, name))])
-    await wire.blocking(state.catalog.drop, kind, ns, name, purge)
+    await wire.blocking(ctx.catalog.drop, kind, ns, name, purge)
 
 
 @post("/v1/tables/rename", status_code=204, opt=wire.IDEMPOTENT)
-async def rename_table(payload: bytes, request: Request, state: State) -> None:
-    await _rename(TABLE, payload, request, state)
+async def rename_table(body: bytes, request: Request, ctx: AppState) -> None:
+    await _rename(TABLE, body, request, ctx)
 
 
 @post("/v1/views/rename", status_code=204, opt=wire.IDEMPOTENT)
-async def rename_view(payload: bytes, request: Request, state: State) -> None:
-    await _rename(VIEW, payload, request, state)
+async def rename_view(body: bytes, request: Request, ctx: AppState) -> None:
+    await _rename(VIEW, body, request, ctx)
 
 
-async def _rename(kind: Kind, payload: bytes, request: Request, state: State) -> None:
+async def _rename(kind: Kind, body: bytes, request: Request, ctx: AppState) -> None:
     """Both ends: dropping the source name, creating in the destination namespace."""
-    req = wire.parse(RenameTableRequest, payload)
+    req = wire.parse(RenameTableRequest, body)
     source, destination = wire.identifier(req.source), wire.identifier(req.destination)
     await guard.require(
         request,
         [(Privilege.DROP, policy.entry(kind.name, *source)), (Privilege.CREATE, policy.namespace(destination[0]))],
     )
-    await wire.blocking(state.catalog.rename, kind, source, destination)
+    await wire.blocking(ctx.catalog.rename, kind, source, destination)
 
 
 @get(TABLE_PATH + "/credentials")
-async def load_credentials(namespace: str, table: str, request: Request, state: State) -> Response:
-    """Fresh table-scoped storage credentials (see ``catalog.delegation``): read-only or read-write
+async def load_credentials(namespace: str, table: str, request: Request, ctx: AppState) -> Response:
+    """Fresh table-scoped storage credentials (see ``catalog.storage.vending``): read-only or read-write
     as the caller's privileges on the table allow; an empty list when vending is off."""
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
-    file = state.catalog.load_inline(TABLE, ns, name) or await wire.blocking(state.catalog.load, TABLE, ns, name)
-    if state.vendor is None:
+    file = ctx.catalog.load_inline(TABLE, ns, name) or await wire.blocking(ctx.catalog.load, TABLE, ns, name)
+    if ctx.vendor is None:
         return wire.json_response({"storage-credentials": []})
     location = file.data["location"]
     access = await _access(request, (ns, name))
-    found = await wire.blocking(vending.delegate, state.vendor, "vended-credentials", access, location, None)
+    found = await wire.blocking(vending.delegate, ctx.vendor, "vended-credentials", access, location, None)
     return wire.json_response({"storage-credentials": found.credentials if found else []})
 
 
 @post(TABLE_PATH + "/metrics", status_code=204)
-async def report_metrics(namespace: str, table: str, payload: bytes, request: Request, state: State) -> None:
+async def report_metrics(namespace: str, table: str, body: bytes, request: Request, ctx: AppState) -> None:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
-    wire.parse(ReportMetricsRequest, payload)
+    wire.parse(ReportMetricsRequest, body)
     await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
-    await wire.blocking(state.catalog.entry, TABLE, ns, name)
+    await wire.blocking(ctx.catalog.entry, TABLE, ns, name)
 
 
 # -- authorization --------------------------------------------------------------------------------
@@ -301,16 +299,16 @@ async def _access(request: Request, identifier: tuple[tuple[str, ...], str], cre
 
 async def _loaded(
     file: MetadataFile,
-    state: State,
+    ctx: AppState,
     identifier: tuple[tuple[str, ...], str] | None = None,
     request: Request | None = None,
     creating: bool = False,
 ) -> Response:
     """A LoadTableResult / LoadViewResult of a metadata file, with its ETag (and, for a table, the
     storage access its caller gets, see ``_delegated``)."""
-    config, credentials = state.table_config, None
+    config, credentials = ctx.table_config, None
     if request is not None and identifier is not None:
-        config, credentials = await _delegated(file.data["location"], identifier, request, state, creating)
+        config, credentials = await _delegated(file.data["location"], identifier, request, ctx, creating)
     return wire.raw_json_response(
         wire.load_result(file.location, file.raw, config, credentials), headers={"ETag": etag(file.location, "all")}
     )
@@ -329,25 +327,25 @@ def _matches(if_none_match: str | None, tag: str) -> bool:
 
 
 async def _delegated(
-    location: str, identifier: tuple[tuple[str, ...], str], request: Request, state: State, creating: bool = False
+    location: str, identifier: tuple[tuple[str, ...], str], request: Request, ctx: AppState, creating: bool = False
 ) -> tuple[bytes, list[dict] | None]:
     """A table result's ``config`` (JSON) and ``storage-credentials``: the static storage config,
     plus the storage access this request gets. Vended credentials when vending is on and the client
-    asks for them (``catalog.delegation``: scoped STS credentials and their refresh route); else the
+    asks for them (``catalog.storage.vending``: scoped STS credentials and their refresh route); else the
     remote-signing settings when signing is on and the client asks for it, or asks for vended
-    credentials the server does not vend (``catalog.signing.offered``); else nothing: the client
+    credentials the server does not vend (``catalog.storage.signing.offered``); else nothing: the client
     brings its own storage access."""
     header = request.headers.get("x-iceberg-access-delegation")
-    if state.vendor is not None and vending.wants_vended(header):
+    if ctx.vendor is not None and vending.wants_vended(header):
         access = await _access(request, identifier, creating)
-        refresh = vending.credentials_path(state.prefix, *identifier)
-        found = await wire.blocking(vending.delegate, state.vendor, header, access, location, refresh)
+        refresh = vending.credentials_path(ctx.prefix, *identifier)
+        found = await wire.blocking(vending.delegate, ctx.vendor, header, access, location, refresh)
         if found is not None:
-            return orjson.dumps({**state.client_io, **found.config}), found.credentials
-    signer = state.signer
+            return orjson.dumps({**ctx.client_io, **found.config}), found.credentials
+    signer = ctx.signer
     if signer is not None and signing.offered(signer.settings, header):
-        return orjson.dumps({**state.client_io, **signing.properties_for(signer.settings, *identifier)}), None
-    return state.table_config, None
+        return orjson.dumps({**ctx.client_io, **signing.properties_for(signer.settings, *identifier)}), None
+    return ctx.table_config, None
 
 
 ROUTES = [

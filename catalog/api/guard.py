@@ -1,6 +1,6 @@
 """Authorization on the routes: every handler names what it needs before it does anything.
 
-``require`` refuses with 403 unless the request's principal holds the privileges (``catalog.authz``);
+``require`` refuses with 403 unless the request's principal holds the privileges (``catalog.auth.policy``);
 ``visible`` filters what a list shows. Both record the action and object for the audit line
 (``app.RequestObservation``).
 """
@@ -14,8 +14,8 @@ from litestar import Request
 
 from catalog import errors
 from catalog.api import wire
-from catalog.auth.identity import ANONYMOUS, Principal
 from catalog.auth.policy import Policy, Privilege, Target, principal_keys
+from catalog.auth.principals import ANONYMOUS, Principal
 
 
 def principal(request: Request) -> Principal:
@@ -23,7 +23,7 @@ def principal(request: Request) -> Principal:
     off; with it on, a request without one is refused rather than let through."""
     who = request.scope.get("principal")
     if who is None:
-        if request.app.state.access.enforced:
+        if request.app.state.ctx.access.enforced:
             raise errors.NotAuthorized("Not authorized: no principal")
         return ANONYMOUS
     return who
@@ -65,7 +65,7 @@ async def holds(request: Request, privilege: Privilege, target: Target) -> bool:
 
 
 async def _policy(request: Request, who: Principal) -> tuple[list[str], Policy] | None:
-    access = request.app.state.access
+    access = request.app.state.ctx.access
     if who.unrestricted or not access.enforced:
         return None
     policy = access.cached() or await wire.blocking(access.policy)

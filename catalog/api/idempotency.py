@@ -33,6 +33,7 @@ from litestar import Request, Response
 
 from catalog import errors
 from catalog.api import wire
+from catalog.api.context import AppState
 from catalog.service import Committed
 from catalog.store.pointers import KeyRecord
 
@@ -59,8 +60,8 @@ def settle(request: Request, outcome: Committed) -> None:
 
 async def replay(request: Request) -> Response:
     """The recorded response for this request's key (a commit lost its key to a concurrent twin)."""
-    state, pending = request.scope["app"].state, request.scope["idempotency"]
-    record = await wire.blocking(state.catalog.recorded, pending.key)
+    ctx, pending = request.scope["app"].state.ctx, request.scope["idempotency"]
+    record = await wire.blocking(ctx.catalog.recorded, pending.key)
     if record is None:  # the twin's transaction rolled back after all: let the client retry
         raise errors.CommitFailed("Commit failed: a request with the same Idempotency-Key did not complete")
     pending.settled = True
@@ -93,7 +94,7 @@ class Idempotency:
         if key is None:  # loads and the rest pass straight through
             await self.app(scope, receive, send)
             return
-        state = scope["app"].state
+        ctx = scope["app"].state.ctx
         key_text = key.decode("latin-1").strip()
         if not 0 < len(key_text) <= 128:
             await _send(
@@ -112,7 +113,7 @@ class Idempotency:
         head = f"{scope['method']} {scope['path']} {who.name if who is not None else ''}\n"
         digest = hashlib.sha256(head.encode() + body).hexdigest()
         try:
-            recorded = await wire.blocking(state.catalog.recorded, key_text)
+            recorded = await wire.blocking(ctx.catalog.recorded, key_text)
         except errors.IcebergError as e:  # the database is away: nothing ran
             await _send(send, *errors.render(e))
             return
@@ -137,23 +138,23 @@ class Idempotency:
         if status < 500 and status not in _NOT_FINAL and not pending.settled:
             mine = KeyRecord(key_text, digest, status, response["body"] or None)
             try:
-                first = await wire.blocking(state.catalog.record, mine)
+                first = await wire.blocking(ctx.catalog.record, mine)
             except errors.IcebergError as e:  # the operation's own outcome still stands: answer it
                 log.warning("could not record Idempotency-Key %s: %s", key_text, e.message)
                 first = None
             if first is not None:  # a concurrent twin recorded first: its response is the answer
                 status, response["headers"], response["body"] = await _recorded_response(scope, first)
         await _send(send, status, response["headers"], response["body"])
-        await self._expire(state)
+        await self._expire(ctx)
 
-    async def _expire(self, state: Any) -> None:
+    async def _expire(self, ctx: AppState) -> None:
         now = time.monotonic()
         if now < self._next_expiry:
             return
         self._next_expiry = now + _EXPIRE_EVERY_S
         cutoff = int(time.time() * 1000) - self.lifetime_ms - _GRACE_MS
         try:
-            await wire.blocking(state.catalog.expire_keys, cutoff)
+            await wire.blocking(ctx.catalog.expire_keys, cutoff)
         except Exception as e:  # noqa: BLE001 - the response is sent; the next request tries again
             log.warning("could not expire idempotency keys: %s", e)
             self._next_expiry = 0.0
@@ -171,9 +172,9 @@ async def _recorded_response(scope: dict[str, Any], record: KeyRecord) -> tuple[
     if record.metadata_location is None:
         headers = [(b"content-type", wire.JSON.encode())] if record.body else []
         return record.status, headers, record.body or b""
-    state = scope["app"].state
+    ctx = scope["app"].state.ctx
     try:
-        file = await wire.blocking(state.catalog.read_file, record.metadata_location)
+        file = await wire.blocking(ctx.catalog.read_file, record.metadata_location)
     except errors.NotFound:
         return errors.render(
             errors.NotFound(f"The response's metadata file no longer exists: {record.metadata_location}")
@@ -181,7 +182,7 @@ async def _recorded_response(scope: dict[str, Any], record: KeyRecord) -> tuple[
     except errors.IcebergError as e:  # storage is away
         return errors.render(e)
     handler = scope.get("route_handler")
-    config = state.table_config if handler is not None and handler.opt.get("result") == "load" else None
+    config = ctx.table_config if handler is not None and handler.opt.get("result") == "load" else None
     body = wire.load_result(record.metadata_location, file.raw, config)
     return record.status, [(b"content-type", wire.JSON.encode())], body
 

@@ -1,4 +1,4 @@
-"""``/management/v1``: who the caller is, and the grants (``catalog.authz``).
+"""``/management/v1``: who the caller is, and the grants (``catalog.auth.policy``).
 
 - ``GET /management/v1/whoami``: the caller's principal, groups/roles and the grants that apply to
   them directly (as ``user:<name>`` or one of its ``role:<name>``).
@@ -17,10 +17,10 @@ from typing import Any
 
 import orjson
 from litestar import Request, Response, delete, get, post
-from litestar.datastructures import State
 
 from catalog import errors
 from catalog.api import guard, wire
+from catalog.api.context import AppState
 from catalog.auth import policy
 from catalog.auth.policy import Grant, Privilege, principal_keys
 
@@ -29,53 +29,53 @@ MAX_GRANTS_PER_REQUEST = 100
 
 
 @get(BASE + "/whoami")
-async def whoami(request: Request, state: State) -> Response:
+async def whoami(request: Request, ctx: AppState) -> Response:
     who = guard.principal(request)
     keys = set(principal_keys(who.name, who.groups))
-    grants = await wire.blocking(state.access.store.list_grants)
+    grants = await wire.blocking(ctx.access.store.list_grants)
     return wire.json_response(
         {
             "principal": who.name,
             "groups": sorted(who.groups),
-            "unrestricted": who.unrestricted or not state.access.enforced,
+            "unrestricted": who.unrestricted or not ctx.access.enforced,
             "grants": [g.to_json() for g in _ordered(grants) if g.principal in keys],
         }
     )
 
 
 @get(BASE + "/grants")
-async def list_grants(request: Request, state: State) -> Response:
+async def list_grants(request: Request, ctx: AppState) -> Response:
     wanted = request.query_params.get("principal")
-    grants = [g for g in await wire.blocking(state.access.store.list_grants) if wanted in (None, g.principal)]
+    grants = [g for g in await wire.blocking(ctx.access.store.list_grants) if wanted in (None, g.principal)]
     manageable = [await guard.holds(request, Privilege.MANAGE_GRANTS, g.target) for g in grants]
     return wire.json_response({"grants": [g.to_json() for g, ok in zip(grants, manageable, strict=True) if ok]})
 
 
 @post(BASE + "/grants", status_code=201)
-async def add_grants(payload: bytes, request: Request, state: State) -> Response:
-    body = _json(payload)
-    grants = [Grant(g.principal, g.privilege, g.target) for g in policy.parse_grants({"grants": [body]})]
+async def add_grants(body: bytes, request: Request, ctx: AppState) -> Response:
+    doc = _json(body)
+    grants = [Grant(g.principal, g.privilege, g.target) for g in policy.parse_grants({"grants": [doc]})]
     if len(grants) > MAX_GRANTS_PER_REQUEST:
         raise errors.BadRequest(f"At most {MAX_GRANTS_PER_REQUEST} privileges per request")
     await guard.require(request, [(Privilege.MANAGE_GRANTS, grants[0].target)])
-    stored = await wire.blocking(state.access.grant, grants)
+    stored = await wire.blocking(ctx.access.grant, grants)
     return wire.json_response({"grants": [g.to_json() for g in _ordered(stored)]}, status=201)
 
 
 @delete(BASE + "/grants/{grant_id:str}", status_code=204)
-async def revoke_grant(grant_id: str, request: Request, state: State) -> None:
+async def revoke_grant(grant_id: str, request: Request, ctx: AppState) -> None:
     if not grant_id.isdigit() or len(grant_id) > 18:
         raise errors.BadRequest("A grant id is a number")
-    found = [g for g in await wire.blocking(state.access.store.list_grants) if g.id == int(grant_id)]
+    found = [g for g in await wire.blocking(ctx.access.store.list_grants) if g.id == int(grant_id)]
     if not found:
         raise errors.NotFound(f"No grant with id {grant_id}")
     await guard.require(request, [(Privilege.MANAGE_GRANTS, found[0].target)])
-    await wire.blocking(state.access.revoke, found[0].id)
+    await wire.blocking(ctx.access.revoke, found[0].id)
 
 
-def _json(payload: bytes) -> Any:
+def _json(body: bytes) -> Any:
     try:
-        return orjson.loads(payload)
+        return orjson.loads(body)
     except orjson.JSONDecodeError:
         raise errors.BadRequest("Malformed request: the body is not JSON") from None
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from litestar import Request, Response, delete, get, head, post
-from litestar.datastructures import State
 
 from catalog import errors
 from catalog.api import guard, wire
+from catalog.api.context import AppState
 from catalog.api.models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
@@ -15,12 +15,12 @@ NS = "/v1/namespaces/{namespace:str}"
 
 
 @get("/v1/namespaces")
-async def list_namespaces(request: Request, state: State) -> Response:
+async def list_namespaces(request: Request, ctx: AppState) -> Response:
     parent = wire.decode_parent(request.query_params.get("parent"))
     if parent:
         await guard.require_visible(request, policy.namespace(parent))
     after, size = wire.page_params(request.query_params)
-    found = await wire.blocking(state.catalog.list_namespaces, parent, after, wire.fetch_limit(size))
+    found = await wire.blocking(ctx.catalog.list_namespaces, parent, after, wire.fetch_limit(size))
     page, token = wire.paginate(found, size, wire.namespace_key)
     shown = await guard.visible(request, [policy.namespace(ns) for ns in page])
     return wire.json_response(
@@ -29,46 +29,46 @@ async def list_namespaces(request: Request, state: State) -> Response:
 
 
 @post("/v1/namespaces", opt=wire.IDEMPOTENT)
-async def create_namespace(payload: bytes, request: Request, state: State) -> Response:
-    req = wire.parse(CreateNamespaceRequest, payload)
+async def create_namespace(body: bytes, request: Request, ctx: AppState) -> Response:
+    req = wire.parse(CreateNamespaceRequest, body)
     await guard.require(request, [(Privilege.CREATE, policy.namespace(req.namespace[:-1]))])
-    await wire.blocking(state.catalog.create_namespace, tuple(req.namespace), req.properties)
+    await wire.blocking(ctx.catalog.create_namespace, tuple(req.namespace), req.properties)
     return wire.json_response({"namespace": req.namespace, "properties": req.properties})
 
 
 @get(NS)
-async def load_namespace(namespace: str, request: Request, state: State) -> Response:
+async def load_namespace(namespace: str, request: Request, ctx: AppState) -> Response:
     ns = wire.decode_namespace(namespace)
     await guard.require_visible(request, policy.namespace(ns))
     return wire.json_response(
-        {"namespace": list(ns), "properties": await wire.blocking(state.catalog.load_namespace, ns)}
+        {"namespace": list(ns), "properties": await wire.blocking(ctx.catalog.load_namespace, ns)}
     )
 
 
 @head(NS, status_code=204)
-async def namespace_exists(namespace: str, request: Request, state: State) -> None:
+async def namespace_exists(namespace: str, request: Request, ctx: AppState) -> None:
     ns = wire.decode_namespace(namespace)
     await guard.require_visible(request, policy.namespace(ns))
-    await wire.blocking(state.catalog.load_namespace, ns)
+    await wire.blocking(ctx.catalog.load_namespace, ns)
 
 
 @delete(NS, status_code=204, opt=wire.IDEMPOTENT)
-async def drop_namespace(namespace: str, request: Request, state: State) -> None:
+async def drop_namespace(namespace: str, request: Request, ctx: AppState) -> None:
     ns = wire.decode_namespace(namespace)
     await guard.require(request, [(Privilege.DROP, policy.namespace(ns))])
-    await wire.blocking(state.catalog.drop_namespace, ns)
+    await wire.blocking(ctx.catalog.drop_namespace, ns)
 
 
 @post(NS + "/properties", opt=wire.IDEMPOTENT)
-async def update_properties(namespace: str, payload: bytes, request: Request, state: State) -> Response:
+async def update_properties(namespace: str, body: bytes, request: Request, ctx: AppState) -> Response:
     ns = wire.decode_namespace(namespace)
-    req = wire.parse(UpdateNamespacePropertiesRequest, payload)
+    req = wire.parse(UpdateNamespacePropertiesRequest, body)
     await guard.require(request, [(Privilege.MANAGE_PROPERTIES, policy.namespace(ns))])
     both = set(req.removals) & set(req.updates)
     if both:
         raise errors.UnprocessableEntity(f"Cannot remove and update the same key(s): {sorted(both)}")
     updated, removed, missing = await wire.blocking(
-        state.catalog.update_namespace_properties, ns, req.removals, req.updates
+        ctx.catalog.update_namespace_properties, ns, req.removals, req.updates
     )
     return wire.json_response({"updated": updated, "removed": removed, "missing": missing})
 

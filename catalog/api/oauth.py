@@ -21,26 +21,21 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from litestar import Request, Response, post
-from litestar.datastructures import State
 
 from catalog import errors
 from catalog.api import wire
-from catalog.auth.identity import (
-    ANONYMOUS,
-    UNAUTHENTICATED,
-    Authenticator,
-    FailureLimiter,
-    IdentityProviderUnavailable,
-    InvalidToken,
-)
+from catalog.api.context import AppState
+from catalog.auth.identity import Authenticator
+from catalog.auth.lockout import FailureLimiter
+from catalog.auth.principals import ANONYMOUS, UNAUTHENTICATED, IdentityProviderUnavailable, InvalidToken
 
 TOKEN_PATH = "/v1/oauth/tokens"
 audit = logging.getLogger("catalog.audit")
 
 
 @post(TOKEN_PATH, status_code=200)
-async def get_token(request: Request, payload: bytes, state: State) -> Response:
-    form = {k: v[-1] for k, v in parse_qs(payload.decode("utf-8", "replace")).items()}
+async def get_token(request: Request, body: bytes, ctx: AppState) -> Response:
+    form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
     client_id, client_secret = form.get("client_id", ""), form.get("client_secret", "")
     basic = request.headers.get("authorization", "")
     if basic.lower().startswith("basic "):
@@ -50,11 +45,11 @@ async def get_token(request: Request, payload: bytes, state: State) -> Response:
             return _oauth_error(400, "invalid_request", "malformed Basic authorization")
     if form.get("grant_type") != "client_credentials":
         return _oauth_error(400, "unsupported_grant_type", "only client_credentials is supported")
-    authenticator: Authenticator = state.authenticator
+    authenticator: Authenticator = ctx.authenticator
     tokens = authenticator.builtin
     if not tokens.clients:
         return _oauth_error(400, "invalid_client", "no OAuth clients are configured on this catalog")
-    limiter: FailureLimiter = state.limiter
+    limiter: FailureLimiter = ctx.limiter
     source = request.client.host if request.client else "unknown"
     shown = repr(client_id[:100])
     if wait := limiter.locked_for(client_id, source):

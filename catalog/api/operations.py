@@ -6,11 +6,11 @@ import asyncio
 from concurrent.futures import Future
 
 from litestar import Response, get
-from litestar.datastructures import State
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from catalog import __version__
 from catalog.api import wire
+from catalog.api.context import AppState
 from catalog.metrics import exposition
 
 DOCS = "https://github.com/apache/iceberg/blob/main/open-api/rest-catalog-open-api.yaml"
@@ -46,12 +46,12 @@ READY_WITHIN_S = 2.0
 
 
 @get("/health/ready")
-async def ready(state: State) -> Response:
+async def ready(ctx: AppState) -> Response:
     """Database reachable, schema at head, storage reachable: 200; otherwise 503 with the reasons.
 
     The checks run on the service's own threads and are awaited here, never on a request thread:
     when every request thread waits on a stalled dependency, readiness still answers."""
-    probes = state.catalog.probe()
+    probes = ctx.catalog.probe()
     await asyncio.wait([asyncio.wrap_future(f) for f in probes.values()], timeout=READY_WITHIN_S)
     checks = {name: _outcome(f) for name, f in probes.items()}
     ok = all(v == "ok" for v in checks.values())

@@ -1,4 +1,4 @@
-"""``POST /v1/{prefix}/namespaces/{ns}/tables/{table}/sign``: S3 remote signing (``catalog.signing``).
+"""``POST /v1/{prefix}/namespaces/{ns}/tables/{table}/sign``: S3 remote signing (``catalog.storage.signing``).
 
 The order: parse and classify the request (400/403 before anything is read), the caller's
 privilege for that access (403), the table (404), the confinement to its location (403), then
@@ -11,11 +11,11 @@ from typing import Any
 
 import orjson
 from litestar import Request, Response, post
-from litestar.datastructures import State
 from pydantic import BaseModel, ConfigDict, Field
 
 from catalog import errors, metrics
 from catalog.api import guard, wire
+from catalog.api.context import AppState
 from catalog.api.entries import TABLE_PATH
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
@@ -40,22 +40,22 @@ class RemoteSignRequest(BaseModel):
 
 
 @post(TABLE_PATH + "/sign", status_code=200)
-async def sign_request(namespace: str, table: str, payload: bytes, request: Request, state: State) -> Response:
+async def sign_request(namespace: str, table: str, body: bytes, request: Request, ctx: AppState) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
-    signer: signing.Signer | None = state.signer
+    signer: signing.Signer | None = ctx.signer
     if signer is None:
         raise errors.NotImplementedOperation(
             "Not implemented: remote signing is switched off (CATALOG_S3_REMOTE_SIGNING) or the warehouse is not S3"
         )
-    if len(payload) > signing.MAX_BODY_BYTES + 64 * 1024:
+    if len(body) > signing.MAX_BODY_BYTES + 64 * 1024:
         raise errors.BadRequest("Malformed request: larger than a sign request can be")
-    req = wire.parse(RemoteSignRequest, payload)
+    req = wire.parse(RemoteSignRequest, body)
     if (req.provider or "s3").lower() != "s3":
         raise errors.BadRequest(f"Malformed request: provider {req.provider[:20]!r} is not signed here")
     sign_req = signing.SignRequest(req.method, req.uri, req.headers, req.body)
     try:
         planned = signing.plan(sign_req, signer.hosts, signer.settings.s3_remote_signing_bulk_delete)
-        signing.confine(planned, await _location(ns, name, planned, request, state))
+        signing.confine(planned, await _location(ns, name, planned, request, ctx))
     except errors.Forbidden:
         metrics.SIGN_REQUESTS.labels("denied").inc()
         raise
@@ -64,7 +64,7 @@ async def sign_request(namespace: str, table: str, payload: bytes, request: Requ
     return wire.raw_json_response(orjson.dumps({"uri": planned.uri, "headers": headers}), headers=NO_CACHE)
 
 
-async def _location(ns: tuple[str, ...], name: str, planned: signing.Plan, request: Request, state: State) -> str:
+async def _location(ns: tuple[str, ...], name: str, planned: signing.Plan, request: Request, ctx: AppState) -> str:
     """The location a sign request must stay in: the table's, for a caller holding read (GET/HEAD)
     or write (the rest) on it. A table that does not exist yet is a staged create's: a caller that
     may create tables in the namespace gets its writes signed in the location the server would
@@ -74,16 +74,14 @@ async def _location(ns: tuple[str, ...], name: str, planned: signing.Plan, reque
     target = policy.entry("table", ns, name)
     if await guard.holds(request, privilege, target):
         try:
-            file = state.catalog.load_inline(TABLE, ns, name) or await wire.blocking(
-                state.catalog.load, TABLE, ns, name
-            )
+            file = ctx.catalog.load_inline(TABLE, ns, name) or await wire.blocking(ctx.catalog.load, TABLE, ns, name)
             return file.data["location"]
         except errors.NoSuchTable:
             if not await guard.holds(request, Privilege.CREATE, policy.namespace(ns)):
                 raise
     elif not await guard.holds(request, Privilege.CREATE, policy.namespace(ns)):
         await guard.require(request, [(privilege, target)])  # the 403, audited like every refusal
-    location = await wire.blocking(state.catalog.staged_location, ns, name)
+    location = await wire.blocking(ctx.catalog.staged_location, ns, name)
     if location is None:  # the table exists after all, or another entry holds its place
         await guard.require(request, [(privilege, target)])
         raise errors.NoSuchTable(f"Table does not exist: {'.'.join((*ns, name))}")

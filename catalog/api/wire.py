@@ -20,7 +20,6 @@ from litestar import Response
 from pydantic import BaseModel, ValidationError
 
 from catalog import errors, names
-from catalog.store.db import SEP
 
 JSON = "application/json"
 # Route option of the operations that honour an Idempotency-Key (see ``api.idempotency``).
@@ -159,4 +158,4 @@ def paginate(keys: list[Any], size: int | None, key_of: Any) -> tuple[list[Any],
 
 
 def namespace_key(ns: tuple[str, ...]) -> str:
-    return SEP.join(ns)
+    return names.SEP.join(ns)

@@ -179,7 +179,7 @@ class CommitEngine:
     ) -> tuple[dict[str, Any], rebase.Rebased | None]:
         """The new metadata (``base.data`` itself when nothing changed). A failed requirement is a 409,
         unless the commit is a pure append whose branch moved and rebase is on: then it is rebuilt on
-        the branch's head (``catalog.rebase``) and the second value is that rebase, whose manifest list
+        the branch's head (``catalog.commit.rebase``) and the second value is that rebase, whose manifest list
         is written. Only a commit of one table is ``rebasable`` (a multi-table transaction may rely on
         what it read). ``check_only``: raise the 409 or not, but write nothing."""
         if change.created is not None:

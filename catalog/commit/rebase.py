@@ -25,7 +25,7 @@ A refusal never changes the answer: the caller raises the original 409. X must b
 a client that asserted that B does not exist (``snapshot-id: null``).
 
 ``candidate`` is pure (no I/O): the engine uses it to tell a rebase-eligible conflict from a 409
-without reading files. ``Rebaser.rebuild`` does the I/O, through ``catalog.manifest_io``
+without reading files. ``Rebaser.rebuild`` does the I/O, through ``catalog.storage.manifests``
 (pyiceberg's Avro reader and writers over the server's storage).
 """
 

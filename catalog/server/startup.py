@@ -20,11 +20,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy.exc
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
 from catalog import __version__
+from catalog.auth import identity
 from catalog.settings import Settings
+from catalog.storage import vending
+from catalog.store import migrate
+from catalog.store.db import create_engine
 
 log = logging.getLogger("catalog")
 
@@ -43,6 +48,13 @@ _SECRET = ("database_url", "secret", "token", "clients", "key")
 
 class Refused(Exception):
     """The server cannot start; the message is one line naming the setting and what to do."""
+
+
+def check_settings(settings: Settings) -> list[str]:
+    """Raise ``ConfigurationError`` for a configuration the server must not run with (each wing checks
+    its own settings); return the warnings."""
+    vending.check_settings(settings)  # storage access: vending without STS
+    return identity.check_settings(settings)
 
 
 def setting_name(field: str) -> str:
@@ -106,7 +118,7 @@ def url(settings: Settings) -> str:
 def auth_mode(settings: Settings) -> str:
     if not settings.auth_required:
         return "off (no token needed; anyone who reaches the port may do anything)"
-    from catalog.auth.identity import parse_clients
+    from catalog.auth.tokens import parse_clients
 
     ways = []
     if clients := parse_clients(settings.oauth_clients):
@@ -224,11 +236,6 @@ def prepare_database(settings: Settings) -> None:
     off, when readiness waits for ``iceberg-catalog migrate`` instead). One log line if it migrated."""
     if not (settings.is_sqlite or settings.auto_migrate):
         return
-    import sqlalchemy.exc
-
-    from catalog.store import migrate
-    from catalog.store.db import create_engine
-
     engine = create_engine(settings)
     try:
         before = migrate.current(engine)

@@ -36,7 +36,9 @@ from urllib.parse import urlparse
 from catalog import errors
 from catalog.locations import Locations
 from catalog.settings import Settings
-from catalog.storage.vending import USER_AGENT
+
+# Marks the server's own S3 and STS requests (the User-Agent's extra part) in the store's logs.
+USER_AGENT = "iceberg-catalog"
 
 
 class Storage(Protocol):

@@ -1,6 +1,6 @@
 """Manifest lists and manifests as bytes: pyiceberg's Avro reader and writers over the server's storage.
 
-The server reads and writes these files only through ``catalog.storage`` (confined, size-capped,
+The server reads and writes these files only through ``catalog.storage.backends`` (confined, size-capped,
 create-only), so pyiceberg's FileIO is replaced by in-memory inputs and outputs. pyiceberg 0.12 writes
 v1 and v2 manifest lists only; ``ListWriterV3`` is Java's ``ManifestListWriter.V3Writer``.
 """

@@ -18,36 +18,20 @@ from pyiceberg.io import S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT, FileIO, load_fi
 from pyiceberg.manifest import ManifestFile, read_manifest_list
 
 from catalog.settings import Settings
+from catalog.storage import vending
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 
 log = logging.getLogger("catalog.purge")
 
 
-def client_io_properties(settings: Settings) -> dict[str, str]:
-    """FileIO properties clients are told for reaching the warehouse storage (``/v1/config`` and
-    every loadTable ``config``): the client-facing endpoint and path style, never a credential."""
-    return _io_properties(settings, settings.client_s3_endpoint, settings.client_path_style_access)
-
-
 def server_io_properties(settings: Settings) -> dict[str, str]:
     """The server's own FileIO properties (purges): its endpoint and its own storage credentials.
     Never sent to a client."""
-    props = _io_properties(settings, settings.s3_endpoint, settings.s3_path_style_access)
+    props = vending.io_properties(settings, settings.s3_endpoint, settings.s3_path_style_access)
     if settings.s3_access_key_id:
         props["s3.access-key-id"] = settings.s3_access_key_id
     if settings.s3_secret_access_key:
         props["s3.secret-access-key"] = settings.s3_secret_access_key
-    return props
-
-
-def _io_properties(settings: Settings, endpoint: str | None, path_style: bool) -> dict[str, str]:
-    props: dict[str, str] = {}
-    if endpoint:
-        props["s3.endpoint"] = endpoint
-    if settings.warehouse.startswith(("s3://", "s3a://")):
-        props["s3.region"] = settings.s3_region
-        props["client.region"] = settings.s3_region
-        props["s3.path-style-access"] = str(path_style).lower()
     return props
 
 

@@ -1,5 +1,7 @@
-"""How a client reaches a table's files: what a table load (or the credentials route) adds to the
-table's ``config`` and which ``storage-credentials`` it carries. The one place that decides it.
+"""How a client reaches a table's files: the storage properties every client is told
+(``client_io_properties``: ``/v1/config`` and each load's ``config``), what a table load (or the
+credentials route) adds to the table's ``config`` and which ``storage-credentials`` it carries. The
+one place that decides it (remote signing's own properties are ``signing.properties_for``).
 
 Vended credentials (``CATALOG_S3_VEND_CREDENTIALS``, a client asking with
 ``X-Iceberg-Access-Delegation: vended-credentials``) are STS ``AssumeRole`` credentials: the server
@@ -27,10 +29,10 @@ from typing import Any
 from urllib.parse import quote, urlparse
 
 from catalog import errors, metrics
-from catalog.settings import Settings
+from catalog.settings import ConfigurationError, Settings
+from catalog.storage.backends import USER_AGENT
 
 # Marker in the User-Agent of every S3/STS request the server itself makes (botocore user_agent_extra).
-USER_AGENT = "iceberg-catalog"
 READ, WRITE = "read", "write"
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 REFRESH_ENABLED = "client.refresh-credentials-enabled"
@@ -49,10 +51,27 @@ _UNSCOPABLE = set("*?$")
 MAX_CACHED = 10_000
 
 
+def client_io_properties(settings: Settings) -> dict[str, str]:
+    """FileIO properties clients are told for reaching the warehouse storage (``/v1/config`` and
+    every loadTable ``config``): the client-facing endpoint and path style, never a credential."""
+    return io_properties(settings, settings.client_s3_endpoint, settings.client_path_style_access)
+
+
+def io_properties(settings: Settings, endpoint: str | None, path_style: bool) -> dict[str, str]:
+    """The FileIO properties that reach the warehouse's storage at ``endpoint`` (no credential):
+    shared by what clients are told and what the server's own FileIO uses (``purge.file_io``)."""
+    props: dict[str, str] = {}
+    if endpoint:
+        props["s3.endpoint"] = endpoint
+    if settings.warehouse.startswith(("s3://", "s3a://")):
+        props["s3.region"] = settings.s3_region
+        props["client.region"] = settings.s3_region
+        props["s3.path-style-access"] = str(path_style).lower()
+    return props
+
+
 def check_settings(settings: Settings) -> None:
     """Refuse to start with vending switched on but nothing to vend with (``ConfigurationError``)."""
-    from catalog.auth.identity import ConfigurationError
-
     if not settings.s3_vend_credentials:
         return
     if not settings.warehouse.startswith(("s3://", "s3a://")):

@@ -6,13 +6,39 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
   (``\\x1f``), ``parent`` the same for the parent ('' at the top level).
 - ``catalog_entries``: tables and views share one identifier space (a view and a table cannot have
   the same name), so both live here, told apart by ``kind``. ``metadata_location`` is THE pointer:
-  it only moves by a conditional UPDATE (see ``store.Store.swap_pointers``).
+  it only moves by a conditional UPDATE (see ``pointers.Pointers.swap_pointers``).
 - ``idempotency_keys``: the final response to each request that carried an ``Idempotency-Key``,
   replayed when the client retries it (see ``api.idempotency``). A commit's row is written in the
   commit's own transaction; ``metadata_location`` then stands for the response body's metadata.
-- ``grants``: one privilege on one object for one principal (see ``catalog.authz``); the object is
+- ``grants``: one privilege on one object for one principal (see ``auth/policy.py``); the object is
   its kind and its path joined like namespace names ('' for the catalog); ``source`` is ``api``
   (management API, CLI) or ``bootstrap`` (the ``CATALOG_AUTHZ_BOOTSTRAP`` file, kept in step with it).
+
+Every lock and serialisation on SQLite's write path, outermost first, and why each exists (SQLite
+has ONE writer at a time per database file; PostgreSQL needs none of the in-process ones, and the
+compare-and-swap alone decides correctness everywhere):
+
+1. ``commit/engine.py`` ``CommitEngine.serialised``: 1,024 process-local slot locks, one per
+   entry's name hash, held for a commit's read-apply-write-swap. Not for correctness: a commit that
+   queued behind another to the same table reads the pointer that one left, so a stale requirement
+   is refused (409) before a file is written, and a lost CAS is rare within one process.
+2. ``commit/grouping.py`` ``GroupCommitter``: per table and process, one leader lands the appends
+   that queued while the previous group was landing (under lock 1 for that table), so N appends
+   cost one metadata file and one CAS instead of N.
+3. ``store/sql.py`` ``Database._writers``: one process-wide ``threading.Lock`` around every write
+   transaction on SQLite (``_write`` and the CAS). Writers of this process queue on it and are
+   handed the database at once, instead of on SQLite's busy handler, which polls with sleeps of up
+   to 100 ms.
+4. ``store/db.py`` ``_configure_sqlite``: ``BEGIN IMMEDIATE`` for every non-autocommit transaction,
+   so a transaction takes the write lock when it begins; a deferred one that read first could fail
+   with "database is locked" when it upgrades. Between processes (workers, the CLI) this and the
+   30 s ``busy_timeout`` are what serialise writers.
+5. ``store/pointers.py`` ``Pointers._swap_pointers``: the CAS runs on a raw DBAPI connection (the
+   measured fast path), outside SQLAlchemy's ``begin`` event, so it issues its own
+   ``BEGIN IMMEDIATE`` for the same reason as 4.
+On PostgreSQL, the one serialisation the catalog adds is ``entries.Store._location_free``: an
+advisory lock held by the rare transactions that claim a location (creates, registers, moves),
+never by commits.
 """
 
 from __future__ import annotations
@@ -23,9 +49,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from catalog.names import SEP
 from catalog.settings import Settings
-
-SEP = "\x1f"
 
 metadata = sa.MetaData()
 

@@ -1,0 +1,29 @@
+"""What every handler may use, in one typed object: built once at start-up by the server's wiring
+(``server/app.py``) and given to each handler as its ``ctx`` dependency (and to the middleware as
+``app.state.ctx``). A handler's signature says what it uses; nothing else is reachable from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from catalog.auth.grants import Access
+from catalog.auth.identity import Authenticator
+from catalog.auth.lockout import FailureLimiter
+from catalog.service import Catalog
+from catalog.storage.signing import Signer
+from catalog.storage.vending import Vendor
+
+
+@dataclass(frozen=True, slots=True)
+class AppState:
+    catalog: Catalog  # the use cases: namespaces, tables, views, commits
+    access: Access  # the grants in force
+    authenticator: Authenticator  # bearer token -> principal (the token endpoint issues built-in ones)
+    limiter: FailureLimiter  # failed token requests
+    signer: Signer | None  # remote signing, when switched on for an S3 warehouse
+    vendor: Vendor | None  # vended credentials, when switched on
+    client_io: dict[str, str]  # the storage properties every client is told (storage/vending.py)
+    table_config: bytes  # ``client_io`` as the JSON of a load result's ``config``
+    config_body: bytes  # the answer to GET /v1/config
+    prefix: str  # the advertised route prefix ('' for none)

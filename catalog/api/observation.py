@@ -1,0 +1,101 @@
+"""What every request leaves behind: its id (``X-Request-Id``), its count and latency by route
+template and status, its access line, and the audit line of each mutating request and refusal."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from catalog import logs, metrics
+from catalog.auth.principals import ANONYMOUS
+
+audit_log = logging.getLogger("catalog.audit")
+access_log = logging.getLogger("catalog.access")
+# Probes and scrapes come every few seconds: their access lines are at debug, the others at info.
+_QUIET_ROUTES = frozenset({"/health/live", "/health/ready", "/metrics"})
+_MUTATING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
+
+
+class RequestObservation:
+    """Per request: an id (``X-Request-Id``, taken from the client or made up) in logs and the
+    response, the request count and latency by route template and status, the access line (method,
+    route template, status, duration, principal when authentication is on; info, probes and scrapes
+    at debug), and the audit line of each mutating request and each refusal (principal, action,
+    object, outcome, request id; the principal and object as the route's authorization check
+    recorded them)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1")[:64]
+        rid = incoming or uuid.uuid4().hex[:16]
+        token = logs.request_id.set(rid)
+        scope["audit"] = audit = {}
+        status = 500
+        start = time.perf_counter()
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode("latin-1"))]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            handler = scope.get("route_handler")
+            route = handler.paths and sorted(handler.paths)[0] if handler is not None else "unmatched"
+            seconds = time.perf_counter() - start
+            metrics.REQUESTS.labels(scope["method"], route, str(status)).inc()
+            metrics.REQUEST_SECONDS.labels(scope["method"], route).observe(seconds)
+            _access(scope, route, status, seconds, audit)
+            if scope["method"] in _MUTATING or status in (401, 403):
+                _audit(scope, handler, audit, status)
+            logs.request_id.reset(token)
+
+
+def _access(scope: dict[str, Any], route: str, status: int, seconds: float, audit: dict[str, Any]) -> None:
+    level = logging.DEBUG if route in _QUIET_ROUTES else logging.INFO
+    if not access_log.isEnabledFor(level):
+        return
+    fields: dict[str, Any] = {
+        "method": scope["method"],
+        "route": route,
+        "status": status,
+        "duration_ms": round(seconds * 1000, 2),
+    }
+    who = scope.get("principal")
+    if who is not None and who is not ANONYMOUS:  # authentication is on
+        fields["principal"] = audit.get("principal") or who.name
+    access_log.log(
+        level, "%s %s -> %s in %.1f ms", scope["method"], route, status, seconds * 1000, extra={"fields": fields}
+    )
+
+
+def _audit(scope: dict[str, Any], handler: Any, audit: dict[str, Any], status: int) -> None:
+    who = scope.get("principal")
+    fields = {
+        "principal": audit.get("principal") or (who.name if who is not None else None),
+        "action": handler.handler_name if handler is not None else "unmatched",
+        "object": audit.get("object"),
+        "privileges": audit.get("privileges"),
+        "outcome": "allowed" if status < 400 else ("denied" if status in (401, 403) else "failed"),
+        "status": status,
+        "method": scope["method"],
+        "path": scope.get("path"),
+    }
+    audit_log.info(
+        "%s %s %s -> %s",
+        fields["principal"],
+        fields["action"],
+        fields["object"] or "-",
+        status,
+        extra={"fields": fields},
+    )

@@ -1,0 +1,166 @@
+"""The layout of ``catalog/`` holds: no import cycles, and every import goes down the floors.
+
+Read from the source with ``ast``, so every import counts: top-level ones, those inside functions
+(lazy), and those under ``TYPE_CHECKING``. The floors, lowest first, are the ones the layout page
+(docs/internals.md) describes; a module may import a module on a lower floor, or one in its own
+folder. Two folders on the same floor never import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "catalog"
+
+# Lowest first. A name is a module (catalog.errors) or a folder (catalog.store, meaning its modules).
+FLOORS: list[tuple[str, ...]] = [
+    (
+        "catalog",
+        "catalog.errors",
+        "catalog.settings",
+        "catalog.names",
+        "catalog.locations",
+        "catalog.metrics",
+        "catalog.logs",
+    ),  # fmt: skip
+    ("catalog.metadata", "catalog.auth.policy"),  # pure: the ground floor only
+    ("catalog.store", "catalog.storage"),
+    ("catalog.auth",),
+    ("catalog.commit",),
+    ("catalog.service",),
+    ("catalog.api",),
+    ("catalog.server",),
+    ("catalog.cli",),
+    ("catalog.__main__",),
+]
+PURE = ("catalog.metadata", "catalog.auth.policy")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The catalog modules ``name`` imports, wherever the import statement stands."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            # ``from pkg import mod`` imports the module; ``from mod import name`` the module itself
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t in known and t != name)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def floor_of(name: str) -> tuple[int, str]:
+    """(floor, the floor entry that holds ``name``), the most specific entry winning."""
+    best: tuple[int, str] | None = None
+    for level, entries in enumerate(FLOORS):
+        for entry in entries:
+            if (name == entry or name.startswith(entry + ".")) and (best is None or len(entry) > len(best[1])):
+                best = (level, entry)
+    assert best is not None, f"{name} is on no floor: add it to FLOORS (and to the layout page)"
+    return best
+
+
+def folder(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+def test_every_module_is_on_a_floor() -> None:
+    for name in modules():
+        floor_of(name)
+
+
+def test_no_import_cycles_lazy_imports_included() -> None:
+    edges = graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_imports_go_down_the_floors() -> None:
+    wrong = []
+    for name, targets in graph().items():
+        level, _ = floor_of(name)
+        for target in targets:
+            target_level, _ = floor_of(target)
+            if target.startswith(name + "."):
+                continue  # a package's own modules
+            if folder(target) == folder(name) and (folder(name) != "catalog" or target_level == level):
+                continue  # a module of the same folder (on the ground floor: of the ground floor)
+            if target_level >= level:
+                wrong.append(f"{name} (floor {level}) imports {target} (floor {target_level})")
+    assert wrong == []
+
+
+def test_pure_modules_import_only_the_ground_floor() -> None:
+    for name, targets in graph().items():
+        if name.startswith(PURE):
+            for target in targets:
+                ok = floor_of(target)[0] == 0 or folder(target) == folder(name) or target.startswith(name + ".")
+                assert ok, f"{name} imports {target}"
+
+
+@pytest.mark.parametrize("probe", ["cycle", "upward"])
+def test_the_checks_catch_what_they_guard(probe: str, tmp_path: Path) -> None:
+    """The graph reader sees a lazy import and resolves relative ones (else the tests above pass vacuously)."""
+    lazy = tmp_path / "m.py"
+    lazy.write_text("def f():\n    from catalog.service import Catalog\n    from . import errors\n")
+    found = imports("catalog.store.m", lazy, {"catalog.service", "catalog.store.errors", "catalog.errors"})
+    assert found == {"catalog.service", "catalog.store.errors"}
+    if probe == "upward":
+        assert floor_of("catalog.store.entries")[0] < floor_of("catalog.service")[0]
