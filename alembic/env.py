@@ -1,4 +1,4 @@
-"""Alembic environment: runs migrations on the connection given by ``catalog.migrate`` (or, from
+"""Alembic environment: runs migrations on the connection given by ``catalog.store.migrate`` (or, from
 the CLI, on ``CATALOG_DATABASE_URL`` / the ini's ``sqlalchemy.url``)."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
 
 from catalog.api import wire
-from catalog.api.context import AppState
+from catalog.api.context import Ctx
 from catalog.settings import Settings
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
@@ -21,7 +21,7 @@ _NOT_ADVERTISED = ("/v1/config", "/v1/oauth/tokens")
 
 
 @get("/v1/config", sync_to_thread=False)
-def get_config(ctx: AppState) -> Response:
+def get_config(ctx: Ctx) -> Response:
     return wire.raw_json_response(ctx.config_body)
 
 

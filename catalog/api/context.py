@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from litestar.di import NamedDependency
+
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
@@ -27,3 +29,7 @@ class AppState:
     table_config: bytes  # ``client_io`` as the JSON of a load result's ``config``
     config_body: bytes  # the answer to GET /v1/config
     prefix: str  # the advertised route prefix ('' for none)
+
+
+# A route handler's ``ctx: Ctx`` parameter: the AppState, by the dependency named ``ctx``.
+Ctx = NamedDependency[AppState]

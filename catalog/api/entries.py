@@ -8,10 +8,11 @@ import hashlib
 
 import orjson
 from litestar import Request, Response, delete, get, head, post
+from litestar.params import FromPath, RawBody
 
 from catalog import errors
 from catalog.api import guard, idempotency, wire
-from catalog.api.context import AppState
+from catalog.api.context import AppState, Ctx
 from catalog.api.models import (
     CommitRequest,
     CommitTransactionRequest,
@@ -41,12 +42,12 @@ LOAD_RESULT = {**wire.IDEMPOTENT, "result": "load"}
 
 
 @get(TABLES)
-async def list_tables(namespace: str, request: Request, ctx: AppState) -> Response:
+async def list_tables(namespace: FromPath[str], request: Request, ctx: Ctx) -> Response:
     return await _list(TABLE, namespace, request, ctx)
 
 
 @get(VIEWS)
-async def list_views(namespace: str, request: Request, ctx: AppState) -> Response:
+async def list_views(namespace: FromPath[str], request: Request, ctx: Ctx) -> Response:
     return await _list(VIEW, namespace, request, ctx)
 
 
@@ -66,7 +67,7 @@ async def _list(kind: Kind, namespace: str, request: Request, ctx: AppState) -> 
 
 
 @get(TABLE_PATH)
-async def load_table(namespace: str, table: str, request: Request, ctx: AppState) -> Response:
+async def load_table(namespace: FromPath[str], table: FromPath[str], request: Request, ctx: Ctx) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
     mode = (request.query_params.get("snapshots") or "all").lower()
@@ -82,19 +83,19 @@ async def load_table(namespace: str, table: str, request: Request, ctx: AppState
 
 
 @get(VIEW_PATH)
-async def load_view(namespace: str, view: str, request: Request, ctx: AppState) -> Response:
+async def load_view(namespace: FromPath[str], view: FromPath[str], request: Request, ctx: Ctx) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(view)
     await guard.require(request, [(Privilege.READ, policy.entry("view", ns, name))])
     return await _loaded(await wire.blocking(ctx.catalog.load, VIEW, ns, name), ctx)
 
 
 @head(TABLE_PATH, status_code=204)
-async def table_exists(namespace: str, table: str, request: Request, ctx: AppState) -> None:
+async def table_exists(namespace: FromPath[str], table: FromPath[str], request: Request, ctx: Ctx) -> None:
     await _exists(TABLE, namespace, table, request, ctx)
 
 
 @head(VIEW_PATH, status_code=204)
-async def view_exists(namespace: str, view: str, request: Request, ctx: AppState) -> None:
+async def view_exists(namespace: FromPath[str], view: FromPath[str], request: Request, ctx: Ctx) -> None:
     await _exists(VIEW, namespace, view, request, ctx)
 
 
@@ -108,7 +109,7 @@ async def _exists(kind: Kind, namespace: str, name: str, request: Request, ctx: 
 
 
 @post(TABLES, opt=LOAD_RESULT)
-async def create_table(namespace: str, body: bytes, request: Request, ctx: AppState) -> Response:
+async def create_table(namespace: FromPath[str], body: RawBody, request: Request, ctx: Ctx) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(CreateTableRequest, body)
     await guard.require(request, [(Privilege.CREATE, policy.namespace(ns))])
@@ -131,7 +132,7 @@ async def create_table(namespace: str, body: bytes, request: Request, ctx: AppSt
 
 
 @post(VIEWS)
-async def create_view(namespace: str, body: bytes, request: Request, ctx: AppState) -> Response:
+async def create_view(namespace: FromPath[str], body: RawBody, request: Request, ctx: Ctx) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(CreateViewRequest, body)
     await guard.require(request, [(Privilege.CREATE, policy.namespace(ns))])
@@ -140,7 +141,7 @@ async def create_view(namespace: str, body: bytes, request: Request, ctx: AppSta
 
 
 @post("/v1/namespaces/{namespace:str}/register", opt=wire.IDEMPOTENT)
-async def register_table(namespace: str, body: bytes, request: Request, ctx: AppState) -> Response:
+async def register_table(namespace: FromPath[str], body: RawBody, request: Request, ctx: Ctx) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(RegisterTableRequest, body)
     needs = [(Privilege.REGISTER, policy.namespace(ns))]
@@ -152,7 +153,7 @@ async def register_table(namespace: str, body: bytes, request: Request, ctx: App
 
 
 @post("/v1/namespaces/{namespace:str}/register-view", opt=wire.IDEMPOTENT)
-async def register_view(namespace: str, body: bytes, request: Request, ctx: AppState) -> Response:
+async def register_view(namespace: FromPath[str], body: RawBody, request: Request, ctx: Ctx) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(RegisterViewRequest, body)
     await guard.require(request, [(Privilege.REGISTER, policy.namespace(ns))])
@@ -163,16 +164,22 @@ async def register_view(namespace: str, body: bytes, request: Request, ctx: AppS
 
 
 @post(TABLE_PATH, opt=COMMIT_RESULT)
-async def update_table(namespace: str, table: str, body: bytes, request: Request, ctx: AppState) -> Response:
+async def update_table(
+    namespace: FromPath[str], table: FromPath[str], body: RawBody, request: Request, ctx: Ctx
+) -> Response:
     return await _commit_one(TABLE, namespace, table, body, request, ctx)
 
 
 @post(VIEW_PATH, opt=LOAD_RESULT)
-async def replace_view(namespace: str, view: str, body: bytes, request: Request, ctx: AppState) -> Response:
+async def replace_view(
+    namespace: FromPath[str], view: FromPath[str], body: RawBody, request: Request, ctx: Ctx
+) -> Response:
     return await _commit_one(VIEW, namespace, view, body, request, ctx)
 
 
-async def _commit_one(kind: Kind, namespace: str, name: str, body: bytes, request: Request, ctx: AppState) -> Response:
+async def _commit_one(
+    kind: Kind, namespace: str, name: str, body: RawBody, request: Request, ctx: AppState
+) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(name)
     req = wire.parse(CommitRequest, body)
     if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
@@ -192,7 +199,7 @@ async def _commit_one(kind: Kind, namespace: str, name: str, body: bytes, reques
 
 
 @post("/v1/transactions/commit", status_code=204, opt=wire.IDEMPOTENT)
-async def commit_transaction(body: bytes, request: Request, ctx: AppState) -> Response[None]:
+async def commit_transaction(body: RawBody, request: Request, ctx: Ctx) -> Response[None]:
     req = wire.parse(CommitTransactionRequest, body)
     changes = []
     for change in req.table_changes:
@@ -211,12 +218,12 @@ async def commit_transaction(body: bytes, request: Request, ctx: AppState) -> Re
 
 
 @delete(TABLE_PATH, status_code=204, opt=wire.IDEMPOTENT)
-async def drop_table(namespace: str, table: str, request: Request, ctx: AppState) -> None:
+async def drop_table(namespace: FromPath[str], table: FromPath[str], request: Request, ctx: Ctx) -> None:
     await _drop(TABLE, namespace, table, request, ctx)
 
 
 @delete(VIEW_PATH, status_code=204, opt=wire.IDEMPOTENT)
-async def drop_view(namespace: str, view: str, request: Request, ctx: AppState) -> None:
+async def drop_view(namespace: FromPath[str], view: FromPath[str], request: Request, ctx: Ctx) -> None:
     await _drop(VIEW, namespace, view, request, ctx)
 
 
@@ -228,16 +235,16 @@ async def _drop(kind: Kind, namespace: str, name: str, request: Request, ctx: Ap
 
 
 @post("/v1/tables/rename", status_code=204, opt=wire.IDEMPOTENT)
-async def rename_table(body: bytes, request: Request, ctx: AppState) -> None:
+async def rename_table(body: RawBody, request: Request, ctx: Ctx) -> None:
     await _rename(TABLE, body, request, ctx)
 
 
 @post("/v1/views/rename", status_code=204, opt=wire.IDEMPOTENT)
-async def rename_view(body: bytes, request: Request, ctx: AppState) -> None:
+async def rename_view(body: RawBody, request: Request, ctx: Ctx) -> None:
     await _rename(VIEW, body, request, ctx)
 
 
-async def _rename(kind: Kind, body: bytes, request: Request, ctx: AppState) -> None:
+async def _rename(kind: Kind, body: RawBody, request: Request, ctx: AppState) -> None:
     """Both ends: dropping the source name, creating in the destination namespace."""
     req = wire.parse(RenameTableRequest, body)
     source, destination = wire.identifier(req.source), wire.identifier(req.destination)
@@ -249,7 +256,7 @@ async def _rename(kind: Kind, body: bytes, request: Request, ctx: AppState) -> N
 
 
 @get(TABLE_PATH + "/credentials")
-async def load_credentials(namespace: str, table: str, request: Request, ctx: AppState) -> Response:
+async def load_credentials(namespace: FromPath[str], table: FromPath[str], request: Request, ctx: Ctx) -> Response:
     """Fresh table-scoped storage credentials (see ``catalog.storage.vending``): read-only or read-write
     as the caller's privileges on the table allow; an empty list when vending is off."""
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
@@ -264,7 +271,9 @@ async def load_credentials(namespace: str, table: str, request: Request, ctx: Ap
 
 
 @post(TABLE_PATH + "/metrics", status_code=204)
-async def report_metrics(namespace: str, table: str, body: bytes, request: Request, ctx: AppState) -> None:
+async def report_metrics(
+    namespace: FromPath[str], table: FromPath[str], body: RawBody, request: Request, ctx: Ctx
+) -> None:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     wire.parse(ReportMetricsRequest, body)
     await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])

@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from litestar import Request, Response
+from litestar.params import RawBody
 
 from catalog import errors
 from catalog.api import wire
@@ -208,7 +209,7 @@ async def _read_body(scope: dict[str, Any], receive: Any, limit: int) -> bytes |
             return b"".join(chunks)
 
 
-def _replayed(body: bytes) -> Any:
+def _replayed(body: RawBody) -> Any:
     sent = False
 
     async def receive() -> dict[str, Any]:
@@ -221,6 +222,6 @@ def _replayed(body: bytes) -> Any:
     return receive
 
 
-async def _send(send: Any, status: int, headers: list, body: bytes) -> None:
+async def _send(send: Any, status: int, headers: list, body: RawBody) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -17,10 +17,11 @@ from typing import Any
 
 import orjson
 from litestar import Request, Response, delete, get, post
+from litestar.params import FromPath, RawBody
 
 from catalog import errors
 from catalog.api import guard, wire
-from catalog.api.context import AppState
+from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Grant, Privilege, principal_keys
 
@@ -29,7 +30,7 @@ MAX_GRANTS_PER_REQUEST = 100
 
 
 @get(BASE + "/whoami")
-async def whoami(request: Request, ctx: AppState) -> Response:
+async def whoami(request: Request, ctx: Ctx) -> Response:
     who = guard.principal(request)
     keys = set(principal_keys(who.name, who.groups))
     grants = await wire.blocking(ctx.access.store.list_grants)
@@ -44,7 +45,7 @@ async def whoami(request: Request, ctx: AppState) -> Response:
 
 
 @get(BASE + "/grants")
-async def list_grants(request: Request, ctx: AppState) -> Response:
+async def list_grants(request: Request, ctx: Ctx) -> Response:
     wanted = request.query_params.get("principal")
     grants = [g for g in await wire.blocking(ctx.access.store.list_grants) if wanted in (None, g.principal)]
     manageable = [await guard.holds(request, Privilege.MANAGE_GRANTS, g.target) for g in grants]
@@ -52,7 +53,7 @@ async def list_grants(request: Request, ctx: AppState) -> Response:
 
 
 @post(BASE + "/grants", status_code=201)
-async def add_grants(body: bytes, request: Request, ctx: AppState) -> Response:
+async def add_grants(body: RawBody, request: Request, ctx: Ctx) -> Response:
     doc = _json(body)
     grants = [Grant(g.principal, g.privilege, g.target) for g in policy.parse_grants({"grants": [doc]})]
     if len(grants) > MAX_GRANTS_PER_REQUEST:
@@ -63,7 +64,7 @@ async def add_grants(body: bytes, request: Request, ctx: AppState) -> Response:
 
 
 @delete(BASE + "/grants/{grant_id:str}", status_code=204)
-async def revoke_grant(grant_id: str, request: Request, ctx: AppState) -> None:
+async def revoke_grant(grant_id: FromPath[str], request: Request, ctx: Ctx) -> None:
     if not grant_id.isdigit() or len(grant_id) > 18:
         raise errors.BadRequest("A grant id is a number")
     found = [g for g in await wire.blocking(ctx.access.store.list_grants) if g.id == int(grant_id)]
@@ -73,7 +74,7 @@ async def revoke_grant(grant_id: str, request: Request, ctx: AppState) -> None:
     await wire.blocking(ctx.access.revoke, found[0].id)
 
 
-def _json(body: bytes) -> Any:
+def _json(body: RawBody) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:

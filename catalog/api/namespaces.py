@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from litestar import Request, Response, delete, get, head, post
+from litestar.params import FromPath, RawBody
 
 from catalog import errors
 from catalog.api import guard, wire
-from catalog.api.context import AppState
+from catalog.api.context import Ctx
 from catalog.api.models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
@@ -15,7 +16,7 @@ NS = "/v1/namespaces/{namespace:str}"
 
 
 @get("/v1/namespaces")
-async def list_namespaces(request: Request, ctx: AppState) -> Response:
+async def list_namespaces(request: Request, ctx: Ctx) -> Response:
     parent = wire.decode_parent(request.query_params.get("parent"))
     if parent:
         await guard.require_visible(request, policy.namespace(parent))
@@ -29,7 +30,7 @@ async def list_namespaces(request: Request, ctx: AppState) -> Response:
 
 
 @post("/v1/namespaces", opt=wire.IDEMPOTENT)
-async def create_namespace(body: bytes, request: Request, ctx: AppState) -> Response:
+async def create_namespace(body: RawBody, request: Request, ctx: Ctx) -> Response:
     req = wire.parse(CreateNamespaceRequest, body)
     await guard.require(request, [(Privilege.CREATE, policy.namespace(req.namespace[:-1]))])
     await wire.blocking(ctx.catalog.create_namespace, tuple(req.namespace), req.properties)
@@ -37,7 +38,7 @@ async def create_namespace(body: bytes, request: Request, ctx: AppState) -> Resp
 
 
 @get(NS)
-async def load_namespace(namespace: str, request: Request, ctx: AppState) -> Response:
+async def load_namespace(namespace: FromPath[str], request: Request, ctx: Ctx) -> Response:
     ns = wire.decode_namespace(namespace)
     await guard.require_visible(request, policy.namespace(ns))
     return wire.json_response(
@@ -46,21 +47,21 @@ async def load_namespace(namespace: str, request: Request, ctx: AppState) -> Res
 
 
 @head(NS, status_code=204)
-async def namespace_exists(namespace: str, request: Request, ctx: AppState) -> None:
+async def namespace_exists(namespace: FromPath[str], request: Request, ctx: Ctx) -> None:
     ns = wire.decode_namespace(namespace)
     await guard.require_visible(request, policy.namespace(ns))
     await wire.blocking(ctx.catalog.load_namespace, ns)
 
 
 @delete(NS, status_code=204, opt=wire.IDEMPOTENT)
-async def drop_namespace(namespace: str, request: Request, ctx: AppState) -> None:
+async def drop_namespace(namespace: FromPath[str], request: Request, ctx: Ctx) -> None:
     ns = wire.decode_namespace(namespace)
     await guard.require(request, [(Privilege.DROP, policy.namespace(ns))])
     await wire.blocking(ctx.catalog.drop_namespace, ns)
 
 
 @post(NS + "/properties", opt=wire.IDEMPOTENT)
-async def update_properties(namespace: str, body: bytes, request: Request, ctx: AppState) -> Response:
+async def update_properties(namespace: FromPath[str], body: RawBody, request: Request, ctx: Ctx) -> Response:
     ns = wire.decode_namespace(namespace)
     req = wire.parse(UpdateNamespacePropertiesRequest, body)
     await guard.require(request, [(Privilege.MANAGE_PROPERTIES, policy.namespace(ns))])

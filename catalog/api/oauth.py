@@ -21,10 +21,11 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from litestar import Request, Response, post
+from litestar.params import RawBody
 
 from catalog import errors
 from catalog.api import wire
-from catalog.api.context import AppState
+from catalog.api.context import Ctx
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
 from catalog.auth.principals import ANONYMOUS, UNAUTHENTICATED, IdentityProviderUnavailable, InvalidToken
@@ -34,7 +35,7 @@ audit = logging.getLogger("catalog.audit")
 
 
 @post(TOKEN_PATH, status_code=200)
-async def get_token(request: Request, body: bytes, ctx: AppState) -> Response:
+async def get_token(request: Request, body: RawBody, ctx: Ctx) -> Response:
     form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
     client_id, client_secret = form.get("client_id", ""), form.get("client_secret", "")
     basic = request.headers.get("authorization", "")

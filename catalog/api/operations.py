@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from catalog import __version__
 from catalog.api import wire
-from catalog.api.context import AppState
+from catalog.api.context import Ctx
 from catalog.metrics import exposition
 
 DOCS = "https://github.com/apache/iceberg/blob/main/open-api/rest-catalog-open-api.yaml"
@@ -46,7 +46,7 @@ READY_WITHIN_S = 2.0
 
 
 @get("/health/ready")
-async def ready(ctx: AppState) -> Response:
+async def ready(ctx: Ctx) -> Response:
     """Database reachable, schema at head, storage reachable: 200; otherwise 503 with the reasons.
 
     The checks run on the service's own threads and are awaited here, never on a request thread:

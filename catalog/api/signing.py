@@ -11,11 +11,12 @@ from typing import Any
 
 import orjson
 from litestar import Request, Response, post
+from litestar.params import FromPath, RawBody
 from pydantic import BaseModel, ConfigDict, Field
 
 from catalog import errors, metrics
 from catalog.api import guard, wire
-from catalog.api.context import AppState
+from catalog.api.context import AppState, Ctx
 from catalog.api.entries import TABLE_PATH
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
@@ -40,7 +41,9 @@ class RemoteSignRequest(BaseModel):
 
 
 @post(TABLE_PATH + "/sign", status_code=200)
-async def sign_request(namespace: str, table: str, body: bytes, request: Request, ctx: AppState) -> Response:
+async def sign_request(
+    namespace: FromPath[str], table: FromPath[str], body: RawBody, request: Request, ctx: Ctx
+) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     signer: signing.Signer | None = ctx.signer
     if signer is None:
