@@ -85,6 +85,31 @@ VENDED_CREDENTIALS = Counter(
     ["access"],
     registry=REGISTRY,
 )
+MAINTENANCE_TASKS = Counter(
+    "catalog_maintenance_tasks_total",
+    "Maintenance task attempts by kind (expire-snapshots | remove-orphans), outcome (done | skipped | retry | failed)",
+    ["kind", "outcome"],
+    registry=REGISTRY,
+)
+MAINTENANCE_SECONDS = Histogram(
+    "catalog_maintenance_task_duration_seconds",
+    "Maintenance task attempt duration, by kind",
+    ["kind"],
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800),
+    registry=REGISTRY,
+)
+MAINTENANCE_FILES_DELETED = Counter(
+    "catalog_maintenance_files_deleted_total", "Files deleted by maintenance, by kind", ["kind"], registry=REGISTRY
+)
+MAINTENANCE_BYTES_DELETED = Counter(
+    "catalog_maintenance_bytes_deleted_total",
+    "Bytes deleted by maintenance (where the size is known: orphans), by kind",
+    ["kind"],
+    registry=REGISTRY,
+)
+MAINTENANCE_SNAPSHOTS_EXPIRED = Counter(
+    "catalog_maintenance_snapshots_expired_total", "Snapshots removed by snapshot expiry", registry=REGISTRY
+)
 SIGN_REQUESTS = Counter(
     "catalog_s3_sign_requests_total",
     "S3 remote signing requests, by outcome (signed | denied: refused 403 by grants or confinement)",
@@ -101,10 +126,13 @@ class GaugeCollector:
         self.sources: dict[str, tuple[str, Callable[[], float]]] = {}
         self.shared: dict[str, Gauge] = {}
 
-    def add(self, name: str, doc: str, read: Callable[[], float]) -> None:
+    def add(self, name: str, doc: str, read: Callable[[], float], shared_by_workers: bool = False) -> None:
+        """``shared_by_workers``: every worker reads the same value (from the database), reported
+        once (the largest) instead of summed."""
         self.sources[name] = (doc, read)
         if MULTIPROCESS:
-            self.shared[name] = Gauge(name, doc, multiprocess_mode="livesum", registry=None)
+            mode = "livemax" if shared_by_workers else "livesum"
+            self.shared[name] = Gauge(name, doc, multiprocess_mode=mode, registry=None)
 
     def collect(self) -> Iterator[Metric]:
         for name, (doc, read) in self.sources.items():

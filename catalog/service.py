@@ -17,6 +17,8 @@ from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
 from catalog.locations import is_within, normalise
+from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
+from catalog.maintenance.care import Care
 from catalog.metadata import registered, tables, views
 from catalog.names import check_name, check_namespace
 from catalog.settings import Settings
@@ -27,6 +29,7 @@ from catalog.store import migrate
 from catalog.store.entries import Store, name_taken
 from catalog.store.ownership import Ownership
 from catalog.store.pointers import Entry, KeyRecord
+from catalog.store.tasks import Task
 
 log = logging.getLogger("catalog.service")
 Namespace = tuple[str, ...]
@@ -41,6 +44,7 @@ class Catalog:
         self.files = files
         self.ownership = Ownership(store, storage.locations)
         self.engine = CommitEngine(settings, store, files, self.ownership, grouping=GroupCommitter)
+        self.care = Care(settings, store, storage, files, self.ownership, self.engine)
         # Readiness checks run on their own threads, one at a time per check, so that a stalled
         # dependency neither takes request threads nor piles up checks.
         self._probe_threads = ThreadPoolExecutor(max_workers=3, thread_name_prefix="readiness")
@@ -302,6 +306,31 @@ class Catalog:
             chosen = f"{base}/{stem}-{uuid.uuid4().hex[:8]}"
         self.ownership.claim(chosen)
         return chosen
+
+    # -- table care ------------------------------------------------------------------------------
+
+    def maintain(self, ns: Namespace, name: str, kinds: Sequence[str], dry_run: bool) -> list[tuple[Task, bool]]:
+        """Queue ``kinds`` of care for the table now (a task of a kind already queued or running is
+        returned as it is, with False); workers run them."""
+        unknown = [k for k in kinds if k not in MAINTENANCE_KINDS]
+        if unknown or not kinds:
+            raise errors.BadRequest(f"Unknown maintenance kinds {unknown}: choose from {list(MAINTENANCE_KINDS)}")
+        entry = self.entry(TABLE, ns, name)
+        uuid = self.files.read(entry.metadata_location).data.get("table-uuid")
+        options = {"dry-run": dry_run, "forced": True}
+        return [self.store.enqueue(kind, entry.id, uuid, entry.namespace, entry.name, options) for kind in kinds]
+
+    def maintenance_tasks(
+        self, ns: Namespace | None, name: str | None, states: Sequence[str], limit: int
+    ) -> list[Task]:
+        entry_id = self.entry(TABLE, ns, name).id if ns is not None and name is not None else None
+        return self.store.list_tasks(entry_id, states, limit)
+
+    def maintenance_task(self, task_id: int) -> Task:
+        task = self.store.get_task(task_id)
+        if task is None:
+            raise errors.NotFound(f"Maintenance task does not exist: {task_id}")
+        return task
 
     def backfill_locations(self, batch: int = 500) -> int:
         """Fill in the locations of entries created before migration 0003 (read from their metadata

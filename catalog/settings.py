@@ -267,6 +267,48 @@ class Settings(BaseSettings):
         description="Storage calls in flight at once, fewer than the request threads (40), so that a stalled "
         "store cannot take every thread: loads of cached tables, namespace routes and health stay served.",
     )
+    # -- table care (catalog/maintenance/) ----------------------------------------------------------
+    maintenance_enabled: bool = Field(
+        default=True,
+        description="The catalog expires snapshots and removes orphan files of its tables by itself. A table's or "
+        "namespace's catalog.maintenance.enabled property overrides it.",
+    )
+    maintenance_workers: int = Field(
+        default=1, ge=0, le=16, description="Maintenance threads in each server process (0: this process runs none)."
+    )
+    maintenance_interval_seconds: float = Field(
+        default=60.0, gt=0, description="How often the scheduler (one per deployment) looks for tables due for care."
+    )
+    maintenance_expire_every_minutes: float = Field(
+        default=60.0,
+        ge=0,
+        description="Snapshot expiry runs on a table whose pointer moved, at most this often.",
+    )
+    maintenance_orphans_every_hours: float = Field(
+        default=24.0, ge=0, description="Orphan removal runs on each table this often."
+    )
+    maintenance_orphan_age_hours: float = Field(
+        default=72.0,
+        ge=1,
+        description="Files no metadata references are removed only once they are older than this (in-flight "
+        "writers and staged creates write files before they commit).",
+    )
+    maintenance_max_snapshot_age_ms: int = Field(
+        default=5 * 24 * 3600 * 1000,
+        ge=0,
+        description="history.expire.max-snapshot-age-ms for tables and namespaces that do not set it.",
+    )
+    maintenance_min_snapshots_to_keep: int = Field(
+        default=1,
+        ge=1,
+        description="history.expire.min-snapshots-to-keep for tables and namespaces that do not set it.",
+    )
+    maintenance_lease_seconds: float = Field(
+        default=60.0, ge=5, description="A running task's lease: a worker killed for longer is replaced."
+    )
+    maintenance_max_attempts: int = Field(
+        default=5, ge=1, description="Attempts of a maintenance task before it is failed (backoff in between)."
+    )
 
     @field_validator("database_url")
     @classmethod

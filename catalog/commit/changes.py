@@ -52,6 +52,9 @@ class Change:
     requirements: Sequence[dict[str, Any]] = ()
     updates: Sequence[dict[str, Any]] = ()
     created: dict[str, Any] | None = None
+    # A check of the result against the base it was applied to, for the catalog's own commits
+    # (maintenance): raises errors.CommitFailed (a 409, never retried) when the result must not land.
+    guard: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
 
     @property
     def ident(self) -> str:

@@ -186,7 +186,10 @@ class CommitEngine:
             return change.created, None
         now_ms = int(time.time() * 1000)
         try:
-            return self._apply_updates(change, base, change.requirements, change.updates, now_ms), None
+            new = self._apply_updates(change, base, change.requirements, change.updates, now_ms)
+            if change.guard is not None and base is not None:
+                change.guard(base.data, new)
+            return new, None
         except errors.RequirementFailed as e:
             candidate = self._rebase_candidate(change, base) if rebasable else None
             if candidate is None:

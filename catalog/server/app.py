@@ -19,7 +19,7 @@ from litestar.middleware import DefineMiddleware
 
 from catalog import logs, metrics
 from catalog.api import config as config_api
-from catalog.api import entries, idempotency, management, namespaces, oauth, operations, unserved
+from catalog.api import entries, idempotency, maintenance, management, namespaces, oauth, operations, unserved
 from catalog.api import signing as signing_api
 from catalog.api.context import AppState
 from catalog.api.exceptions import error_response
@@ -27,6 +27,7 @@ from catalog.api.routing import RawPathRouting
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
+from catalog.maintenance.worker import Scheduler, Workers
 from catalog.server import startup
 from catalog.server.memory import large_buffers_from_the_heap
 from catalog.service import Catalog
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         *operations.ROUTES,
         *oauth.ROUTES,
         *management.ROUTES,
+        *maintenance.ROUTES,
         *unserved.ROUTES,
     ]
     for warning in startup.check_settings(settings):  # ConfigurationError: refused before anything starts
@@ -98,9 +100,12 @@ def create_app(settings: Settings | None = None) -> Litestar:
         )
         _publish_gauges(catalog)
         publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
+        care = start_care(catalog)
         try:
             yield
         finally:
+            for part in care:
+                part.stop()
             publishing.set()
             metrics.process_exited()
             catalog.store.engine.dispose()
@@ -140,6 +145,18 @@ def app_from_env() -> RawPathRouting:
     return RawPathRouting(create_app(settings), settings.prefix)
 
 
+def start_care(catalog: Catalog) -> list[Workers | Scheduler]:
+    """The table-care workers of this process and its scheduler (which acts only while it holds
+    the deployment's scheduler lease); none with ``CATALOG_MAINTENANCE_WORKERS=0``."""
+    threads = catalog.settings.maintenance_workers
+    if threads == 0:
+        return []
+    workers, scheduler = Workers(catalog.care, threads), Scheduler(catalog.care)
+    workers.start()
+    scheduler.start()
+    return [workers, scheduler]
+
+
 def _publish_gauges(catalog: Catalog) -> None:
     files, pool = catalog.files, catalog.store.engine.pool
     metrics.GAUGES.add("catalog_metadata_cache_hits", "Metadata file reads served from memory", lambda: files.hits)
@@ -149,6 +166,19 @@ def _publish_gauges(catalog: Catalog) -> None:
     )
     metrics.GAUGES.add("catalog_db_pool_checked_out", "Database connections in use", pool.checkedout)
     metrics.GAUGES.add("catalog_db_pool_size", "Database pool size", pool.size)
+    store = catalog.store
+    metrics.GAUGES.add(
+        "catalog_maintenance_queue_depth",
+        "Maintenance tasks queued or running",
+        lambda: sum(v for k, v in store.queue_depth().items() if k in ("queued", "running")),
+        shared_by_workers=True,
+    )
+    metrics.GAUGES.add(
+        "catalog_maintenance_oldest_queued_age_seconds",
+        "Age of the oldest due maintenance task that waits for a worker",
+        lambda: store.queue_depth()["oldest_queued_age_ms"] / 1000,
+        shared_by_workers=True,
+    )
 
 
 def _backfill(catalog: Catalog) -> None:

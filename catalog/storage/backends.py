@@ -29,8 +29,9 @@ import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from catalog import errors
@@ -50,6 +51,14 @@ class Storage(Protocol):
     def delete(self, location: str) -> None: ...
     def prepare_table_location(self, location: str) -> None: ...
     def ping(self) -> None: ...
+    def listing(self, prefix: str) -> Iterator[StoredFile]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    location: str  # in the form the table's metadata uses (file:///... or s3://bucket/key)
+    modified_ms: int
+    size: int
 
 
 def create_storage(settings: Settings) -> Storage:
@@ -201,6 +210,30 @@ class LocalStorage(_Bounds):
                 except OSError as e:
                     raise _write_error(location, e) from e
 
+    def listing(self, prefix: str) -> Iterator[StoredFile]:
+        """Every regular file under the directory of ``prefix``, one directory at a time (memory
+        bounded by the widest directory). Symbolic links are neither followed nor listed."""
+        root = self._path(prefix)
+        self._confined(os.path.realpath(root), prefix)
+        base = prefix.rstrip("/")
+        pending = [(root, base)]
+        while pending:
+            directory, location = pending.pop()
+            try:
+                with self._slot(), os.scandir(directory) as found:
+                    children = list(found)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as e:
+                raise errors.ServiceUnavailable(f"Storage error listing {location}: {e.strerror}") from e
+            for child in children:
+                child_location = f"{location}/{child.name}"
+                if child.is_dir(follow_symlinks=False):
+                    pending.append((Path(child.path), child_location))
+                elif child.is_file(follow_symlinks=False):
+                    info = child.stat(follow_symlinks=False)
+                    yield StoredFile(child_location, int(info.st_mtime * 1000), info.st_size)
+
     def ping(self) -> None:
         if not os.access(self.path, os.W_OK):
             raise errors.ServiceUnavailable(f"Warehouse is not writable: {self.path}")
@@ -338,6 +371,27 @@ class S3Storage(_Bounds):
     def prepare_table_location(self, location: str) -> None:
         """Nothing to create: S3 has no directories (the location is still checked)."""
         self._split(location)
+
+    def listing(self, prefix: str) -> Iterator[StoredFile]:
+        """Every object under ``prefix`` + "/", one page (1,000 keys) at a time."""
+        bucket, key = self._split(prefix)
+        start = key.rstrip("/") + "/"
+        token: str | None = None
+        while True:
+            args: dict[str, Any] = {"Bucket": bucket, "Prefix": start, "MaxKeys": 1000}
+            if token:
+                args["ContinuationToken"] = token
+            with self._slot():
+                try:
+                    page = self.client.list_objects_v2(**args)
+                except Exception as e:  # noqa: BLE001
+                    raise self._error(e, "listing", prefix) from e
+            for item in page.get("Contents") or ():
+                modified = int(item["LastModified"].timestamp() * 1000)
+                yield StoredFile(f"s3://{bucket}/{item['Key']}", modified, int(item.get("Size") or 0))
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
 
     def ping(self) -> None:
         try:

@@ -13,6 +13,9 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
 - ``grants``: one privilege on one object for one principal (see ``auth/policy.py``); the object is
   its kind and its path joined like namespace names ('' for the catalog); ``source`` is ``api``
   (management API, CLI) or ``bootstrap`` (the ``CATALOG_AUTHZ_BOOTSTRAP`` file, kept in step with it).
+- ``maintenance_tasks``: the durable queue of the catalog's own table care (``store/tasks.py``);
+  ``maintenance_runs``: each (entry, kind)'s last finished run, which scheduling reads;
+  ``leases``: named leases (the one scheduler per deployment holds ``scheduler``).
 
 Every lock and serialisation on SQLite's write path, outermost first, and why each exists (SQLite
 has ONE writer at a time per database file; PostgreSQL needs none of the in-process ones, and the
@@ -108,6 +111,61 @@ grants = sa.Table(
     sa.Column("source", sa.String(16), nullable=False),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
     sa.UniqueConstraint("principal", "privilege", "object_kind", "object_name", name="uq_grants"),
+)
+
+
+ACTIVE_TASK = sa.text("state IN ('queued', 'running')")
+
+maintenance_tasks = sa.Table(
+    "maintenance_tasks",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("kind", sa.String(32), nullable=False),  # expire-snapshots | remove-orphans
+    # The entry by identity: its row id and its table's uuid (a re-created table is another one).
+    sa.Column("entry_id", sa.Integer, nullable=False),
+    sa.Column("table_uuid", sa.String(64), nullable=True),
+    sa.Column("namespace", sa.String(1024), nullable=False),  # the names when enqueued, for people
+    sa.Column("name", sa.String(1024), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # queued | running | done | failed
+    sa.Column("options", sa.JSON, nullable=False),  # {"dry-run": bool, "forced": bool}
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("not_before_ms", sa.BigInteger, nullable=False),
+    sa.Column("lease_owner", sa.String(128), nullable=True),
+    sa.Column("lease_expires_ms", sa.BigInteger, nullable=True),
+    sa.Column("heartbeat_ms", sa.BigInteger, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("result", sa.JSON, nullable=True),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("started_ms", sa.BigInteger, nullable=True),
+    sa.Column("finished_ms", sa.BigInteger, nullable=True),
+    sa.Index("ix_maintenance_tasks_due", "state", "not_before_ms"),
+    sa.Index("ix_maintenance_tasks_entry", "entry_id", "kind"),
+    # At most one queued or running task per entry and kind.
+    sa.Index(
+        "uq_maintenance_tasks_active",
+        "entry_id",
+        "kind",
+        unique=True,
+        sqlite_where=ACTIVE_TASK,
+        postgresql_where=ACTIVE_TASK,
+    ),
+)
+
+maintenance_runs = sa.Table(
+    "maintenance_runs",
+    metadata,
+    sa.Column("entry_id", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.String(32), primary_key=True),
+    sa.Column("metadata_location", sa.Text, nullable=True),  # the pointer the last run saw
+    sa.Column("finished_ms", sa.BigInteger, nullable=False),
+)
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("owner", sa.String(128), nullable=False),
+    sa.Column("expires_ms", sa.BigInteger, nullable=False),
 )
 
 

@@ -20,6 +20,7 @@ from catalog.store.db import join_namespace, namespaces, split_namespace
 from catalog.store.grant_rows import GrantRows
 from catalog.store.pointers import Entry, KeyRecord, Pointers, Swapped, key_row
 from catalog.store.sql import exists
+from catalog.store.tasks import TaskRows
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +43,10 @@ class LocationTaken(errors.AlreadyExists):
         )
 
 
-class Store(Pointers, GrantRows):
+class Store(Pointers, GrantRows, TaskRows):
     """The catalog's database: namespaces, entries and their locations here; the pointers and the
-    Idempotency-Keys in ``pointers.py``; the grants in ``grant_rows.py``. One object, so that one
-    engine and one SQLite writer lock serve them all."""
+    Idempotency-Keys in ``pointers.py``; the grants in ``grant_rows.py``; the maintenance queue in
+    ``tasks.py``. One object, so that one engine and one SQLite writer lock serve them all."""
 
     # -- namespaces ------------------------------------------------------------------------------
 
@@ -234,6 +235,13 @@ class Store(Pointers, GrantRows):
         with self._read() as conn:
             rows = conn.execute(q.where(entries.c.location.is_(None)).order_by(entries.c.id).limit(limit)).all()
         return [Entry(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in rows]
+
+    def get_entry_by_id(self, entry_id: int) -> Entry | None:
+        """An entry by its identity (maintenance tasks name entries so: a rename keeps it)."""
+        q = sa.select(entries.c.id, entries.c.namespace, entries.c.name, entries.c.kind, entries.c.metadata_location)
+        with self._read() as conn:
+            row = conn.execute(q.where(entries.c.id == entry_id)).first()
+        return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
 
     def delete_entry(self, entry: Entry) -> bool:
         with self._write() as conn:

@@ -1,0 +1,91 @@
+"""``/management/v1/maintenance``: the catalog's own table care, seen and started over HTTP.
+
+- ``POST /management/v1/maintenance/tables/{namespace}/{table}`` with ``{"kinds": [...],
+  "dry-run": bool}`` (default: every kind, not a dry run) -> 202 ``{"tasks": [...]}``: the tasks,
+  queued to run now (a kind already queued or running is returned as it is, ``"created": false``).
+  Needs ``alter`` on the table.
+- ``GET /management/v1/maintenance/tasks?namespace=a.b&table=t&state=queued&limit=100``: the
+  newest tasks first, only those of tables the caller may read.
+- ``GET /management/v1/maintenance/tasks/{id}``: one task (``read`` on its table).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from litestar import Request, Response, get, post
+from litestar.params import FromPath, RawBody
+
+from catalog import errors
+from catalog.api import guard, wire
+from catalog.api.context import Ctx
+from catalog.auth import policy
+from catalog.auth.policy import Privilege
+from catalog.store.tasks import Task
+
+BASE = "/management/v1/maintenance"
+STATES = ("queued", "running", "done", "failed")
+MAX_LIMIT = 1000
+
+
+@post(BASE + "/tables/{namespace:str}/{table:str}", status_code=202)
+async def run_maintenance(
+    namespace: FromPath[str], table: FromPath[str], body: RawBody, request: Request, ctx: Ctx
+) -> Response:
+    ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
+    await guard.require(request, [(Privilege.ALTER, policy.entry("table", ns, name))])
+    doc = _json(body) if body else {}
+    kinds = doc.get("kinds", ["expire-snapshots", "remove-orphans"])
+    dry_run = doc.get("dry-run", False)
+    if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds) or not isinstance(dry_run, bool):
+        raise errors.BadRequest('Malformed request: {"kinds": [names], "dry-run": true|false}')
+    queued = await wire.blocking(ctx.catalog.maintain, ns, name, kinds, dry_run)
+    return wire.json_response({"tasks": [{**t.to_json(), "created": created} for t, created in queued]}, status=202)
+
+
+@get(BASE + "/tasks")
+async def list_tasks(request: Request, ctx: Ctx) -> Response:
+    query = request.query_params
+    ns_raw, name = query.get("namespace"), query.get("table")
+    if (ns_raw is None) != (name is None):
+        raise errors.BadRequest("Give both namespace and table, or neither")
+    ns = tuple(ns_raw.split(".")) if ns_raw is not None else None
+    states = [s for s in (query.get("state") or "").split(",") if s]
+    if any(s not in STATES for s in states):
+        raise errors.BadRequest(f"Unknown state: choose from {', '.join(STATES)}")
+    limit_raw = query.get("limit") or "100"
+    if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= MAX_LIMIT:
+        raise errors.BadRequest(f"limit must be a number from 1 to {MAX_LIMIT}")
+    if ns is not None and name is not None:
+        await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
+    tasks = await wire.blocking(ctx.catalog.maintenance_tasks, ns, name, states, int(limit_raw))
+    seen = await guard.visible(request, [_target(t) for t in tasks])
+    return wire.json_response({"tasks": [t.to_json() for t, ok in zip(tasks, seen, strict=True) if ok]})
+
+
+@get(BASE + "/tasks/{task_id:str}")
+async def get_task(task_id: FromPath[str], request: Request, ctx: Ctx) -> Response:
+    if not task_id.isdigit() or len(task_id) > 18:
+        raise errors.BadRequest("A task id is a number")
+    task = await wire.blocking(ctx.catalog.maintenance_task, int(task_id))
+    if not (await guard.visible(request, [_target(task)]))[0]:
+        raise errors.NotFound(f"Maintenance task does not exist: {task_id}")  # no oracle of hidden tables
+    return wire.json_response(task.to_json())
+
+
+def _target(task: Task) -> policy.Target:
+    return policy.entry("table", task.namespace, task.name)
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise errors.BadRequest("Malformed request: the body is not JSON") from None
+    if not isinstance(doc, dict):
+        raise errors.BadRequest("Malformed request: the body is not a JSON object")
+    return doc
+
+
+ROUTES = [run_maintenance, list_tasks, get_task]

@@ -1,0 +1,239 @@
+"""The jobs of table care, each one task: ``expire-snapshots`` and ``remove-orphans``.
+
+Snapshot expiry plans with Iceberg's ``ExpireSnapshots`` semantics (``expire.plan``) and commits
+the plan through the commit engine as an ordinary commit: ``assert-table-uuid``, the plan's
+``remove-snapshot-ref`` and ``remove-snapshots`` updates, and a guard that refuses the result if it
+would lose a ref the plan did not expire (a writer moved a ref onto a planned snapshot meanwhile).
+A lost CAS is re-applied on the new head by the engine, so writers never see a 409 because of it;
+a guard refusal re-plans on the new head. Only after the commit landed are files deleted: those
+reachable from the metadata before it and from none of the metadata it left
+(``reachability.after_expiry``), and the metadata files that fell out of the metadata log, each
+only when it lies inside the table's own locations (``Ownership.owned``). A crash between the
+commit and the deletes leaves orphans, never a dangling reference.
+
+Orphan removal deletes files under the table's own locations that no metadata of the table
+references and that are older than ``CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS``; it re-reads the pointer
+before deleting and starts over if it moved.
+
+A task names its entry by identity: a table renamed since is found under its new name; a table
+dropped, or dropped and created again (another table uuid), ends the task as ``skipped``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from catalog import errors, metrics
+from catalog.commit.changes import TABLE, Change
+from catalog.commit.engine import CommitEngine
+from catalog.locations import normalise
+from catalog.maintenance import expire, orphans, policy, reachability
+from catalog.metadata import tables
+from catalog.settings import Settings
+from catalog.storage import purge
+from catalog.storage.backends import Storage
+from catalog.storage.metadata_files import MetadataFile, MetadataFiles
+from catalog.store.entries import Store
+from catalog.store.ownership import PATH_PROPERTIES, Ownership
+from catalog.store.pointers import Entry
+from catalog.store.tasks import Task
+
+log = logging.getLogger("catalog.maintenance")
+
+EXPIRE, ORPHANS = "expire-snapshots", "remove-orphans"
+KINDS = (EXPIRE, ORPHANS)
+REPLANS = 5  # an expiry whose guard refused it (a ref moved onto a planned snapshot) plans again
+ORPHANS_PER_RUN = 100_000  # the next run takes the rest
+DELETE_THREADS = 8  # deletes in flight per task (the storage's own bound, storage_concurrency, holds too)
+
+
+class Skipped(Exception):
+    """The task's entry is gone (dropped) or another table took its place: nothing to do."""
+
+
+class Care:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        storage: Storage,
+        files: MetadataFiles,
+        ownership: Ownership,
+        engine: CommitEngine,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.storage = storage
+        self.files = files
+        self.ownership = ownership
+        self.engine = engine
+
+    # -- the entry a task is for -----------------------------------------------------------------
+
+    def current(self, task: Task) -> tuple[Entry, MetadataFile]:
+        """The task's table as it is now, by identity; ``Skipped`` when it is gone or replaced."""
+        entry = self.store.get_entry_by_id(task.entry_id)
+        if entry is None or entry.kind != "table":
+            raise Skipped("the table was dropped")
+        file = self.files.read(entry.metadata_location)
+        if task.table_uuid is not None and file.data.get("table-uuid") != task.table_uuid:
+            raise Skipped("the table was dropped and another one created in its place")
+        return entry, file
+
+    def namespaces(self, ns: tuple[str, ...]) -> list[dict[str, str]]:
+        """The properties of each namespace of ``ns``, outermost first."""
+        return [self.store.get_namespace(ns[: i + 1]) or {} for i in range(len(ns))]
+
+    def enabled(self, entry: Entry, file: MetadataFile) -> bool:
+        try:
+            props = file.data.get("properties") or {}
+            return policy.enabled(props, self.namespaces(entry.namespace), self.settings)
+        except errors.BadRequest as e:
+            log.warning("maintenance of %s skipped: %s", ".".join((*entry.namespace, entry.name)), e.message)
+            return False
+
+    def run(self, task: Task) -> tuple[dict[str, Any], str | None]:
+        """Do the task: its result, and the pointer the table was left at (None when skipped)."""
+        try:
+            entry, file = self.current(task)
+        except Skipped as e:
+            return {"skipped": str(e)}, None
+        if task.kind == EXPIRE:
+            return self.expire_snapshots(task, entry, file)
+        if task.kind == ORPHANS:
+            return self.remove_orphans(task, entry, file)
+        raise errors.BadRequest(f"Unknown maintenance task kind: {task.kind}")
+
+    # -- snapshot expiry -------------------------------------------------------------------------
+
+    def expire_snapshots(self, task: Task, entry: Entry, file: MetadataFile) -> tuple[dict[str, Any], str]:
+        dry = bool(task.options.get("dry-run"))
+        io = purge.file_io(self.settings, file.location)
+        for _ in range(REPLANS):
+            metadata = file.data
+            defaults = policy.expire_defaults(self.namespaces(entry.namespace), self.settings)
+            rules = expire.policy(metadata.get("properties") or {}, defaults)
+            now = int(time.time() * 1000)
+            plan = expire.plan(metadata, now, rules)
+            updates = plan.updates()
+            if not updates:
+                return {"expired-snapshots": [], "removed-refs": [], "deleted-files": 0}, file.location
+            if dry:
+                after = tables.apply(metadata, [], updates, base_location=file.location, now_ms=now)
+                gone = self._owned(entry, metadata, reachability.after_expiry(metadata, after, io).all())
+                return {
+                    "dry-run": True,
+                    "expired-snapshots": list(plan.snapshot_ids),
+                    "removed-refs": list(plan.refs),
+                    "files-to-delete": sorted(gone),
+                }, file.location
+            change = Change(
+                TABLE,
+                entry.namespace,
+                entry.name,
+                requirements=[{"type": "assert-table-uuid", "uuid": metadata["table-uuid"]}],
+                updates=updates,
+                guard=_keeps_refs(plan.refs),
+            )
+            try:
+                committed = self.engine.commit([change])
+            except errors.CommitFailed as e:  # a ref moved onto a planned snapshot, or renamed: plan again
+                log.info("expiry of %s re-planned: %s", _ident(entry), e.message)
+                entry, file = self.current(task)
+                continue
+            after_file = committed.files[0]  # type: ignore[union-attr]  # no key: never Replayed
+            metrics.MAINTENANCE_SNAPSHOTS_EXPIRED.inc(len(plan.snapshot_ids))
+            unreachable = reachability.after_expiry(metadata, after_file.data, io).all()
+            dropped_logs = _dropped_metadata(metadata, file.location, after_file.data, after_file.location)
+            gone = self._owned(entry, after_file.data, [*unreachable, *dropped_logs])
+            deleted = self._delete(gone, EXPIRE)
+            return {
+                "expired-snapshots": list(plan.snapshot_ids),
+                "removed-refs": list(plan.refs),
+                "deleted-files": deleted,
+                "metadata-location": after_file.location,
+            }, after_file.location
+        raise errors.CommitFailed(f"Snapshot expiry of {_ident(entry)}: the table kept changing its refs")
+
+    # -- orphans ---------------------------------------------------------------------------------
+
+    def remove_orphans(self, task: Task, entry: Entry, file: MetadataFile) -> tuple[dict[str, Any], str]:
+        dry = bool(task.options.get("dry-run"))
+        cutoff = int(time.time() * 1000 - self.settings.maintenance_orphan_age_hours * 3600 * 1000)
+        for _ in range(3):
+            io = purge.file_io(self.settings, file.location)
+            known = orphans.referenced(file.data, file.location, io)
+            owned = self.ownership.owned(file.data, entry.id)
+            found = orphans.find(self.storage, self._prefixes(file.data), known, owned, cutoff, ORPHANS_PER_RUN)
+            latest = self.store.get_entry_by_id(entry.id)
+            if latest is None:
+                raise Skipped("the table was dropped")
+            if latest.metadata_location != file.location:  # a commit landed: it may reference a candidate
+                entry, file = self.current(task)
+                continue
+            result: dict[str, Any] = {
+                "scanned": found.scanned,
+                "kept-younger-than-age": found.kept_young,
+                "orphans": len(found.files),
+                "bytes": sum(f.size for f in found.files),
+            }
+            if dry:
+                result.update({"dry-run": True, "files-to-delete": sorted(f.location for f in found.files)})
+                return result, file.location
+            result["deleted-files"] = self._delete([f.location for f in found.files], ORPHANS)
+            metrics.MAINTENANCE_BYTES_DELETED.labels(ORPHANS).inc(result["bytes"])
+            return result, file.location
+        raise errors.CommitFailed(f"Orphan removal of {_ident(entry)}: the table kept changing")
+
+    def _prefixes(self, metadata: dict[str, Any]) -> list[str]:
+        props = metadata.get("properties") or {}
+        return [metadata["location"], *(props[k] for k in PATH_PROPERTIES if props.get(k))]
+
+    # -- deleting --------------------------------------------------------------------------------
+
+    def _owned(self, entry: Entry, metadata: dict[str, Any], paths: list[str]) -> list[str]:
+        """Only the table's own files: inside its locations and no other entry's. The others are
+        logged and kept (the metadata is a client's word)."""
+        owned = self.ownership.owned(metadata, entry.id)
+        mine, foreign = [], []
+        for path in dict.fromkeys(paths):
+            (mine if owned(path) else foreign).append(path)
+        if foreign:
+            log.warning("maintenance of %s kept %d files outside the table's locations", _ident(entry), len(foreign))
+        return mine
+
+    def _delete(self, paths: list[str], kind: str) -> int:
+        """Delete ``paths`` (already checked), a few at a time; raise on the first failure (the
+        task is retried: deleting a deleted file is a no-op)."""
+        if not paths:
+            return 0
+        with ThreadPoolExecutor(max_workers=DELETE_THREADS, thread_name_prefix="maintenance-delete") as pool:
+            for _ in pool.map(self.files.delete, paths):
+                pass
+        metrics.MAINTENANCE_FILES_DELETED.labels(kind).inc(len(paths))
+        return len(paths)
+
+
+def _keeps_refs(expired: tuple[str, ...]) -> Any:
+    """The guard of an expiry commit: the result loses no ref but the expired ones."""
+
+    def guard(base: dict[str, Any], new: dict[str, Any]) -> None:
+        lost = set(base.get("refs") or {}) - set(new.get("refs") or {}) - set(expired)
+        if lost:
+            raise errors.CommitFailed(f"Snapshot expiry would remove the refs {sorted(lost)}: planned again")
+
+    return guard
+
+
+def _dropped_metadata(before: dict[str, Any], before_location: str, after: dict[str, Any], location: str) -> list[str]:
+    """Metadata files the commit took out of the metadata log (``write.metadata.previous-versions-max``)."""
+    was = {normalise(e["metadata-file"]) for e in before.get("metadata-log") or []} | {normalise(before_location)}
+    now = {normalise(e["metadata-file"]) for e in after.get("metadata-log") or []} | {normalise(location)}
+    return sorted(was - now)
+
+
+def _ident(entry: Entry) -> str:
+    return ".".join((*entry.namespace, entry.name))

@@ -1,0 +1,84 @@
+"""Orphan files: files under a table's own locations that no metadata of the table references.
+
+Referenced means: the current metadata file and every one in its metadata log, and, for every
+snapshot the current metadata holds, its manifest list, its manifests, the data and delete files
+they list (also those marked deleted: a snapshot still in the table may read them), and the
+statistics and partition-statistics files. Each manifest is read once (snapshots share most of
+them). Memory is the set of referenced paths; the listing is a stream, one directory or one S3 page
+at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import ManifestFile, read_manifest_list
+
+from catalog.locations import normalise
+from catalog.storage.backends import Storage, StoredFile
+
+
+def referenced(metadata: dict[str, Any], metadata_location: str, io: FileIO) -> set[str]:
+    """Every file the table's current metadata references, normalised. Raises when a manifest list
+    or manifest cannot be read: never a guess."""
+    found = {metadata_location, *(e["metadata-file"] for e in metadata.get("metadata-log") or [])}
+    manifests: dict[str, ManifestFile] = {}
+    for snapshot in metadata.get("snapshots") or []:
+        listing = snapshot.get("manifest-list")
+        if listing:
+            found.add(listing)
+            for manifest in read_manifest_list(io.new_input(listing)):
+                manifests.setdefault(manifest.manifest_path, manifest)
+        found.update(snapshot.get("manifests") or [])  # v1 snapshots may list manifests inline
+    for path, manifest in manifests.items():
+        found.add(path)
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+            found.add(entry.data_file.file_path)
+    for key in ("statistics", "partition-statistics"):
+        found.update(f["statistics-path"] for f in metadata.get(key) or [] if f.get("statistics-path"))
+    return {normalise(p) for p in found}
+
+
+@dataclass
+class Orphans:
+    files: list[StoredFile] = field(default_factory=list)
+    kept_young: int = 0  # unreferenced but newer than the age limit (an in-flight writer's, perhaps)
+    scanned: int = 0
+
+
+def find(
+    storage: Storage,
+    prefixes: Iterable[str],
+    known: set[str],
+    owned: Any,
+    older_than_ms: int,
+    limit: int,
+) -> Orphans:
+    """Files under ``prefixes`` not in ``known``, older than ``older_than_ms`` and ``owned`` by the
+    table (at most ``limit``; the next run takes the rest)."""
+    found = Orphans()
+    for stored in _unique(storage, prefixes):
+        found.scanned += 1
+        normal = normalise(stored.location)
+        if normal in known or not owned(normal):
+            continue
+        if stored.modified_ms >= older_than_ms:
+            found.kept_young += 1
+            continue
+        found.files.append(stored)
+        if len(found.files) >= limit:
+            break
+    return found
+
+
+def _unique(storage: Storage, prefixes: Iterable[str]) -> Iterator[StoredFile]:
+    """The listing of each prefix, skipping prefixes inside one already listed."""
+    chosen: list[str] = []
+    for prefix in sorted({normalise(p).rstrip("/") for p in prefixes}, key=len):
+        if any(prefix == c or prefix.startswith(c + "/") for c in chosen):
+            continue
+        chosen.append(prefix)
+        yield from storage.listing(prefix)

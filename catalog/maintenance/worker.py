@@ -1,0 +1,213 @@
+"""Who runs table care: workers that claim tasks, and the one scheduler that enqueues them.
+
+``Workers``: ``CATALOG_MAINTENANCE_WORKERS`` threads per server process (or a dedicated
+``iceberg-catalog maintenance worker`` process). Each claims the oldest due task under a lease,
+renews the lease while it runs (a heartbeat every third of it), and finishes it with its result; a
+failed attempt is queued again after an exponential backoff, until ``CATALOG_MAINTENANCE_MAX_ATTEMPTS``
+make it ``failed`` with its error. A worker killed mid-task leaves a running task whose lease
+expires: another worker claims it again. Every job is safe to repeat: an expiry re-plans on the table
+as it is, deletes of deleted files are no-ops. Maintenance I/O is bounded by the storage's own
+concurrency bound, shared with requests, and by the few threads here, so it never starves requests.
+
+``Scheduler``: every process runs one; only the holder of the database lease ``scheduler`` (one per
+deployment, taken over when its holder stops renewing it) looks for tables due for care and
+enqueues their tasks: snapshot expiry on a table whose pointer moved since its last run, at most
+every ``CATALOG_MAINTENANCE_EXPIRE_EVERY_MINUTES``; orphan removal every
+``CATALOG_MAINTENANCE_ORPHANS_EVERY_HOURS``. Tables whose ``catalog.maintenance.enabled`` is false
+(on the table or a namespace above it) are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+
+from catalog import errors, metrics
+from catalog.maintenance.care import EXPIRE, ORPHANS, Care
+from catalog.store.tasks import Task, now_ms
+
+log = logging.getLogger("catalog.maintenance")
+
+IDLE_POLL_SECONDS = 2.0  # a worker with nothing to do looks again after this (with jitter)
+SCHEDULED_PER_SCAN = 200  # tables enqueued per kind and scan; the next scan takes the rest
+SCHEDULER_LEASE = "scheduler"
+
+
+def owner_name(role: str) -> str:
+    """A lease owner that names the host and process, unique per thread of work."""
+    return f"{socket.gethostname()[:60]}:{os.getpid()}:{role}:{uuid.uuid4().hex[:8]}"
+
+
+class Workers:
+    def __init__(self, care: Care, threads: int) -> None:
+        self.care = care
+        self.store = care.store
+        self.settings = care.settings
+        self.threads = threads
+        self._stop = threading.Event()
+        self._running: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for i in range(self.threads):
+            thread = threading.Thread(target=self._loop, name=f"maintenance-{i}", daemon=True)
+            thread.start()
+            self._running.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for thread in self._running:
+            thread.join(timeout)
+
+    def _loop(self) -> None:
+        owner = owner_name("worker")
+        while not self._stop.is_set():
+            try:
+                ran = self.run_one(owner)
+            except Exception as e:  # noqa: BLE001 - the database is away: try again later
+                log.warning("maintenance worker could not claim a task: %s", e)
+                ran = False
+            if not ran:
+                self._stop.wait(IDLE_POLL_SECONDS * random.uniform(0.5, 1.5))
+
+    def run_one(self, owner: str) -> bool:
+        """Claim one due task and run it to its end; False when none was due."""
+        lease_ms = int(self.settings.maintenance_lease_seconds * 1000)
+        task = self.store.claim(owner, lease_ms)
+        if task is None:
+            return False
+        lost = threading.Event()
+        beating = threading.Event()
+        beat = threading.Thread(
+            target=self._heartbeat, args=(task, owner, lease_ms, beating, lost), name="maintenance-lease", daemon=True
+        )
+        beat.start()
+        start = time.perf_counter()
+        try:
+            result, pointer = self.care.run(task)
+        except Exception as e:  # noqa: BLE001 - any failure: retried with backoff, then failed visibly
+            self._failed(task, owner, e)
+        else:
+            outcome = "skipped" if "skipped" in result else "done"
+            if lost.is_set() or not self.store.finish(task, owner, result, pointer):
+                log.warning(
+                    "maintenance task %d (%s of %s) lost its lease: its result is dropped",
+                    task.id,
+                    task.kind,
+                    task.ident,
+                )
+            else:
+                metrics.MAINTENANCE_TASKS.labels(task.kind, outcome).inc()
+                log.info(
+                    "maintenance %s of %s %s: %s",
+                    task.kind,
+                    task.ident,
+                    outcome,
+                    _summary(result),
+                    extra={"fields": {"task": task.id, "kind": task.kind, "table": task.ident, "result": result}},
+                )
+        finally:
+            beating.set()
+            metrics.MAINTENANCE_SECONDS.labels(task.kind).observe(time.perf_counter() - start)
+        return True
+
+    def _heartbeat(self, task: Task, owner: str, lease_ms: int, done: threading.Event, lost: threading.Event) -> None:
+        while not done.wait(lease_ms / 3000):
+            try:
+                if not self.store.heartbeat(task.id, owner, lease_ms):
+                    lost.set()
+                    return
+            except Exception as e:  # noqa: BLE001 - the next beat tries again; the lease may lapse
+                log.warning("maintenance task %d: lease not renewed: %s", task.id, e)
+
+    def _failed(self, task: Task, owner: str, e: Exception) -> None:
+        message = e.message if isinstance(e, errors.IcebergError) else f"{type(e).__name__}: {e}"
+        final = task.attempts >= self.settings.maintenance_max_attempts
+        retry_at = None if final else now_ms() + int(1000 * min(3600, 30 * 2 ** (task.attempts - 1)))
+        self.store.fail(task, owner, message, retry_at)
+        metrics.MAINTENANCE_TASKS.labels(task.kind, "failed" if final else "retry").inc()
+        log.log(
+            logging.ERROR if final else logging.WARNING,
+            "maintenance %s of %s %s (attempt %d): %s",
+            task.kind,
+            task.ident,
+            "failed" if final else "will be retried",
+            task.attempts,
+            message,
+            exc_info=e if not isinstance(e, errors.IcebergError) else None,
+        )
+
+
+class Scheduler:
+    def __init__(self, care: Care) -> None:
+        self.care = care
+        self.store = care.store
+        self.settings = care.settings
+        self.owner = owner_name("scheduler")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="maintenance-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        try:
+            self.store.release_lease(SCHEDULER_LEASE, self.owner)
+        except Exception:  # noqa: BLE001 - it expires by itself
+            pass
+
+    def _loop(self) -> None:
+        interval = self.settings.maintenance_interval_seconds
+        while not self._stop.wait(interval * random.uniform(0.8, 1.2)):
+            try:
+                if self.store.take_lease(SCHEDULER_LEASE, self.owner, int(interval * 3000)):
+                    self.schedule()
+            except Exception as e:  # noqa: BLE001 - the database is away: the next round tries again
+                log.warning("maintenance scheduler: %s", e)
+
+    def schedule(self) -> int:
+        """Enqueue the due tasks of every kind; the number enqueued."""
+        minutes, hours = self.settings.maintenance_expire_every_minutes, self.settings.maintenance_orphans_every_hours
+        enqueued = 0
+        for kind, every_ms, changed_only in ((EXPIRE, minutes * 60_000, True), (ORPHANS, hours * 3_600_000, False)):
+            for entry_id, _, _ in self.store.due_tables(kind, int(every_ms), changed_only, SCHEDULED_PER_SCAN):
+                enqueued += self.enqueue(entry_id, kind)
+        return enqueued
+
+    def enqueue(self, entry_id: int, kind: str) -> int:
+        entry = self.store.get_entry_by_id(entry_id)
+        if entry is None:
+            return 0
+        try:
+            file = self.care.files.read(entry.metadata_location)
+        except errors.IcebergError as e:
+            log.warning("maintenance of %s not scheduled: %s", ".".join((*entry.namespace, entry.name)), e.message)
+            return 0
+        if not self.care.enabled(entry, file):  # opted out: looked at again when it is due again
+            self.store.record_run(entry.id, kind, entry.metadata_location)
+            return 0
+        _, created = self.store.enqueue(kind, entry.id, file.data.get("table-uuid"), entry.namespace, entry.name)
+        return int(created)
+
+
+def _summary(result: dict) -> str:
+    if "skipped" in result:
+        return result["skipped"]
+    parts = []
+    for key in ("expired-snapshots", "removed-refs"):
+        if result.get(key):
+            parts.append(f"{len(result[key])} {key.replace('-', ' ')}")
+    for key in ("orphans", "deleted-files"):
+        if key in result:
+            parts.append(f"{result[key]} {key.replace('-', ' ')}")
+    if result.get("dry-run"):
+        parts.append(f"dry run: {len(result.get('files-to-delete') or [])} files would be deleted")
+    return ", ".join(parts) or "nothing to do"
