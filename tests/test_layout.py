@@ -31,6 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("catalog.store", "catalog.storage"),
     ("catalog.auth",),
     ("catalog.commit",),
+    ("catalog.maintenance",),
     ("catalog.service",),
     ("catalog.api",),
     ("catalog.server",),
