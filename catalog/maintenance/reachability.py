@@ -1,0 +1,136 @@
+"""Which files an expiry left unreachable: Java's ``org.apache.iceberg.ReachableFileCleanup`` (with
+``FileCleanupStrategy``), planned from the table metadata before and after the expiry commit.
+
+As Java decides it:
+
+* manifest lists: those of the snapshots ``before`` has and ``after`` has not;
+* manifests: those the removed snapshots' manifest lists name, less any a remaining snapshot's
+  manifest list names;
+* data and delete files: those the manifests above name, less any file live (added or existing) in a
+  manifest of a remaining snapshot. A file only ever named as deleted in the removed manifests is
+  unreachable too (Java reads live entries there; the result differs only for a file an earlier
+  clean-up missed, which nothing remaining can reach);
+* statistics and partition-statistics files: those ``before`` lists and ``after`` does not.
+
+Reachability from every remaining snapshot decides, never a guess: a manifest list or manifest that
+cannot be read raises ``Unreadable`` (the caller retries later) where Java, reading the remaining
+manifests, would delete nothing. Each manifest list and manifest is read once; what is kept is sets
+of paths, one manifest's entries decoded at a time. Nothing is filtered by location here: the
+caller confines its deletes to the table's own locations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import ManifestContent, ManifestEntryStatus, ManifestFile, read_manifest_list
+
+
+class Unreadable(Exception):
+    """A manifest list or manifest could not be read: nothing may be deleted on this plan."""
+
+    def __init__(self, path: str, cause: BaseException) -> None:
+        super().__init__(f"Cannot read {path}: {type(cause).__name__}")
+        self.path = path
+
+
+@dataclass(frozen=True)
+class Unreachable:
+    """Files reachable before an expiry and from nothing after it, each tuple sorted."""
+
+    manifest_lists: tuple[str, ...]
+    manifests: tuple[str, ...]
+    content_files: tuple[str, ...]  # data and delete files
+    statistics: tuple[str, ...]  # statistics and partition-statistics files no longer listed
+
+    def all(self) -> list[str]:
+        """Every file, content files first and manifest lists last (Java's order of deletion: a crash
+        part way leaves metadata that still names what is left, never a list naming a gone file)."""
+        return [*self.content_files, *self.manifests, *self.manifest_lists, *self.statistics]
+
+    def __len__(self) -> int:
+        return len(self.content_files) + len(self.manifests) + len(self.manifest_lists) + len(self.statistics)
+
+
+def after_expiry(before: dict, after: dict, io: FileIO) -> Unreachable:
+    """Files reachable from ``before``'s snapshots and from none of ``after``'s: reachability from every
+    remaining snapshot decides, never a guess. Raises ``Unreadable``."""
+    remaining_ids = {s["snapshot-id"] for s in after.get("snapshots") or []}
+    remaining = [s for s in after.get("snapshots") or []]
+    removed = [s for s in before.get("snapshots") or [] if s["snapshot-id"] not in remaining_ids]
+
+    still_listed = {s["manifest-list"] for s in remaining if s.get("manifest-list")}
+    manifest_lists = {s["manifest-list"] for s in removed if s.get("manifest-list")} - still_listed
+
+    # Java reads the removed snapshots' manifests, then drops every one a remaining snapshot lists.
+    candidates: dict[str, ManifestFile] = {}
+    read: set[str] = set()
+    for snapshot in removed:
+        for manifest in _manifests(snapshot, io, read):
+            candidates.setdefault(manifest.manifest_path, manifest)
+    current: dict[str, ManifestFile] = {}
+    read.clear()
+    for snapshot in remaining if candidates else []:
+        for manifest in _manifests(snapshot, io, read):
+            current.setdefault(manifest.manifest_path, manifest)
+    gone = [manifest for path, manifest in candidates.items() if path not in current]
+
+    content: set[str] = set()
+    for manifest in gone:
+        content.update(entry.data_file.file_path for entry in _entries(manifest, io, live_only=False))
+    if content:
+        for manifest in current.values():
+            content.difference_update(entry.data_file.file_path for entry in _entries(manifest, io, live_only=True))
+            if not content:
+                break
+
+    statistics = _statistics(before) - _statistics(after)
+    return Unreachable(
+        manifest_lists=tuple(sorted(manifest_lists)),
+        manifests=tuple(sorted(m.manifest_path for m in gone)),
+        content_files=tuple(sorted(content)),
+        statistics=tuple(sorted(statistics)),
+    )
+
+
+def _manifests(snapshot: dict, io: FileIO, read: set[str]) -> Iterable[ManifestFile]:
+    """The manifests a snapshot lists (``FileCleanupStrategy.readManifests``), each manifest list read
+    once per side: a v1 snapshot without a manifest list names its manifests in ``manifests``."""
+    location = snapshot.get("manifest-list")
+    if location:
+        if location in read:
+            return []
+        read.add(location)
+        try:
+            return list(read_manifest_list(io.new_input(location)))
+        except Exception as exc:  # any failure to read: nothing is known, so nothing may go
+            raise Unreadable(location, exc) from exc
+    return [
+        ManifestFile.from_args(
+            manifest_path=path,
+            manifest_length=0,
+            partition_spec_id=0,
+            content=ManifestContent.DATA,
+            sequence_number=0,
+            min_sequence_number=0,
+            added_snapshot_id=snapshot["snapshot-id"],
+        )
+        for path in snapshot.get("manifests") or []
+    ]
+
+
+def _entries(manifest: ManifestFile, io: FileIO, live_only: bool) -> list:
+    try:
+        entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
+    except Exception as exc:
+        raise Unreadable(manifest.manifest_path, exc) from exc
+    if live_only:
+        return [e for e in entries if e.status != ManifestEntryStatus.DELETED]
+    return entries
+
+
+def _statistics(metadata: dict) -> set[str]:
+    files = [*(metadata.get("statistics") or []), *(metadata.get("partition-statistics") or [])]
+    return {f["statistics-path"] for f in files if f.get("statistics-path")}
