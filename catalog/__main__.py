@@ -16,7 +16,7 @@ import sys
 from pydantic import ValidationError
 
 from catalog import __version__, logs
-from catalog.cli import browse, doctor
+from catalog.cli import browse, doctor, maintenance
 from catalog.cli import migrate as migrate_cli
 from catalog.server import startup
 from catalog.settings import Settings
@@ -48,11 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     grants.add_argument("--file", help="a bootstrap file to check (check-bootstrap)")
     browse.register(sub)
     doctor.register(sub)
+    maintenance.register(sub)
     args = parser.parse_args(argv)
     if args.command in browse.COMMANDS:
         return browse.run(args)
     if args.command == "doctor":
         return doctor.run(args)
+    if args.command == "maintenance":
+        return maintenance.run(args)
 
     for field in _FLAGS:
         value = getattr(args, field, None)

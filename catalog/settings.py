@@ -289,7 +289,7 @@ class Settings(BaseSettings):
     )
     maintenance_orphan_age_hours: float = Field(
         default=72.0,
-        ge=1,
+        gt=0,
         description="Files no metadata references are removed only once they are older than this (in-flight "
         "writers and staged creates write files before they commit).",
     )
@@ -308,6 +308,11 @@ class Settings(BaseSettings):
     )
     maintenance_max_attempts: int = Field(
         default=5, ge=1, description="Attempts of a maintenance task before it is failed (backoff in between)."
+    )
+    maintenance_retry_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="The wait after a task's first failed attempt, doubled after each (at most 1 h).",
     )
 
     @field_validator("database_url")

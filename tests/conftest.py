@@ -68,6 +68,9 @@ def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, st
         "CATALOG_HOST": "127.0.0.1",
         "CATALOG_LOG_LEVEL": "warning",
         "CATALOG_LOG_FORMAT": "json",
+        # The shared test servers run no table care (tests/test_maintenance.py starts its own): tests
+        # write snapshots with old timestamps, which expiry would remove under them.
+        "CATALOG_MAINTENANCE_WORKERS": "0",
         **(extra_env or {}),
     }
     log = workdir / f"server-{port}.log"

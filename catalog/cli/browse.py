@@ -174,7 +174,7 @@ def _split(name: str, what: str, min_parts: int = 1) -> tuple[str, ...]:
 
 
 def _rest(args: argparse.Namespace) -> int:
-    out = _Output(args.json)
+    out = Output(args.json)
     handler = _HANDLERS[(args.command, args.action)]
     catalog = _connect(args)
     with _errors(args.uri):
@@ -182,13 +182,13 @@ def _rest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _namespaces_list(catalog: Any, args: argparse.Namespace, out: _Output) -> None:
+def _namespaces_list(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     parent = _split(args.parent, "namespace") if args.parent else ()
     names = sorted(_dotted(n) for n in catalog.list_namespaces(parent))
     out.rows("Namespaces", ["namespace"], [[n] for n in names], {"namespaces": names})
 
 
-def _namespaces_show(catalog: Any, args: argparse.Namespace, out: _Output) -> None:
+def _namespaces_show(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     ns = _split(args.namespace, "namespace")
     props = catalog.load_namespace_properties(ns)
     children = sorted(_dotted(n) for n in catalog.list_namespaces(ns))
@@ -202,7 +202,7 @@ def _namespaces_show(catalog: Any, args: argparse.Namespace, out: _Output) -> No
     out.line(f"tables: {', '.join(tables) or '-'}")
 
 
-def _tables_list(catalog: Any, args: argparse.Namespace, out: _Output) -> None:
+def _tables_list(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     ns = _split(args.namespace, "namespace")
     names = sorted(_dotted(t) for t in catalog.list_tables(ns))
     out.rows(f"Tables in {_dotted(ns)}", ["table"], [[n] for n in names], {"tables": names})
@@ -251,7 +251,7 @@ def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _tables_show(catalog: Any, args: argparse.Namespace, out: _Output) -> None:
+def _tables_show(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     ident = _split(args.table, "table", 2)
     table = catalog.load_table(ident)
     meta = table.metadata
@@ -331,7 +331,7 @@ def _tables_show(catalog: Any, args: argparse.Namespace, out: _Output) -> None:
     out.properties(doc["properties"])
 
 
-def _tables_history(catalog: Any, args: argparse.Namespace, out: _Output) -> None:
+def _tables_history(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     ident = _split(args.table, "table", 2)
     table = catalog.load_table(ident)
     meta = table.metadata
@@ -357,13 +357,13 @@ def _tables_history(catalog: Any, args: argparse.Namespace, out: _Output) -> Non
     )
 
 
-def _views_list(catalog: Any, args: argparse.Namespace, out: _Output) -> None:
+def _views_list(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     ns = _split(args.namespace, "namespace")
     names = sorted(_dotted(v) for v in catalog.list_views(ns))
     out.rows(f"Views in {_dotted(ns)}", ["view"], [[n] for n in names], {"views": names})
 
 
-def _views_show(catalog: Any, args: argparse.Namespace, out: _Output) -> None:
+def _views_show(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     ident = _split(args.view, "view", 2)
     view = catalog.load_view(ident)
     meta = view.metadata
@@ -398,7 +398,7 @@ def _views_show(catalog: Any, args: argparse.Namespace, out: _Output) -> None:
     out.properties(doc["properties"])
 
 
-_HANDLERS: dict[tuple[str, str], Callable[[Any, argparse.Namespace, _Output], None]] = {
+_HANDLERS: dict[tuple[str, str], Callable[[Any, argparse.Namespace, Output], None]] = {
     ("namespaces", "list"): _namespaces_list,
     ("namespaces", "show"): _namespaces_show,
     ("tables", "list"): _tables_list,
@@ -409,7 +409,7 @@ _HANDLERS: dict[tuple[str, str], Callable[[Any, argparse.Namespace, _Output], No
 }
 
 
-class _Output:
+class Output:
     """rich tables for people, or one JSON document."""
 
     def __init__(self, as_json: bool) -> None:

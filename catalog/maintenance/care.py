@@ -116,14 +116,19 @@ class Care:
             metadata = file.data
             defaults = policy.expire_defaults(self.namespaces(entry.namespace), self.settings)
             rules = expire.policy(metadata.get("properties") or {}, defaults)
+            if not rules.gc_enabled:  # as Java refuses: the table's files may be shared with another
+                return {"skipped": "gc.enabled is false on this table"}, file.location
             now = int(time.time() * 1000)
             plan = expire.plan(metadata, now, rules)
             updates = plan.updates()
             if not updates:
                 return {"expired-snapshots": [], "removed-refs": [], "deleted-files": 0}, file.location
+            # Every file the plan would leave unreachable is found BEFORE the commit: a manifest that
+            # cannot be read fails the task with the table unchanged, never half-cleaned.
+            planned = tables.apply(metadata, [], updates, base_location=file.location, now_ms=now)
+            planned_gone = reachability.after_expiry(metadata, planned, io)
             if dry:
-                after = tables.apply(metadata, [], updates, base_location=file.location, now_ms=now)
-                gone = self._owned(entry, metadata, reachability.after_expiry(metadata, after, io).all())
+                gone = self._owned(entry, metadata, planned_gone.all())
                 return {
                     "dry-run": True,
                     "expired-snapshots": list(plan.snapshot_ids),
@@ -146,7 +151,10 @@ class Care:
                 continue
             after_file = committed.files[0]  # type: ignore[union-attr]  # no key: never Replayed
             metrics.MAINTENANCE_SNAPSHOTS_EXPIRED.inc(len(plan.snapshot_ids))
-            unreachable = reachability.after_expiry(metadata, after_file.data, io).all()
+            if _snapshot_ids(after_file.data) == _snapshot_ids(planned):
+                unreachable = planned_gone.all()
+            else:  # others committed meanwhile: what is unreachable is decided on what landed
+                unreachable = reachability.after_expiry(metadata, after_file.data, io).all()
             dropped_logs = _dropped_metadata(metadata, file.location, after_file.data, after_file.location)
             gone = self._owned(entry, after_file.data, [*unreachable, *dropped_logs])
             deleted = self._delete(gone, EXPIRE)
@@ -162,6 +170,8 @@ class Care:
 
     def remove_orphans(self, task: Task, entry: Entry, file: MetadataFile) -> tuple[dict[str, Any], str]:
         dry = bool(task.options.get("dry-run"))
+        if not expire.policy(file.data.get("properties") or {}).gc_enabled:
+            return {"skipped": "gc.enabled is false on this table"}, file.location
         cutoff = int(time.time() * 1000 - self.settings.maintenance_orphan_age_hours * 3600 * 1000)
         for _ in range(3):
             io = purge.file_io(self.settings, file.location)
@@ -233,6 +243,10 @@ def _dropped_metadata(before: dict[str, Any], before_location: str, after: dict[
     was = {normalise(e["metadata-file"]) for e in before.get("metadata-log") or []} | {normalise(before_location)}
     now = {normalise(e["metadata-file"]) for e in after.get("metadata-log") or []} | {normalise(location)}
     return sorted(was - now)
+
+
+def _snapshot_ids(metadata: dict[str, Any]) -> set[int]:
+    return {s["snapshot-id"] for s in metadata.get("snapshots") or []}
 
 
 def _ident(entry: Entry) -> str:

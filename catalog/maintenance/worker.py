@@ -3,7 +3,8 @@
 ``Workers``: ``CATALOG_MAINTENANCE_WORKERS`` threads per server process (or a dedicated
 ``iceberg-catalog maintenance worker`` process). Each claims the oldest due task under a lease,
 renews the lease while it runs (a heartbeat every third of it), and finishes it with its result; a
-failed attempt is queued again after an exponential backoff, until ``CATALOG_MAINTENANCE_MAX_ATTEMPTS``
+failed attempt is queued again after an exponential backoff (``CATALOG_MAINTENANCE_RETRY_SECONDS``,
+doubled each time), until ``CATALOG_MAINTENANCE_MAX_ATTEMPTS``
 make it ``failed`` with its error. A worker killed mid-task leaves a running task whose lease
 expires: another worker claims it again. Every job is safe to repeat: an expiry re-plans on the table
 as it is, deletes of deleted files are no-ops. Maintenance I/O is bounded by the storage's own
@@ -127,7 +128,8 @@ class Workers:
     def _failed(self, task: Task, owner: str, e: Exception) -> None:
         message = e.message if isinstance(e, errors.IcebergError) else f"{type(e).__name__}: {e}"
         final = task.attempts >= self.settings.maintenance_max_attempts
-        retry_at = None if final else now_ms() + int(1000 * min(3600, 30 * 2 ** (task.attempts - 1)))
+        backoff = min(3600.0, self.settings.maintenance_retry_seconds * 2 ** (task.attempts - 1))
+        retry_at = None if final else now_ms() + int(1000 * backoff)
         self.store.fail(task, owner, message, retry_at)
         metrics.MAINTENANCE_TASKS.labels(task.kind, "failed" if final else "retry").inc()
         log.log(

@@ -1,0 +1,206 @@
+"""``iceberg-catalog maintenance``: the catalog's own table care.
+
+- ``run NS.TABLE [--kind K ...] [--dry-run] [--wait]``, ``status [NS.TABLE]`` (queued and running
+  tasks) and ``history [NS.TABLE]`` (finished ones) talk to a RUNNING server over its management API
+  (``/management/v1/maintenance``), with the same ``--uri``/``--token``/``--credential`` as the
+  browse commands.
+- ``worker`` runs table care in this process, on the LOCAL configuration (``CATALOG_*`` variables,
+  as ``serve`` reads them): ``CATALOG_MAINTENANCE_WORKERS`` threads (at least one) and a scheduler,
+  until interrupted. For deployments that keep maintenance off the request-serving replicas
+  (``CATALOG_MAINTENANCE_WORKERS=0`` there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+from urllib.parse import quote
+
+from catalog import logs
+from catalog.cli.browse import DEFAULT_URI, CliError, Output
+from catalog.cli.common import first_line
+
+KINDS = ("expire-snapshots", "remove-orphans")
+WAIT_SECONDS = 600.0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    client = argparse.ArgumentParser(add_help=False)
+    group = client.add_argument_group("connection (a running server)")
+    group.add_argument("--uri", default=os.environ.get("CATALOG_URI", DEFAULT_URI), help="the catalog's REST URI")
+    group.add_argument("--token", default=os.environ.get("CATALOG_TOKEN"), help="bearer token (env CATALOG_TOKEN)")
+    group.add_argument(
+        "--credential", default=os.environ.get("CATALOG_CREDENTIAL"), help="client credentials id:secret"
+    )
+    group.add_argument("--json", action="store_true", help="machine-readable output (one JSON document)")
+    top = sub.add_parser("maintenance", help="the catalog's own table care: run it now, see what it did")
+    actions = top.add_subparsers(dest="action", required=True)
+    run = actions.add_parser("run", parents=[client], help="run table care on a table now")
+    run.add_argument("table", help="namespace.table")
+    run.add_argument("--kind", action="append", choices=KINDS, help="only this kind (repeatable; default: all)")
+    run.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
+    run.add_argument("--wait", action="store_true", help="return when the tasks finished, with what each did")
+    for name, text in (("status", "queued and running tasks"), ("history", "finished tasks, newest first")):
+        p = actions.add_parser(name, parents=[client], help=text)
+        p.add_argument("table", nargs="?", help="namespace.table (default: every table you may read)")
+        p.add_argument("--limit", type=int, default=50)
+    actions.add_parser("worker", help="run table care in this process (local configuration), until stopped")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "worker":
+        return _worker()
+    out = Output(args.json)
+    try:
+        session = _session(args)
+        if args.action == "run":
+            return _run(session, args, out)
+        return _list(session, args, out, ("queued", "running") if args.action == "status" else ("done", "failed"))
+    except CliError as e:
+        print(f"iceberg-catalog maintenance {args.action}: {e}", file=sys.stderr)
+        return e.status
+
+
+def _split(name: str) -> tuple[tuple[str, ...], str]:
+    parts = name.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise CliError(f"{name!r} is not a table (expected namespace.table)", 2)
+    return tuple(parts[:-1]), parts[-1]
+
+
+class _Session:
+    """Requests to the management API with the caller's token."""
+
+    def __init__(self, uri: str, token: str | None) -> None:
+        import requests
+
+        self.uri = uri.rstrip("/")
+        self.http = requests.Session()
+        if token:
+            self.http.headers["Authorization"] = f"Bearer {token}"
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import requests
+
+        try:
+            response = self.http.request(method, self.uri + path, timeout=30, **kwargs)
+        except requests.exceptions.RequestException:
+            raise CliError(f"cannot reach the catalog at {self.uri} (is the server running? set --uri)") from None
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except Exception:  # noqa: BLE001 - not an Iceberg error body
+                message = response.text[:200]
+            status = 2 if response.status_code in (400, 401, 403) else 1
+            raise CliError(f"{response.status_code}: {message}", status)
+        return response.json()
+
+
+def _session(args: argparse.Namespace) -> _Session:
+    token = args.token
+    if args.credential and not token:
+        import requests
+
+        client_id, _, secret = args.credential.partition(":")
+        form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret}
+        try:
+            response = requests.post(f"{args.uri.rstrip('/')}/v1/oauth/tokens", data=form, timeout=30)
+        except requests.exceptions.RequestException:
+            raise CliError(f"cannot reach the catalog at {args.uri} (is the server running? set --uri)") from None
+        if response.status_code != 200:
+            raise CliError(f"not authenticated at {args.uri}: {response.text[:200]}", 2)
+        token = response.json()["access_token"]
+    return _Session(args.uri, token)
+
+
+def _run(session: _Session, args: argparse.Namespace, out: Output) -> int:
+    ns, name = _split(args.table)
+    path = f"/management/v1/maintenance/tables/{quote(chr(0x1F).join(ns), safe='')}/{quote(name, safe='')}"
+    body = {"kinds": args.kind or list(KINDS), "dry-run": args.dry_run}
+    tasks = session.call("POST", path, json=body)["tasks"]
+    if args.wait:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while any(t["state"] in ("queued", "running") for t in tasks):
+            if time.monotonic() > deadline:
+                raise CliError(f"tasks still running after {WAIT_SECONDS:.0f} s: see `maintenance status`")
+            time.sleep(0.5)
+            tasks = [session.call("GET", f"/management/v1/maintenance/tasks/{t['id']}") for t in tasks]
+    _show(tasks, out, f"Maintenance of {args.table}")
+    return 1 if any(t["state"] == "failed" for t in tasks) else 0
+
+
+def _list(session: _Session, args: argparse.Namespace, out: Output, states: tuple[str, ...]) -> int:
+    params: dict[str, Any] = {"state": ",".join(states), "limit": args.limit}
+    if args.table:
+        ns, name = _split(args.table)
+        params.update(namespace=".".join(ns), table=name)
+    tasks = session.call("GET", "/management/v1/maintenance/tasks", params=params)["tasks"]
+    _show(tasks, out, "Maintenance tasks")
+    return 0
+
+
+def _show(tasks: list[dict[str, Any]], out: Output, title: str) -> None:
+    rows = [
+        [
+            t["id"],
+            ".".join([*t["namespace"], t["table"]]),
+            t["kind"] + (" (dry run)" if t.get("dry-run") else ""),
+            t["state"],
+            t["attempts"],
+            _what(t),
+        ]
+        for t in tasks
+    ]
+    out.rows(title, ["id", "table", "kind", "state", "attempts", "result"], rows, {"tasks": tasks})
+
+
+def _what(task: dict[str, Any]) -> str:
+    if task["state"] == "failed" or (task["state"] == "queued" and task.get("last-error")):
+        return f"error: {task.get('last-error')}"
+    result = task.get("result") or {}
+    if not result:
+        return ""
+    if "skipped" in result:
+        return f"skipped: {result['skipped']}"
+    parts = []
+    if "expired-snapshots" in result:
+        parts.append(f"{len(result['expired-snapshots'])} snapshots expired")
+    if "orphans" in result:
+        parts.append(f"{result['orphans']} orphans")
+    if result.get("dry-run"):
+        parts.append(f"would delete {len(result.get('files-to-delete') or [])} files")
+    elif "deleted-files" in result:
+        parts.append(f"{result['deleted-files']} files deleted")
+    return ", ".join(parts)
+
+
+def _worker() -> int:
+    from catalog.maintenance.worker import Scheduler, Workers
+    from catalog.server.app import build_catalog
+    from catalog.settings import Settings
+
+    settings = Settings()
+    logs.configure(settings.log_level, settings.log_format)
+    try:
+        catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
+    except Exception as e:  # noqa: BLE001 - one line, like serve
+        print(f"iceberg-catalog maintenance worker: {first_line(e)}", file=sys.stderr)
+        return 2
+    workers = Workers(catalog.care, max(1, settings.maintenance_workers))
+    scheduler = Scheduler(catalog.care)
+    stopped = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
+    workers.start()
+    scheduler.start()
+    print(f"iceberg-catalog maintenance worker: {workers.threads} threads; stop with Ctrl-C", file=sys.stderr)
+    stopped.wait()
+    scheduler.stop()
+    workers.stop()
+    catalog.store.engine.dispose()
+    return 0

@@ -1,0 +1,462 @@
+"""Table care the catalog runs itself, on both backends, with real pyiceberg clients.
+
+A server with maintenance on (the default, one worker thread) is started per backend. Snapshot
+expiry keeps exactly what the table's policy says and deletes exactly the files only expired
+snapshots used; orphan removal deletes old unreferenced files and keeps fresh ones; the queue
+hands each task to one worker, takes a task back from a worker whose lease expired, and retries
+then fails visibly. Every delete is asserted on the filesystem or the bucket.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pyarrow as pa
+import pytest
+import requests
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
+
+from tests.conftest import Server, s3_client_props, s3_env, start_server
+
+ROWS_SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
+CARE_ENV = {
+    "CATALOG_MAINTENANCE_WORKERS": "1",
+    "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",  # no scheduled work under these tests
+    "CATALOG_LOG_LEVEL": "info",
+}
+
+
+def _backends() -> list[str]:
+    return [b.strip() for b in os.environ.get("CATALOG_TEST_BACKENDS", "sqlite,postgres-s3").split(",") if b.strip()]
+
+
+@pytest.fixture(scope="module", params=_backends())
+def care(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    workdir = tmp_path_factory.mktemp(f"care-{request.param}")
+    env = dict(CARE_ENV)
+    if request.param == "postgres-s3":
+        services = request.getfixturevalue("services")
+        env.update(
+            {"CATALOG_DATABASE_URL": services["pg"].url, **s3_env(services["s3"], f"care-{uuid.uuid4().hex[:6]}")}
+        )
+    srv = start_server(workdir, request.param, env)
+    if request.param == "postgres-s3":
+        srv.io_props = s3_client_props(request.getfixturevalue("services")["s3"])
+        srv.s3 = request.getfixturevalue("services")["s3"]  # type: ignore[attr-defined]
+    yield srv
+    srv.stop()
+
+
+class Files:
+    """The files of a warehouse location, on disk or in the bucket."""
+
+    def __init__(self, server: Server) -> None:
+        self.s3 = getattr(server, "s3", None)
+
+    def _client(self):  # noqa: ANN202
+        import boto3
+
+        s3 = self.s3
+        return boto3.client(
+            "s3",
+            endpoint_url=s3.endpoint,
+            region_name=s3.region,
+            aws_access_key_id=s3.access_key,
+            aws_secret_access_key=s3.secret_key,
+        )
+
+    def under(self, location: str) -> set[str]:
+        if self.s3 is None:
+            root = location.removeprefix("file://")
+            return {
+                "file://" + os.path.join(d, f) if location.startswith("file:") else os.path.join(d, f)
+                for d, _, fs in os.walk(root)
+                for f in fs
+            }
+        bucket, _, prefix = location.removeprefix("s3://").partition("/")
+        found = set()
+        for page in self._client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+            found.update(f"s3://{bucket}/{o['Key']}" for o in page.get("Contents") or [])
+        return found
+
+    def put(self, location: str, data: bytes, age_s: float = 0) -> None:
+        if self.s3 is None:
+            path = location.removeprefix("file://")
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_bytes(data)
+            if age_s:
+                old = time.time() - age_s
+                os.utime(path, (old, old))
+            return
+        bucket, _, key = location.removeprefix("s3://").partition("/")
+        self._client().put_object(Bucket=bucket, Key=key, Body=data)
+
+
+def _norm(path: str) -> str:
+    return "file://" + path.removeprefix("file:").removeprefix("//") if not path.startswith("s3") else path
+
+
+def _run(server: Server, ns: str, table: str, **body: object) -> list[dict]:
+    """Run maintenance now and wait for its tasks (the CLI's --wait, over HTTP)."""
+    url = f"{server.url}/management/v1/maintenance/tables/{quote(ns)}/{quote(table)}"
+    resp = requests.post(url, json=body, timeout=30)
+    assert resp.status_code == 202, resp.text
+    tasks = resp.json()["tasks"]
+    deadline = time.monotonic() + 120
+    while any(t["state"] in ("queued", "running") for t in tasks):
+        assert time.monotonic() < deadline, tasks
+        time.sleep(0.2)
+        tasks = [
+            requests.get(f"{server.url}/management/v1/maintenance/tasks/{t['id']}", timeout=30).json() for t in tasks
+        ]
+    return tasks
+
+
+def _table(catalog: RestCatalog, ns: str, name: str, **props: str):  # noqa: ANN202
+    return catalog.create_table(f"{ns}.{name}", ROWS_SCHEMA, properties=props)
+
+
+def _rows(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
+
+
+def _live_files(table) -> set[str]:  # noqa: ANN001
+    """Every file a snapshot of the table references, from pyiceberg's own reading."""
+    io, found = table.io, set()
+    meta = table.metadata
+    found.add(table.metadata_location)
+    found.update(e.metadata_file for e in meta.metadata_log)
+    for snapshot in meta.snapshots:
+        found.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(io):
+            found.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                found.add(entry.data_file.file_path)
+    return {_norm(f) for f in found}
+
+
+def test_expiry_keeps_what_the_policy_says_and_deletes_only_what_expired_snapshots_used(care: Server) -> None:
+    catalog = care.catalog()
+    ns = f"care_{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(ns)
+    table = _table(
+        catalog,
+        ns,
+        "t",
+        **{"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "2"},
+    )
+    table.append(_rows(10))  # s1: f1
+    table.overwrite(_rows(10, 100))  # s2: f1 deleted, f2 added
+    tagged = table.refresh().current_snapshot().snapshot_id
+    table.manage_snapshots().create_tag(tagged, "keep").commit()
+    table.append(_rows(10, 200))  # s3
+    table.append(_rows(10, 300))  # s4
+    table.append(_rows(10, 400))  # s5
+    table = table.refresh()
+    snapshots = [s.snapshot_id for s in table.metadata.snapshots]
+    first_list = table.metadata.snapshots[0].manifest_list
+    files = Files(care)
+    before_on_disk = files.under(table.location())
+    expected_kept = {snapshots[-1], snapshots[-2], tagged}
+
+    dry = _run(care, ns, "t", kinds=["expire-snapshots"], **{"dry-run": True})[0]
+    assert dry["state"] == "done" and dry["result"]["dry-run"], dry
+    assert set(dry["result"]["expired-snapshots"]) == set(snapshots) - expected_kept
+    assert files.under(table.location()) == before_on_disk, "a dry run deleted files"
+
+    task = _run(care, ns, "t", kinds=["expire-snapshots"])[0]
+    assert task["state"] == "done", task
+    table = table.refresh()
+    assert {s.snapshot_id for s in table.metadata.snapshots} == expected_kept
+    assert set(task["result"]["expired-snapshots"]) == set(snapshots) - expected_kept
+    after_on_disk = files.under(table.location())
+    live = _live_files(table)
+    assert live <= {_norm(f) for f in after_on_disk}, "a file a kept snapshot references was deleted"
+    deleted = {_norm(f) for f in before_on_disk} - {_norm(f) for f in after_on_disk}
+    assert _norm(first_list) in deleted, "the manifest list of an expired snapshot was kept"
+    assert deleted and not (deleted & live)
+    assert task["result"]["deleted-files"] == len(dry["result"]["files-to-delete"])
+    # readable: current, and the tagged snapshot by time travel
+    assert table.scan().to_arrow().num_rows == 40
+    assert table.scan(snapshot_id=tagged).to_arrow().num_rows == 10
+
+
+def test_orphans_older_than_the_age_are_removed_and_fresh_ones_kept(tmp_path: Path) -> None:
+    srv = start_server(tmp_path, "sqlite", {**CARE_ENV, "CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS": "1"})
+    try:
+        catalog = srv.catalog()
+        catalog.create_namespace("o")
+        table = _table(catalog, "o", "t")
+        table.append(_rows(5))
+        table = table.refresh()
+        base = table.location().removeprefix("file://")
+        old = f"{base}/data/forgotten-by-a-crashed-writer.parquet"
+        fresh = f"{base}/data/being-written-now.parquet"
+        files = Files(srv)
+        files.put(old, b"x" * 100, age_s=2 * 3600)
+        files.put(fresh, b"y" * 100)
+        outside = tmp_path / "warehouse" / "o" / "not-a-table-file.txt"  # in the namespace, not the table
+        files.put(str(outside), b"z", age_s=2 * 3600)
+        live = _live_files(table)
+
+        dry = _run(srv, "o", "t", kinds=["remove-orphans"], **{"dry-run": True})[0]
+        assert dry["result"]["files-to-delete"] == [f"file://{old}"], dry
+        assert os.path.exists(old)
+
+        task = _run(srv, "o", "t", kinds=["remove-orphans"])[0]
+        assert task["state"] == "done" and task["result"]["orphans"] == 1, task
+        assert not os.path.exists(old)
+        assert os.path.exists(fresh) and outside.exists()
+        assert all(os.path.exists(f.removeprefix("file://")) for f in live)
+        assert table.refresh().scan().to_arrow().num_rows == 5
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def queued_only(tmp_path: Path) -> Iterator[tuple[Server, object]]:
+    """A server that runs no task itself (CATALOG_MAINTENANCE_WORKERS=0), and the same catalog in
+    this process: tasks stay queued until the test runs them, one claim at a time."""
+    from catalog.server.app import build_catalog
+    from catalog.settings import Settings
+
+    srv = start_server(tmp_path, "sqlite", {"CATALOG_MAINTENANCE_WORKERS": "0"})
+    local = build_catalog(
+        Settings(
+            database_url=srv.env["CATALOG_DATABASE_URL"],
+            warehouse=srv.env["CATALOG_WAREHOUSE"],
+            maintenance_max_attempts=2,
+            maintenance_retry_seconds=0,
+            maintenance_lease_seconds=5,
+        )
+    )
+    yield srv, local
+    local.store.engine.dispose()
+    srv.stop()
+
+
+def _queue(server: Server, ns: str, table: str, kind: str = "expire-snapshots") -> dict:
+    url = f"{server.url}/management/v1/maintenance/tables/{quote(ns)}/{quote(table)}"
+    resp = requests.post(url, json={"kinds": [kind]}, timeout=30)
+    assert resp.status_code == 202, resp.text
+    return resp.json()["tasks"][0]
+
+
+def test_a_table_dropped_or_recreated_while_its_task_waits_is_skipped(queued_only) -> None:  # noqa: ANN001
+    from catalog.maintenance.worker import Workers
+
+    srv, local = queued_only
+    catalog = srv.catalog()
+    catalog.create_namespace("d")
+    _table(catalog, "d", "gone").append(_rows(3))
+    _table(catalog, "d", "again").append(_rows(3))
+    gone, again = _queue(srv, "d", "gone"), _queue(srv, "d", "again")
+    catalog.drop_table("d.gone")
+    catalog.drop_table("d.again")
+    _table(catalog, "d", "again", **{"history.expire.max-snapshot-age-ms": "1"}).append(_rows(3))
+    workers = Workers(local.care, 1)
+    assert workers.run_one("test") and workers.run_one("test")
+    for queued in (gone, again):
+        task = local.store.get_task(queued["id"])
+        assert task.state == "done" and "skipped" in task.result, task
+    assert len(catalog.load_table("d.again").metadata.snapshots) == 1  # the new table was not touched
+
+
+def test_a_renamed_table_is_cared_for_under_its_new_name(queued_only) -> None:  # noqa: ANN001
+    from catalog.maintenance.worker import Workers
+
+    srv, local = queued_only
+    catalog = srv.catalog()
+    catalog.create_namespace("r")
+    table = _table(catalog, "r", "t", **{"history.expire.max-snapshot-age-ms": "1"})
+    for i in range(3):
+        table.append(_rows(2, i * 10))
+    queued = _queue(srv, "r", "t")
+    catalog.rename_table("r.t", "r.moved")
+    assert Workers(local.care, 1).run_one("test")
+    task = local.store.get_task(queued["id"])
+    assert task.state == "done" and len(task.result["expired-snapshots"]) == 2, task
+    assert len(catalog.load_table("r.moved").metadata.snapshots) == 1
+
+
+def test_a_killed_workers_task_is_claimed_again_and_its_late_result_dropped(queued_only) -> None:  # noqa: ANN001
+    """A worker that claimed a task and died (kill -9: it never finishes, never renews its lease)."""
+    from catalog.maintenance.worker import Workers
+
+    srv, local = queued_only
+    catalog = srv.catalog()
+    catalog.create_namespace("k")
+    table = _table(catalog, "k", "t", **{"history.expire.max-snapshot-age-ms": "1"})
+    for i in range(3):
+        table.append(_rows(1, i))
+    queued = _queue(srv, "k", "t")
+    dead = local.store.claim("dead-worker", lease_ms=300)
+    assert dead is not None and dead.id == queued["id"]
+    assert local.store.claim("another", lease_ms=300) is None  # not twice while the lease holds
+    time.sleep(0.5)
+    assert Workers(local.care, 1).run_one("successor")
+    task = local.store.get_task(queued["id"])
+    assert task.state == "done" and task.attempts == 2 and len(task.result["expired-snapshots"]) == 2
+    assert not local.store.finish(dead, "dead-worker", {"late": True}, None)  # its result is not taken
+    assert local.store.get_task(queued["id"]).result == task.result
+    live = _live_files(catalog.load_table("k.t"))
+    assert all(os.path.exists(f.removeprefix("file://")) for f in live)
+
+
+def test_storage_errors_are_retried_then_the_task_fails_visibly(queued_only) -> None:  # noqa: ANN001
+    from catalog.maintenance.worker import Workers
+
+    srv, local = queued_only
+    catalog = srv.catalog()
+    catalog.create_namespace("f")
+    table = _table(catalog, "f", "t", **{"history.expire.max-snapshot-age-ms": "1"})
+    for i in range(3):
+        table.append(_rows(1, i))
+    first_list = table.refresh().metadata.snapshots[0].manifest_list
+    os.remove(first_list.removeprefix("file://"))  # unreadable: the planner must not guess
+    before = catalog.load_table("f.t").metadata_location
+    queued = _queue(srv, "f", "t")
+    workers = Workers(local.care, 1)
+    assert workers.run_one("test")
+    task = local.store.get_task(queued["id"])
+    assert task.state == "queued" and task.attempts == 1 and task.last_error, task
+    assert workers.run_one("test")
+    task = local.store.get_task(queued["id"])
+    assert task.state == "failed" and task.attempts == 2 and task.last_error, task
+    assert catalog.load_table("f.t").metadata_location == before  # nothing was committed
+    listed = requests.get(f"{srv.url}/management/v1/maintenance/tasks", params={"state": "failed"}, timeout=10)
+    assert [t["id"] for t in listed.json()["tasks"]] == [queued["id"]]
+    assert listed.json()["tasks"][0]["last-error"]
+
+
+def test_one_task_per_table_and_kind_is_queued(queued_only) -> None:  # noqa: ANN001
+    srv, local = queued_only
+    catalog = srv.catalog()
+    catalog.create_namespace("q")
+    _table(catalog, "q", "t").append(_rows(1))
+    first, second = _queue(srv, "q", "t"), _queue(srv, "q", "t")
+    assert first["id"] == second["id"] and first["created"] and not second["created"]
+    orphans = _queue(srv, "q", "t", "remove-orphans")
+    assert orphans["id"] != first["id"]
+
+
+def test_appends_racing_expiry_all_land_without_a_409(care: Server) -> None:
+    """Writers keep appending while expiry runs again and again: every append lands exactly once."""
+    import threading
+
+    catalog = care.catalog()
+    ns = f"care_{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(ns)
+    _table(catalog, ns, "t", **{"history.expire.max-snapshot-age-ms": "1"})
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        client = care.catalog()
+        for i in range(6):
+            for _attempt in range(20):  # pyiceberg does not retry a 409 itself: count any
+                try:
+                    client.load_table(f"{ns}.t").append(_rows(1, w * 100 + i))
+                    break
+                except Exception as e:  # noqa: BLE001
+                    if "CommitFailed" not in type(e).__name__ and "409" not in str(e):
+                        errors.append(e)
+                        return
+            else:
+                errors.append(AssertionError("an append never landed"))
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+    for t in threads:
+        t.start()
+    runs = []
+    while any(t.is_alive() for t in threads):
+        runs.append(_run(care, ns, "t", kinds=["expire-snapshots"])[0])
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert all(r["state"] == "done" for r in runs), runs
+    table = catalog.load_table(f"{ns}.t")
+    ids = sorted(table.scan().to_arrow().column("id").to_pylist())
+    assert ids == sorted(w * 100 + i for w in range(3) for i in range(6))
+
+
+def test_the_scheduler_expires_a_table_by_itself_by_default(tmp_path: Path) -> None:
+    env = {**CARE_ENV, "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "0.5", "CATALOG_MAINTENANCE_EXPIRE_EVERY_MINUTES": "0"}
+    srv = start_server(tmp_path, "sqlite", env)
+    try:
+        catalog = srv.catalog()
+        catalog.create_namespace("s")
+        on = _table(catalog, "s", "on", **{"history.expire.max-snapshot-age-ms": "1"})
+        off = _table(
+            catalog, "s", "off", **{"history.expire.max-snapshot-age-ms": "1", "catalog.maintenance.enabled": "false"}
+        )
+        for i in range(3):
+            on.append(_rows(1, i))
+            off.append(_rows(1, i))
+        deadline = time.monotonic() + 60
+        while len(catalog.load_table("s.on").metadata.snapshots) > 1:
+            assert time.monotonic() < deadline, "the scheduler never expired the table"
+            time.sleep(0.3)
+        assert len(catalog.load_table("s.off").metadata.snapshots) == 3
+        metrics = requests.get(f"{srv.url}/metrics", timeout=10).text
+        assert 'catalog_maintenance_tasks_total{kind="expire-snapshots",outcome="done"}' in metrics
+    finally:
+        srv.stop()
+
+
+def test_maintenance_needs_alter_to_run_and_read_to_see(tmp_path: Path) -> None:
+    grants = tmp_path / "grants.yaml"
+    grants.write_text("grants:\n  - {principal: user:admin, privileges: [admin], on: catalog}\n")
+    env = {
+        **CARE_ENV,
+        "CATALOG_AUTHZ_BOOTSTRAP": str(grants),
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": "admin:adm1n,reader:r3ad",
+        "CATALOG_TOKEN_SECRET": "x" * 40,
+    }
+    srv = start_server(tmp_path, "sqlite", env)
+    try:
+        admin = RestCatalog(
+            "a", uri=srv.url, credential="admin:adm1n", **{"oauth2-server-uri": f"{srv.url}/v1/oauth/tokens"}
+        )
+        admin.create_namespace("g")
+        _table(admin, "g", "t").append(_rows(1))
+        token = lambda c: requests.post(  # noqa: E731
+            f"{srv.url}/v1/oauth/tokens",
+            data={"grant_type": "client_credentials", "client_id": c[0], "client_secret": c[1]},
+            timeout=10,
+        ).json()["access_token"]
+        grant = {"principal": "user:reader", "privileges": ["read"], "on": {"table": ["g", "t"]}}
+        admin_h = {"Authorization": f"Bearer {token(('admin', 'adm1n'))}"}
+        reader_h = {"Authorization": f"Bearer {token(('reader', 'r3ad'))}"}
+        assert (
+            requests.post(f"{srv.url}/management/v1/grants", json=grant, headers=admin_h, timeout=10).status_code == 201
+        )
+        url = f"{srv.url}/management/v1/maintenance/tables/g/t"
+        assert requests.post(url, json={}, headers=reader_h, timeout=10).status_code == 403
+        assert requests.post(url, json={"kinds": ["expire-snapshots"]}, headers=admin_h, timeout=10).status_code == 202
+        seen = requests.get(f"{srv.url}/management/v1/maintenance/tasks", headers=reader_h, timeout=10)
+        assert seen.status_code == 200 and {t["table"] for t in seen.json()["tasks"]} == {"t"}
+        nobody = requests.get(f"{srv.url}/management/v1/maintenance/tasks", timeout=10)
+        assert nobody.status_code == 401
+    finally:
+        srv.stop()
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+
+
+def _wait(server: Server, task_id: int) -> dict:
+    deadline = time.monotonic() + 120
+    while True:
+        task = requests.get(f"{server.url}/management/v1/maintenance/tasks/{task_id}", timeout=30).json()
+        if task["state"] not in ("queued", "running"):
+            return task
+        assert time.monotonic() < deadline, task
+        time.sleep(0.2)
