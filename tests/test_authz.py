@@ -326,6 +326,9 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
         },
         ("DELETE", "/management/v1/grants/{grant_id}"): {},
         ("GET", "/management/v1/whoami"): None,
+        ("POST", "/management/v1/maintenance/tables/{namespace}/{table}"): {"json": {"dry-run": True}},
+        ("GET", "/management/v1/maintenance/tasks"): None,  # only tasks of tables it may read: none
+        ("GET", "/management/v1/maintenance/tasks/{task_id}"): {},
     }
     open_routes = {"/", "/v1/config", "/v1/oauth/tokens", "/health/live", "/health/ready", "/metrics"}
     app = create_app(Settings(database_url="sqlite:///:memory:"))
@@ -335,7 +338,8 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
             path.replace("{namespace:str}", "{namespace}")
             .replace("{table:str}", "{table}")
             .replace("{view:str}", "{view}")
-            .replace("{grant_id:str}", "{grant_id}"),
+            .replace("{grant_id:str}", "{grant_id}")
+            .replace("{task_id:str}", "{task_id}"),
         )
         for route in app.routes
         for handler in route.route_handlers
@@ -352,13 +356,17 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
     before, files = pointers(secured), warehouse_files(secured)
     http = Caller(secured, "nobody")
     grant_id = Caller(secured, "admin")("GET", "/management/v1/grants").json()["grants"][0]["id"]
+    queued = Caller(secured, "admin")("POST", "/management/v1/maintenance/tables/raw/events", json={"dry-run": True})
+    task_id = queued.json()["tasks"][0]["id"]  # the secured server runs no task: it stays queued
     for (method, path), kwargs in calls.items():
-        url = path.format(namespace="raw", table="events", view="events", grant_id=grant_id)
+        url = path.format(namespace="raw", table="events", view="events", grant_id=grant_id, task_id=task_id)
         resp = http(method, url, **(kwargs or {}))
         if kwargs is None:
             assert resp.status_code == 200, (method, path, resp.text)
             body = resp.json()
-            assert body.get("namespaces", []) == [] and body.get("grants", []) == [], body
+            assert body.get("namespaces", []) == [] and body.get("grants", []) == [] and body.get("tasks", []) == [], (
+                body
+            )
         elif method == "HEAD":
             assert resp.status_code == 403, (method, path)
         else:

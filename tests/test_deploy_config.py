@@ -1465,3 +1465,30 @@ def test_dockerfile_healthcheck_command_works() -> None:
         probe.bind(("127.0.0.1", 0))
         unused_port = probe.getsockname()[1]
     assert run(unused_port) != 0, "no server: unhealthy"
+
+
+def test_a_maintenance_worker_deployment_takes_table_care_off_the_servers(chart: Any, kv: ModuleType) -> None:
+    values = {"database": {"password": "pw"}, "maintenance": {"worker": {"enabled": True, "replicas": 2}}}
+    rendered = Rendered(chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True))
+    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in rendered.of_kind("Deployment")}
+    assert set(deployments) == {"server", "maintenance"}
+    server_pod = deployments["server"]["spec"]["template"]["spec"]
+    (server,) = [c for c in server_pod["containers"] if c["name"] == "catalog"]
+    assert resolve_env(server, rendered.chart_secrets())["CATALOG_MAINTENANCE_WORKERS"] == "0"
+    worker_spec = deployments["maintenance"]["spec"]
+    (worker,) = worker_spec["template"]["spec"]["containers"]
+    assert worker["args"] == ["maintenance", "worker"] and worker_spec["replicas"] == 2
+    env = resolve_env(worker, rendered.chart_secrets())
+    assert env["CATALOG_MAINTENANCE_WORKERS"] == "2" and env["CATALOG_DATABASE_URL"].startswith("postgresql")
+    assert worker_spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == "maintenance"
+    for version in kube_versions(kv):
+        kv.validate({k: v for k, v in deployments["maintenance"].items() if k != "__file__"}, version, strict=True)
+    # by default the servers run it themselves
+    default = Rendered(chart.render({"database": {"password": "pw"}}, name=RELEASE, namespace=NAMESPACE))
+    assert resolve_env(server_container(default), default.chart_secrets())["CATALOG_MAINTENANCE_WORKERS"] == "1"
+
+
+def test_a_maintenance_worker_with_sqlite_is_refused(chart: Any, helm: ModuleType) -> None:
+    values = {**LOCAL, "database": {"url": "sqlite:///catalog.db"}, "maintenance": {"worker": {"enabled": True}}}
+    with pytest.raises(helm.HelmError, match="maintenance.worker.enabled needs PostgreSQL"):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)

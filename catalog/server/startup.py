@@ -128,6 +128,22 @@ def auth_mode(settings: Settings) -> str:
     return f"on ({', '.join(ways)}; authorization: {settings.authorization})"
 
 
+def care_mode(settings: Settings) -> str:
+    if not settings.maintenance_enabled:
+        return "off (CATALOG_MAINTENANCE_ENABLED=false; a table or namespace may still turn it on)"
+    days = settings.maintenance_max_snapshot_age_ms / 86_400_000
+    where = (
+        f"{settings.maintenance_workers} thread(s) per worker"
+        if settings.maintenance_workers
+        else "no threads here (a `maintenance worker` process runs it)"
+    )
+    return (
+        f"on: snapshots older than {days:g} days expired (at least {settings.maintenance_min_snapshots_to_keep} "
+        f"kept), orphan files older than {settings.maintenance_orphan_age_hours:g} h removed; {where}; "
+        "CATALOG_MAINTENANCE_ENABLED=false turns it off"
+    )
+
+
 def risky(settings: Settings) -> list[str]:
     """One warning per setting that works but is likely to surprise (the refused ones are refused)."""
     warnings = []
@@ -179,6 +195,7 @@ def summary(settings: Settings) -> tuple[list[str], dict[str, Any]]:
         "warehouse": warehouse,
         "auth": auth_mode(settings),
         "workers": settings.workers,
+        "maintenance": care_mode(settings),
     }
     lines = [
         f"iceberg-catalog {__version__} listening on {fields['url']} (GET / lists the routes)",
@@ -186,6 +203,7 @@ def summary(settings: Settings) -> tuple[list[str], dict[str, Any]]:
         f"  warehouse: {warehouse}",
         f"  auth:      {fields['auth']}",
         f"  workers:   {settings.workers}",
+        f"  table care: {fields['maintenance']}",
     ]
     return lines, fields
 
