@@ -214,3 +214,40 @@ def test_a_ref_past_its_max_ref_age_expires_like_spark(
     assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
     assert spark_after["refs"] == ours_after["refs"]
     assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
+
+
+def test_table_retention_and_a_branch_s_own_retention_like_spark(
+    spark, server: Server, lake: str, request: pytest.FixtureRequest
+) -> None:
+    """No arguments to the procedure: the table's ``history.expire.*`` properties decide, and a branch's
+    own ``min-snapshots-to-keep`` (Spark's ``WITH SNAPSHOT RETENTION``) overrides them on that branch."""
+    ns = f"ex_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
+    t = f"{lake}.{ns}.t"
+    spark.sql(
+        f"""CREATE TABLE {t} (id BIGINT) USING iceberg
+        TBLPROPERTIES ('format-version' = '2', 'history.expire.max-snapshot-age-ms' = '1',
+                       'history.expire.min-snapshots-to-keep' = '2')"""
+    )
+    for i in range(3):
+        spark.sql(f"INSERT OVERWRITE {t} VALUES ({i})")
+    spark.sql(f"ALTER TABLE {t} CREATE BRANCH wide WITH SNAPSHOT RETENTION 4 SNAPSHOTS")
+    for i in range(3):
+        spark.sql(f"INSERT OVERWRITE {t}.branch_wide VALUES ({10 + i})")
+        spark.sql(f"INSERT OVERWRITE {t} VALUES ({20 + i})")
+    time.sleep(0.01)
+    before = metadata(server, ns, "t")
+    assert before["refs"]["wide"].get("min-snapshots-to-keep") == 4
+    now = int(time.time() * 1000)
+    plan = expire.plan(before, now, expire.policy(before["properties"]))
+    ours_after = tables.apply(before, [], plan.updates(), base_location="unused.metadata.json", now_ms=now)
+    unreachable = reachability.after_expiry(before, ours_after, server.catalog().load_table(f"{ns}.t").io)
+    assert len(ours_after["snapshots"]) == 2 + 4  # main's last two, the branch's last four (none shared)
+    assert unreachable.content_files
+
+    listed_before = files_under(before["location"], request)
+    spark.sql(f"CALL {lake}.system.expire_snapshots(table => '{ns}.t')")
+    spark_after = metadata(server, ns, "t")
+    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
+    assert spark_after["refs"] == ours_after["refs"]
+    assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
