@@ -5,8 +5,6 @@ snapshots without a manifest list, statistics files. Spark's deletions are the o
 
 from __future__ import annotations
 
-import os
-
 import pyarrow as pa
 import pytest
 from pyiceberg.expressions import EqualTo
@@ -21,10 +19,6 @@ SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 
 def rows(*ids: int) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64())})
-
-
-def local(path: str) -> str:
-    return "/" + path[len("file:") :].lstrip("/") if path.startswith("file:") else path
 
 
 @pytest.fixture
@@ -74,7 +68,7 @@ def test_unreachable_is_what_no_remaining_snapshot_sees(written, keep: int) -> N
     assert set(got.manifests) == listed_before - listed_after
     assert set(got.manifest_lists) == {s["manifest-list"] for s in gone}
     assert got.statistics == ()
-    assert all(os.path.isfile(local(p)) for p in got.all())
+    assert all(table.io.new_input(p).exists() for p in got.all())
     assert got.all()[: len(got.content_files)] == list(got.content_files)  # data first, manifest lists late
 
 
@@ -95,7 +89,7 @@ def test_an_unreadable_file_raises_never_a_guess(written, which: str) -> None:
         victim = sorted(manifests(table, gone["snapshot-id"]) - manifests(table, head["snapshot-id"]))[0]
     else:
         victim = gone["manifest-list"]
-    os.remove(local(victim))
+    table.io.delete(victim)
     with pytest.raises(reachability.Unreadable) as caught:
         reachability.after_expiry(before, after, table.io)
     assert caught.value.path == victim
