@@ -135,6 +135,14 @@ def test_v1_metadata_without_refs_has_main_at_the_current_snapshot() -> None:
     assert plan({"format-version": 1, "snapshots": [], "current-snapshot-id": -1}, NOW, Policy()) == Expiry((), ())
 
 
+def test_refs_without_main_still_keep_the_current_snapshot() -> None:
+    """Java would take such refs as they are and could expire the current snapshot; we never do."""
+    meta = {"format-version": 2, "snapshots": chain(4), "current-snapshot-id": 4, "refs": {"t": tag(1)}}
+    expiry = plan(meta, NOW, Policy(max_snapshot_age_ms=0))
+    assert expiry.snapshot_ids == (2, 3)
+    assert expiry.refs == ()  # the stand-in main is not the table's, so nothing removes it
+
+
 def test_no_snapshots_plans_nothing_not_even_ref_removal() -> None:
     assert plan(table([], {"t": tag(5)}), NOW, Policy()).updates() == []
 
