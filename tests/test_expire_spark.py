@@ -251,3 +251,43 @@ def test_table_retention_and_a_branch_s_own_retention_like_spark(
     assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
     assert spark_after["refs"] == ours_after["refs"]
     assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
+
+
+def test_unreferenced_snapshots_after_a_rollback_and_a_dropped_branch_like_spark(
+    spark, server: Server, lake: str, request: pytest.FixtureRequest
+) -> None:
+    """Snapshots off every ref (a dropped branch's, one rolled back past) go when older than the cut-off
+    and stay when younger, and a young one keeps the files it still reaches through shared manifests."""
+    ns = f"ex_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
+    t = f"{lake}.{ns}.t"
+    spark.sql(f"CREATE TABLE {t} (id BIGINT) USING iceberg TBLPROPERTIES ('format-version' = '2')")
+    spark.sql(f"INSERT INTO {t} VALUES (1)")  # s1
+    spark.sql(f"INSERT INTO {t} VALUES (2)")  # s2
+    spark.sql(f"ALTER TABLE {t} CREATE BRANCH b")
+    spark.sql(f"INSERT INTO {t}.branch_b VALUES (3)")  # s3, on b only
+    spark.sql(f"ALTER TABLE {t} DROP BRANCH b")
+    time.sleep(0.05)
+    cut_off = max(s["timestamp-ms"] for s in metadata(server, ns, "t")["snapshots"]) + 20
+    time.sleep(0.05)
+    spark.sql(f"INSERT INTO {t} VALUES (4)")  # s4: young, about to be rolled back past
+    first = min(metadata(server, ns, "t")["snapshots"], key=lambda s: s["sequence-number"])["snapshot-id"]
+    spark.sql(f"CALL {lake}.system.rollback_to_snapshot('{ns}.t', {first})")
+    spark.sql(f"INSERT INTO {t} VALUES (5)")  # s5 on s1
+    before = metadata(server, ns, "t")
+    assert len(before["snapshots"]) == 5 and set(before["refs"]) == {"main"}
+
+    ours_after, unreachable = our_plan(server, ns, before, cut_off)
+    by_seq = {s["sequence-number"]: s["snapshot-id"] for s in before["snapshots"]}
+    assert {s["snapshot-id"] for s in ours_after["snapshots"]} == {by_seq[4], by_seq[5]}
+    assert len(unreachable.content_files) == 1  # s3's file; s2's stays reachable from s4, s1's from s5
+
+    listed_before = files_under(before["location"], request)
+    spark.sql(
+        f"CALL {lake}.system.expire_snapshots(table => '{ns}.t', "
+        f"older_than => TIMESTAMP '{ms(cut_off)}', retain_last => 1)"
+    )
+    spark_after = metadata(server, ns, "t")
+    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
+    assert spark_after["refs"] == ours_after["refs"]
+    assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
