@@ -13,10 +13,11 @@ As Java decides it:
 * statistics and partition-statistics files: those ``before`` lists and ``after`` does not.
 
 Reachability from every remaining snapshot decides, never a guess: a manifest list or manifest that
-cannot be read raises ``Unreadable`` (the caller retries later), where Java would log it and still
-delete what it had decided. Each manifest list and manifest is read once; what is kept is sets of
-paths, one manifest's entries decoded at a time. Nothing is filtered by location here: the
-caller confines its deletes to the table's own locations.
+cannot be read raises ``Unreadable`` (the caller retries later); Java, failing to read a remaining
+manifest, logs it and still deletes the manifests and manifest lists it had chosen (no data files).
+Each manifest list and manifest is read once; what is kept is sets of paths, one manifest's entries
+decoded at a time. Nothing is filtered by location here: the caller confines its deletes to the
+table's own locations.
 """
 
 from __future__ import annotations
