@@ -112,14 +112,13 @@ class Expiry:
 
 def refs_of(metadata: dict) -> dict[str, dict]:
     """The table's refs; metadata without ``refs`` (v1) has ``main`` at ``current-snapshot-id`` as Java's
-    ``TableMetadataParser`` gives it."""
-    refs = metadata.get("refs")
-    if refs is not None:
-        return dict(refs)
+    ``TableMetadataParser`` gives it. Safer than Java: ``refs`` without ``main`` beside a current snapshot
+    (metadata no writer of ours produces) also gets that ``main``, so the current snapshot never goes."""
+    refs = dict(metadata.get("refs") or {})
     current = metadata.get("current-snapshot-id")
-    if current is None or current == -1:
-        return {}
-    return {MAIN: {"snapshot-id": current, "type": "branch"}}
+    if MAIN not in refs and current is not None and current != -1:
+        refs[MAIN] = {"snapshot-id": current, "type": "branch"}
+    return refs
 
 
 def plan(

@@ -13,19 +13,19 @@ As Java decides it:
 * statistics and partition-statistics files: those ``before`` lists and ``after`` does not.
 
 Reachability from every remaining snapshot decides, never a guess: a manifest list or manifest that
-cannot be read raises ``Unreadable`` (the caller retries later) where Java, reading the remaining
-manifests, would delete nothing. Each manifest list and manifest is read once; what is kept is sets
-of paths, one manifest's entries decoded at a time. Nothing is filtered by location here: the
-caller confines its deletes to the table's own locations.
+cannot be read raises ``Unreadable`` (the caller retries later); Java, failing to read a remaining
+manifest, logs it and still deletes the manifests and manifest lists it had chosen (no data files).
+Each manifest list and manifest is read once; what is kept is sets of paths, one manifest's entries
+decoded at a time. Nothing is filtered by location here: the caller confines its deletes to the
+table's own locations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import ManifestContent, ManifestEntryStatus, ManifestFile, read_manifest_list
+from pyiceberg.manifest import ManifestContent, ManifestFile, read_manifest_list
 
 
 class Unreadable(Exception):
@@ -65,70 +65,66 @@ def after_expiry(before: dict, after: dict, io: FileIO) -> Unreachable:
     manifest_lists = {s["manifest-list"] for s in removed if s.get("manifest-list")} - still_listed
 
     # Java reads the removed snapshots' manifests, then drops every one a remaining snapshot lists.
-    candidates: dict[str, ManifestFile] = {}
     read: set[str] = set()
+    candidates: set[str] = set()
     for snapshot in removed:
-        for manifest in _manifests(snapshot, io, read):
-            candidates.setdefault(manifest.manifest_path, manifest)
-    current: dict[str, ManifestFile] = {}
+        candidates.update(_manifest_paths(snapshot, io, read))
+    current: set[str] = set()
     read.clear()
     for snapshot in remaining if candidates else []:
-        for manifest in _manifests(snapshot, io, read):
-            current.setdefault(manifest.manifest_path, manifest)
-    gone = [manifest for path, manifest in candidates.items() if path not in current]
+        current.update(_manifest_paths(snapshot, io, read))
+    gone = candidates - current
 
     content: set[str] = set()
-    for manifest in gone:
-        content.update(entry.data_file.file_path for entry in _entries(manifest, io, live_only=False))
+    for path in gone:
+        content.update(_file_paths(path, io, live_only=False))
     if content:
-        for manifest in current.values():
-            content.difference_update(entry.data_file.file_path for entry in _entries(manifest, io, live_only=True))
+        for path in current:
+            content.difference_update(_file_paths(path, io, live_only=True))
             if not content:
                 break
 
     statistics = _statistics(before) - _statistics(after)
     return Unreachable(
         manifest_lists=tuple(sorted(manifest_lists)),
-        manifests=tuple(sorted(m.manifest_path for m in gone)),
+        manifests=tuple(sorted(gone)),
         content_files=tuple(sorted(content)),
         statistics=tuple(sorted(statistics)),
     )
 
 
-def _manifests(snapshot: dict, io: FileIO, read: set[str]) -> Iterable[ManifestFile]:
+def _manifest_paths(snapshot: dict, io: FileIO, read: set[str]) -> list[str]:
     """The manifests a snapshot lists (``FileCleanupStrategy.readManifests``), each manifest list read
     once per side: a v1 snapshot without a manifest list names its manifests in ``manifests``."""
     location = snapshot.get("manifest-list")
-    if location:
-        if location in read:
-            return []
-        read.add(location)
-        try:
-            return list(read_manifest_list(io.new_input(location)))
-        except Exception as exc:  # any failure to read: nothing is known, so nothing may go
-            raise Unreadable(location, exc) from exc
-    return [
-        ManifestFile.from_args(
-            manifest_path=path,
-            manifest_length=0,
-            partition_spec_id=0,
-            content=ManifestContent.DATA,
-            sequence_number=0,
-            min_sequence_number=0,
-            added_snapshot_id=snapshot["snapshot-id"],
-        )
-        for path in snapshot.get("manifests") or []
-    ]
-
-
-def _entries(manifest: ManifestFile, io: FileIO, live_only: bool) -> list:
+    if not location:
+        return list(snapshot.get("manifests") or [])
+    if location in read:
+        return []
+    read.add(location)
     try:
-        entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
+        return [manifest.manifest_path for manifest in read_manifest_list(io.new_input(location))]
+    except Exception as exc:  # any failure to read: nothing is known, so nothing may go
+        raise Unreadable(location, exc) from exc
+
+
+def _file_paths(manifest_path: str, io: FileIO, live_only: bool) -> list[str]:
+    """The data and delete files a manifest names; ``live_only``: added or existing, not deleted. Only
+    the path is kept of the manifest list's record (the entries' inherited fields are not used)."""
+    manifest = ManifestFile.from_args(
+        manifest_path=manifest_path,
+        manifest_length=0,
+        partition_spec_id=0,
+        content=ManifestContent.DATA,
+        sequence_number=0,
+        min_sequence_number=0,
+        added_snapshot_id=None,
+    )
+    try:
+        entries = manifest.fetch_manifest_entry(io, discard_deleted=live_only)
     except Exception as exc:
-        raise Unreadable(manifest.manifest_path, exc) from exc
-    if live_only:
-        return [e for e in entries if e.status != ManifestEntryStatus.DELETED]
-    return entries
+        raise Unreadable(manifest_path, exc) from exc
+    return [entry.data_file.file_path for entry in entries]
 
 
 def _statistics(metadata: dict) -> set[str]:

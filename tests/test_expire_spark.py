@@ -1,0 +1,293 @@
+"""The maintenance planners against Spark's own ``expire_snapshots`` (Iceberg 1.9's
+``ExpireSnapshotsSparkAction`` over ``RemoveSnapshots``), on both backends.
+
+A table gets a history with Spark: appends, a partition delete and a merge-on-read update (data and
+delete files become unreachable), a branch with its own commit and a tag. Our plan is computed first,
+from the table's metadata: ``expire.plan`` gives the updates, ``metadata.tables.apply`` the metadata
+they produce, ``reachability.after_expiry`` the files that leaves unreachable. Then Spark expires the
+same table itself, and what it kept (snapshots, refs) and what it deleted (the table's files listed
+before and after, on disk or in the bucket) must be exactly our plan.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import requests
+
+from catalog.maintenance import expire, reachability
+from catalog.metadata import tables
+from tests.conftest import IN_CI, ROOT, Server
+
+sys.path.insert(0, str(ROOT / "examples" / "spark_pipeline"))
+from spark_conf import spark_conf  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+
+def _spark_unavailable() -> str | None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark is not installed"
+    if not shutil.which("java"):
+        return "no java on PATH"
+    return None
+
+
+@pytest.fixture(scope="module")
+def spark():
+    missing = _spark_unavailable()
+    if missing:
+        if IN_CI:
+            pytest.fail(f"CI=true and Spark cannot run: {missing}")
+        pytest.skip(missing)
+    from pyspark.sql import SparkSession
+
+    base = {k: v for k, v in spark_conf("http://unused").items() if not k.startswith("spark.sql.catalog.")}
+    builder = SparkSession.builder.master("local[2]").appName("expire-tests")
+    for key, value in {
+        **base,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": "2g",
+        "spark.sql.session.timeZone": "UTC",
+    }.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lake(spark, server: Server) -> str:
+    """``server`` registered as a Spark catalog of the session."""
+    name = "lake_" + re.sub(r"\W", "_", server.backend)
+    settings: dict = {"warehouse": "local"}
+    if server.backend == "postgres-s3":
+        settings = {
+            "warehouse": "s3",
+            "access_key": server.io_props["s3.access-key-id"],
+            "secret_key": server.io_props["s3.secret-access-key"],
+        }
+    prefix = f"spark.sql.catalog.{name}"
+    for key, value in spark_conf(server.url, catalog=name, **settings).items():
+        if key.startswith(prefix):
+            spark.conf.set(key, value)
+    return name
+
+
+def metadata(server: Server, ns: str, table: str) -> dict:
+    resp = requests.get(f"{server.url}/v1/namespaces/{ns}/tables/{table}", timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["metadata"]
+
+
+def normal(path: str) -> str:
+    """One form for a path: ``file:/x`` and ``file:///x`` are ``/x``; ``s3://`` stays as it is."""
+    if path.startswith("file:"):
+        return "/" + path[len("file:") :].lstrip("/")
+    return path
+
+
+def files_under(location: str, request: pytest.FixtureRequest) -> set[str]:
+    """Every file under the table's location, normalised."""
+    if location.startswith("s3://"):
+        s3 = request.getfixturevalue("services")["s3"]
+        bucket, _, prefix = location[len("s3://") :].partition("/")
+        pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
+        return {f"s3://{bucket}/{o['Key']}" for page in pages for o in page.get("Contents", [])}
+    root = Path(normal(location))  # Hadoop's local filesystem keeps a ".<name>.crc" beside each file
+    return {str(p) for p in root.rglob("*") if p.is_file() and not (p.name.startswith(".") and p.name.endswith(".crc"))}
+
+
+def ms(ts_ms: int) -> str:
+    """A Spark TIMESTAMP literal (the session is in UTC) for epoch milliseconds."""
+    return datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def history(spark, server: Server, lake: str, ns: str) -> int:
+    """Eight snapshots: returns the cut-off, between the sixth and the seventh."""
+    t = f"{lake}.{ns}.t"
+    spark.sql(
+        f"""CREATE TABLE {t} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat)
+        TBLPROPERTIES ('format-version' = '2', 'write.update.mode' = 'merge-on-read',
+                       'write.delete.mode' = 'merge-on-read')"""
+    )
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")  # s1
+    spark.sql(f"INSERT INTO {t} VALUES (3, 'a')")  # s2
+    spark.sql(f"ALTER TABLE {t} CREATE TAG keep")  # the tag holds s2: its files stay
+    spark.sql(f"DELETE FROM {t} WHERE cat = 'b'")  # s3: a whole partition, b's file leaves the table
+    spark.sql(f"INSERT INTO {t} VALUES (4, 'c')")  # s4
+    spark.sql(f"ALTER TABLE {t} CREATE BRANCH side")
+    spark.sql(f"INSERT INTO {t}.branch_side VALUES (5, 'd')")  # s5 on the branch
+    spark.sql(f"UPDATE {t} SET id = 10 WHERE id = 4")  # s6: a position delete file and a new data file
+    stamps = {s["snapshot-id"]: s["timestamp-ms"] for s in metadata(server, ns, "t")["snapshots"]}
+    time.sleep(0.05)
+    cut_off = max(stamps.values()) + 20
+    time.sleep(0.05)
+    spark.sql(f"INSERT OVERWRITE {t} SELECT id, cat FROM {t} WHERE cat = 'a'")  # s7: dynamic, a's files
+    spark.sql(f"INSERT INTO {t} VALUES (6, 'e')")  # s8
+    return cut_off
+
+
+def our_plan(server: Server, ns: str, before: dict, cut_off: int) -> tuple[dict, reachability.Unreachable]:
+    now = int(time.time() * 1000)
+    plan = expire.plan(before, now, expire.policy(before.get("properties", {})), older_than_ms=cut_off, retain_last=1)
+    assert plan.snapshot_ids, "the history must give the expiry something to do"
+    after = tables.apply(before, [], plan.updates(), base_location="unused.metadata.json", now_ms=now)
+    io = server.catalog().load_table(f"{ns}.t").io
+    return after, reachability.after_expiry(before, after, io)
+
+
+def test_expire_snapshots_matches_spark(spark, server: Server, lake: str, request: pytest.FixtureRequest) -> None:
+    ns = f"ex_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
+    cut_off = history(spark, server, lake, ns)
+    before = metadata(server, ns, "t")
+    assert len(before["snapshots"]) == 8
+    ours_after, unreachable = our_plan(server, ns, before, cut_off)
+    # the update's data file and its position delete file go; the tag and the branch hold the rest
+    assert len(unreachable.content_files) == 2
+    assert any(p.endswith("-deletes.parquet") for p in unreachable.content_files)
+    assert unreachable.manifests and len(unreachable.manifest_lists) == 4
+
+    listed_before = files_under(before["location"], request)
+    assert {normal(p) for p in unreachable.all()} <= listed_before  # we name real files
+    spark.sql(
+        f"CALL {lake}.system.expire_snapshots(table => '{ns}.t', "
+        f"older_than => TIMESTAMP '{ms(cut_off)}', retain_last => 1)"
+    )
+    spark_after = metadata(server, ns, "t")
+    listed_after = files_under(before["location"], request)
+
+    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
+    assert spark_after["refs"] == ours_after["refs"]
+    assert listed_before - listed_after == {normal(p) for p in unreachable.all()}
+    # planned again now, the removed snapshots' manifest lists are gone: it refuses, it never guesses
+    with pytest.raises(reachability.Unreadable):
+        reachability.after_expiry(before, spark_after, server.catalog().load_table(f"{ns}.t").io)
+
+
+def test_a_ref_past_its_max_ref_age_expires_like_spark(
+    spark, server: Server, lake: str, request: pytest.FixtureRequest
+) -> None:
+    """A tag and a branch with ``max-ref-age-ms`` of 1 ms (set through the REST API, as Spark's DDL
+    takes whole minutes at least): both go, and what only they held goes with them."""
+    ns = f"ex_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
+    t = f"{lake}.{ns}.t"
+    spark.sql(f"CREATE TABLE {t} (id BIGINT) USING iceberg TBLPROPERTIES ('format-version' = '2')")
+    spark.sql(f"INSERT INTO {t} VALUES (1)")
+    spark.sql(f"INSERT OVERWRITE {t} VALUES (2)")
+    first = metadata(server, ns, "t")
+    old, head = sorted(first["snapshots"], key=lambda s: s["timestamp-ms"])
+    table = server.catalog().load_table(f"{ns}.t")
+    with table.manage_snapshots() as refs:
+        refs.create_tag(old["snapshot-id"], "short", max_ref_age_ms=1)
+        refs.create_tag(old["snapshot-id"], "long")
+    spark.sql(f"INSERT INTO {t} VALUES (3)")
+    spark.sql(f"ALTER TABLE {t} DROP TAG long")  # now only 'short' holds the first snapshot
+    time.sleep(0.01)
+    before = metadata(server, ns, "t")
+    cut_off = max(s["timestamp-ms"] for s in before["snapshots"]) + 1
+    ours_after, unreachable = our_plan(server, ns, before, cut_off)
+    assert "short" not in ours_after["refs"] and old["snapshot-id"] not in {
+        s["snapshot-id"] for s in ours_after["snapshots"]
+    }
+
+    listed_before = files_under(before["location"], request)
+    spark.sql(
+        f"CALL {lake}.system.expire_snapshots(table => '{ns}.t', "
+        f"older_than => TIMESTAMP '{ms(cut_off)}', retain_last => 1)"
+    )
+    spark_after = metadata(server, ns, "t")
+    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
+    assert spark_after["refs"] == ours_after["refs"]
+    assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
+
+
+def test_table_retention_and_a_branch_s_own_retention_like_spark(
+    spark, server: Server, lake: str, request: pytest.FixtureRequest
+) -> None:
+    """No arguments to the procedure: the table's ``history.expire.*`` properties decide, and a branch's
+    own ``min-snapshots-to-keep`` (Spark's ``WITH SNAPSHOT RETENTION``) overrides them on that branch."""
+    ns = f"ex_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
+    t = f"{lake}.{ns}.t"
+    spark.sql(
+        f"""CREATE TABLE {t} (id BIGINT) USING iceberg
+        TBLPROPERTIES ('format-version' = '2', 'history.expire.max-snapshot-age-ms' = '1',
+                       'history.expire.min-snapshots-to-keep' = '2')"""
+    )
+    for i in range(3):
+        spark.sql(f"INSERT OVERWRITE {t} VALUES ({i})")
+    spark.sql(f"ALTER TABLE {t} CREATE BRANCH wide WITH SNAPSHOT RETENTION 4 SNAPSHOTS")
+    for i in range(3):
+        spark.sql(f"INSERT OVERWRITE {t}.branch_wide VALUES ({10 + i})")
+        spark.sql(f"INSERT OVERWRITE {t} VALUES ({20 + i})")
+    time.sleep(0.01)
+    before = metadata(server, ns, "t")
+    assert before["refs"]["wide"].get("min-snapshots-to-keep") == 4
+    now = int(time.time() * 1000)
+    plan = expire.plan(before, now, expire.policy(before["properties"]))
+    ours_after = tables.apply(before, [], plan.updates(), base_location="unused.metadata.json", now_ms=now)
+    unreachable = reachability.after_expiry(before, ours_after, server.catalog().load_table(f"{ns}.t").io)
+    assert len(ours_after["snapshots"]) == 2 + 4  # main's last two, the branch's last four (none shared)
+    assert unreachable.content_files
+
+    listed_before = files_under(before["location"], request)
+    spark.sql(f"CALL {lake}.system.expire_snapshots(table => '{ns}.t')")
+    spark_after = metadata(server, ns, "t")
+    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
+    assert spark_after["refs"] == ours_after["refs"]
+    assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
+
+
+def test_unreferenced_snapshots_after_a_rollback_and_a_dropped_branch_like_spark(
+    spark, server: Server, lake: str, request: pytest.FixtureRequest
+) -> None:
+    """Snapshots off every ref (a dropped branch's, one rolled back past) go when older than the cut-off
+    and stay when younger, and a young one keeps the files it still reaches through shared manifests."""
+    ns = f"ex_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
+    t = f"{lake}.{ns}.t"
+    spark.sql(f"CREATE TABLE {t} (id BIGINT) USING iceberg TBLPROPERTIES ('format-version' = '2')")
+    spark.sql(f"INSERT INTO {t} VALUES (1)")  # s1
+    spark.sql(f"INSERT INTO {t} VALUES (2)")  # s2
+    spark.sql(f"ALTER TABLE {t} CREATE BRANCH b")
+    spark.sql(f"INSERT INTO {t}.branch_b VALUES (3)")  # s3, on b only
+    spark.sql(f"ALTER TABLE {t} DROP BRANCH b")
+    time.sleep(0.05)
+    cut_off = max(s["timestamp-ms"] for s in metadata(server, ns, "t")["snapshots"]) + 20
+    time.sleep(0.05)
+    spark.sql(f"INSERT INTO {t} VALUES (4)")  # s4: young, about to be rolled back past
+    first = min(metadata(server, ns, "t")["snapshots"], key=lambda s: s["sequence-number"])["snapshot-id"]
+    spark.sql(f"CALL {lake}.system.rollback_to_snapshot('{ns}.t', {first})")
+    spark.sql(f"INSERT INTO {t} VALUES (5)")  # s5 on s1
+    before = metadata(server, ns, "t")
+    assert len(before["snapshots"]) == 5 and set(before["refs"]) == {"main"}
+
+    ours_after, unreachable = our_plan(server, ns, before, cut_off)
+    by_seq = {s["sequence-number"]: s["snapshot-id"] for s in before["snapshots"]}
+    assert {s["snapshot-id"] for s in ours_after["snapshots"]} == {by_seq[4], by_seq[5]}
+    assert len(unreachable.content_files) == 1  # s3's file; s2's stays reachable from s4, s1's from s5
+
+    listed_before = files_under(before["location"], request)
+    spark.sql(
+        f"CALL {lake}.system.expire_snapshots(table => '{ns}.t', "
+        f"older_than => TIMESTAMP '{ms(cut_off)}', retain_last => 1)"
+    )
+    spark_after = metadata(server, ns, "t")
+    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
+    assert spark_after["refs"] == ours_after["refs"]
+    assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
