@@ -291,3 +291,52 @@ def test_unreferenced_snapshots_after_a_rollback_and_a_dropped_branch_like_spark
     assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
     assert spark_after["refs"] == ours_after["refs"]
     assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
+
+
+def test_the_catalogs_own_expiry_leaves_a_table_spark_and_pyiceberg_read(
+    spark, server: Server, lake: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog's expiry task (queued over HTTP, run by a worker on the server's own database and
+    storage) on a Spark-written table: Spark and pyiceberg read the current rows and the tag's by
+    time travel afterwards, and every file a kept snapshot references is still there."""
+    from catalog.maintenance.worker import Workers
+    from catalog.server.app import build_catalog
+    from catalog.settings import Settings
+
+    ns = f"ex_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
+    history(spark, server, lake, ns)
+    t = f"{lake}.{ns}.t"
+    spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('history.expire.max-snapshot-age-ms' = '1')")
+    current = sorted(r[0] for r in spark.sql(f"SELECT id FROM {t}").collect())
+    tagged = sorted(r[0] for r in spark.sql(f"SELECT id FROM {t} VERSION AS OF 'keep'").collect())
+    before = metadata(server, ns, "t")
+    queued = requests.post(f"{server.url}/management/v1/maintenance/tables/{ns}/t", json={}, timeout=30)
+    assert queued.status_code == 202, queued.text
+    for key, value in server.env.items():
+        if key.startswith("CATALOG_"):
+            monkeypatch.setenv(key, value)
+    local = build_catalog(Settings())
+    try:
+        workers = Workers(local.care, 1)
+        while workers.run_one("spark-test"):
+            pass
+    finally:
+        local.store.engine.dispose()
+    after = metadata(server, ns, "t")
+    assert len(after["snapshots"]) < len(before["snapshots"])
+    assert set(after["refs"]) == set(before["refs"])  # the tag and the branch stay
+    spark.sql(f"REFRESH TABLE {t}")
+    assert sorted(r[0] for r in spark.sql(f"SELECT id FROM {t}").collect()) == current
+    assert sorted(r[0] for r in spark.sql(f"SELECT id FROM {t} VERSION AS OF 'keep'").collect()) == tagged
+    table = server.catalog().load_table(f"{ns}.t")
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == current
+    tag_id = after["refs"]["keep"]["snapshot-id"]
+    assert sorted(table.scan(snapshot_id=tag_id).to_arrow().column("id").to_pylist()) == tagged
+    listed = files_under(before["location"], request)
+    for snapshot in table.metadata.snapshots:
+        assert normal(snapshot.manifest_list) in listed
+        for manifest in snapshot.manifests(table.io):
+            assert normal(manifest.manifest_path) in listed
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                assert normal(entry.data_file.file_path) in listed
