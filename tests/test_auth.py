@@ -36,9 +36,8 @@ from catalog.identity import (
     parse_clients,
 )
 from catalog.settings import Settings
-from tests.conftest import ROOT, assert_error, free_port, start_server
 from tests.idp import LocalIdP, new_key
-from tests.test_tables import SCHEMA
+from tests.support import PY_SCHEMA, ROOT, assert_error, builtin_token, free_port, start_server
 
 SECRET = "test-token-secret-0123456789abcdef"  # >= 32 bytes
 AUDIENCE = "iceberg-catalog"
@@ -73,13 +72,6 @@ def get(server, path: str, token: str | None = None, **headers: str) -> requests
     return requests.get(server.url + path, headers=headers, timeout=10)
 
 
-def builtin_token(server, client_id: str, secret: str) -> str:
-    form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret, "scope": "catalog"}
-    resp = requests.post(f"{server.url}/v1/oauth/tokens", data=form, timeout=10)
-    assert resp.status_code == 200, resp.text
-    return resp.json()["access_token"]
-
-
 def assert_refused(resp: requests.Response, contains: str = "") -> None:
     """401 in the Iceberg body, with the RFC 6750 challenge for a refused token."""
     assert_error(resp, 401, "NotAuthorizedException", contains)
@@ -92,7 +84,7 @@ def assert_refused(resp: requests.Response, contains: str = "") -> None:
 def test_pyiceberg_with_builtin_credential_works_end_to_end(secured):
     catalog = RestCatalog("sec", uri=secured.url, credential="etl:s3cret")
     catalog.create_namespace("secure")
-    catalog.create_table("secure.t", SCHEMA)
+    catalog.create_table("secure.t", PY_SCHEMA)
     assert catalog.list_tables("secure") == [("secure", "t")]
 
 

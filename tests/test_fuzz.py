@@ -36,7 +36,7 @@ from schemathesis.specs.openapi.checks import (
 from catalog import errors
 from catalog.api import wire
 from catalog.metadata import tables
-from tests.conftest import Server, start_server
+from tests.support import Server, start_server
 
 SPEC = Path(__file__).resolve().parents[1] / "spec" / "openapi.yaml"
 PREFIX = "fuzz"

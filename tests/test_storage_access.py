@@ -30,9 +30,8 @@ from botocore.exceptions import ClientError
 
 from catalog.delegation import USER_AGENT, credentials_path
 from tests import services as svc
-from tests.conftest import IN_CI, Server, assert_error, start_server
 from tests.services import duckdb_connection
-from tests.test_authz import CLIENTS, SECRET, as_, token
+from tests.support import CLIENTS, TOKEN_SECRET, Server, as_, assert_error, skip_or_fail, start_server, token
 
 DURATION = 900
 BOOTSTRAP = """
@@ -129,9 +128,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
     try:
         s3 = svc.start_seaweedfs(workdir / "s3", sts=True)
     except svc.ServiceUnavailable as e:
-        if IN_CI:
-            pytest.fail(f"CI=true and SeaweedFS is unavailable: {e}")
-        pytest.skip(f"SeaweedFS unavailable: {e}")
+        skip_or_fail(f"SeaweedFS is unavailable: {e}")
     s3.client().create_bucket(Bucket="elsewhere")
     internal, public, sts = Proxy(s3.port, USER_AGENT), Proxy(s3.port), Proxy(s3.port)
     policy = workdir / "grants.yaml"
@@ -151,7 +148,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "CATALOG_STORAGE_TIMEOUT_SECONDS": "3",
         "CATALOG_AUTH_REQUIRED": "true",
         "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in CLIENTS.items()),
-        "CATALOG_TOKEN_SECRET": SECRET,
+        "CATALOG_TOKEN_SECRET": TOKEN_SECRET,
         "CATALOG_AUTHZ_BOOTSTRAP": str(policy),
     }
     server = start_server(workdir / "server", "sqlite", env)
@@ -383,9 +380,7 @@ def test_duckdb_reads_with_vended_credentials_and_no_s3_secret(stack: dict) -> N
     try:
         con = duckdb_connection()
     except ImportError:
-        if IN_CI:
-            pytest.fail("CI=true and duckdb is not installed")
-        pytest.skip("duckdb is not installed")
+        skip_or_fail("duckdb is not installed")
     con.execute(
         "CREATE SECRET catalog (TYPE iceberg, CLIENT_ID 'analyst', CLIENT_SECRET ?, OAUTH2_SERVER_URI ?)",
         [CLIENTS["analyst"], f"{server.url}/v1/oauth/tokens"],
@@ -440,9 +435,7 @@ def test_spark_without_s3_settings_writes_and_reads_with_vended_credentials(stac
     jars = os.environ.get("ICEBERG_SPARK_JARS")
     missing = None if jars and shutil.which("java") else "ICEBERG_SPARK_JARS or java missing"
     if missing:
-        if IN_CI:
-            pytest.fail(missing)
-        pytest.skip(missing)
+        skip_or_fail(missing)
     server, public, internal = stack["server"], stack["public"], stack["internal"]
     script = tmp_path / "vended_spark.py"
     script.write_text(SPARK_SCRIPT)
