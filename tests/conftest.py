@@ -1,5 +1,6 @@
 """Fixtures only (plain helpers are in tests/support.py): a real server process per backend, real
-pyiceberg clients, raw HTTP, the Spark session.
+pyiceberg clients, raw HTTP, the Spark session; and the suite's markers (``fast``: see
+``pytest_collection_modifyitems``).
 
 Backends: ``sqlite`` (the embedded default: SQLite file + local warehouse) always; ``postgres-s3``
 (PostgreSQL + SeaweedFS S3) when those can be started here. With ``CI=true`` a backend that cannot
@@ -27,6 +28,24 @@ from tests.support import (
     spark_unavailable,
     start_server,
 )
+
+# The fast tier (``pytest -m fast``, with CATALOG_TEST_BACKENDS=sqlite): what runs on SQLite and a
+# local warehouse in this process's own servers, without a Spark session, PostgreSQL, S3 or a soak.
+# The Java differential check (marker ``java``: a plain JVM, no Spark) is in it.
+NOT_FAST_MARKERS = frozenset({"spark", "soak", "postgres", "s3", "slow"})
+NOT_FAST_FIXTURES = frozenset({"spark", "services", "pg_s3_server"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if not NOT_FAST_MARKERS.isdisjoint(m.name for m in item.iter_markers()):
+            continue
+        if not NOT_FAST_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "postgres-s3" in callspec.params.values():
+            continue
+        item.add_marker(pytest.mark.fast)
 
 
 @pytest.fixture(scope="session", params=backends())

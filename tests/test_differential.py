@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 from tests.java_oracle import JavaOracle, classpath
 from tests.support import skip_or_fail
 
-pytestmark = pytest.mark.spark  # needs Java and the Iceberg Spark runtime jar (not a Spark session)
+pytestmark = pytest.mark.java  # needs Java and the Iceberg Spark runtime jar, not a Spark session
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 SCALE = float(os.environ.get("DIFF_SCALE", "1"))

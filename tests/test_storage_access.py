@@ -194,6 +194,7 @@ def _denied(call: Any) -> None:
     assert e.value.response["Error"]["Code"] in ("AccessDenied", "403"), e.value.response
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_clients_without_s3_settings_use_the_client_endpoint(stack: dict) -> None:
     server, public, internal = stack["server"], stack["public"], stack["internal"]
     config = requests.get(f"{server.url}/v1/config", headers={"Authorization": f"Bearer {token(server, 'admin')}"})
@@ -216,6 +217,7 @@ def test_clients_without_s3_settings_use_the_client_endpoint(stack: dict) -> Non
     assert internal.refused == []
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_vended_credentials_are_scoped_to_the_table_and_expire(stack: dict) -> None:
     server, s3, public = stack["server"], stack["s3"], stack["public"]
     resp = _load(server, "admin", "events")
@@ -251,6 +253,7 @@ def test_vended_credentials_are_scoped_to_the_table_and_expire(stack: dict) -> N
     assert s3.client().get_object(Bucket=bucket, Key=other_key)["Body"].read()
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_a_reader_gets_read_only_credentials_and_can_refresh_them(stack: dict) -> None:
     server, public = stack["server"], stack["public"]
     body = _load(server, "analyst", "events").json()
@@ -277,6 +280,7 @@ def test_a_reader_gets_read_only_credentials_and_can_refresh_them(stack: dict) -
     assert 'catalog_s3_vended_credentials_total{access="write"}' in metrics
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_sts_down_is_503_and_never_the_servers_keys(stack: dict) -> None:
     server, sts = stack["server"], stack["sts"]
     name = f"fresh_{uuid.uuid4().hex[:6]}"  # not in the credential cache
@@ -302,6 +306,7 @@ def test_sts_down_is_503_and_never_the_servers_keys(stack: dict) -> None:
         sts.bring_up()
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_a_location_a_policy_cannot_confine_gets_no_credentials(stack: dict) -> None:
     """``*`` is a wildcard in an IAM policy: credentials for ``t*`` would also open ``t2``."""
     server = stack["server"]
@@ -373,6 +378,7 @@ def test_vending_without_an_sts_role_is_refused_at_start(tmp_path: Path) -> None
     assert len(served.stderr.strip().splitlines()) == 1, served.stderr
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_duckdb_reads_with_vended_credentials_and_no_s3_secret(stack: dict) -> None:
     """DuckDB's iceberg extension with only a catalog secret (no S3 secret): it reads with the
     credentials the catalog vends, through the client endpoint."""
