@@ -121,5 +121,8 @@ class JavaOracle:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
         self.log.close()
         os.unlink(self.log.name)

@@ -118,6 +118,7 @@ def test_summary_says_where_the_data_is(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+        proc.stderr.close()
     text = "\n".join(seen)
     assert f"iceberg-catalog {__version__} listening on http://127.0.0.1:{env['CATALOG_PORT']}" in text, text
     assert f"database:  sqlite:///{tmp_path / 'catalog.db'}" in text and (tmp_path / "catalog.db").exists(), text
