@@ -89,8 +89,13 @@ class Proxy:
         upstream = socket.create_connection(("127.0.0.1", self.target))
         self.open |= {conn, upstream}
         upstream.sendall(head)
-        threading.Thread(target=self._pump, args=(upstream, conn), daemon=True).start()
+        back = threading.Thread(target=self._pump, args=(upstream, conn), daemon=True)
+        back.start()
         self._pump(conn, upstream)
+        back.join(30)  # either pump's end shuts both sockets down: the other one ends too
+        for s in (conn, upstream):
+            self.open.discard(s)
+            s.close()
 
     @staticmethod
     def _pump(source: socket.socket, sink: socket.socket) -> None:
