@@ -36,8 +36,20 @@ NOT_FAST_MARKERS = frozenset({"spark", "soak", "postgres", "s3", "slow"})
 NOT_FAST_FIXTURES = frozenset({"spark", "services", "pg_s3_server"})
 
 
+# PySpark's DataFrame.collect() (pyspark.rdd._load_from_socket) leaves its local socket to the
+# garbage collector: with warnings as errors every Spark test would fail on it. Ignored for the
+# tests on a Spark session only, and only for sockets.
+PYSPARK_SOCKET_LEAKS = [
+    pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"),
+]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ()):
+            for mark in PYSPARK_SOCKET_LEAKS:
+                item.add_marker(mark)
         if not NOT_FAST_MARKERS.isdisjoint(m.name for m in item.iter_markers()):
             continue
         if not NOT_FAST_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
