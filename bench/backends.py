@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests import services
-from tests.conftest import Server, s3_env, start_server
+from tests.support import Server, s3_env, start_server
 
 ServiceUnavailable = services.ServiceUnavailable
 NAMES = ("sqlite", "postgres-s3")

@@ -1,4 +1,6 @@
-"""Fixtures: a real server process per backend, real pyiceberg clients, raw HTTP.
+"""Fixtures only (plain helpers are in tests/support.py): a real server process per backend, real
+pyiceberg clients, raw HTTP, the Spark session; and the suite's markers (``fast``: see
+``pytest_collection_modifyitems``).
 
 Backends: ``sqlite`` (the embedded default: SQLite file + local warehouse) always; ``postgres-s3``
 (PostgreSQL + SeaweedFS S3) when those can be started here. With ``CI=true`` a backend that cannot
@@ -7,101 +9,58 @@ be started is a failure, never a silent skip.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import threading
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import requests
 from pyiceberg.catalog.rest import RestCatalog
 
-ROOT = Path(__file__).resolve().parent.parent
-IN_CI = os.environ.get("CI", "").lower() == "true"
+from tests.support import (
+    Http,
+    Server,
+    backends,
+    register_catalog,
+    s3_client_props,
+    s3_env,
+    skip_or_fail,
+    spark_conf,
+    spark_unavailable,
+    start_server,
+)
+
+# The fast tier (``pytest -m fast``, with CATALOG_TEST_BACKENDS=sqlite): what runs on SQLite and a
+# local warehouse in this process's own servers, without a Spark session, PostgreSQL, S3 or a soak.
+# The Java differential check (marker ``java``: a plain JVM, no Spark) is in it.
+NOT_FAST_MARKERS = frozenset({"spark", "soak", "postgres", "s3", "slow"})
+NOT_FAST_FIXTURES = frozenset({"spark", "services", "pg_s3_server"})
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# PySpark's DataFrame.collect() (pyspark.rdd._load_from_socket) leaves its local socket to the
+# garbage collector: with warnings as errors every Spark test would fail on it. Ignored for the
+# tests on a Spark session only, and only for sockets.
+PYSPARK_SOCKET_LEAKS = [
+    pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"),
+]
 
 
-@dataclass
-class Server:
-    """A running ``iceberg-catalog serve`` process."""
-
-    url: str
-    env: dict[str, str]
-    proc: subprocess.Popen
-    log: Path
-    backend: str
-    io_props: dict[str, str] = field(default_factory=dict)
-
-    def catalog(self, **props: str) -> RestCatalog:
-        return RestCatalog(f"test-{uuid.uuid4().hex[:6]}", uri=self.url, **{**self.io_props, **props})
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ()):
+            for mark in PYSPARK_SOCKET_LEAKS:
+                item.add_marker(mark)
+        if not NOT_FAST_MARKERS.isdisjoint(m.name for m in item.iter_markers()):
+            continue
+        if not NOT_FAST_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "postgres-s3" in callspec.params.values():
+            continue
+        item.add_marker(pytest.mark.fast)
 
 
-def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, str] | None = None) -> Server:
-    """Start the server as its own process on a free port and wait until it answers /health/live."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    env = {
-        **os.environ,
-        "CATALOG_DATABASE_URL": f"sqlite:///{workdir / 'catalog.db'}",
-        "CATALOG_WAREHOUSE": str(workdir / "warehouse"),
-        "CATALOG_PORT": str(port),
-        "CATALOG_HOST": "127.0.0.1",
-        "CATALOG_LOG_LEVEL": "warning",
-        "CATALOG_LOG_FORMAT": "json",
-        # The shared test servers run no table care (tests/test_maintenance.py starts its own): tests
-        # write snapshots with old timestamps, which expiry would remove under them.
-        "CATALOG_MAINTENANCE_WORKERS": "0",
-        **(extra_env or {}),
-    }
-    log = workdir / f"server-{port}.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "catalog", "serve"],
-        env=env,
-        cwd=workdir,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if requests.get(f"{url}/health/live", timeout=1).status_code == 200:
-                return Server(url, env, proc, log, backend)
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
-
-
-def _backends() -> list[str]:
-    wanted = os.environ.get("CATALOG_TEST_BACKENDS", "sqlite,postgres-s3")
-    return [b.strip() for b in wanted.split(",") if b.strip()]
-
-
-@pytest.fixture(scope="session", params=_backends())
+@pytest.fixture(scope="session", params=backends())
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server per backend for the whole session; tests isolate themselves by namespace."""
     backend = request.param
@@ -129,28 +88,10 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     except svc.ServiceUnavailable as e:
         for handle in started.values():
             handle.stop()
-        if IN_CI:
-            pytest.fail(f"CI=true and a required service is unavailable: {e}")
-        pytest.skip(f"service unavailable: {e}")
+        skip_or_fail(f"a required service is unavailable: {e}")
     yield started
     for handle in started.values():
         handle.stop()
-
-
-def s3_env(s3, prefix: str) -> dict[str, str]:
-    return {
-        "CATALOG_WAREHOUSE": f"s3://{s3.bucket}/{prefix}",
-        "CATALOG_S3_ENDPOINT": s3.endpoint,
-        "CATALOG_S3_REGION": s3.region,
-        "CATALOG_S3_ACCESS_KEY_ID": s3.access_key,
-        "CATALOG_S3_SECRET_ACCESS_KEY": s3.secret_key,
-        "CATALOG_S3_PATH_STYLE_ACCESS": "true",
-    }
-
-
-def s3_client_props(s3) -> dict[str, str]:
-    """What a client supplies itself: credentials. Endpoint and path style come from /v1/config."""
-    return {"s3.access-key-id": s3.access_key, "s3.secret-access-key": s3.secret_key}
 
 
 @pytest.fixture(scope="session")
@@ -182,69 +123,40 @@ def http(server: Server) -> Iterator[Http]:
         yield Http(server.url, session)
 
 
-class Http:
-    """Raw HTTP against the server: for what no client would send."""
+@pytest.fixture(scope="module")
+def spark():
+    """A local Spark session with the Iceberg runtime, one per module that asks for it (the
+    catalogs of the servers are registered on it at run time: ``support.register_catalog``)."""
+    missing = spark_unavailable()
+    if missing:
+        skip_or_fail(f"Spark cannot run: {missing}")
+    from pyspark.sql import SparkSession
 
-    def __init__(self, base: str, session: requests.Session) -> None:
-        self.base = base
-        self.session = session
-
-    def __call__(self, method: str, path: str, **kw) -> requests.Response:
-        return self.session.request(method, self.base + path, timeout=60, **kw)
-
-    def get(self, path: str, **kw) -> requests.Response:
-        return self("GET", path, **kw)
-
-    def post(self, path: str, **kw) -> requests.Response:
-        return self("POST", path, **kw)
-
-
-def assert_error(resp: requests.Response, code: int, type_: str, contains: str = "") -> dict:
-    """The Iceberg error body: {"error": {"message", "type", "code"}} with code == status."""
-    assert resp.status_code == code, resp.text
-    body = resp.json()
-    assert set(body) == {"error"}, body
-    err = body["error"]
-    assert err["code"] == code and err["type"] == type_, err
-    assert isinstance(err["message"], str) and contains in err["message"], err
-    return err
+    base = {k: v for k, v in spark_conf("http://unused").items() if not k.startswith("spark.sql.catalog.")}
+    builder = SparkSession.builder.master("local[2]").appName("catalog-tests")
+    for key, value in {
+        **base,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": "2g",
+    }.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
 
 
-def commit_with_its_connection_killed(su, base: str, at: str) -> requests.Response:
-    """POST a set-properties commit to table n.t of the server at ``base`` and kill its database
-    connection while the pointer UPDATE runs (``at="update"``: before COMMIT is sent) or while its
-    COMMIT runs (``at="commit"``). ``su``: an autocommit superuser psycopg connection to the
-    server's database. A trigger sleeping 3 s makes the moment last long enough to be caught."""
-    su.execute(
-        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$"
-    )
-    if at == "update":
-        su.execute("CREATE TRIGGER slow BEFORE UPDATE ON catalog_entries FOR EACH ROW EXECUTE FUNCTION slow()")
-        running = "query LIKE 'UPDATE catalog_entries%'"
-    else:  # a deferred constraint trigger runs at COMMIT
-        su.execute(
-            "CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON catalog_entries DEFERRABLE INITIALLY DEFERRED "
-            "FOR EACH ROW EXECUTE FUNCTION slow()"
-        )
-        running = "query = 'COMMIT'"
-    result: dict = {}
+@pytest.fixture
+def lake(spark, server: Server) -> str:
+    """The Spark catalog name for this backend's server."""
+    return register_catalog(spark, server)
 
-    def commit() -> None:
-        body = {"updates": [{"action": "set-properties", "updates": {"killed": "during " + at}}]}
-        result["resp"] = requests.post(f"{base}/v1/namespaces/n/tables/t", json=body, timeout=60)
 
-    worker = threading.Thread(target=commit)
-    worker.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not su.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            f"WHERE datname = current_database() AND state = 'active' AND {running}"
-        ).fetchone()[0]:
-            assert time.monotonic() < deadline, f"the {at} never started"
-            time.sleep(0.05)
-    finally:
-        worker.join(60)
-        su.execute("DROP TRIGGER slow ON catalog_entries")
-        su.execute("DROP FUNCTION slow()")
-    return result["resp"]
+@pytest.fixture
+def spark_ns(spark, lake: str) -> str:
+    """A fresh Spark namespace: ``<catalog>.<namespace>``."""
+    name = f"{lake}.sp_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {name}")
+    return name

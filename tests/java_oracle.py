@@ -1,5 +1,8 @@
-"""Iceberg Java 1.9 as an oracle process: ``tests/java/DiffOracle.java`` run by the JDK's single-file
-source launcher (no javac, no Spark session) against the Iceberg runtime jar.
+"""Iceberg Java 1.9 as an oracle process: ``tests/java/DiffOracle.java`` against the Iceberg runtime jar
+(no Spark session). Compiled once by ``javac`` into a cache directory keyed by a hash of the source and
+the class path (``~/.cache/iceberg-catalog-tests/diff-oracle-<hash>``, or under
+``$ICEBERG_CATALOG_TESTS_CACHE``), so a run starts the class directly; without ``javac`` the JDK's
+single-file source launcher compiles it in memory at every start.
 
 One request per line on its stdin, one answer per line on its stdout, so a whole commit (base metadata,
 requirements, updates, and our result to re-read) is one pipe round trip. The answer:
@@ -10,6 +13,7 @@ requirements, updates, and our result to re-read) is one pipe round trip. The an
 from __future__ import annotations
 
 import glob
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -22,6 +26,8 @@ import orjson
 
 SOURCE = Path(__file__).resolve().parent / "java" / "DiffOracle.java"
 JAR_CACHE = Path(os.environ.get("ICEBERG_SPARK_JARS_CACHE", "~/.cache/iceberg-spark-jars")).expanduser()
+CLASS_CACHE = Path(os.environ.get("ICEBERG_CATALOG_TESTS_CACHE", "~/.cache/iceberg-catalog-tests")).expanduser()
+JVM_FLAGS = ["-Xss8m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 
 def classpath() -> tuple[str | None, str]:
@@ -43,13 +49,50 @@ def classpath() -> tuple[str | None, str]:
     return os.pathsep.join([*jars, slf4j[-1]]), ""
 
 
+def compiled(cp: str) -> Path | None:
+    """The directory holding the oracle compiled against ``cp`` (compiled now when not cached), or
+    None when there is no ``javac`` here. The key covers the source, the class path and each jar's
+    size and modification time, so a changed source or jar compiles afresh."""
+    javac = shutil.which("javac")
+    if javac is None:
+        return None
+    key = hashlib.sha256(SOURCE.read_bytes())
+    for entry in cp.split(os.pathsep):
+        st = os.stat(entry)
+        key.update(f"\0{entry}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    target = CLASS_CACHE / f"diff-oracle-{key.hexdigest()[:20]}"
+    if (target / "DiffOracle.class").is_file():
+        return target
+    CLASS_CACHE.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix="diff-oracle-build-", dir=CLASS_CACHE))
+    try:
+        done = subprocess.run(
+            [javac, "-nowarn", "-d", str(building), "-cp", cp, str(SOURCE)], capture_output=True, text=True, timeout=300
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"javac failed on {SOURCE}:\n{done.stderr[-3000:]}")
+        try:
+            building.rename(target)  # atomic: a concurrent run either sees the whole directory or none
+        except OSError:  # another run cached it first
+            if not (target / "DiffOracle.class").is_file():
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return target
+
+
 class JavaOracle:
     """The running oracle process; ``ask`` is thread-unsafe and synchronous."""
 
     def __init__(self, cp: str) -> None:
         self.log = tempfile.NamedTemporaryFile(prefix="diff-oracle-", suffix=".log", delete=False)  # noqa: SIM115
+        classes = compiled(cp)
+        if classes is not None:
+            command = ["java", *JVM_FLAGS, "-cp", os.pathsep.join([str(classes), cp]), "DiffOracle"]
+        else:  # the single-file source launcher: compiles in memory, at every start
+            command = ["java", *JVM_FLAGS, "-cp", cp, str(SOURCE)]
         self.proc = subprocess.Popen(
-            ["java", "-Xss8m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, str(SOURCE)],
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -78,5 +121,8 @@ class JavaOracle:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
         self.log.close()
         os.unlink(self.log.name)

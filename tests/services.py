@@ -14,10 +14,8 @@ import atexit
 import json
 import os
 import pwd
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,26 +27,7 @@ import boto3
 import psycopg
 from botocore.config import Config
 
-
-class ServiceUnavailable(RuntimeError):
-    """A service cannot be started here (binary missing, or it did not become ready)."""
-
-
-def free_port(grpc_offset: int = 0, avoid: set[int] = frozenset()) -> int:
-    """A free TCP port on 127.0.0.1 (and port + grpc_offset free too, when an offset is given)."""
-    for _ in range(500):
-        port = random.randrange(15000, 55000)
-        wanted = {port, port + grpc_offset}
-        if wanted & avoid:
-            continue
-        try:
-            for p in wanted:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            continue
-    raise ServiceUnavailable("no free TCP port found on 127.0.0.1")
+from tests.support import ServiceUnavailable, free_port
 
 
 def _spawn(cmd: list[str], log: Path, **kw) -> subprocess.Popen:

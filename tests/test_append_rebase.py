@@ -1,4 +1,4 @@
-"""Server-side rebase of pure appends (catalog/commit/rebase.py), with real pyiceberg clients over HTTP on both
+"""Server-side rebase of pure appends (catalog/rebase.py), with real pyiceberg clients over HTTP on both
 backends, and in process for what needs hand-built files (v3 row ids, a lost CAS, hostile lists).
 
 Clients here never retry a 409 themselves (``commit.retry.num-retries=0``): every conflict the server
@@ -10,19 +10,25 @@ import logging
 import threading
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 from pyiceberg.exceptions import CommitFailedException
 
-from tests import test_spark
-from tests.conftest import start_server
-from tests.test_concurrency import _counter
-from tests.test_tables import SCHEMA, rows
+from tests.support import (
+    JSON_ID_SCHEMA,
+    PY_SCHEMA,
+    create_events,
+    insert_events,
+    local_catalog,
+    metric_total,
+    race,
+    register_catalog,
+    rows,
+    start_server,
+)
 
 NO_CLIENT_RETRY = {"commit.retry.num-retries": "0"}
-spark = test_spark.spark  # the module's Spark session (tests/test_spark.py's fixture), only for the spark test
 REBASE = {**NO_CLIENT_RETRY, "catalog.append-rebase.enabled": "true"}
 
 
@@ -57,26 +63,23 @@ def test_concurrent_appends_land_without_409(server, ns, tmp_path):
     """8 writers x 4 appends, through two server processes on one database (so both paths run: the
     in-process queue, where the requirement fails, and a lost CAS between processes): no client sees
     a 409, every append lands once, and the rebases are counted."""
-    server.catalog().create_table(f"{ns}.hot", SCHEMA, properties=REBASE).append(rows(0, 1))
+    server.catalog().create_table(f"{ns}.hot", PY_SCHEMA, properties=REBASE).append(rows(0, 1))
     shared = {k: v for k, v in server.env.items() if k.startswith(("CATALOG_", "AWS_")) and k != "CATALOG_PORT"}
     other = start_server(tmp_path / "second", server.backend, shared)
     other.io_props = server.io_props
     try:
         urls = [server.url, other.url]
-        before = sum(_counter(url, "catalog_commit_append_rebase_total") for url in urls)
+        before = sum(metric_total(url, "catalog_commit_append_rebase_total") for url in urls)
         writers, appends = 8, 4
         tables = [(server if w % 2 else other).catalog().load_table(f"{ns}.hot") for w in range(writers)]
-        barrier = threading.Barrier(writers)
 
         def write(w: int) -> list[int]:
-            barrier.wait()
             for i in range(appends):
                 tables[w].append(rows(1000 * (w + 1) + i, 1))
             return [1000 * (w + 1) + i for i in range(appends)]
 
-        with ThreadPoolExecutor(writers) as pool:
-            acknowledged = [row for done in pool.map(write, range(writers)) for row in done]
-        rebased = sum(_counter(url, "catalog_commit_append_rebase_total") for url in urls) - before
+        acknowledged = [row for done in race(writers, write) for row in done]
+        rebased = sum(metric_total(url, "catalog_commit_append_rebase_total") for url in urls) - before
     finally:
         other.stop()
     table = server.catalog().load_table(f"{ns}.hot")
@@ -88,7 +91,7 @@ def test_concurrent_appends_land_without_409(server, ns, tmp_path):
 def test_rebase_off_answers_409_as_before(server, ns):
     """Without the property (and the catalog default off), a stale append is a 409 and nothing moves."""
     catalog = server.catalog()
-    catalog.create_table(f"{ns}.plain", SCHEMA, properties=NO_CLIENT_RETRY).append(rows(0, 1))
+    catalog.create_table(f"{ns}.plain", PY_SCHEMA, properties=NO_CLIENT_RETRY).append(rows(0, 1))
     stale = catalog.load_table(f"{ns}.plain")
     catalog.load_table(f"{ns}.plain").append(rows(1, 1))
     with pytest.raises(CommitFailedException, match="branch main has changed"):
@@ -102,7 +105,7 @@ def test_overwrites_are_never_rebased_and_appends_rebase_on_them(server, ns):
     """An overwrite whose branch moved is a 409 as before; an append that was stale before an
     overwrite landed is rebased on top of it: the rows the overwrite removed stay removed."""
     catalog = server.catalog()
-    catalog.create_table(f"{ns}.mixed", SCHEMA, properties=REBASE).append(rows(0, 3))
+    catalog.create_table(f"{ns}.mixed", PY_SCHEMA, properties=REBASE).append(rows(0, 3))
     overwriter = catalog.load_table(f"{ns}.mixed")
     appender = catalog.load_table(f"{ns}.mixed")
     catalog.load_table(f"{ns}.mixed").append(rows(10, 1))  # both are stale now
@@ -124,7 +127,7 @@ def test_merged_manifests_are_refused(server, ns):
     append, so a stale one is a 409 even with rebase on."""
     catalog = server.catalog()
     props = {**REBASE, "commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "2"}
-    catalog.create_table(f"{ns}.merged", SCHEMA, properties=props).append(rows(0, 1))
+    catalog.create_table(f"{ns}.merged", PY_SCHEMA, properties=props).append(rows(0, 1))
     stale = catalog.load_table(f"{ns}.merged")
     catalog.load_table(f"{ns}.merged").append(rows(1, 1))
     with pytest.raises(CommitFailedException, match="branch main has changed"):
@@ -137,7 +140,7 @@ def test_a_client_that_asserted_no_branch_is_not_rebased(server, ns):
     """The first append of an empty table asserts that main does not exist (snapshot-id null): if
     another append created main meanwhile, it is a 409 as before."""
     catalog = server.catalog()
-    catalog.create_table(f"{ns}.empty", SCHEMA, properties=REBASE)
+    catalog.create_table(f"{ns}.empty", PY_SCHEMA, properties=REBASE)
     stale = catalog.load_table(f"{ns}.empty")
     catalog.load_table(f"{ns}.empty").append(rows(0, 1))
     with pytest.raises(CommitFailedException, match="created concurrently"):
@@ -147,9 +150,9 @@ def test_a_client_that_asserted_no_branch_is_not_rebased(server, ns):
 def test_a_manifest_list_outside_the_table_is_refused(server, ns, http):
     """A hostile client names another table's manifest list: a 409 as before, nothing written."""
     catalog = server.catalog()
-    catalog.create_table(f"{ns}.victim", SCHEMA, properties=REBASE).append(rows(0, 1))
+    catalog.create_table(f"{ns}.victim", PY_SCHEMA, properties=REBASE).append(rows(0, 1))
     victim = catalog.load_table(f"{ns}.victim")
-    catalog.create_table(f"{ns}.t", SCHEMA, properties=REBASE).append(rows(0, 1))
+    catalog.create_table(f"{ns}.t", PY_SCHEMA, properties=REBASE).append(rows(0, 1))
     stale = catalog.load_table(f"{ns}.t")
     catalog.load_table(f"{ns}.t").append(rows(1, 1))
     parent = stale.current_snapshot()
@@ -184,36 +187,18 @@ def test_a_manifest_list_outside_the_table_is_refused(server, ns, http):
 
 # --- in process: hand-built appends (pyiceberg's Avro writers), v3 row ids, a lost CAS ----------------
 
-IN_SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
-
 
 @pytest.fixture
 def local(tmp_path):
     """The catalog in process on SQLite + a local warehouse, rebase on by default."""
-    from catalog.service import Catalog
-    from catalog.settings import Settings
-    from catalog.storage.backends import create_storage
-    from catalog.storage.metadata_files import MetadataFiles
-    from catalog.store import migrate
-    from catalog.store.db import create_engine
-    from catalog.store.entries import Store
-
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "wh"), append_rebase=True
-    )
-    engine = create_engine(settings)
-    migrate.upgrade(engine)
-    storage = create_storage(settings)
-    cat = Catalog(settings, Store(engine), storage, MetadataFiles(storage, settings.metadata_cache_bytes))
-    cat.create_namespace(("n",), {})
-    yield cat
-    engine.dispose()
+    with local_catalog(tmp_path, append_rebase=True) as cat:
+        yield cat
 
 
 def new_table(cat, name: str, **properties: str) -> dict:
     from catalog.service import TABLE
 
-    cat.create_table(("n",), name, None, {"schema": IN_SCHEMA, "properties": properties})
+    cat.create_table(("n",), name, None, {"schema": JSON_ID_SCHEMA, "properties": properties})
     return cat.load(TABLE, ("n",), name).data
 
 
@@ -702,23 +687,20 @@ def test_spark_concurrent_inserts_land_without_409(spark, server, version):
     """Concurrent INSERTs from four threads of one Spark session, with Iceberg's own retry off
     (``commit.retry.num-retries=0``: a 409 fails the INSERT) and rebase on: every INSERT lands once,
     and Java's manifest lists (MergeAppend, sequence numbers and row ids inherited) were rebased."""
-    lake = test_spark.register_catalog(spark, server)
+    lake = register_catalog(spark, server)
     table = f"{lake}.sp_{uuid.uuid4().hex[:8]}.hot"
     spark.sql(f"CREATE NAMESPACE {table.rsplit('.', 1)[0]}")
     props = {"format-version": version, "commit.retry.num-retries": "0", "catalog.append-rebase.enabled": "true"}
-    test_spark.create_events(spark, table, **props)
-    test_spark.insert_events(spark, table, range(-1, 0))  # main exists: a first append is never rebased
-    before = _counter(server.url, "catalog_commit_append_rebase_total")
+    create_events(spark, table, **props)
+    insert_events(spark, table, range(-1, 0))  # main exists: a first append is never rebased
+    before = metric_total(server.url, "catalog_commit_append_rebase_total")
     threads, inserts = 4, 2
-    barrier = threading.Barrier(threads)
 
     def insert(t: int) -> None:
-        barrier.wait()
         for i in range(inserts):
-            test_spark.insert_events(spark, table, range(100 * t + 10 * i, 100 * t + 10 * i + 2))
+            insert_events(spark, table, range(100 * t + 10 * i, 100 * t + 10 * i + 2))
 
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(insert, range(threads)))
+    race(threads, insert)
     ids = sorted(r[0] for r in spark.sql(f"SELECT id FROM {table}").collect())
     assert ids == sorted(
         [-1, *(100 * t + 10 * i + k for t in range(threads) for i in range(inserts) for k in range(2))]
@@ -729,7 +711,7 @@ def test_spark_concurrent_inserts_land_without_409(spark, server, version):
     while head is not None:
         head, length = parents.get(head), length + 1
     assert length == 1 + threads * inserts == len(parents)  # one linear chain
-    assert _counter(server.url, "catalog_commit_append_rebase_total") > before
+    assert metric_total(server.url, "catalog_commit_append_rebase_total") > before
     if version == "3":  # row lineage: every row its own _row_id, the snapshots' ranges back to back
         spark.conf.set("spark.sql.iceberg.vectorization.enabled", "false")  # see tests/test_v3.py
         try:
@@ -755,7 +737,7 @@ def test_lists_carrying_blocks_read_in_spark_and_pyiceberg(spark, server, ns):
     from catalog.storage import manifests as manifest_io
 
     catalog = server.catalog()
-    table = catalog.create_table(f"{ns}.blocks", SCHEMA, properties=REBASE)
+    table = catalog.create_table(f"{ns}.blocks", PY_SCHEMA, properties=REBASE)
     table.append(rows(0, 1))
     writers = [server.catalog().load_table(f"{ns}.blocks") for _ in range(6)]
     for i, writer in enumerate(writers, start=1):
@@ -766,7 +748,7 @@ def test_lists_carrying_blocks_read_in_spark_and_pyiceberg(spark, server, ns):
     with table.io.new_input(listed).open() as f:
         _, body = manifest_io.read_records(f.read())
     assert body.blocks > 2, body.blocks
-    lake = test_spark.register_catalog(spark, server)
+    lake = register_catalog(spark, server)
     name = f"{lake}.{ns}.blocks"
     ids = sorted(r[0] for r in spark.sql(f"SELECT id FROM {name}").collect())
     assert ids == sorted([0, *(i * 10 + k for i in range(1, 7) for k in range(2))])

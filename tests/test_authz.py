@@ -16,17 +16,26 @@ from typing import Any
 import orjson
 import pytest
 import requests
-from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError
 
 from catalog.auth import policy as authz
 from catalog.auth.policy import Grant, Policy, Privilege, Target, commit_privileges, parse_grants, principal_keys
 from catalog.errors import BadRequest
-from tests.conftest import Server, _backends, assert_error, s3_client_props, s3_env, start_server
-from tests.test_tables import SCHEMA, rows
+from tests.support import (
+    CLIENTS,
+    PY_SCHEMA,
+    TOKEN_SECRET,
+    Server,
+    as_,
+    assert_error,
+    backends,
+    rows,
+    s3_client_props,
+    s3_env,
+    start_server,
+    token,
+)
 
-SECRET = "test-signing-key-" + "k" * 32
-CLIENTS = {"admin": "admin-secret", "ingest": "ingest-secret", "analyst": "analyst-secret", "nobody": "nobody-secret"}
 BOOTSTRAP = """
 grants:
   - {principal: user:admin, privileges: [admin], on: catalog}
@@ -42,13 +51,13 @@ def auth_env(tmp: Path, bootstrap: str = BOOTSTRAP, cache_seconds: str = "1") ->
     return {
         "CATALOG_AUTH_REQUIRED": "true",
         "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in CLIENTS.items()),
-        "CATALOG_TOKEN_SECRET": SECRET,
+        "CATALOG_TOKEN_SECRET": TOKEN_SECRET,
         "CATALOG_AUTHZ_BOOTSTRAP": str(policy),
         "CATALOG_AUTHZ_CACHE_SECONDS": cache_seconds,
     }
 
 
-@pytest.fixture(scope="module", params=_backends())
+@pytest.fixture(scope="module", params=backends())
 def secured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     workdir = tmp_path_factory.mktemp("authz")
     env = auth_env(workdir)
@@ -67,7 +76,7 @@ def secured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     for ident in ("raw.events", "raw.other", "analytics.a", "analytics.b", "secret.s"):
         if admin.table_exists(ident):
             admin.purge_table(ident)
-        admin.create_table(ident, SCHEMA)
+        admin.create_table(ident, PY_SCHEMA)
     admin.load_table("analytics.a").append(ROWS)
     yield server
     server.stop()
@@ -82,22 +91,6 @@ def _reset_grants(url: str) -> None:
         if sa.inspect(conn).has_table("grants"):
             conn.execute(sa.text("DELETE FROM grants"))
     engine.dispose()
-
-
-def token(server: Server, client: str) -> str:
-    resp = requests.post(
-        f"{server.url}/v1/oauth/tokens",
-        data={"grant_type": "client_credentials", "client_id": client, "client_secret": CLIENTS[client]},
-        timeout=10,
-    )
-    assert resp.status_code == 200, resp.text
-    return resp.json()["access_token"]
-
-
-def as_(server: Server, client: str) -> RestCatalog:
-    return server.catalog(
-        credential=f"{client}:{CLIENTS[client]}", **{"oauth2-server-uri": server.url + "/v1/oauth/tokens"}
-    )
 
 
 class Caller:
@@ -212,7 +205,7 @@ def test_ingest_appends_to_its_one_table_and_is_refused_everywhere_else(secured:
     before, files = pointers(secured), warehouse_files(secured)
     http = Caller(secured, "ingest")
     refused = [
-        http("POST", "/v1/namespaces/raw/tables", json={"name": "x", "schema": SCHEMA.model_dump(by_alias=True)}),
+        http("POST", "/v1/namespaces/raw/tables", json={"name": "x", "schema": PY_SCHEMA.model_dump(by_alias=True)}),
         http("DELETE", "/v1/namespaces/raw/tables/events"),
         http("DELETE", "/v1/namespaces/raw/tables/events", params={"purgeRequested": "true"}),
         http("GET", "/v1/namespaces/raw/tables/other"),
@@ -247,7 +240,7 @@ def test_ingest_appends_to_its_one_table_and_is_refused_everywhere_else(secured:
     with pytest.raises(ForbiddenError):
         events.transaction().set_properties(owner="ingest").commit_transaction()
     with pytest.raises(ForbiddenError), events.update_schema() as update:
-        update.add_column("extra", SCHEMA.find_field("id").field_type)
+        update.add_column("extra", PY_SCHEMA.find_field("id").field_type)
     assert pointers(secured) == before and warehouse_files(secured) == files
     # what it may see: the way to its table, and the table
     assert ingest.list_namespaces() == [("raw",)]
@@ -290,7 +283,7 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
         ("POST", "/v1/namespaces/{namespace}/properties"): {"json": {"updates": {"a": "b"}}},
         ("GET", "/v1/namespaces/{namespace}/tables"): {},
         ("POST", "/v1/namespaces/{namespace}/tables"): {
-            "json": {"name": "x", "schema": SCHEMA.model_dump(by_alias=True)}
+            "json": {"name": "x", "schema": PY_SCHEMA.model_dump(by_alias=True)}
         },
         ("GET", "/v1/namespaces/{namespace}/tables/{table}"): {},
         ("HEAD", "/v1/namespaces/{namespace}/tables/{table}"): {},

@@ -19,8 +19,20 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import assert_error, start_server
-from tests.test_commits_http import SCHEMA, commit, create, load
+from tests.support import (
+    JSON_SCHEMA,
+    PY_SCHEMA,
+    Http,
+    assert_error,
+    commit,
+    create,
+    load,
+    new_pg_database,
+    race,
+    rows,
+    s3_env,
+    start_server,
+)
 
 LEAKS = ("SECRET", "root:", "PATH=", "Traceback", "input_value", "[SQL")
 
@@ -140,9 +152,6 @@ def test_purge_deletes_only_the_tables_own_files(http, ns, outside):
 def test_a_failing_purge_still_drops_the_table(catalog, ns):
     """A manifest gone missing stops the purge half way; the drop had already happened, so the
     answer is still 204 (a 500 made clients retry into a 404)."""
-    from tests.test_tables import SCHEMA as PY_SCHEMA
-    from tests.test_tables import rows
-
     table = catalog.create_table(f"{ns}.t", PY_SCHEMA)
     table.append(rows(0, 3))
     table = catalog.load_table(f"{ns}.t")
@@ -214,10 +223,10 @@ def test_no_location_outside_the_warehouse_is_accepted(server, http, ns, outside
     for place in outside:
         target = place.uri(f"t-{uuid.uuid4().hex[:6]}")
         attempts = [
-            http.post(f"/v1/namespaces/{ns}/tables", json={"name": "a", "schema": SCHEMA, "location": target}),
+            http.post(f"/v1/namespaces/{ns}/tables", json={"name": "a", "schema": JSON_SCHEMA, "location": target}),
             http.post(
                 f"/v1/namespaces/{ns}/tables",
-                json={"name": "b", "schema": SCHEMA, "properties": {"write.metadata.path": target}},
+                json={"name": "b", "schema": JSON_SCHEMA, "properties": {"write.metadata.path": target}},
             ),
             commit(http, ns, "t", [], [{"action": "set-location", "location": target}]),
             commit(http, ns, "t", [], [{"action": "set-properties", "updates": {"write.metadata.path": target}}]),
@@ -225,7 +234,7 @@ def test_no_location_outside_the_warehouse_is_accepted(server, http, ns, outside
             http.post(f"/v1/namespaces/{ns}/properties", json={"updates": {"location": target}}),
             http.post(
                 f"/v1/namespaces/{ns}/views",
-                json={"name": "v", "schema": SCHEMA, "location": target, "view-version": _version(ns)},
+                json={"name": "v", "schema": JSON_SCHEMA, "location": target, "view-version": _version(ns)},
             ),
         ]
         for resp in attempts:
@@ -247,7 +256,7 @@ def test_tables_own_their_locations(http, ns):
     home = a["metadata"]["location"]
     parent = home.rsplit("/", 1)[0]
     for location in (home, home + "/", home + "/inside", parent):
-        resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": "b", "schema": SCHEMA, "location": location})
+        resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": "b", "schema": JSON_SCHEMA, "location": location})
         assert_error(resp, 409, "AlreadyExistsException", f"overlaps the location of table {ns}.a")
     create(http, ns, "c")
     assert_error(
@@ -272,7 +281,7 @@ def test_tables_own_their_locations(http, ns):
     moved = commit(http, ns, "c", [], [{"action": "set-location", "location": parent + "/c-moved"}])
     assert moved.status_code == 200, moved.text  # a free location is fine, and is then owned
     resp = http.post(
-        f"/v1/namespaces/{ns}/tables", json={"name": "d", "schema": SCHEMA, "location": parent + "/c-moved"}
+        f"/v1/namespaces/{ns}/tables", json={"name": "d", "schema": JSON_SCHEMA, "location": parent + "/c-moved"}
     )
     assert_error(resp, 409, "AlreadyExistsException", f"overlaps the location of table {ns}.c")
 
@@ -283,15 +292,12 @@ def test_racing_creates_of_overlapping_locations_exactly_one_wins(http, ns):
     home = create(http, ns, "anchor")["metadata"]["location"].rsplit("/", 1)[0] + "/contested"
     wanted = [home, home + "/inner", home + "/inner/deeper"]
     n = 12
-    barrier = threading.Barrier(n)
+    bodies = [{"name": f"r{i}", "schema": JSON_SCHEMA, "location": wanted[i % len(wanted)]} for i in range(n)]
 
     def create_at(i: int) -> int:
-        body = {"name": f"r{i}", "schema": SCHEMA, "location": wanted[i % len(wanted)]}
-        barrier.wait()
-        return requests.post(f"{http.base}/v1/namespaces/{ns}/tables", json=body, timeout=60).status_code
+        return requests.post(f"{http.base}/v1/namespaces/{ns}/tables", json=bodies[i], timeout=60).status_code
 
-    with ThreadPoolExecutor(n) as pool:
-        codes = list(pool.map(create_at, range(n)))
+    codes = race(n, create_at)
     assert sorted(codes) == [200] + [409] * (n - 1), codes
     names = {i["name"] for i in http.get(f"/v1/namespaces/{ns}/tables").json()["identifiers"]}
     assert names == {"anchor", f"r{codes.index(200)}"}
@@ -313,7 +319,7 @@ def _version(ns: str) -> dict:
 
 def test_fifos_devices_and_links_out_are_refused_at_once(tmp_path):
     server = start_server(tmp_path)  # a local warehouse to plant files in
-    http, ns = _Http(server.url), "n"
+    http, ns = Http(server.url), "n"
     assert http.post("/v1/namespaces", json={"namespace": [ns]}).status_code == 200
     planted = Path(server.env["CATALOG_WAREHOUSE"]) / "planted"
     planted.mkdir()
@@ -334,18 +340,8 @@ def test_fifos_devices_and_links_out_are_refused_at_once(tmp_path):
         assert time.monotonic() - start < 20
         assert http.get("/v1/config").status_code == 200
     finally:
+        http.close()
         server.stop()
-
-
-class _Http:
-    def __init__(self, base: str) -> None:
-        self.base, self.session = base, requests.Session()
-
-    def get(self, path: str, **kw) -> requests.Response:
-        return self.session.get(self.base + path, timeout=60, **kw)
-
-    def post(self, path: str, **kw) -> requests.Response:
-        return self.session.post(self.base + path, timeout=60, **kw)
 
 
 def test_an_oversized_metadata_file_is_refused_before_it_is_read(tmp_path):
@@ -386,12 +382,10 @@ def test_a_stalled_store_does_not_stall_cached_loads_or_readiness(services, tmp_
     cached loadTable and readiness answer within seconds, because storage calls hold a bounded
     number of threads for a bounded time."""
     from tests import services as svc
-    from tests.conftest import s3_env
-    from tests.test_production import new_database
 
     s3 = svc.start_seaweedfs(tmp_path / "s3")
     env = {
-        "CATALOG_DATABASE_URL": new_database(services["pg"], f"stall_{uuid.uuid4().hex[:8]}"),
+        "CATALOG_DATABASE_URL": new_pg_database(services["pg"], f"stall_{uuid.uuid4().hex[:8]}"),
         **s3_env(s3, "stall"),
         "CATALOG_STORAGE_TIMEOUT_SECONDS": "2",
         "CATALOG_STORAGE_CONCURRENCY": "4",
@@ -400,14 +394,14 @@ def test_a_stalled_store_does_not_stall_cached_loads_or_readiness(services, tmp_
     http = requests.Session()
     try:
         assert http.post(f"{server.url}/v1/namespaces", json={"namespace": ["n"]}).status_code == 200
-        body = {"name": "hot", "schema": SCHEMA}
+        body = {"name": "hot", "schema": JSON_SCHEMA}
         assert http.post(f"{server.url}/v1/namespaces/n/tables", json=body).status_code == 200
         assert http.get(f"{server.url}/v1/namespaces/n/tables/hot").status_code == 200  # now cached
         os.killpg(s3.proc.pid, signal.SIGSTOP)
         codes: list[int] = []
 
         def storage_bound(i: int) -> None:
-            body = {"name": f"t{i}", "schema": SCHEMA}
+            body = {"name": f"t{i}", "schema": JSON_SCHEMA}
             codes.append(requests.post(f"{server.url}/v1/namespaces/n/tables", json=body, timeout=120).status_code)
 
         writers = [threading.Thread(target=storage_bound, args=(i,)) for i in range(48)]

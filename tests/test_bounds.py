@@ -20,8 +20,7 @@ import pytest
 import requests
 
 from catalog.storage.metadata_files import COST_PER_JSON_BYTE
-from tests.conftest import Server, _backends, assert_error, s3_client_props, s3_env, start_server
-from tests.test_commits_http import create, load
+from tests.support import Http, Server, assert_error, backends, create, load, s3_client_props, s3_env, start_server
 
 MAX_BODY = 1_000_000
 CACHE_BUDGET = 3_000_000
@@ -39,7 +38,7 @@ LIMITS = {
 }
 
 
-@pytest.fixture(scope="module", params=_backends())
+@pytest.fixture(scope="module", params=backends())
 def bounded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     env = dict(LIMITS)
     if request.param == "postgres-s3":
@@ -166,7 +165,7 @@ def test_sent_body_over_the_limit_is_the_same_error_with_or_without_key(bounded,
 
 
 def test_keyed_commit_under_the_limit_still_works(bounded, web):
-    http = _Http(bounded.url, web)
+    http = Http(bounded.url, web, timeout=30)
     ns = f"ns_{uuid.uuid4().hex[:10]}"
     assert web.post(f"{bounded.url}/v1/namespaces", json={"namespace": [ns]}, timeout=10).status_code == 200
     create(http, ns, "t")
@@ -178,19 +177,6 @@ def test_keyed_commit_under_the_limit_still_works(bounded, web):
     assert again.status_code == 200 and again.content == first.content
 
 
-class _Http:
-    """The ``http`` helper of tests.conftest, on this module's server."""
-
-    def __init__(self, base: str, session: requests.Session) -> None:
-        self.base, self.session = base, session
-
-    def get(self, path: str, **kw) -> requests.Response:
-        return self.session.get(self.base + path, timeout=30, **kw)
-
-    def post(self, path: str, **kw) -> requests.Response:
-        return self.session.post(self.base + path, timeout=30, **kw)
-
-
 # Metadata cache -------------------------------------------------------------------------------------
 
 
@@ -198,7 +184,7 @@ def test_metadata_cache_holds_no_more_than_its_budget(bounded, web):
     """Commits of a table with fat properties: each new file is cached (and counted at
     COST_PER_JSON_BYTE times its JSON size); the cache evicts to stay within its byte budget, and a
     file over the whole budget is not cached at all."""
-    http = _Http(bounded.url, web)
+    http = Http(bounded.url, web, timeout=30)
     ns = f"ns_{uuid.uuid4().hex[:10]}"
     assert web.post(f"{bounded.url}/v1/namespaces", json={"namespace": [ns]}, timeout=10).status_code == 200
     create(http, ns, "t")

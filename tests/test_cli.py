@@ -24,9 +24,9 @@ from pyiceberg.types import LongType, NestedField, StringType, StructType, Times
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
 from catalog.__main__ import main
-from tests.conftest import ROOT, Server, start_server
+from tests.support import ROOT, Server, free_port, start_server
 
-SCHEMA = Schema(
+NESTED_PY_SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),
     NestedField(2, "name", StringType(), doc="who"),
     NestedField(3, "at", TimestampType()),
@@ -45,7 +45,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory):
     cat.create_namespace(("lake", "raw"))
     table = cat.create_table(
         "lake.events",
-        SCHEMA,
+        NESTED_PY_SCHEMA,
         partition_spec=PartitionSpec(PartitionField(3, 1000, DayTransform(), "at_day")),
         sort_order=SortOrder(SortField(1, IdentityTransform(), SortDirection.DESC, NullOrder.NULLS_LAST)),
         properties={"comment": "clicks"},
@@ -161,8 +161,6 @@ def test_errors_are_one_line(lake, capsys) -> None:
     ):
         got, out, err = cli(capsys, server, *argv)
         assert got == status and text in err and err.count("\n") == 1 and "Traceback" not in err, (argv, err)
-    from tests.conftest import free_port
-
     got, _, err = cli(capsys, None, "tables", "list", "lake", "--uri", f"http://127.0.0.1:{free_port()}")
     assert got == 1 and "cannot reach the catalog" in err and err.count("\n") == 1
 
@@ -225,8 +223,6 @@ def test_doctor_fails_on_an_unwritable_warehouse(lake, tmp_path, capsys, monkeyp
 
 
 def test_doctor_fails_on_an_unreachable_database(tmp_path, capsys, monkeypatch) -> None:
-    from tests.conftest import free_port
-
     env = {
         "CATALOG_DATABASE_URL": f"postgresql+psycopg://cat:hunter2@127.0.0.1:{free_port()}/cat",
         "CATALOG_WAREHOUSE": str(tmp_path),

@@ -5,22 +5,14 @@ file. HTTP-level behaviour is in test_commits_http.py and test_views.py."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import orjson
 import pytest
 
 from catalog import errors, metrics
 from catalog.service import TABLE, VIEW, Catalog, Change, Committed
-from catalog.settings import Settings
-from catalog.storage.backends import create_storage
-from catalog.storage.metadata_files import MetadataFiles
-from catalog.store import migrate
-from catalog.store.db import create_engine
-from catalog.store.entries import Store
 from catalog.store.pointers import KeyRecord
+from tests.support import JSON_ID_SCHEMA, append_updates, local_catalog, race
 
-SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 VIEW_VERSION = {
     "version-id": 1,
     "schema-id": 0,
@@ -33,48 +25,30 @@ VIEW_VERSION = {
 
 @pytest.fixture
 def catalog(tmp_path):
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "wh"))
-    engine = create_engine(settings)
-    migrate.upgrade(engine)
-    storage = create_storage(settings)
-    cat = Catalog(settings, Store(engine), storage, MetadataFiles(storage, settings.metadata_cache_bytes))
-    cat.create_namespace(("n",), {})
-    yield cat
-    engine.dispose()
+    with local_catalog(tmp_path) as cat:
+        yield cat
+
+
+def sample(name: str, **labels: str) -> float:
+    """A series of the catalog's metrics registry, as a scrape would read it (0 before its first use)."""
+    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 def create(catalog: Catalog, name: str):
-    outcome = catalog.create_table(("n",), name, None, {"schema": SCHEMA})
+    outcome = catalog.create_table(("n",), name, None, {"schema": JSON_ID_SCHEMA})
     assert isinstance(outcome, Committed)
     return outcome.files[0]
 
 
-def append(metadata: dict, snapshot_id: int) -> list[dict]:
-    snapshot = {
-        "snapshot-id": snapshot_id,
-        "sequence-number": metadata["last-sequence-number"] + 1,
-        "timestamp-ms": metadata["last-updated-ms"] + 1,
-        "manifest-list": f"{metadata['location']}/metadata/snap-{snapshot_id}.avro",
-        "summary": {"operation": "append"},
-        "schema-id": 0,
-    }
-    if metadata.get("current-snapshot-id") not in (None, -1):
-        snapshot["parent-snapshot-id"] = metadata["current-snapshot-id"]
-    return [
-        {"action": "add-snapshot", "snapshot": snapshot},
-        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
-    ]
-
-
 def test_outcomes_and_the_recorded_key(catalog):
     created = create(catalog, "t")
-    change = Change(TABLE, ("n",), "t", updates=append(created.data, 1))
+    change = Change(TABLE, ("n",), "t", updates=append_updates(created.data, 1))
     key = KeyRecord("k", "f" * 64, 200)
     outcome = catalog.commit([change], key)
     assert isinstance(outcome, Committed) and outcome.recorded
     assert catalog.recorded("k") == KeyRecord("k", "f" * 64, 200, metadata_location=outcome.files[0].location)
     # a twin with the same key (its commit would apply on the new base): nothing changes, Replayed
-    again = Change(TABLE, ("n",), "t", updates=append(outcome.files[0].data, 2))
+    again = Change(TABLE, ("n",), "t", updates=append_updates(outcome.files[0].data, 2))
     assert not isinstance(catalog.commit([again], key), Committed)
     assert catalog.load(TABLE, ("n",), "t").location == outcome.files[0].location
     # an empty commit changes nothing and writes nothing
@@ -88,14 +62,14 @@ def test_creates_record_their_key_with_the_row(catalog):
     landed (its answer lost) is a replay, not a 409; a staged create's commit likewise."""
     key = KeyRecord("c", "f" * 64, 200)
     # two twins built the same create (both found the name free); the first lands with the key
-    twins = [Change(TABLE, ("n",), "t", created=catalog.stage_table(("n",), "t", None, {"schema": SCHEMA}))] * 2
+    twins = [Change(TABLE, ("n",), "t", created=catalog.stage_table(("n",), "t", None, {"schema": JSON_ID_SCHEMA}))] * 2
     first = catalog.commit(twins[:1], key)
     assert isinstance(first, Committed) and first.recorded
     assert catalog.recorded("c").metadata_location == first.files[0].location
     assert not isinstance(catalog.commit(twins[1:], key), Committed)  # the second is a replay
     with pytest.raises(errors.AlreadyExists):  # without the key, the name is simply taken
         catalog.commit(twins[1:])
-    staged = catalog.stage_table(("n",), "s", None, {"schema": SCHEMA})
+    staged = catalog.stage_table(("n",), "s", None, {"schema": JSON_ID_SCHEMA})
     updates = [
         {"action": "assign-uuid", "uuid": staged["table-uuid"]},
         {"action": "upgrade-format-version", "format-version": 3},
@@ -120,7 +94,7 @@ def test_cached_documents_equal_their_files(catalog):
     current = create(catalog, "t")
     history = [current]
     for i in range(1, 8):
-        updates = append(current.data, i) + [{"action": "set-properties", "updates": {"round": str(i)}}]
+        updates = append_updates(current.data, i) + [{"action": "set-properties", "updates": {"round": str(i)}}]
         if i == 5:
             updates.append({"action": "remove-snapshots", "snapshot-ids": [1, 2]})
         outcome = catalog.commit([Change(TABLE, ("n",), "t", updates=updates)])
@@ -133,8 +107,8 @@ def test_cached_documents_equal_their_files(catalog):
 
 
 def test_views_commit_through_the_same_engine(catalog):
-    created = catalog.create_view(("n",), "v", None, {"schema": SCHEMA, "view-version": VIEW_VERSION})
-    before = metrics.COMMITS.labels("view")._value.get()
+    created = catalog.create_view(("n",), "v", None, {"schema": JSON_ID_SCHEMA, "view-version": VIEW_VERSION})
+    before = sample("catalog_commits_total", kind="view")
     version = {
         **VIEW_VERSION,
         "version-id": 2,
@@ -147,11 +121,11 @@ def test_views_commit_through_the_same_engine(catalog):
     uuid = created.data["view-uuid"]
     outcome = catalog.commit([Change(VIEW, ("n",), "v", [{"type": "assert-view-uuid", "uuid": uuid}], updates)])
     assert isinstance(outcome, Committed) and outcome.files[0].data["current-version-id"] == 2
-    assert metrics.COMMITS.labels("view")._value.get() == before + 1
-    conflicts = metrics.CONFLICTS.labels("requirement")._value.get()
+    assert sample("catalog_commits_total", kind="view") == before + 1
+    conflicts = sample("catalog_commit_conflict_total", cause="requirement")
     with pytest.raises(errors.RequirementFailed):
         catalog.commit([Change(VIEW, ("n",), "v", [{"type": "assert-view-uuid", "uuid": "0" * 32}], updates)])
-    assert metrics.CONFLICTS.labels("requirement")._value.get() == conflicts + 1
+    assert sample("catalog_commit_conflict_total", cause="requirement") == conflicts + 1
     with pytest.raises(errors.NoSuchView):
         catalog.commit([Change(VIEW, ("n",), "t-missing", updates=updates)])
 
@@ -174,13 +148,12 @@ def test_racing_commits_one_winner_per_base(catalog):
     def write(i: int) -> str:
         premise = [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": None}]
         try:
-            catalog.commit([Change(TABLE, ("n",), "t", premise, append(base, 100 + i))])
+            catalog.commit([Change(TABLE, ("n",), "t", premise, append_updates(base, 100 + i))])
             return "won"
         except errors.CommitFailed:
             return "409"
 
-    with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(write, range(8)))
+    results = race(8, write)
     assert sorted(results) == ["409"] * 7 + ["won"]
     final = catalog.load(TABLE, ("n",), "t").data
     assert [s["snapshot-id"] for s in final["snapshots"]] == [100 + results.index("won")]

@@ -6,58 +6,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import assert_error
-
-SCHEMA = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [
-        {"id": 1, "name": "id", "type": "long", "required": False},
-        {"id": 2, "name": "data", "type": "string", "required": False},
-    ],
-}
-
-
-def create(http, ns: str, name: str, **extra) -> dict:
-    resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": name, "schema": SCHEMA, **extra})
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
-def load(http, ns: str, name: str) -> dict:
-    resp = http.get(f"/v1/namespaces/{ns}/tables/{name}")
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
-def commit(http, ns, name, requirements=(), updates=()):
-    return http.post(
-        f"/v1/namespaces/{ns}/tables/{name}", json={"requirements": list(requirements), "updates": list(updates)}
-    )
-
-
-def add_column(created: dict, name: str) -> dict:
-    """A commit body adding column id 3 to a table made by ``create``: once applied, the same body
-    fails its requirement (so two runs of it cannot both succeed)."""
-    return {
-        "requirements": [{"type": "assert-last-assigned-field-id", "last-assigned-field-id": 2}],
-        "updates": [
-            {
-                "action": "add-schema",
-                "schema": {
-                    "type": "struct",
-                    "schema-id": 1,
-                    "fields": [
-                        *created["metadata"]["schemas"][0]["fields"],
-                        {"id": 3, "name": name, "type": "long", "required": False},
-                    ],
-                },
-                "last-column-id": 3,
-            },
-            {"action": "set-current-schema", "schema-id": -1},
-        ],
-    }
-
+from tests.support import JSON_SCHEMA, assert_error, commit, create, load
 
 SET_PROP = {"action": "set-properties", "updates": {"k": "v"}}
 
@@ -195,21 +144,21 @@ def test_identifier_must_match_path(http, ns):
 @pytest.mark.parametrize(
     "body",
     [
-        {"name": "a/b", "schema": SCHEMA},
-        {"name": "..", "schema": SCHEMA},
-        {"name": "", "schema": SCHEMA},
-        {"name": "ok", "schema": SCHEMA, "location": "file:///tmp/wh/../../etc"},
+        {"name": "a/b", "schema": JSON_SCHEMA},
+        {"name": "..", "schema": JSON_SCHEMA},
+        {"name": "", "schema": JSON_SCHEMA},
+        {"name": "ok", "schema": JSON_SCHEMA, "location": "file:///tmp/wh/../../etc"},
         {"name": "ok", "schema": {"type": "struct", "fields": [{"id": 1, "name": "x", "type": "nope"}]}},
         {"name": "ok"},
         {
             "name": "ok",
-            "schema": SCHEMA,
+            "schema": JSON_SCHEMA,
             "partition-spec": {
                 "spec-id": 0,
                 "fields": [{"source-id": 9, "field-id": 1000, "name": "p", "transform": "identity"}],
             },
         },
-        {"name": 5, "schema": SCHEMA},
+        {"name": 5, "schema": JSON_SCHEMA},
     ],
     ids=[
         "slash",

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-import pyarrow as pa
 import requests
 from pyiceberg.exceptions import CommitFailedException
 
-from tests.conftest import start_server
-from tests.test_commits_http import add_column, create, load
-from tests.test_tables import SCHEMA, rows
+from tests.support import PY_SCHEMA, Http, add_column, create, load, metric_total, race, rows, start_server
 
 NO_CLIENT_RETRY = {"commit.retry.num-retries": "0"}
 
@@ -21,23 +17,20 @@ def test_barrier_race_exactly_one_wins(server, ns):
     """Two writers loaded from the same snapshot, released together: one commit, one 409."""
     catalog = server.catalog()
     # pyiceberg retries 409s itself by default; switch that off to see the server's answer
-    catalog.create_table(f"{ns}.race", SCHEMA, properties=NO_CLIENT_RETRY).append(rows(0, 1))
+    catalog.create_table(f"{ns}.race", PY_SCHEMA, properties=NO_CLIENT_RETRY).append(rows(0, 1))
     for round_ in range(5):
         writers = [server.catalog().load_table(f"{ns}.race") for _ in range(2)]
         base = writers[0].current_snapshot().snapshot_id
         assert writers[1].current_snapshot().snapshot_id == base
-        barrier = threading.Barrier(2)
 
-        def write(table, i, barrier=barrier, round_=round_):
-            barrier.wait()
+        def write(i, writers=writers, round_=round_):
             try:
-                table.append(rows(100 * round_ + 10 * i, 1))
+                writers[i].append(rows(100 * round_ + 10 * i, 1))
                 return "won"
             except CommitFailedException:
                 return "409"
 
-        with ThreadPoolExecutor(2) as pool:
-            outcomes = Counter(pool.map(write, writers, range(2)))
+        outcomes = Counter(race(2, write))
         assert outcomes == Counter({"won": 1, "409": 1}), outcomes
         table = catalog.load_table(f"{ns}.race")
         assert table.current_snapshot().parent_snapshot_id == base
@@ -47,28 +40,25 @@ def test_barrier_race_exactly_one_wins(server, ns):
 def test_raw_cas_many_racers_one_winner(server, ns):
     """16 identical-premise commits released at once: the CAS lets exactly one through, the rest
     find the requirement broken on the rebased metadata and get 409, none a 5xx."""
-    with requests.Session() as s:
-        create_resp = create(_Http(server.url, s), ns, "hot")
+    with Http(server.url) as http:
+        create_resp = create(http, ns, "hot")
     n = 16
-    barrier = threading.Barrier(n)
+    bodies = [add_column(create_resp, f"c{i}") for i in range(n)]
 
-    def race(i):
-        body = add_column(create_resp, f"c{i}")
-        barrier.wait()
-        return requests.post(f"{server.url}/v1/namespaces/{ns}/tables/hot", json=body, timeout=60).status_code
+    def post(i):
+        return requests.post(f"{server.url}/v1/namespaces/{ns}/tables/hot", json=bodies[i], timeout=60).status_code
 
-    with ThreadPoolExecutor(n) as pool:
-        codes = Counter(pool.map(race, range(n)))
+    codes = Counter(race(n, post))
     assert codes == Counter({200: 1, 409: n - 1}), codes
-    with requests.Session() as s:
-        final = load(_Http(server.url, s), ns, "hot")
+    with Http(server.url) as http:
+        final = load(http, ns, "hot")
     assert final["metadata"]["last-column-id"] == 3 and len(final["metadata"]["schemas"]) == 2
     assert final["metadata-location"].split("/")[-1].startswith("00001-")
 
 
 def test_eight_writers_ten_appends_each_lose_nothing(server, ns):
     """8 threads x 10 appends with client retry on 409: exactly 80 snapshots and every row."""
-    server.catalog().create_table(f"{ns}.hammer", SCHEMA, properties=NO_CLIENT_RETRY)
+    server.catalog().create_table(f"{ns}.hammer", PY_SCHEMA, properties=NO_CLIENT_RETRY)
     threads, per_thread = 8, 10
     conflicts = Counter()
 
@@ -108,49 +98,26 @@ def test_two_processes_on_one_database_rebase_lost_races(server, ns, tmp_path):
     other = start_server(tmp_path / "second", server.backend, shared)
     try:
         urls = [server.url, other.url]
-        with requests.Session() as s:
-            table_uuid = create(_Http(server.url, s), ns, "shared")["metadata"]["table-uuid"]
+        with Http(server.url) as http:
+            table_uuid = create(http, ns, "shared")["metadata"]["table-uuid"]
         n, rounds = 8, 5
-        barrier = threading.Barrier(n)
+        codes = Counter()
+        for r in range(rounds):  # each round's n commits released together
 
-        def set_property(i):
-            codes = []
-            for r in range(rounds):
+            def set_property(i, r=r):
                 body = {
                     "requirements": [{"type": "assert-table-uuid", "uuid": table_uuid}],
                     "updates": [{"action": "set-properties", "updates": {f"k{i}-{r}": "v"}}],
                 }
-                barrier.wait()
                 url = f"{urls[i % 2]}/v1/namespaces/{ns}/tables/shared"
-                codes.append(requests.post(url, json=body, timeout=60).status_code)
-            return codes
+                return requests.post(url, json=body, timeout=60).status_code
 
-        with ThreadPoolExecutor(n) as pool:
-            codes = Counter(code for result in pool.map(set_property, range(n)) for code in result)
+            codes.update(race(n, set_property))
         assert codes == Counter({200: n * rounds}), codes
-        with requests.Session() as s:
-            props = load(_Http(other.url, s), ns, "shared")["metadata"]["properties"]
+        with Http(other.url) as http:
+            props = load(http, ns, "shared")["metadata"]["properties"]
         assert {f"k{i}-{r}" for i in range(n) for r in range(rounds)} <= set(props)
-        rebases = sum(_counter(url, "catalog_commit_rebase_total") for url in urls)
+        rebases = sum(metric_total(url, "catalog_commit_rebase_total") for url in urls)
         assert rebases > 0
     finally:
         other.stop()
-
-
-def _counter(url: str, name: str) -> float:
-    text = requests.get(f"{url}/metrics", timeout=10).text
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
-
-
-class _Http:
-    def __init__(self, base, session):
-        self.base, self.session = base, session
-
-    def post(self, path, **kw):
-        return self.session.post(self.base + path, timeout=60, **kw)
-
-    def get(self, path, **kw):
-        return self.session.get(self.base + path, timeout=60, **kw)
-
-
-_ = pa  # pyarrow is what the appends write

@@ -29,19 +29,18 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT, skip_or_fail
+
 CHART = ROOT / "helm" / "iceberg-catalog"
 COMPOSE = ROOT / "compose.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 RELEASE = "lake"
 NAMESPACE = "data"
@@ -106,9 +105,7 @@ def _require(module: str, pip_name: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
         message = f"{pip_name} is not installed (pip install {pip_name}): {exc}"
-        if IN_CI:
-            pytest.fail(f"CI=true: {message}", pytrace=False)
-        pytest.skip(message)
+        skip_or_fail(message)
 
 
 @pytest.fixture(scope="module")
@@ -1425,7 +1422,7 @@ def test_dockerfile() -> None:
     patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     for kept in ("pyproject.toml", "alembic.ini", "catalog/__init__.py", "catalog/api/tables.py", "alembic/env.py"):
         assert not _dockerignored(kept, patterns), f".dockerignore excludes {kept}"
-    for dropped in (".git/HEAD", "tests/conftest.py", "catalog/__pycache__/x.pyc", "catalog.db", ".venv/bin/python"):
+    for dropped in (".git/HEAD", "tests/support.py", "catalog/__pycache__/x.pyc", "catalog.db", ".venv/bin/python"):
         assert _dockerignored(dropped, patterns), f".dockerignore keeps {dropped}"
 
 

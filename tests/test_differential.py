@@ -42,10 +42,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import IN_CI
 from tests.java_oracle import JavaOracle, classpath
+from tests.support import skip_or_fail
 
-pytestmark = pytest.mark.spark  # needs Java and the Iceberg Spark runtime jar (not a Spark session)
+pytestmark = pytest.mark.java  # needs Java and the Iceberg Spark runtime jar, not a Spark session
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 SCALE = float(os.environ.get("DIFF_SCALE", "1"))
@@ -75,9 +75,7 @@ def hypothesis_settings(n: int):
 def oracle():
     cp, missing = classpath()
     if cp is None:
-        if IN_CI:
-            pytest.fail(f"CI=true and the Java oracle cannot run: {missing}")
-        pytest.skip(missing)
+        skip_or_fail(f"the Java oracle cannot run: {missing}")
     java = JavaOracle(cp)
     yield java
     java.close()

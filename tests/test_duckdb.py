@@ -19,10 +19,10 @@ import pyarrow as pa
 import pytest
 import requests
 
-from tests.conftest import IN_CI, Server
 from tests.services import duckdb_connection
+from tests.support import Server, skip_or_fail
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+ARROW_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 
 
 @pytest.fixture
@@ -31,9 +31,7 @@ def duck(server: Server):
     try:
         con = duckdb_connection()
     except ImportError:
-        if IN_CI:
-            pytest.fail("CI=true and duckdb is not installed")
-        pytest.skip("duckdb is not installed: pip install -e '.[test]'")
+        skip_or_fail("duckdb is not installed: pip install -e '.[test]'")
     options = ""
     if server.backend == "postgres-s3":
         # The server vends no credentials here: DuckDB is told not to expect them (by default it asks
@@ -70,8 +68,8 @@ def conflicts(server: Server) -> float:
 
 
 def test_duckdb_reads_and_changes_a_pyiceberg_table(server: Server, catalog, ns: str, duck):
-    table = catalog.create_table(f"{ns}.events", SCHEMA)
-    table.append(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}, schema=SCHEMA))
+    table = catalog.create_table(f"{ns}.events", ARROW_SCHEMA)
+    table.append(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}, schema=ARROW_SCHEMA))
     t = f'lake."{ns}".events'
 
     assert (ns, "events") in {(r[1], r[2]) for r in duck.execute("SHOW ALL TABLES").fetchall()}
@@ -85,7 +83,7 @@ def test_duckdb_reads_and_changes_a_pyiceberg_table(server: Server, catalog, ns:
     assert pyiceberg_rows(catalog, f"{ns}.events") == expected
 
     # What pyiceberg commits next, DuckDB's next statement sees.
-    catalog.load_table(f"{ns}.events").append(pa.table({"id": [6], "v": ["f"]}, schema=SCHEMA))
+    catalog.load_table(f"{ns}.events").append(pa.table({"id": [6], "v": ["f"]}, schema=ARROW_SCHEMA))
     assert duck.execute(f"SELECT id, v FROM {t} ORDER BY id").fetchall() == [*expected, (6, "f")]
 
 
@@ -126,13 +124,13 @@ def test_duckdb_create_table_as_select_then_dml_and_ddl(server: Server, catalog,
 def test_a_stale_duckdb_transaction_gets_409_and_changes_nothing(server: Server, catalog, ns: str, duck):
     """DuckDB reads the table in a transaction, pyiceberg commits, DuckDB's COMMIT is refused. The
     transaction rewrites rows (not a pure append, which a server might rebase), so it must fail."""
-    catalog.create_table(f"{ns}.hot", SCHEMA).append(pa.table({"id": [1], "v": ["first"]}, schema=SCHEMA))
+    catalog.create_table(f"{ns}.hot", ARROW_SCHEMA).append(pa.table({"id": [1], "v": ["first"]}, schema=ARROW_SCHEMA))
     t = f'lake."{ns}".hot'
     before = conflicts(server)
     duck.execute("BEGIN")
     duck.execute(f"UPDATE {t} SET v = 'from duckdb' WHERE id = 1")  # DuckDB has read the table's snapshot
     duck.execute(f"INSERT INTO {t} VALUES (2, 'from duckdb')")
-    catalog.load_table(f"{ns}.hot").append(pa.table({"id": [3], "v": ["from pyiceberg"]}, schema=SCHEMA))
+    catalog.load_table(f"{ns}.hot").append(pa.table({"id": [3], "v": ["from pyiceberg"]}, schema=ARROW_SCHEMA))
     with pytest.raises(Exception, match="Conflict_409"):
         duck.execute("COMMIT")
     assert conflicts(server) == before + 1  # the server refused it (a failed requirement), not DuckDB
@@ -153,7 +151,7 @@ def test_staged_create_prepares_only_its_own_location(server: Server, catalog, n
     location = resp.json()["metadata"]["location"]
     assert http.get(f"{url}/staged").status_code == 404  # nothing persisted
 
-    catalog.create_table(f"{ns}.taken", SCHEMA)
+    catalog.create_table(f"{ns}.taken", ARROW_SCHEMA)
     warehouse = server.env["CATALOG_WAREHOUSE"].rstrip("/")
     outside = tmp_path / f"outside-{uuid.uuid4().hex[:6]}"
     hostile = {

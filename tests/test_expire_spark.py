@@ -24,7 +24,7 @@ import requests
 
 from catalog.maintenance import expire, reachability
 from catalog.metadata import tables
-from tests.conftest import IN_CI, ROOT, Server
+from tests.support import IN_CI, ROOT, Server
 
 sys.path.insert(0, str(ROOT / "examples" / "spark_pipeline"))
 from spark_conf import spark_conf  # noqa: E402

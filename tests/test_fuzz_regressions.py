@@ -8,8 +8,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.conftest import assert_error
-from tests.test_commits_http import SCHEMA, create
+from tests.support import JSON_SCHEMA, assert_error, create
 
 
 def test_a_huge_page_size_is_an_upper_bound_not_a_500(http, ns):
@@ -32,10 +31,10 @@ def test_names_a_location_uri_cannot_carry_are_refused(http, ns, bad):
     assert_error(http.post("/v1/namespaces", json={"namespace": [ns, bad]}), 400, "BadRequestException", "Invalid name")
     assert http.get("/v1/namespaces").json()["namespaces"] == before_ns
 
-    resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": bad, "schema": SCHEMA})
+    resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": bad, "schema": JSON_SCHEMA})
     assert_error(resp, 400, "BadRequestException", "Invalid name")
     for _ in range(2):  # the second create of a colliding name used to be the 500
-        resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": bad + "2", "schema": SCHEMA})
+        resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": bad + "2", "schema": JSON_SCHEMA})
         assert_error(resp, 400, "BadRequestException", "Invalid name")
     assert http.get(f"/v1/namespaces/{ns}/tables").json()["identifiers"] == []
     assert http.get(f"/v1/namespaces/{ns}/tables/{quote(bad, safe='')}").status_code == 404

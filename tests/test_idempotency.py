@@ -3,15 +3,12 @@ effect, including when the twins run at the same time."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from tests.conftest import assert_error, start_server
-from tests.test_commits_http import add_column, create, load
+from tests.support import add_column, assert_error, create, load, race, start_server
 
 
 def keyed(key: str) -> dict:
@@ -96,16 +93,13 @@ def test_twins_racing_with_one_key_all_get_the_one_commit(server, http, ns):
     them would get 409 (see test_concurrency)."""
     created = create(http, ns, "hot")
     n, key = 16, str(uuid.uuid4())
-    barrier = threading.Barrier(n)
     body = add_column(created, "c")
 
     def send(_):
-        barrier.wait()
         resp = requests.post(f"{server.url}/v1/namespaces/{ns}/tables/hot", json=body, timeout=60, **keyed(key))
         return resp.status_code, resp.json()["metadata-location"] if resp.status_code == 200 else resp.text
 
-    with ThreadPoolExecutor(n) as pool:
-        answers = list(pool.map(send, range(n)))
+    answers = race(n, send)
     assert Counter(code for code, _ in answers) == Counter({200: n}), answers
     final = load(http, ns, "hot")
     assert {location for _, location in answers} == {final["metadata-location"]}

@@ -13,8 +13,6 @@ the server follows Java: those are "accept" cases here. One case differs on purp
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -22,8 +20,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.conftest import IN_CI, ROOT, assert_error
-from tests.test_commits_http import SCHEMA, commit, create, load
+from tests.support import JSON_SCHEMA, assert_error, commit, create, load
 
 LONG_MAX, INT_MAX = 2**63 - 1, 2**31 - 1
 MINUTE = 60_000
@@ -387,7 +384,9 @@ STAGED = [
 
 
 def staged_updates(extra: list[dict] | None, location: str) -> list[dict]:
-    schema = {**SCHEMA, "fields": [*SCHEMA["fields"], {**COL3, "id": 2**31}]} if extra is None else SCHEMA
+    schema = JSON_SCHEMA
+    if extra is None:
+        schema = {**JSON_SCHEMA, "fields": [*JSON_SCHEMA["fields"], {**COL3, "id": 2**31}]}
     return [
         {"action": "assign-uuid", "uuid": str(uuid.uuid4())},
         {"action": "upgrade-format-version", "format-version": 2},
@@ -418,7 +417,7 @@ def test_direct_create_with_a_spec_on_a_missing_column_is_400(http, ns):
         f"/v1/namespaces/{ns}/tables",
         json={
             "name": "t",
-            "schema": SCHEMA,
+            "schema": JSON_SCHEMA,
             "partition-spec": {"spec-id": 0, "fields": spec((9, "identity"))["fields"]},
         },
     )
@@ -430,32 +429,10 @@ def test_direct_create_with_a_spec_on_a_missing_column_is_400(http, ns):
 
 
 @pytest.fixture(scope="module")
-def iceberg_java():
-    """``org.apache.iceberg`` of Iceberg 1.9's jars, through one local Spark session's JVM."""
-    missing = None
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        missing = "pyspark is not installed"
-    if missing is None and not shutil.which("java"):
-        missing = "no java on PATH"
-    if missing:
-        if IN_CI:
-            pytest.fail(f"CI=true and Spark cannot run: {missing}")
-        pytest.skip(missing)
-    from pyspark.sql import SparkSession
-
-    sys.path.insert(0, str(ROOT / "examples" / "spark_pipeline"))
-    from spark_conf import spark_conf
-
-    builder = SparkSession.builder.master("local[1]").appName("invariants-oracle")
-    jars = {k: v for k, v in spark_conf("http://unused").items() if k in ("spark.jars", "spark.jars.packages")}
-    for key, value in {**jars, "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    yield session._jvm.org.apache.iceberg
-    session.stop()
+def iceberg_java(spark):
+    """``org.apache.iceberg`` of Iceberg 1.9's jars, through the module's Spark session's JVM
+    (conftest's ``spark``)."""
+    return spark._jvm.org.apache.iceberg
 
 
 def java_verdict(J, base: dict | None, location: str | None, updates: list[dict]) -> str:

@@ -23,7 +23,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from tests.conftest import Server, s3_client_props, s3_env, start_server
+from tests.support import Server, backends, s3_client_props, s3_env, start_server
 
 ROWS_SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 CARE_ENV = {
@@ -33,11 +33,7 @@ CARE_ENV = {
 }
 
 
-def _backends() -> list[str]:
-    return [b.strip() for b in os.environ.get("CATALOG_TEST_BACKENDS", "sqlite,postgres-s3").split(",") if b.strip()]
-
-
-@pytest.fixture(scope="module", params=_backends())
+@pytest.fixture(scope="module", params=backends())
 def care(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     workdir = tmp_path_factory.mktemp(f"care-{request.param}")
     env = dict(CARE_ENV)

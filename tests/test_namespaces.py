@@ -7,7 +7,7 @@ import uuid
 import pytest
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NamespaceNotEmptyError, NoSuchNamespaceError, RESTError
 
-from tests.conftest import assert_error
+from tests.support import PY_SCHEMA, assert_error
 
 
 def test_create_load_update_drop(catalog):
@@ -48,9 +48,7 @@ def test_nested_namespaces(catalog):
 
 
 def test_drop_not_empty_with_table(catalog, ns):
-    from tests.test_tables import SCHEMA
-
-    catalog.create_table(f"{ns}.t", SCHEMA)
+    catalog.create_table(f"{ns}.t", PY_SCHEMA)
     with pytest.raises(NamespaceNotEmptyError):
         catalog.drop_namespace(ns)
     catalog.drop_table(f"{ns}.t")

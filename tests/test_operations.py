@@ -7,7 +7,7 @@ import re
 import orjson
 import requests
 
-from tests.test_commits_http import create
+from tests.support import create
 
 
 def metric(server_url: str, name: str, labels: str = "") -> float:

@@ -21,10 +21,7 @@ import requests
 from catalog import __version__
 from catalog.server import startup
 from catalog.settings import Settings
-from tests.conftest import ROOT, free_port, start_server
-from tests.test_auth import builtin_token
-from tests.test_commit_engine import append
-from tests.test_commits_http import SCHEMA
+from tests.support import JSON_SCHEMA, ROOT, append_updates, builtin_token, free_port, start_server
 
 # -- refusals ------------------------------------------------------------------------------------
 
@@ -122,6 +119,7 @@ def test_summary_says_where_the_data_is(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+        proc.stderr.close()
     text = "\n".join(seen)
     assert f"iceberg-catalog {__version__} listening on http://127.0.0.1:{env['CATALOG_PORT']}" in text, text
     assert f"database:  sqlite:///{tmp_path / 'catalog.db'}" in text and (tmp_path / "catalog.db").exists(), text
@@ -208,9 +206,9 @@ def committed(workers4):
         return resp
 
     call("POST", "/v1/namespaces", json={"namespace": [ns]})
-    metadata = call("POST", f"/v1/namespaces/{ns}/tables", json={"name": "t", "schema": SCHEMA}).json()["metadata"]
+    metadata = call("POST", f"/v1/namespaces/{ns}/tables", json={"name": "t", "schema": JSON_SCHEMA}).json()["metadata"]
     for i in range(1, COMMITS + 1):
-        body = {"requirements": [], "updates": append(metadata, i)}
+        body = {"requirements": [], "updates": append_updates(metadata, i)}
         metadata = call("POST", f"/v1/namespaces/{ns}/tables/t", json=body).json()["metadata"]
     return ns
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -16,19 +14,22 @@ import requests
 from pyiceberg.exceptions import CommitFailedException
 
 from tests import services as svc
-from tests.conftest import assert_error, commit_with_its_connection_killed, s3_client_props, s3_env, start_server
-from tests.test_commits_http import SCHEMA as RAW_SCHEMA
-from tests.test_migrations import check_round_trip
-from tests.test_tables import SCHEMA, rows
+from tests.support import (
+    JSON_SCHEMA,
+    PY_SCHEMA,
+    assert_error,
+    check_migrations_round_trip,
+    commit_with_its_connection_killed,
+    new_pg_database,
+    race,
+    rows,
+    s3_client_props,
+    s3_env,
+    start_server,
+)
 from tests.writers import CLIENT_RETRY, NO_CLIENT_RETRY, assert_exactly_once_linear, counter_total, hammer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.s3]
-
-
-def new_database(pg, name: str) -> str:
-    with psycopg.connect(pg.superuser_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" OWNER catalog')
-    return pg.url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def migrate(url: str) -> None:
@@ -41,7 +42,7 @@ def migrate(url: str) -> None:
 @pytest.fixture(scope="module")
 def replicas(services, tmp_path_factory):
     """`iceberg-catalog migrate`, then two servers on one database, as replicas behind a balancer."""
-    url = new_database(services["pg"], "replicas")
+    url = new_pg_database(services["pg"], "replicas")
     migrate(url)
     env = {"CATALOG_DATABASE_URL": url, "CATALOG_AUTO_MIGRATE": "false", **s3_env(services["s3"], "replicas")}
     servers = [start_server(tmp_path_factory.mktemp(f"replica{i}"), "postgres-s3", env) for i in range(2)]
@@ -59,7 +60,7 @@ def hot_replicas(services, tmp_path_factory):
     other replica keeps landing groups on a table 32 writers hammer, it can lose many times in a row
     (measured: with commit_max_attempts' 10, a pure append was answered 409), which is why a group
     of appends has its own, higher bound (append_rebase_max_attempts)."""
-    url = new_database(services["pg"], "hot_replicas")
+    url = new_pg_database(services["pg"], "hot_replicas")
     migrate(url)
     env = {
         "CATALOG_DATABASE_URL": url,
@@ -77,7 +78,7 @@ def hot_replicas(services, tmp_path_factory):
 
 def test_readiness_waits_for_migrations(services, tmp_path):
     """A server that does not migrate itself is not ready until `iceberg-catalog migrate` ran."""
-    url = new_database(services["pg"], f"r_{uuid.uuid4().hex[:8]}")
+    url = new_pg_database(services["pg"], f"r_{uuid.uuid4().hex[:8]}")
     env = {"CATALOG_DATABASE_URL": url, "CATALOG_AUTO_MIGRATE": "false", **s3_env(services["s3"], "ready")}
     server = start_server(tmp_path, "postgres-s3", env)
     try:
@@ -90,14 +91,14 @@ def test_readiness_waits_for_migrations(services, tmp_path):
 
 
 def test_postgres_migrations_round_trip(services):
-    check_round_trip(new_database(services["pg"], f"m_{uuid.uuid4().hex[:8]}"))
+    check_migrations_round_trip(new_pg_database(services["pg"], f"m_{uuid.uuid4().hex[:8]}"))
 
 
 def test_metadata_files_are_in_the_bucket(replicas, services):
     catalog = replicas[0].catalog()
     ns = f"b_{uuid.uuid4().hex[:8]}"
     catalog.create_namespace(ns)
-    table = catalog.create_table(f"{ns}.t", SCHEMA)
+    table = catalog.create_table(f"{ns}.t", PY_SCHEMA)
     table.append(rows(0, 3))
     location = replicas[1].catalog().load_table(f"{ns}.t").metadata_location
     assert location.startswith(f"s3://{services['s3'].bucket}/replicas/{ns}/t/metadata/00001-")
@@ -115,21 +116,18 @@ def test_config_tells_clients_how_to_reach_storage(replicas, services):
 def test_barrier_race_across_replicas(replicas):
     ns = f"r_{uuid.uuid4().hex[:8]}"
     replicas[0].catalog().create_namespace(ns)
-    replicas[0].catalog().create_table(f"{ns}.t", SCHEMA, properties={"commit.retry.num-retries": "0"})
+    replicas[0].catalog().create_table(f"{ns}.t", PY_SCHEMA, properties={"commit.retry.num-retries": "0"})
     for _ in range(3):
         tables = [r.catalog().load_table(f"{ns}.t") for r in replicas]
-        barrier = threading.Barrier(2)
 
-        def write(table, barrier=barrier):
-            barrier.wait()
+        def write(i, tables=tables):
             try:
-                table.append(rows(0, 1))
+                tables[i].append(rows(0, 1))
                 return "won"
             except CommitFailedException:
                 return "409"
 
-        with ThreadPoolExecutor(2) as pool:
-            assert Counter(pool.map(write, tables)) == Counter({"won": 1, "409": 1})
+        assert Counter(race(2, write)) == Counter({"won": 1, "409": 1})
 
 
 # Counters summed over both replicas, read before and after a hammer: (metric, label regex)
@@ -156,7 +154,7 @@ def test_32_writers_25_appends_through_two_replicas(hot_replicas):
     catalog = hot_replicas[0].catalog()
     catalog.create_namespace(ns)
     # the first append: the server rebases onto a branch that moved, not onto one created meanwhile
-    catalog.create_table(f"{ns}.hot", SCHEMA, properties=NO_CLIENT_RETRY).append(rows(SEED, 1))
+    catalog.create_table(f"{ns}.hot", PY_SCHEMA, properties=NO_CLIENT_RETRY).append(rows(SEED, 1))
     before = {k: counter_total(urls, *q) for k, q in METRICS.items()}
     started = time.monotonic()
     acknowledged = [SEED, *hammer(urls, f"{ns}.hot", writers, appends, hot_replicas[0].io_props)]
@@ -180,7 +178,7 @@ def test_contention_without_rebase_is_409_and_client_retry(replicas):
     ns = f"h_{uuid.uuid4().hex[:8]}"
     catalog = replicas[0].catalog()
     catalog.create_namespace(ns)
-    catalog.create_table(f"{ns}.warm", SCHEMA, properties=CLIENT_RETRY_SHORT)
+    catalog.create_table(f"{ns}.warm", PY_SCHEMA, properties=CLIENT_RETRY_SHORT)
     before = {k: counter_total(urls, *q) for k, q in METRICS.items()}
     acknowledged = hammer(urls, f"{ns}.warm", writers, appends, replicas[0].io_props, processes=2)
     after = {k: counter_total(urls, *q) for k, q in METRICS.items()}
@@ -195,15 +193,12 @@ def test_concurrent_creates_of_one_name_exactly_one_wins(replicas):
     ns = f"c_{uuid.uuid4().hex[:8]}"
     requests.post(f"{replicas[0].url}/v1/namespaces", json={"namespace": [ns]}, timeout=10)
     n = 16
-    barrier = threading.Barrier(n)
 
     def create(i):
-        barrier.wait()
         url = f"{replicas[i % 2].url}/v1/namespaces/{ns}/tables"
-        return requests.post(url, json={"name": "dup", "schema": RAW_SCHEMA}, timeout=60).status_code
+        return requests.post(url, json={"name": "dup", "schema": JSON_SCHEMA}, timeout=60).status_code
 
-    with ThreadPoolExecutor(n) as pool:
-        codes = Counter(pool.map(create, range(n)))
+    codes = Counter(race(n, create))
     assert codes == Counter({200: 1, 409: n - 1}), codes
     listed = requests.get(f"{replicas[1].url}/v1/namespaces/{ns}/tables", timeout=10).json()["identifiers"]
     assert listed == [{"namespace": [ns], "name": "dup"}]
@@ -215,7 +210,7 @@ def test_concurrent_creates_of_one_name_exactly_one_wins(replicas):
 def create_n_t(base: str) -> dict:
     """Namespace n and table t on a test's own server; returns the create response."""
     assert requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).status_code == 200
-    resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": RAW_SCHEMA}, timeout=30)
+    resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": JSON_SCHEMA}, timeout=30)
     assert resp.status_code == 200, resp.text
     return resp.json()
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from tests.conftest import assert_error
-from tests.test_commits_http import SCHEMA, create
+from tests.support import JSON_SCHEMA, assert_error, create
 
 EXPECTED_ENDPOINTS = {
     "GET /v1/{prefix}/namespaces",
@@ -130,7 +129,7 @@ def test_unknown_route_and_method_use_the_error_body(http):
 
 def test_names_with_encoded_characters(http, ns):
     for name in ("with space", "dot.ted", "ünï", "a+b", "per%cent"):
-        resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": name, "schema": SCHEMA})
+        resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": name, "schema": JSON_SCHEMA})
         assert resp.status_code == 200, (name, resp.text)
     from urllib.parse import quote
 

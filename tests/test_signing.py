@@ -24,9 +24,18 @@ from pyiceberg.utils.concurrent import ExecutorFactory
 from catalog import errors
 from catalog.settings import Settings
 from catalog.storage import signing
-from tests.conftest import Server, s3_env, start_server
-from tests.test_authz import CLIENTS, SECRET, token
-from tests.test_tables import SCHEMA, rows
+from tests.support import (
+    CLIENTS,
+    PY_SCHEMA,
+    TOKEN_SECRET,
+    Server,
+    rows,
+    s3_env,
+    spark_conf,
+    spark_unavailable,
+    start_server,
+    token,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -54,7 +63,7 @@ def signed(s3: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
         "CATALOG_S3_REMOTE_SIGNING": "true",
         "CATALOG_AUTH_REQUIRED": "true",
         "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in CLIENTS.items()),
-        "CATALOG_TOKEN_SECRET": SECRET,
+        "CATALOG_TOKEN_SECRET": TOKEN_SECRET,
         "CATALOG_AUTHZ_BOOTSTRAP": str(policy),
     }
     server = start_server(workdir, "sqlite", env)
@@ -208,14 +217,14 @@ def test_pyiceberg_without_s3_keys_creates_appends_and_reads_through_signing(sig
     monkeypatch.setattr(ExecutorFactory, "_instance_pid", os.getpid())
     before = metric(signed, "signed")
     writer = keyless(WRITER, signed, **{"header.X-Iceberg-Access-Delegation": "remote-signing"})
-    table = writer.create_table(f"sg.py_{uuid.uuid4().hex[:6]}", SCHEMA)
+    table = writer.create_table(f"sg.py_{uuid.uuid4().hex[:6]}", PY_SCHEMA)
     assert table.io.properties["s3.remote-signing-enabled"] == "true"
     assert "s3.access-key-id" not in table.io.properties and "s3.secret-access-key" not in table.io.properties
     table.append(rows(0, 5))
     table.append(rows(5, 3))
     # a staged create writes before the table exists: signed in the location the server chooses
     staged = f"sg.staged_{uuid.uuid4().hex[:6]}"
-    with writer.create_table_transaction(staged, SCHEMA) as tx:
+    with writer.create_table_transaction(staged, PY_SCHEMA) as tx:
         tx.append(rows(100, 2))
     assert sorted(writer.load_table(staged).scan().to_arrow().column("id").to_pylist()) == [100, 101]
     # pyiceberg's default delegation header (vended-credentials) gets signing too: nothing is vended
@@ -227,13 +236,10 @@ def test_pyiceberg_without_s3_keys_creates_appends_and_reads_through_signing(sig
 
 @pytest.mark.spark
 def test_spark_without_s3_keys_inserts_and_selects_through_signing(signed: Server, s3: Any):
-    from tests.test_spark import _spark_unavailable
 
-    if missing := _spark_unavailable():
+    if missing := spark_unavailable():
         pytest.skip(missing)
     from pyspark.sql import SparkSession
-
-    from tests.test_spark import spark_conf
 
     name = "signed"
     conf = spark_conf(signed.url, catalog=name)
@@ -276,7 +282,7 @@ def tables(signed: Server) -> dict[str, tuple[str, str]]:
     admin = keyless("admin", signed, **{"header.X-Iceberg-Access-Delegation": "remote-signing"})
     out = {}
     for ident in ("sg.mine", "sg.theirs"):
-        admin.create_table(ident, SCHEMA).append(rows(0, 2))
+        admin.create_table(ident, PY_SCHEMA).append(rows(0, 2))
         out[ident] = location_of(signed, ident)
     return out
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -20,104 +19,29 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, ROOT, Server
+from tests.support import (
+    ROOT,
+    SPARK_EXAMPLE,
+    Server,
+    client_settings,
+    create_events,
+    insert_events,
+    register_catalog,
+    scalar,
+    skip_or_fail,
+    spark_conf,
+    spark_unavailable,
+    sql_rows,
+)
 
-EXAMPLE = ROOT / "examples" / "spark_pipeline"
-sys.path.insert(0, str(EXAMPLE))
-from spark_conf import spark_conf  # noqa: E402
-
+EXAMPLE = SPARK_EXAMPLE
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
-def _spark_unavailable() -> str | None:
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        return "pyspark is not installed"
-    if not shutil.which("java"):
-        return "no java on PATH"
-    return None
-
-
-@pytest.fixture(scope="module")
-def spark():
-    missing = _spark_unavailable()
-    if missing:
-        if IN_CI:
-            pytest.fail(f"CI=true and Spark cannot run: {missing}")
-        pytest.skip(missing)
-    from pyspark.sql import SparkSession
-
-    base = {k: v for k, v in spark_conf("http://unused").items() if not k.startswith("spark.sql.catalog.")}
-    builder = SparkSession.builder.master("local[2]").appName("catalog-tests")
-    for key, value in {
-        **base,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.driver.memory": "2g",
-    }.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-def client_settings(server: Server) -> dict:
-    """``spark_conf`` keyword arguments for a client of ``server``."""
-    if server.backend == "postgres-s3":
-        return {
-            "warehouse": "s3",
-            "access_key": server.io_props["s3.access-key-id"],
-            "secret_key": server.io_props["s3.secret-access-key"],
-        }
-    return {"warehouse": "local"}
-
-
-def register_catalog(session, server: Server) -> str:
-    """Register ``server`` as a Spark catalog of ``session`` (run-time settings are per session)."""
-    name = "lake_" + re.sub(r"\W", "_", server.backend)
-    prefix = f"spark.sql.catalog.{name}"
-    for key, value in spark_conf(server.url, catalog=name, **client_settings(server)).items():
-        if key.startswith(prefix):
-            session.conf.set(key, value)
-    return name
-
-
 @pytest.fixture
-def lake(spark, server: Server) -> str:
-    """The Spark catalog name for this backend's server."""
-    return register_catalog(spark, server)
-
-
-@pytest.fixture
-def ns(spark, lake: str) -> str:
-    name = f"{lake}.sp_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE NAMESPACE {name}")
-    return name
-
-
-def rows(spark, query: str) -> list[tuple]:
-    return [tuple(r) for r in spark.sql(query).collect()]
-
-
-def scalar(spark, query: str):
-    return spark.sql(query).collect()[0][0]
-
-
-def create_events(spark, table: str, **props: str) -> None:
-    tblprops = {"format-version": "2", **props}
-    spark.sql(
-        f"""CREATE TABLE {table} (id BIGINT, ts TIMESTAMP, category STRING, amount DOUBLE)
-        USING iceberg PARTITIONED BY (days(ts), bucket(8, id))
-        TBLPROPERTIES ({", ".join(f"'{k}' = '{v}'" for k, v in tblprops.items())})"""
-    )
-
-
-def insert_events(spark, table: str, ids: range) -> None:
-    values = ", ".join(f"({i}, timestamp'2026-01-0{1 + i % 3} 10:00:00', 'c{i % 4}', {i}.5)" for i in ids)
-    spark.sql(f"INSERT INTO {table} VALUES {values}")
+def ns(spark_ns: str) -> str:
+    """In this module a namespace is a Spark one: ``<catalog>.<namespace>`` (conftest's ``spark_ns``)."""
+    return spark_ns
 
 
 # --- the README's settings are the tested ones ------------------------------------------------------
@@ -153,10 +77,8 @@ def readme_builder_snippet() -> str:
 
 def test_readme_builder_snippet_runs_against_the_server(server: Server, tmp_path: Path):
     """The README's ``SparkSession.builder`` block, verbatim but for the URI (and, offline, the jars)."""
-    if missing := _spark_unavailable():
-        if IN_CI:
-            pytest.fail(missing)
-        pytest.skip(missing)
+    if missing := spark_unavailable():
+        skip_or_fail(missing)
     snippet = readme_builder_snippet()
     assert "http://127.0.0.1:8181" in snippet
     snippet = snippet.replace("http://127.0.0.1:8181", server.url)
@@ -205,10 +127,10 @@ def test_nested_namespaces_and_show(spark, lake: str, server: Server):
     spark.sql(f"CREATE NAMESPACE {lake}.{top}")
     spark.sql(f"CREATE NAMESPACE {lake}.{top}.child")
     spark.sql(f"CREATE NAMESPACE {lake}.{top}.child.grandchild")
-    assert rows(spark, f"SHOW NAMESPACES IN {lake}.{top}") == [(f"{top}.child",)]
-    assert rows(spark, f"SHOW NAMESPACES IN {lake}.{top}.child") == [(f"{top}.child.grandchild",)]
+    assert sql_rows(spark, f"SHOW NAMESPACES IN {lake}.{top}") == [(f"{top}.child",)]
+    assert sql_rows(spark, f"SHOW NAMESPACES IN {lake}.{top}.child") == [(f"{top}.child.grandchild",)]
     spark.sql(f"CREATE TABLE {lake}.{top}.child.t (id BIGINT) USING iceberg")
-    assert [r[1] for r in rows(spark, f"SHOW TABLES IN {lake}.{top}.child")] == ["t"]
+    assert [r[1] for r in sql_rows(spark, f"SHOW TABLES IN {lake}.{top}.child")] == ["t"]
     assert server.catalog().table_exists((top, "child", "t"))
     spark.sql(f"ALTER NAMESPACE {lake}.{top} SET PROPERTIES ('team' = 'data-eng')")
     assert server.catalog().load_namespace_properties(top)["team"] == "data-eng"
@@ -237,7 +159,7 @@ def test_insert_update_delete_merge(spark, ns: str, server: Server, mode: str):
     # Model: odd ids 1..19 survive the delete; 15..25 are merged (updated or inserted).
     expected = {i: ("updated" if i <= 5 else f"c{i % 4}") for i in range(1, 21) if i % 2}
     expected.update({i: f"merged{i}" for i in range(15, 26)})
-    assert dict(rows(spark, f"SELECT id, category FROM {t}")) == expected
+    assert dict(sql_rows(spark, f"SELECT id, category FROM {t}")) == expected
 
     delete_files = scalar(spark, f"SELECT count(*) FROM {t}.delete_files")
     assert (delete_files > 0) == (mode == "merge-on-read")
@@ -264,7 +186,7 @@ def test_schema_partition_and_sort_evolution(spark, ns: str, server: Server):
     assert len(table.specs()) == 3
     (order,) = table.sort_order().fields
     assert table.schema().find_column_name(order.source_id) == "id" and str(order.direction).lower() == "desc"
-    assert rows(spark, f"SELECT kind, note FROM {t} WHERE id = 100") == [("late", "n")]
+    assert sql_rows(spark, f"SELECT kind, note FROM {t} WHERE id = 100") == [("late", "n")]
     assert scalar(spark, f"SELECT count(*) FROM {t} WHERE note IS NULL") == 10
 
 
@@ -285,7 +207,7 @@ def test_branches_tags_time_travel_and_metadata_tables(spark, ns: str):
     assert scalar(spark, f"SELECT count(*) FROM {t} VERSION AS OF {first}") == 10
     assert scalar(spark, f"SELECT count(*) FROM {t} TIMESTAMP AS OF '{first_at}'") == 10
 
-    refs = dict(rows(spark, f"SELECT name, type FROM {t}.refs"))
+    refs = dict(sql_rows(spark, f"SELECT name, type FROM {t}.refs"))
     assert refs == {"main": "BRANCH", "dev": "BRANCH", "v1": "TAG"}
     assert scalar(spark, f"SELECT count(*) FROM {t}.snapshots") == 3
     assert scalar(spark, f"SELECT count(*) FROM {t}.history") == 2  # main's lineage
@@ -334,13 +256,13 @@ def test_rename_and_drop(spark, ns: str, lake: str, server: Server):
     insert_events(spark, f"{ns}.a", range(5))
     spark.sql(f"ALTER TABLE {ns}.a RENAME TO {other_short}.moved")  # across namespaces, same catalog
     assert scalar(spark, f"SELECT count(*) FROM {other}.moved") == 5
-    assert not rows(spark, f"SHOW TABLES IN {ns}")
+    assert not sql_rows(spark, f"SHOW TABLES IN {ns}")
 
     pyi = server.catalog()
     kept = pyi.load_table(f"{other_short}.moved")
     kept_files = [task.file.file_path for task in kept.scan().plan_files()]
     spark.sql(f"DROP TABLE {other}.moved")
-    assert not rows(spark, f"SHOW TABLES IN {other}")
+    assert not sql_rows(spark, f"SHOW TABLES IN {other}")
     assert all(kept.io.new_input(path).exists() for path in kept_files)  # no purge: files stay
 
     create_events(spark, f"{ns}.b")
@@ -378,7 +300,7 @@ def test_views(spark, ns: str, server: Server):
     insert_events(spark, t, range(10))
     spark.sql(f"CREATE VIEW {v} AS SELECT id, category FROM {t} WHERE amount > 5")
     assert scalar(spark, f"SELECT count(*) FROM {v}") == 5
-    assert [r[1] for r in rows(spark, f"SHOW VIEWS IN {ns}") if not r[2]] == ["big_events"]
+    assert [r[1] for r in sql_rows(spark, f"SHOW VIEWS IN {ns}") if not r[2]] == ["big_events"]
 
     # Iceberg's Spark extension refuses ALTER VIEW ... AS on the client and names the replacement;
     # CREATE OR REPLACE is the way to change a view's query (a new view version through the catalog).
@@ -386,7 +308,7 @@ def test_views(spark, ns: str, server: Server):
         spark.sql(f"ALTER VIEW {v} AS SELECT id FROM {t}")
     spark.sql(f"CREATE OR REPLACE VIEW {v} AS SELECT id FROM {t} WHERE amount > 8")
     spark.sql(f"ALTER VIEW {v} SET TBLPROPERTIES ('team' = 'data-eng')")
-    assert rows(spark, f"SELECT id FROM {v} ORDER BY id") == [(8,), (9,)]
+    assert sql_rows(spark, f"SELECT id FROM {v} ORDER BY id") == [(8,), (9,)]
 
     view = server.catalog().load_view(v.split(".", 1)[1])
     assert len(view.metadata.versions) == 2 and view.properties["team"] == "data-eng"
@@ -394,7 +316,7 @@ def test_views(spark, ns: str, server: Server):
         spark.sql(f"CREATE VIEW {t} AS SELECT 1 AS one")
 
     spark.sql(f"DROP VIEW {v}")
-    assert not [r for r in rows(spark, f"SHOW VIEWS IN {ns}") if not r[2]]
+    assert not [r for r in sql_rows(spark, f"SHOW VIEWS IN {ns}") if not r[2]]
     assert scalar(spark, f"SELECT count(*) FROM {t}") == 10
 
 
@@ -447,7 +369,7 @@ def test_compaction_planned_before_a_delete_is_refused(spark, ns: str, delete_mo
     stale = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, t)
 
     spark.sql(f"DELETE FROM {t} WHERE id % 3 = 0")  # commits: the stale handle does not know
-    after_delete = rows(spark, f"SELECT snapshot_id FROM {t}.snapshots ORDER BY committed_at")
+    after_delete = sql_rows(spark, f"SELECT snapshot_id FROM {t}.snapshots ORDER BY committed_at")
 
     action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(stale)
     with pytest.raises(Py4JJavaError) as refused:
@@ -455,8 +377,8 @@ def test_compaction_planned_before_a_delete_is_refused(spark, ns: str, delete_mo
     refusal = str(refused.value)
     assert "org.apache.iceberg.exceptions.ValidationException" in refusal, refusal[:2000]
 
-    assert rows(spark, f"SELECT snapshot_id FROM {t}.snapshots ORDER BY committed_at") == after_delete
-    assert sorted(r[0] for r in rows(spark, f"SELECT id FROM {t}")) == [i for i in range(40) if i % 3]
+    assert sql_rows(spark, f"SELECT snapshot_id FROM {t}.snapshots ORDER BY committed_at") == after_delete
+    assert sorted(r[0] for r in sql_rows(spark, f"SELECT id FROM {t}")) == [i for i in range(40) if i % 3]
 
 
 # --- the pipeline example ---------------------------------------------------------------------------
@@ -464,10 +386,8 @@ def test_compaction_planned_before_a_delete_is_refused(spark, ns: str, delete_mo
 
 def test_pipeline_example(server: Server, tmp_path: Path):
     """The documented pipeline: 4 writers, a compaction and a GDPR delete at once, then verification."""
-    if missing := _spark_unavailable():
-        if IN_CI:
-            pytest.fail(missing)
-        pytest.skip(missing)
+    if missing := spark_unavailable():
+        skip_or_fail(missing)
     args = [
         sys.executable, str(EXAMPLE / "pipeline.py"),
         "--uri", server.url,
@@ -506,8 +426,8 @@ def test_spark_as_restricted_principals_of_an_oidc_provider(spark, tmp_path_fact
     analysts' job reads only its namespace; a wrong secret is not authorized."""
     import requests
 
-    from tests.conftest import start_server
     from tests.idp import LocalIdP
+    from tests.support import start_server
 
     idp = LocalIdP(
         audience="iceberg-catalog",

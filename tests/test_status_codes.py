@@ -33,8 +33,16 @@ from catalog.store.entries import Store
 from catalog.store.pointers import Swap
 from catalog.store.sql import short as _short
 from catalog.store.sql import translate as _translate
-from tests.conftest import IN_CI, assert_error, commit_with_its_connection_killed, s3_client_props, s3_env, start_server
-from tests.test_commits_http import SCHEMA, create
+from tests.support import (
+    JSON_SCHEMA,
+    assert_error,
+    commit_with_its_connection_killed,
+    create,
+    s3_client_props,
+    s3_env,
+    skip_or_fail,
+    start_server,
+)
 
 LEAKS = ("SELECT", "INSERT", "UPDATE", "[SQL", "Traceback", "psycopg", "sqlalchemy")
 SET_PROP = {"action": "set-properties", "updates": {"k": "v"}}
@@ -64,15 +72,13 @@ def _table_on_a_full_disk(tmp_path: Path, size: str, env: Callable[[Path], dict]
     out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True)
     if out.returncode != 0:
         reason = f"cannot mount a tmpfs here: {out.stderr.decode(errors='replace').strip()}"
-        if IN_CI:
-            pytest.fail(f"CI=true: {reason}")
-        pytest.skip(reason)
+        skip_or_fail(reason)
     server = None
     try:
         server = start_server(tmp_path / "srv", extra_env=env(mnt))
         base = server.url
         assert requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).status_code == 200
-        resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": SCHEMA}, timeout=30)
+        resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": JSON_SCHEMA}, timeout=30)
         assert resp.status_code == 200, resp.text
         filler = mnt / "filler"
         assert _fill(filler) > 0
@@ -136,7 +142,7 @@ def test_local_warehouse_full_is_503_and_leaves_no_partial_file(tmp_path):
         files_before = _files_of(created)
         for failed in (
             requests.post(f"{base}/v1/namespaces/n/tables/t", json={"updates": [SET_PROP]}, timeout=60),
-            requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "u", "schema": SCHEMA}, timeout=60),
+            requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "u", "schema": JSON_SCHEMA}, timeout=60),
         ):
             err = assert_error(failed, 503, "ServiceUnavailableException")
             assert "space" in err["message"], err
@@ -148,7 +154,7 @@ def test_local_warehouse_full_is_503_and_leaves_no_partial_file(tmp_path):
         filler.unlink()
         ok = requests.post(f"{base}/v1/namespaces/n/tables/t", json={"updates": [SET_PROP]}, timeout=60)
         assert ok.status_code == 200, ok.text
-        again = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "u", "schema": SCHEMA}, timeout=60)
+        again = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "u", "schema": JSON_SCHEMA}, timeout=60)
         assert again.status_code == 200, again.text
 
 
@@ -175,7 +181,7 @@ def test_postgres_connection_lost_before_commit_is_503_and_leaves_no_file(servic
     try:
         base = server.url
         assert requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).status_code == 200
-        resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": SCHEMA}, timeout=30)
+        resp = requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": JSON_SCHEMA}, timeout=30)
         created = resp.json()["metadata-location"]
         keys_before = _s3_keys(services, f"{prefix}/n/t/metadata/")
         with psycopg.connect(su_dsn, autocommit=True) as su:
@@ -238,12 +244,12 @@ def test_bad_names_in_bodies_are_400_and_create_nothing(http, ns, server, bad):
     created = create(http, ns, "t")
     before_ns = http.get("/v1/namespaces", params={"parent": ns}).json()["namespaces"]
     assert_400(http.post("/v1/namespaces", json={"namespace": [ns, bad]}), "Invalid")
-    assert_400(http.post(f"/v1/namespaces/{ns}/tables", json={"name": bad, "schema": SCHEMA}), "Invalid")
+    assert_400(http.post(f"/v1/namespaces/{ns}/tables", json={"name": bad, "schema": JSON_SCHEMA}), "Invalid")
     register = {"name": bad, "metadata-location": created["metadata-location"]}
     assert_400(http.post(f"/v1/namespaces/{ns}/register", json=register), "Invalid")
     view = {
         "name": bad,
-        "schema": SCHEMA,
+        "schema": JSON_SCHEMA,
         "view-version": {
             "version-id": 1,
             "timestamp-ms": 1,
@@ -392,7 +398,7 @@ def test_postgres_unmigrated_database_is_503_naming_migrate(services, tmp_path):
         assert_migrate(requests.post(f"{base}/v1/namespaces", json={"namespace": ["n"]}, timeout=10))
         assert_migrate(requests.get(f"{base}/v1/namespaces/n/tables/t", timeout=10))  # the hot pointer read
         assert_migrate(
-            requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": SCHEMA}, timeout=10)
+            requests.post(f"{base}/v1/namespaces/n/tables", json={"name": "t", "schema": JSON_SCHEMA}, timeout=10)
         )
         assert requests.head(f"{base}/v1/namespaces/n", timeout=10).status_code == 503
 

@@ -31,9 +31,8 @@ from botocore.exceptions import ClientError
 from catalog.storage.backends import USER_AGENT
 from catalog.storage.vending import credentials_path
 from tests import services as svc
-from tests.conftest import IN_CI, Server, assert_error, start_server
 from tests.services import duckdb_connection
-from tests.test_authz import CLIENTS, SECRET, as_, token
+from tests.support import CLIENTS, TOKEN_SECRET, Server, as_, assert_error, skip_or_fail, start_server, token
 
 DURATION = 900
 BOOTSTRAP = """
@@ -91,8 +90,13 @@ class Proxy:
         upstream = socket.create_connection(("127.0.0.1", self.target))
         self.open |= {conn, upstream}
         upstream.sendall(head)
-        threading.Thread(target=self._pump, args=(upstream, conn), daemon=True).start()
+        back = threading.Thread(target=self._pump, args=(upstream, conn), daemon=True)
+        back.start()
         self._pump(conn, upstream)
+        back.join(30)  # either pump's end shuts both sockets down: the other one ends too
+        for s in (conn, upstream):
+            self.open.discard(s)
+            s.close()
 
     @staticmethod
     def _pump(source: socket.socket, sink: socket.socket) -> None:
@@ -130,9 +134,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
     try:
         s3 = svc.start_seaweedfs(workdir / "s3", sts=True)
     except svc.ServiceUnavailable as e:
-        if IN_CI:
-            pytest.fail(f"CI=true and SeaweedFS is unavailable: {e}")
-        pytest.skip(f"SeaweedFS unavailable: {e}")
+        skip_or_fail(f"SeaweedFS is unavailable: {e}")
     s3.client().create_bucket(Bucket="elsewhere")
     internal, public, sts = Proxy(s3.port, USER_AGENT), Proxy(s3.port), Proxy(s3.port)
     policy = workdir / "grants.yaml"
@@ -152,7 +154,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "CATALOG_STORAGE_TIMEOUT_SECONDS": "3",
         "CATALOG_AUTH_REQUIRED": "true",
         "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in CLIENTS.items()),
-        "CATALOG_TOKEN_SECRET": SECRET,
+        "CATALOG_TOKEN_SECRET": TOKEN_SECRET,
         "CATALOG_AUTHZ_BOOTSTRAP": str(policy),
     }
     server = start_server(workdir / "server", "sqlite", env)
@@ -198,6 +200,7 @@ def _denied(call: Any) -> None:
     assert e.value.response["Error"]["Code"] in ("AccessDenied", "403"), e.value.response
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_clients_without_s3_settings_use_the_client_endpoint(stack: dict) -> None:
     server, public, internal = stack["server"], stack["public"], stack["internal"]
     config = requests.get(f"{server.url}/v1/config", headers={"Authorization": f"Bearer {token(server, 'admin')}"})
@@ -220,6 +223,7 @@ def test_clients_without_s3_settings_use_the_client_endpoint(stack: dict) -> Non
     assert internal.refused == []
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_vended_credentials_are_scoped_to_the_table_and_expire(stack: dict) -> None:
     server, s3, public = stack["server"], stack["s3"], stack["public"]
     resp = _load(server, "admin", "events")
@@ -255,6 +259,7 @@ def test_vended_credentials_are_scoped_to_the_table_and_expire(stack: dict) -> N
     assert s3.client().get_object(Bucket=bucket, Key=other_key)["Body"].read()
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_a_reader_gets_read_only_credentials_and_can_refresh_them(stack: dict) -> None:
     server, public = stack["server"], stack["public"]
     body = _load(server, "analyst", "events").json()
@@ -281,6 +286,7 @@ def test_a_reader_gets_read_only_credentials_and_can_refresh_them(stack: dict) -
     assert 'catalog_s3_vended_credentials_total{access="write"}' in metrics
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_sts_down_is_503_and_never_the_servers_keys(stack: dict) -> None:
     server, sts = stack["server"], stack["sts"]
     name = f"fresh_{uuid.uuid4().hex[:6]}"  # not in the credential cache
@@ -306,6 +312,7 @@ def test_sts_down_is_503_and_never_the_servers_keys(stack: dict) -> None:
         sts.bring_up()
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_a_location_a_policy_cannot_confine_gets_no_credentials(stack: dict) -> None:
     """``*`` is a wildcard in an IAM policy: credentials for ``t*`` would also open ``t2``."""
     server = stack["server"]
@@ -377,6 +384,7 @@ def test_vending_without_an_sts_role_is_refused_at_start(tmp_path: Path) -> None
     assert len(served.stderr.strip().splitlines()) == 1, served.stderr
 
 
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_duckdb_reads_with_vended_credentials_and_no_s3_secret(stack: dict) -> None:
     """DuckDB's iceberg extension with only a catalog secret (no S3 secret): it reads with the
     credentials the catalog vends, through the client endpoint."""
@@ -384,9 +392,7 @@ def test_duckdb_reads_with_vended_credentials_and_no_s3_secret(stack: dict) -> N
     try:
         con = duckdb_connection()
     except ImportError:
-        if IN_CI:
-            pytest.fail("CI=true and duckdb is not installed")
-        pytest.skip("duckdb is not installed")
+        skip_or_fail("duckdb is not installed")
     con.execute(
         "CREATE SECRET catalog (TYPE iceberg, CLIENT_ID 'analyst', CLIENT_SECRET ?, OAUTH2_SERVER_URI ?)",
         [CLIENTS["analyst"], f"{server.url}/v1/oauth/tokens"],
@@ -441,9 +447,7 @@ def test_spark_without_s3_settings_writes_and_reads_with_vended_credentials(stac
     jars = os.environ.get("ICEBERG_SPARK_JARS")
     missing = None if jars and shutil.which("java") else "ICEBERG_SPARK_JARS or java missing"
     if missing:
-        if IN_CI:
-            pytest.fail(missing)
-        pytest.skip(missing)
+        skip_or_fail(missing)
     server, public, internal = stack["server"], stack["public"], stack["internal"]
     script = tmp_path / "vended_spark.py"
     script.write_text(SPARK_SCRIPT)

@@ -13,34 +13,18 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.expressions import EqualTo, GreaterThanOrEqual
 from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
-from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestampType
+from pyiceberg.types import DoubleType
 
-SCHEMA = Schema(
-    NestedField(1, "id", LongType(), required=False),
-    NestedField(2, "name", StringType(), required=False),
-    NestedField(3, "ts", TimestampType(), required=False),
-)
-
-
-def rows(start: int, n: int) -> pa.Table:
-    ids = list(range(start, start + n))
-    return pa.table(
-        {
-            "id": pa.array(ids, pa.int64()),
-            "name": pa.array([f"n{i}" for i in ids], pa.string()),
-            "ts": pa.array([1_700_000_000_000_000 + i * 86_400_000_000 for i in ids], pa.timestamp("us")),
-        }
-    )
+from tests.support import PY_SCHEMA, rows  # noqa: E402
 
 
 def test_create_append_read_back(catalog, ns):
     spec = PartitionSpec(
         PartitionField(3, 1000, DayTransform(), "ts_day"), PartitionField(1, 1001, BucketTransform(8), "id_bucket")
     )
-    table = catalog.create_table(f"{ns}.events", SCHEMA, partition_spec=spec)
+    table = catalog.create_table(f"{ns}.events", PY_SCHEMA, partition_spec=spec)
     assert table.metadata.properties == {"write.parquet.compression-codec": "zstd"}
     assert table.metadata_location.split("/")[-1].startswith("00000-")
     table.append(rows(0, 10))
@@ -54,7 +38,7 @@ def test_create_append_read_back(catalog, ns):
 
 
 def test_schema_evolution(catalog, ns):
-    table = catalog.create_table(f"{ns}.evolve", SCHEMA)
+    table = catalog.create_table(f"{ns}.evolve", PY_SCHEMA)
     table.append(rows(0, 3))
     with table.update_schema() as update:
         update.add_column("score", DoubleType())
@@ -81,7 +65,7 @@ def test_schema_evolution(catalog, ns):
 
 
 def test_partition_evolution_and_sort_order(catalog, ns):
-    table = catalog.create_table(f"{ns}.parts", SCHEMA)
+    table = catalog.create_table(f"{ns}.parts", PY_SCHEMA)
     table.append(rows(0, 4))
     with table.update_spec() as spec:
         spec.add_field("id", BucketTransform(4), "id_b4")
@@ -102,7 +86,7 @@ def test_partition_evolution_and_sort_order(catalog, ns):
 def test_create_with_sort_order_and_properties(catalog, ns):
     order = SortOrder(SortField(source_id=1, transform=IdentityTransform()))
     table = catalog.create_table(
-        f"{ns}.sorted", SCHEMA, sort_order=order, properties={"owner": "etl", "format-version": "2"}
+        f"{ns}.sorted", PY_SCHEMA, sort_order=order, properties={"owner": "etl", "format-version": "2"}
     )
     assert table.sort_order().order_id == 1
     assert table.metadata.properties == {"owner": "etl", "write.parquet.compression-codec": "zstd"}
@@ -111,7 +95,7 @@ def test_create_with_sort_order_and_properties(catalog, ns):
 
 def test_format_version_3(catalog, ns, http):
     # pyiceberg cannot write V3 data files yet; the catalog must still create and commit V3 tables.
-    table = catalog.create_table(f"{ns}.v3", SCHEMA, properties={"format-version": "3"})
+    table = catalog.create_table(f"{ns}.v3", PY_SCHEMA, properties={"format-version": "3"})
     assert table.metadata.format_version == 3
     with table.transaction() as tx:
         tx.set_properties(owner="etl")
@@ -120,7 +104,7 @@ def test_format_version_3(catalog, ns, http):
 
 
 def test_tags_and_branches(catalog, ns):
-    table = catalog.create_table(f"{ns}.refs", SCHEMA)
+    table = catalog.create_table(f"{ns}.refs", PY_SCHEMA)
     table.append(rows(0, 2))
     first = table.current_snapshot().snapshot_id
     table.manage_snapshots().create_tag(first, "v1").create_branch(first, "dev").commit()
@@ -135,7 +119,7 @@ def test_tags_and_branches(catalog, ns):
 
 
 def test_overwrite_and_delete(catalog, ns):
-    table = catalog.create_table(f"{ns}.ow", SCHEMA)
+    table = catalog.create_table(f"{ns}.ow", PY_SCHEMA)
     table.append(rows(0, 10))
     table.delete(GreaterThanOrEqual("id", 5))
     assert sorted(catalog.load_table(f"{ns}.ow").scan().to_arrow()["id"].to_pylist()) == list(range(5))
@@ -147,7 +131,7 @@ def test_overwrite_and_delete(catalog, ns):
 
 def test_rename_within_and_across_namespaces(catalog, ns):
     catalog.create_namespace(f"{ns}_other")
-    table = catalog.create_table(f"{ns}.before", SCHEMA)
+    table = catalog.create_table(f"{ns}.before", PY_SCHEMA)
     table.append(rows(0, 2))
     location = catalog.load_table(f"{ns}.before").metadata_location
     catalog.rename_table(f"{ns}.before", f"{ns}.after")
@@ -156,7 +140,7 @@ def test_rename_within_and_across_namespaces(catalog, ns):
     moved = catalog.load_table(f"{ns}_other.moved")
     assert moved.metadata_location == location and moved.scan().to_arrow().num_rows == 2
     assert not catalog.table_exists(f"{ns}.before") and not catalog.table_exists(f"{ns}.after")
-    catalog.create_table(f"{ns}.taken", SCHEMA)
+    catalog.create_table(f"{ns}.taken", PY_SCHEMA)
     with pytest.raises(TableAlreadyExistsError):
         catalog.rename_table(f"{ns}_other.moved", f"{ns}.taken")
     with pytest.raises(NoSuchTableError):
@@ -168,7 +152,7 @@ def test_rename_within_and_across_namespaces(catalog, ns):
 def test_register_table(catalog, ns):
     """Register moves a table's files into the catalog under a name; a table owns its files, so a
     live table's metadata cannot be registered a second time (one purge would destroy both)."""
-    table = catalog.create_table(f"{ns}.orig", SCHEMA)
+    table = catalog.create_table(f"{ns}.orig", PY_SCHEMA)
     table.append(rows(0, 3))
     location = catalog.load_table(f"{ns}.orig").metadata_location
     with pytest.raises(TableAlreadyExistsError, match="current metadata of table"):
@@ -188,7 +172,7 @@ def test_register_table(catalog, ns):
 
 
 def test_drop_without_and_with_purge(server, catalog, ns):
-    table = catalog.create_table(f"{ns}.keep_files", SCHEMA)
+    table = catalog.create_table(f"{ns}.keep_files", PY_SCHEMA)
     table.append(rows(0, 2))
     kept = catalog.load_table(f"{ns}.keep_files")
     catalog.drop_table(f"{ns}.keep_files")
@@ -199,7 +183,7 @@ def test_drop_without_and_with_purge(server, catalog, ns):
     again = catalog.register_table(f"{ns}.keep_files", kept.metadata_location)
     assert again.scan().to_arrow().num_rows == 2
 
-    doomed = catalog.create_table(f"{ns}.purged", SCHEMA)
+    doomed = catalog.create_table(f"{ns}.purged", PY_SCHEMA)
     doomed.append(rows(0, 2))
     doomed = catalog.load_table(f"{ns}.purged")
     data_files = [task.file.file_path for task in doomed.scan().plan_files()]
@@ -221,7 +205,7 @@ def test_local_locations_are_literal_paths_like_the_clients_read_them(tmp_path):
     try:
         catalog = srv.catalog()
         catalog.create_namespace("n s")
-        table = catalog.create_table(("n s", "t%41"), SCHEMA)
+        table = catalog.create_table(("n s", "t%41"), PY_SCHEMA)
         table.append(rows(0, 3))
         table = catalog.load_table(("n s", "t%41"))
         table_dir = workdir / "warehouse" / "n s" / "t%41"
@@ -237,7 +221,7 @@ def test_local_locations_are_literal_paths_like_the_clients_read_them(tmp_path):
 
 
 def test_staged_create(catalog, ns):
-    tx = catalog.create_table_transaction(f"{ns}.staged", SCHEMA)
+    tx = catalog.create_table_transaction(f"{ns}.staged", PY_SCHEMA)
     assert not catalog.table_exists(f"{ns}.staged")  # nothing persisted until the commit
     tx.append(rows(0, 4))
     tx.commit_transaction()
@@ -246,18 +230,18 @@ def test_staged_create(catalog, ns):
     assert table.metadata.metadata_log == []
     assert table.scan().to_arrow().num_rows == 4
     # a second staged create of the same name loses at commit time
-    tx2 = catalog.create_table_transaction(f"{ns}.staged2", SCHEMA)
-    catalog.create_table(f"{ns}.staged2", SCHEMA)
+    tx2 = catalog.create_table_transaction(f"{ns}.staged2", PY_SCHEMA)
+    catalog.create_table(f"{ns}.staged2", PY_SCHEMA)
     with pytest.raises((CommitFailedException, TableAlreadyExistsError)):
         tx2.commit_transaction()
 
 
 def test_create_errors(catalog, ns):
-    catalog.create_table(f"{ns}.dup", SCHEMA)
+    catalog.create_table(f"{ns}.dup", PY_SCHEMA)
     with pytest.raises(TableAlreadyExistsError):
-        catalog.create_table(f"{ns}.dup", SCHEMA)
+        catalog.create_table(f"{ns}.dup", PY_SCHEMA)
     with pytest.raises(NoSuchNamespaceError):
-        catalog.create_table(f"{ns}_missing.t", SCHEMA)
+        catalog.create_table(f"{ns}_missing.t", PY_SCHEMA)
     with pytest.raises(NoSuchTableError):
         catalog.load_table(f"{ns}.nope")
     with pytest.raises(NoSuchTableError):
@@ -266,7 +250,7 @@ def test_create_errors(catalog, ns):
 
 def test_list_tables(catalog, ns):
     for name in ("c", "a", "b"):
-        catalog.create_table(f"{ns}.{name}", SCHEMA)
+        catalog.create_table(f"{ns}.{name}", PY_SCHEMA)
     assert catalog.list_tables(ns) == [(ns, "a"), (ns, "b"), (ns, "c")]
     paged = catalog.__class__("paged", uri=catalog.uri, **{"rest-page-size": "2"})
     assert paged.list_tables(ns) == [(ns, "a"), (ns, "b"), (ns, "c")]
@@ -275,7 +259,7 @@ def test_list_tables(catalog, ns):
 def test_metadata_log_bounded_and_old_files_deleted(catalog, ns):
     table = catalog.create_table(
         f"{ns}.bounded",
-        SCHEMA,
+        PY_SCHEMA,
         properties={
             "write.metadata.previous-versions-max": "2",
             "write.metadata.delete-after-commit.enabled": "true",
@@ -292,7 +276,7 @@ def test_metadata_log_bounded_and_old_files_deleted(catalog, ns):
 
 
 def test_gzip_metadata(catalog, ns):
-    table = catalog.create_table(f"{ns}.gz", SCHEMA, properties={"write.metadata.compression-codec": "gzip"})
+    table = catalog.create_table(f"{ns}.gz", PY_SCHEMA, properties={"write.metadata.compression-codec": "gzip"})
     assert table.metadata_location.endswith(".gz.metadata.json")
     table.append(rows(0, 2))
     table = catalog.load_table(f"{ns}.gz")

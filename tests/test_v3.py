@@ -28,14 +28,16 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tests import test_spark
-from tests.conftest import IN_CI, Server
 from tests.services import duckdb_connection
-from tests.test_spark import register_catalog, rows
+from tests.support import Server, register_catalog, skip_or_fail, sql_rows
 
-# tests/test_spark.py's fixtures: one Spark session for this module, the backend's Spark catalog and a
-# fresh namespace in it (``<catalog>.<namespace>``).
-spark, lake, ns = test_spark.spark, test_spark.lake, test_spark.ns
+
+@pytest.fixture
+def ns(spark_ns: str) -> str:
+    """In this module a namespace is a Spark one: ``<catalog>.<namespace>`` (conftest's ``spark_ns``;
+    conftest's ``spark`` is the module's session and ``lake`` the backend's Spark catalog)."""
+    return spark_ns
+
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -86,7 +88,7 @@ def check_row_id_chain(meta: dict) -> None:
 def lineage(spark, table: str, version: int | None = None) -> dict[int, tuple]:
     """id -> (v, _row_id, _last_updated_sequence_number), asserting ids and _row_ids are unique."""
     at = f" VERSION AS OF {version}" if version is not None else ""
-    found = rows(spark, f"SELECT id, v, _row_id, _last_updated_sequence_number FROM {table}{at}")
+    found = sql_rows(spark, f"SELECT id, v, _row_id, _last_updated_sequence_number FROM {table}{at}")
     by_id = {r[0]: r[1:] for r in found}
     assert len(by_id) == len(found), "duplicate ids"
     row_ids = sorted(r[2] for r in found)
@@ -107,9 +109,7 @@ def duckdb_rows(server: Server, table: str) -> dict[int, str]:
     try:
         con = duckdb_connection()
     except ImportError:
-        if IN_CI:
-            pytest.fail("CI=true and duckdb is not installed")
-        pytest.skip("duckdb is not installed (everything before this step passed)")
+        skip_or_fail("duckdb is not installed (everything before this step passed)")
     if server.backend == "postgres-s3":
         endpoint = server.env["CATALOG_S3_ENDPOINT"].split("://", 1)[1]
         con.execute(
@@ -328,7 +328,7 @@ def test_upgrade_of_a_v2_table_with_data(spark, ns: str, server: Server):
             assert (row_id, lusn) == before[i][1:]
 
     # Time travel to before the upgrade reads the v2 table (no lineage there).
-    assert sorted(r[0] for r in rows(spark, f"SELECT id FROM {t} VERSION AS OF {v2_snapshot}")) == list(range(9))
+    assert sorted(r[0] for r in sql_rows(spark, f"SELECT id FROM {t} VERSION AS OF {v2_snapshot}")) == list(range(9))
 
     expected = {i: r[0] for i, r in now.items()}
     assert pyiceberg_rows(server, short) == expected

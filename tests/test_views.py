@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 from pyiceberg.exceptions import NoSuchViewError, ViewAlreadyExistsError
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
-from tests.conftest import assert_error
-from tests.test_commits_http import SCHEMA as RAW_SCHEMA
-from tests.test_tables import SCHEMA
+from tests.support import JSON_SCHEMA, PY_SCHEMA, assert_error, race
 
 
 def version(ns: str, sql: str = "SELECT 1 AS id") -> ViewVersion:
@@ -39,7 +35,7 @@ def raw_version(ns: str, sql: str, schema_id: int = -1) -> dict:
 
 
 def test_create_load_list_drop(catalog, ns):
-    created = catalog.create_view(f"{ns}.v", SCHEMA, version(ns), properties={"comment": "hi"})
+    created = catalog.create_view(f"{ns}.v", PY_SCHEMA, version(ns), properties={"comment": "hi"})
     assert created.metadata.current_version_id == 1
     loaded = catalog.load_view(f"{ns}.v")
     assert loaded.metadata == created.metadata  # what create answered is what load answers
@@ -48,7 +44,7 @@ def test_create_load_list_drop(catalog, ns):
     assert catalog.list_views(ns) == [(ns, "v")]
     assert catalog.list_tables(ns) == []
     with pytest.raises(ViewAlreadyExistsError):
-        catalog.create_view(f"{ns}.v", SCHEMA, version(ns))
+        catalog.create_view(f"{ns}.v", PY_SCHEMA, version(ns))
     catalog.drop_view(f"{ns}.v")
     with pytest.raises(NoSuchViewError):
         catalog.load_view(f"{ns}.v")
@@ -57,9 +53,9 @@ def test_create_load_list_drop(catalog, ns):
 
 
 def test_tables_and_views_share_names(catalog, http, ns):
-    catalog.create_table(f"{ns}.t", SCHEMA)
-    catalog.create_view(f"{ns}.v", SCHEMA, version(ns))
-    body = {"name": "t", "schema": RAW_SCHEMA, "view-version": raw_version(ns, "SELECT 1", 0)}
+    catalog.create_table(f"{ns}.t", PY_SCHEMA)
+    catalog.create_view(f"{ns}.v", PY_SCHEMA, version(ns))
+    body = {"name": "t", "schema": JSON_SCHEMA, "view-version": raw_version(ns, "SELECT 1", 0)}
     assert_error(
         http.post(f"/v1/namespaces/{ns}/views", json=body),
         409,
@@ -67,7 +63,7 @@ def test_tables_and_views_share_names(catalog, http, ns):
         f"Table with same name already exists: {ns}.t",
     )
     assert_error(
-        http.post(f"/v1/namespaces/{ns}/tables", json={"name": "v", "schema": RAW_SCHEMA}),
+        http.post(f"/v1/namespaces/{ns}/tables", json={"name": "v", "schema": JSON_SCHEMA}),
         409,
         "AlreadyExistsException",
         f"View with same name already exists: {ns}.v",
@@ -79,14 +75,14 @@ def test_tables_and_views_share_names(catalog, http, ns):
 
 
 def test_replace_adds_version_and_schema(http, ns):
-    create = {"name": "v", "schema": RAW_SCHEMA, "view-version": raw_version(ns, "SELECT 1", 0), "properties": {}}
+    create = {"name": "v", "schema": JSON_SCHEMA, "view-version": raw_version(ns, "SELECT 1", 0), "properties": {}}
     created = http.post(f"/v1/namespaces/{ns}/views", json=create).json()
     uuid = created["metadata"]["view-uuid"]
     assert created["metadata-location"].split("/")[-1].startswith("00000-")
     new_schema = {
-        **RAW_SCHEMA,
+        **JSON_SCHEMA,
         "schema-id": 7,
-        "fields": [*RAW_SCHEMA["fields"], {"id": 3, "name": "z", "type": "int", "required": False}],
+        "fields": [*JSON_SCHEMA["fields"], {"id": 3, "name": "z", "type": "int", "required": False}],
     }
     commit = {
         "requirements": [{"type": "assert-view-uuid", "uuid": uuid}],
@@ -123,7 +119,7 @@ def test_replace_adds_version_and_schema(http, ns):
 
 def test_rename_across_namespaces_and_register(http, catalog, ns):
     catalog.create_namespace(f"{ns}_b")
-    created = catalog.create_view(f"{ns}.v", SCHEMA, version(ns))
+    created = catalog.create_view(f"{ns}.v", PY_SCHEMA, version(ns))
     rename = {"source": {"namespace": [ns], "name": "v"}, "destination": {"namespace": [f"{ns}_b"], "name": "w"}}
     assert http.post("/v1/views/rename", json=rename).status_code == 204
     assert catalog.load_view(f"{ns}_b.w").metadata == created.metadata
@@ -139,12 +135,11 @@ def test_rename_across_namespaces_and_register(http, catalog, ns):
 
 
 def test_concurrent_view_replaces_one_cas_winner_per_round(server, ns):
-    create = {"name": "hot", "schema": RAW_SCHEMA, "view-version": raw_version(ns, "SELECT 0", 0)}
+    create = {"name": "hot", "schema": JSON_SCHEMA, "view-version": raw_version(ns, "SELECT 0", 0)}
     uuid = requests.post(f"{server.url}/v1/namespaces/{ns}/views", json=create, timeout=30).json()["metadata"][
         "view-uuid"
     ]
     n = 8
-    barrier = threading.Barrier(n)
 
     def replace(i):
         body = {
@@ -154,11 +149,9 @@ def test_concurrent_view_replaces_one_cas_winner_per_round(server, ns):
                 {"action": "set-current-view-version", "view-version-id": -1},
             ],
         }
-        barrier.wait()
         return requests.post(f"{server.url}/v1/namespaces/{ns}/views/hot", json=body, timeout=60).status_code
 
-    with ThreadPoolExecutor(n) as pool:
-        codes = Counter(pool.map(replace, range(n)))
+    codes = Counter(race(n, replace))
     # the requirement holds on every rebased base, so the server rebases every loser: all succeed
     assert codes == Counter({200: n}), codes
     md = requests.get(f"{server.url}/v1/namespaces/{ns}/views/hot", timeout=30).json()["metadata"]

@@ -12,7 +12,7 @@ import requests
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import Table
 
-from tests.test_tables import rows
+from tests.support import rows
 
 # pyiceberg's own retry on 409: it re-reads the table and rebuilds only the snapshot, keeping the data
 # files. Its jitter is only 10%, so with 32 writers a short max wait makes them stampede: measured here,

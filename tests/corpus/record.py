@@ -8,7 +8,7 @@ Re-record (from the repository root; overwrites the .jsonl files of the sources 
     --url http://127.0.0.1:8181        record against a running server instead of starting one
     --out DIR                          where the .jsonl files go (default: this directory)
 
-By default a fresh server (SQLite + local warehouse, like tests/conftest.py's ``start_server``) is
+By default a fresh server (SQLite + local warehouse, like tests/support.py's ``start_server``) is
 started from this checkout in a temporary directory. The DuckDB source needs ``duckdb`` and its
 ``duckdb-extension-{iceberg,httpfs,avro}`` wheels (1.5.5); without them it is skipped with a message.
 
@@ -791,7 +791,7 @@ def main() -> int:
         upstream = args.url
     else:
         sys.path.insert(0, str(ROOT))
-        from tests.conftest import start_server
+        from tests.support import start_server
 
         workdir = Path(tempfile.mkdtemp(prefix="corpus-"))
         server = start_server(workdir, extra_env={"CATALOG_WAREHOUSE": str(workdir / "w")})  # short paths

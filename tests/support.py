@@ -1,0 +1,538 @@
+"""What the tests share: plain helpers, no fixtures (those are in conftest.py) and no tests.
+
+A test module imports from here (or from the other support modules: services.py, idp.py,
+java_oracle.py, writers.py, corpus/), never from another test module or from conftest.py.
+
+- environment: ``ROOT``, ``IN_CI``, ``skip_or_fail``, ``backends``, ``free_port``, ``ServiceUnavailable``
+- the server as a process: ``Server``, ``start_server``, ``s3_env``, ``s3_client_props``
+- raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
+- schemas, named by what they are: ``JSON_SCHEMA`` (REST JSON, id + data), ``JSON_ID_SCHEMA`` (REST
+  JSON, one id column), ``PY_SCHEMA`` (pyiceberg, id + name + ts) and ``rows`` (pyarrow rows of it)
+- REST helpers over an ``Http``: ``create``, ``load``, ``commit``, ``add_column``
+- commit bodies for the in-process engine: ``append_updates``
+- races: ``race(n, fn)``
+- the catalog in process: ``local_catalog``
+- tokens: ``TOKEN_SECRET``, ``CLIENTS``, ``token``, ``as_``, ``builtin_token``
+- PostgreSQL: ``new_pg_database``, ``check_migrations_round_trip``, ``commit_with_its_connection_killed``
+- Spark (plain helpers; the session is conftest's ``spark`` fixture): ``spark_unavailable``,
+  ``spark_conf``, ``register_catalog``, ``create_events``, ``insert_events``, ``sql_rows``, ``scalar``
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pytest
+import requests
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType, TimestampType
+
+T = TypeVar("T")
+
+# --- environment -------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip a test whose prerequisite is missing here; with ``CI=true`` that is a failure instead."""
+    if IN_CI:
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason)
+
+
+def backends() -> list[str]:
+    """The backends ``CATALOG_TEST_BACKENDS`` asks for (default: sqlite,postgres-s3)."""
+    wanted = os.environ.get("CATALOG_TEST_BACKENDS", "sqlite,postgres-s3")
+    return [b.strip() for b in wanted.split(",") if b.strip()]
+
+
+class ServiceUnavailable(RuntimeError):
+    """A service cannot be started here (binary missing, no free port, or it did not become ready)."""
+
+
+def free_port(grpc_offset: int = 0, avoid: set[int] = frozenset()) -> int:
+    """A free TCP port on 127.0.0.1 (and port + grpc_offset free too, when an offset is given)."""
+    for _ in range(500):
+        port = random.randrange(15000, 55000)
+        wanted = {port, port + grpc_offset}
+        if wanted & avoid:
+            continue
+        try:
+            for p in wanted:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise ServiceUnavailable("no free TCP port found on 127.0.0.1")
+
+
+# --- the server as a process -------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    """A running ``iceberg-catalog serve`` process."""
+
+    url: str
+    env: dict[str, str]
+    proc: subprocess.Popen
+    log: Path
+    backend: str
+    io_props: dict[str, str] = field(default_factory=dict)
+
+    def catalog(self, **props: str) -> RestCatalog:
+        return RestCatalog(f"test-{uuid.uuid4().hex[:6]}", uri=self.url, **{**self.io_props, **props})
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, str] | None = None) -> Server:
+    """Start the server as its own process on a free port and wait until it answers /health/live."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {
+        **os.environ,
+        "CATALOG_DATABASE_URL": f"sqlite:///{workdir / 'catalog.db'}",
+        "CATALOG_WAREHOUSE": str(workdir / "warehouse"),
+        "CATALOG_PORT": str(port),
+        "CATALOG_HOST": "127.0.0.1",
+        "CATALOG_LOG_LEVEL": "warning",
+        "CATALOG_LOG_FORMAT": "json",
+        # The shared test servers run no table care (tests/test_maintenance.py starts its own): tests
+        # write snapshots with old timestamps, which expiry would remove under them.
+        "CATALOG_MAINTENANCE_WORKERS": "0",
+        **(extra_env or {}),
+    }
+    log = workdir / f"server-{port}.log"
+    with log.open("wb") as out:  # the child holds its own copy of the descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "catalog", "serve"], env=env, cwd=workdir, stdout=out, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if requests.get(f"{url}/health/live", timeout=1).status_code == 200:
+                return Server(url, env, proc, log, backend)
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait(5)
+    raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
+
+
+def s3_env(s3, prefix: str) -> dict[str, str]:
+    return {
+        "CATALOG_WAREHOUSE": f"s3://{s3.bucket}/{prefix}",
+        "CATALOG_S3_ENDPOINT": s3.endpoint,
+        "CATALOG_S3_REGION": s3.region,
+        "CATALOG_S3_ACCESS_KEY_ID": s3.access_key,
+        "CATALOG_S3_SECRET_ACCESS_KEY": s3.secret_key,
+        "CATALOG_S3_PATH_STYLE_ACCESS": "true",
+    }
+
+
+def s3_client_props(s3) -> dict[str, str]:
+    """What a client supplies itself: credentials. Endpoint and path style come from /v1/config."""
+    return {"s3.access-key-id": s3.access_key, "s3.secret-access-key": s3.secret_key}
+
+
+# --- raw HTTP ----------------------------------------------------------------------------------------
+
+
+class Http:
+    """Raw HTTP against a server, for what no client would send: ``http.post("/v1/...", json=...)``.
+    Without a session it opens its own (closed by ``close`` or a ``with`` block)."""
+
+    def __init__(self, base: str, session: requests.Session | None = None, timeout: float = 60) -> None:
+        self.base = base
+        self._owned = session is None
+        self.session = requests.Session() if session is None else session
+        self.timeout = timeout
+
+    def __call__(self, method: str, path: str, **kw) -> requests.Response:
+        kw.setdefault("timeout", self.timeout)
+        return self.session.request(method, self.base + path, **kw)
+
+    def get(self, path: str, **kw) -> requests.Response:
+        return self("GET", path, **kw)
+
+    def post(self, path: str, **kw) -> requests.Response:
+        return self("POST", path, **kw)
+
+    def delete(self, path: str, **kw) -> requests.Response:
+        return self("DELETE", path, **kw)
+
+    def close(self) -> None:
+        if self._owned:
+            self.session.close()
+
+    def __enter__(self) -> Http:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def assert_error(resp: requests.Response, code: int, type_: str, contains: str = "") -> dict:
+    """The Iceberg error body: {"error": {"message", "type", "code"}} with code == status."""
+    assert resp.status_code == code, resp.text
+    body = resp.json()
+    assert set(body) == {"error"}, body
+    err = body["error"]
+    assert err["code"] == code and err["type"] == type_, err
+    assert isinstance(err["message"], str) and contains in err["message"], err
+    return err
+
+
+def metric_total(url: str, name: str) -> float:
+    """The unlabelled series ``name`` on the server's /metrics."""
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+# --- schemas and rows --------------------------------------------------------------------------------
+
+# The REST JSON schema of a two-column table (what ``create`` sends).
+JSON_SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [
+        {"id": 1, "name": "id", "type": "long", "required": False},
+        {"id": 2, "name": "data", "type": "string", "required": False},
+    ],
+}
+
+# The REST JSON schema of a one-column table, as the in-process engine tests create them.
+JSON_ID_SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+
+# The pyiceberg schema of the tables pyiceberg clients write; ``rows`` are its rows.
+PY_SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "name", StringType(), required=False),
+    NestedField(3, "ts", TimestampType(), required=False),
+)
+
+
+def rows(start: int, n: int) -> pa.Table:
+    """``n`` rows of ``PY_SCHEMA`` with ids from ``start``."""
+    ids = list(range(start, start + n))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": pa.array([f"n{i}" for i in ids], pa.string()),
+            "ts": pa.array([1_700_000_000_000_000 + i * 86_400_000_000 for i in ids], pa.timestamp("us")),
+        }
+    )
+
+
+# --- REST helpers (over an Http) ---------------------------------------------------------------------
+
+
+def create(http, ns: str, name: str, **extra) -> dict:
+    """Create table ``ns.name`` with ``JSON_SCHEMA``: its LoadTableResult."""
+    resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": name, "schema": JSON_SCHEMA, **extra})
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def load(http, ns: str, name: str) -> dict:
+    resp = http.get(f"/v1/namespaces/{ns}/tables/{name}")
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def commit(http, ns, name, requirements=(), updates=()) -> requests.Response:
+    return http.post(
+        f"/v1/namespaces/{ns}/tables/{name}", json={"requirements": list(requirements), "updates": list(updates)}
+    )
+
+
+def add_column(created: dict, name: str) -> dict:
+    """A commit body adding column id 3 to a table made by ``create``: once applied, the same body
+    fails its requirement (so two runs of it cannot both succeed)."""
+    return {
+        "requirements": [{"type": "assert-last-assigned-field-id", "last-assigned-field-id": 2}],
+        "updates": [
+            {
+                "action": "add-schema",
+                "schema": {
+                    "type": "struct",
+                    "schema-id": 1,
+                    "fields": [
+                        *created["metadata"]["schemas"][0]["fields"],
+                        {"id": 3, "name": name, "type": "long", "required": False},
+                    ],
+                },
+                "last-column-id": 3,
+            },
+            {"action": "set-current-schema", "schema-id": -1},
+        ],
+    }
+
+
+def append_updates(metadata: dict, snapshot_id: int) -> list[dict]:
+    """The updates of an append of snapshot ``snapshot_id`` on ``metadata``'s main (the manifest list
+    is named, not written: for the engine, which never reads it)."""
+    snapshot = {
+        "snapshot-id": snapshot_id,
+        "sequence-number": metadata["last-sequence-number"] + 1,
+        "timestamp-ms": metadata["last-updated-ms"] + 1,
+        "manifest-list": f"{metadata['location']}/metadata/snap-{snapshot_id}.avro",
+        "summary": {"operation": "append"},
+        "schema-id": 0,
+    }
+    if metadata.get("current-snapshot-id") not in (None, -1):
+        snapshot["parent-snapshot-id"] = metadata["current-snapshot-id"]
+    return [
+        {"action": "add-snapshot", "snapshot": snapshot},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+    ]
+
+
+# --- races -------------------------------------------------------------------------------------------
+
+
+def race(n: int, fn: Callable[[int], T], timeout: float = 120) -> list[T]:
+    """Call ``fn(0) .. fn(n - 1)`` in ``n`` threads released together (a barrier): their results in
+    index order; an exception in one is raised here once all have finished."""
+    barrier = threading.Barrier(n, timeout=timeout)
+
+    def run(i: int) -> T:
+        barrier.wait()
+        return fn(i)
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(run, range(n)))
+
+
+# --- the catalog in process --------------------------------------------------------------------------
+
+
+@contextmanager
+def local_catalog(path: Path, **settings: Any) -> Iterator[Any]:
+    """The catalog service in this process on a SQLite file and a local warehouse under ``path``,
+    migrated, with namespace ``n``: the app's own ``build_catalog``. ``settings``: more ``Settings``
+    fields (e.g. append_rebase=True)."""
+    from catalog.server.app import build_catalog
+    from catalog.settings import Settings
+
+    config = Settings(database_url=f"sqlite:///{path / 'c.db'}", warehouse=str(path / "wh"), **settings)
+    cat = build_catalog(config, migrated=True)
+    try:
+        cat.create_namespace(("n",), {})
+        yield cat
+    finally:
+        cat.store.engine.dispose()
+
+
+# --- tokens ------------------------------------------------------------------------------------------
+
+# The built-in token issuer's signing key and OAuth clients of the secured servers (test_authz and
+# the modules that reuse its principals).
+TOKEN_SECRET = "test-signing-key-" + "k" * 32
+CLIENTS = {"admin": "admin-secret", "ingest": "ingest-secret", "analyst": "analyst-secret", "nobody": "nobody-secret"}
+
+
+def token(server: Server, client: str) -> str:
+    """A bearer token for ``client`` (one of ``CLIENTS``) from the server's token endpoint."""
+    resp = requests.post(
+        f"{server.url}/v1/oauth/tokens",
+        data={"grant_type": "client_credentials", "client_id": client, "client_secret": CLIENTS[client]},
+        timeout=10,
+    )
+    assert resp.status_code == 200, resp.text
+    return resp.json()["access_token"]
+
+
+def as_(server: Server, client: str) -> RestCatalog:
+    """A pyiceberg catalog signed in as ``client`` (one of ``CLIENTS``)."""
+    return server.catalog(
+        credential=f"{client}:{CLIENTS[client]}", **{"oauth2-server-uri": server.url + "/v1/oauth/tokens"}
+    )
+
+
+def builtin_token(server, client_id: str, secret: str) -> str:
+    """A built-in token with scope ``catalog`` for any client id and secret."""
+    form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret, "scope": "catalog"}
+    resp = requests.post(f"{server.url}/v1/oauth/tokens", data=form, timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["access_token"]
+
+
+# --- PostgreSQL --------------------------------------------------------------------------------------
+
+
+def new_pg_database(pg, name: str) -> str:
+    """A new, empty database owned by the catalog role on the suite's PostgreSQL: its URL."""
+    import psycopg
+
+    with psycopg.connect(pg.superuser_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" OWNER catalog')
+    return pg.url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def check_migrations_round_trip(url: str) -> None:
+    """Upgrade to head (the schema equals the models'), downgrade to base, upgrade again."""
+    import sqlalchemy as sa
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from catalog.settings import Settings
+    from catalog.store import migrate
+    from catalog.store.db import create_engine, metadata
+
+    engine = create_engine(Settings(database_url=url))
+    try:
+        migrate.upgrade(engine)
+        assert migrate.is_at_head(engine)
+        with engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), metadata)
+        assert diff == [], diff
+        migrate.downgrade(engine, "base")
+        assert set(sa.inspect(engine).get_table_names()) <= {"alembic_version"}
+        assert not migrate.is_at_head(engine)
+        migrate.upgrade(engine)
+        assert migrate.is_at_head(engine)
+    finally:
+        engine.dispose()
+
+
+def commit_with_its_connection_killed(su, base: str, at: str) -> requests.Response:
+    """POST a set-properties commit to table n.t of the server at ``base`` and kill its database
+    connection while the pointer UPDATE runs (``at="update"``: before COMMIT is sent) or while its
+    COMMIT runs (``at="commit"``). ``su``: an autocommit superuser psycopg connection to the
+    server's database. A trigger sleeping 3 s makes the moment last long enough to be caught."""
+    su.execute(
+        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$"
+    )
+    if at == "update":
+        su.execute("CREATE TRIGGER slow BEFORE UPDATE ON catalog_entries FOR EACH ROW EXECUTE FUNCTION slow()")
+        running = "query LIKE 'UPDATE catalog_entries%'"
+    else:  # a deferred constraint trigger runs at COMMIT
+        su.execute(
+            "CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON catalog_entries DEFERRABLE INITIALLY DEFERRED "
+            "FOR EACH ROW EXECUTE FUNCTION slow()"
+        )
+        running = "query = 'COMMIT'"
+    result: dict = {}
+
+    def commit() -> None:
+        body = {"updates": [{"action": "set-properties", "updates": {"killed": "during " + at}}]}
+        result["resp"] = requests.post(f"{base}/v1/namespaces/n/tables/t", json=body, timeout=60)
+
+    worker = threading.Thread(target=commit)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not su.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            f"WHERE datname = current_database() AND state = 'active' AND {running}"
+        ).fetchone()[0]:
+            assert time.monotonic() < deadline, f"the {at} never started"
+            time.sleep(0.05)
+    finally:
+        worker.join(60)
+        su.execute("DROP TRIGGER slow ON catalog_entries")
+        su.execute("DROP FUNCTION slow()")
+    return result["resp"]
+
+
+# --- Spark (the session itself is conftest's ``spark`` fixture) ---------------------------------------
+
+SPARK_EXAMPLE = ROOT / "examples" / "spark_pipeline"
+
+
+def spark_unavailable() -> str | None:
+    """Why a Spark session cannot run here, or None."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark is not installed"
+    import shutil
+
+    if not shutil.which("java"):
+        return "no java on PATH"
+    return None
+
+
+def spark_conf(*args: Any, **kwargs: Any) -> dict[str, str]:
+    """``examples/spark_pipeline/spark_conf.py``'s ``spark_conf``: the settings the README documents."""
+    if str(SPARK_EXAMPLE) not in sys.path:
+        sys.path.insert(0, str(SPARK_EXAMPLE))
+    from spark_conf import spark_conf as conf
+
+    return conf(*args, **kwargs)
+
+
+def client_settings(server: Server) -> dict:
+    """``spark_conf`` keyword arguments for a client of ``server``."""
+    if server.backend == "postgres-s3":
+        return {
+            "warehouse": "s3",
+            "access_key": server.io_props["s3.access-key-id"],
+            "secret_key": server.io_props["s3.secret-access-key"],
+        }
+    return {"warehouse": "local"}
+
+
+def register_catalog(session, server: Server) -> str:
+    """Register ``server`` as a Spark catalog of ``session`` (run-time settings are per session)."""
+    name = "lake_" + re.sub(r"\W", "_", server.backend)
+    prefix = f"spark.sql.catalog.{name}"
+    for key, value in spark_conf(server.url, catalog=name, **client_settings(server)).items():
+        if key.startswith(prefix):
+            session.conf.set(key, value)
+    return name
+
+
+def sql_rows(spark, query: str) -> list[tuple]:
+    """A Spark SQL query's rows as tuples."""
+    return [tuple(r) for r in spark.sql(query).collect()]
+
+
+def scalar(spark, query: str):
+    return spark.sql(query).collect()[0][0]
+
+
+def create_events(spark, table: str, **props: str) -> None:
+    tblprops = {"format-version": "2", **props}
+    spark.sql(
+        f"""CREATE TABLE {table} (id BIGINT, ts TIMESTAMP, category STRING, amount DOUBLE)
+        USING iceberg PARTITIONED BY (days(ts), bucket(8, id))
+        TBLPROPERTIES ({", ".join(f"'{k}' = '{v}'" for k, v in tblprops.items())})"""
+    )
+
+
+def insert_events(spark, table: str, ids: range) -> None:
+    values = ", ".join(f"({i}, timestamp'2026-01-0{1 + i % 3} 10:00:00', 'c{i % 4}', {i}.5)" for i in ids)
+    spark.sql(f"INSERT INTO {table} VALUES {values}")
