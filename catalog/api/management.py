@@ -32,7 +32,7 @@ MAX_GRANTS_PER_REQUEST = 100
 @get(BASE + "/whoami")
 async def whoami(request: Request, ctx: Ctx) -> Response:
     who = guard.principal(request)
-    keys = set(principal_keys(who.name, who.groups))
+    keys = set(principal_keys(who.name, who.groups, who.kind))
     grants = await wire.blocking(ctx.access.store.list_grants)
     return wire.json_response(
         {

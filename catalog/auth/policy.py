@@ -10,7 +10,8 @@ A grant gives one privilege on one object to one principal:
   (all of them);
 - objects: the ``catalog``, a namespace, a table or a view. A grant on the catalog or a namespace is
   inherited by everything below it (child namespaces and their tables and views);
-- principals: ``user:<name>`` (the token's principal) or ``role:<name>`` (one of its groups/roles).
+- principals: ``user:<name>`` (an identity provider's token: its principal claim), ``client:<id>``
+  (a built-in client of the token endpoint) or ``role:<name>`` (one of the token's groups/roles).
 
 Grants name objects, not their incarnations: a table dropped and created again under the same name
 has the same grants, as a declarative policy file expects.
@@ -123,9 +124,10 @@ class Grant:
         }
 
 
-def principal_keys(name: str, groups: Iterable[str]) -> list[str]:
-    """The grant principals a token stands for: itself and each of its groups/roles."""
-    return [f"user:{name}", *(f"role:{g}" for g in groups)]
+def principal_keys(name: str, groups: Iterable[str], kind: str = "user") -> list[str]:
+    """The grant principals a token stands for: itself (``user:<name>`` for an identity provider's
+    user, ``client:<id>`` for a built-in client) and each of its groups/roles."""
+    return [f"{kind}:{name}", *(f"role:{g}" for g in groups)]
 
 
 class Policy:
@@ -193,6 +195,7 @@ def commit_privileges(updates: Iterable[Mapping[str, Any]]) -> set[Privilege]:
 # -- parsing (management API, CLI, bootstrap file) --------------------------------------------------
 
 MAX_PRINCIPAL_CHARS = 256
+PRINCIPAL_KINDS = ("user", "client", "role")
 
 
 def parse_privilege(value: Any) -> Privilege:
@@ -205,8 +208,12 @@ def parse_privilege(value: Any) -> Privilege:
 
 
 def parse_principal(value: Any) -> str:
-    if not isinstance(value, str) or not value.startswith(("user:", "role:")) or len(value) < 6:
-        raise errors.BadRequest("A grant's principal is 'user:<name>' or 'role:<name>'")
+    kind, sep, name = value.partition(":") if isinstance(value, str) else ("", "", "")
+    if not sep or kind not in PRINCIPAL_KINDS or not name:
+        raise errors.BadRequest(
+            "A grant's principal is 'user:<name>' (an identity provider's user), 'client:<id>' (a built-in "
+            "client) or 'role:<name>'"
+        )
     if len(value) > MAX_PRINCIPAL_CHARS or any(ord(c) < 32 for c in value):
         raise errors.BadRequest(f"A principal is at most {MAX_PRINCIPAL_CHARS} printable characters")
     return value

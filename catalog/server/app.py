@@ -23,6 +23,7 @@ from catalog.api import entries, idempotency, management, namespaces, oauth, ope
 from catalog.api import signing as signing_api
 from catalog.api.context import AppState
 from catalog.api.exceptions import error_response
+from catalog.api.paging import PageTokens
 from catalog.api.routing import RawPathRouting
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             access=access,
             authenticator=authenticator,
             limiter=limiter,
+            pages=PageTokens(settings.token_secret),
             signer=signing.Signer(settings) if signs else None,
             vendor=vending.Vendor(settings) if settings.s3_vend_credentials else None,
             client_io=client_io,
