@@ -208,6 +208,9 @@ def _serve(settings: Settings) -> int:
         # Applied by uvicorn in this process and first thing in every worker process: JSON everywhere.
         log_config=logs.dict_config(settings.log_level, settings.log_format),
         access_log=False,  # the access lines are catalog.access's (app.RequestObservation)
+        # The peer is the client: X-Forwarded-For is read only from CATALOG_TRUSTED_PROXIES (auth/lockout.py),
+        # not from any local peer as uvicorn's default would.
+        proxy_headers=False,
         timeout_graceful_shutdown=30,
         # Deadlines for incomplete requests and the connection cap (uvicorn has neither): connections.py.
         http=BoundedHttpProtocol,

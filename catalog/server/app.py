@@ -27,7 +27,7 @@ from catalog.api.paging import PageTokens
 from catalog.api.routing import RawPathRouting
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
-from catalog.auth.lockout import FailureLimiter
+from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
 from catalog.server import startup
 from catalog.server.memory import large_buffers_from_the_heap
 from catalog.service import Catalog
@@ -69,8 +69,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     for warning in startup.check_settings(settings):  # ConfigurationError: refused before anything starts
         log.warning("%s", warning)
     authenticator = Authenticator.from_settings(settings)
-    limiter = FailureLimiter()
-    limiter.track(list(authenticator.builtin.clients))
+    limiter = FailureLimiter(parse_trusted_proxies(settings.trusted_proxies))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

@@ -368,6 +368,10 @@ is renamed back to `on`, and the output quotes it.
 - name: CATALOG_TOKEN_TTL_SECONDS
   value: {{ . | quote }}
 {{- end }}
+{{- with $auth.trustedProxies }}
+- name: CATALOG_TRUSTED_PROXIES
+  value: {{ . | quote }}
+{{- end }}
 {{- if include "iceberg-catalog.auth.metricsToken" . }}
 {{ include "iceberg-catalog.authSecretEnv" (dict "name" "CATALOG_METRICS_TOKEN" "spec" $auth.metricsToken "chartKey" "metrics-token" "root" .) }}
 {{- end }}
