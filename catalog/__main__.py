@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     grants.add_argument("action", choices=["list", "add", "remove", "check-bootstrap"])
     grants.add_argument("--database-url", dest="database_url")
-    grants.add_argument("--principal", help="user:<name> or role:<name>")
+    grants.add_argument("--principal", help="user:<name>, client:<id> or role:<name>")
     grants.add_argument("--privilege", action="append", help="read, write, alter, ..., admin (repeatable)")
     grants.add_argument("--on", help="catalog | namespace=a.b | table=a.b.t | view=a.b.v")
     grants.add_argument("--id", type=int, help="the grant to remove")
@@ -108,13 +108,14 @@ def _traceback_if_debug() -> None:
         traceback.print_exc()
 
 
-_GRANTS = """Grants give a principal (user:<name>, or role:<name> for a group/role in its token) a privilege
+_GRANTS = """Grants give a principal (user:<name> for an identity provider's user, client:<id> for a
+built-in client of CATALOG_OAUTH_CLIENTS, or role:<name> for a group/role in its token) a privilege
 on the catalog, a namespace (inherited below it), a table or a view. Privileges: read, write, alter,
 manage-properties, create, drop, purge, register, manage-grants, admin. Running servers see a change
 within CATALOG_AUTHZ_CACHE_SECONDS. Examples:
   iceberg-catalog grants add --principal role:platform --privilege admin --on catalog
-  iceberg-catalog grants add --principal user:ingest --privilege write --on table=raw.events
-  iceberg-catalog grants list --principal user:ingest
+  iceberg-catalog grants add --principal client:ingest --privilege write --on table=raw.events
+  iceberg-catalog grants list --principal client:ingest
   iceberg-catalog grants remove --id 7"""
 
 
@@ -124,6 +125,7 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
     from catalog import errors
     from catalog.auth import policy
     from catalog.auth.grants import read_bootstrap
+    from catalog.auth.tokens import parse_clients
     from catalog.store.db import create_engine
     from catalog.store.entries import Store
 
@@ -146,6 +148,7 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
                 policy.Grant(policy.parse_principal(args.principal), policy.parse_privilege(p), target)
                 for p in args.privilege
             ]
+            policy.refuse_ambiguous(wanted, parse_clients(settings.oauth_clients))
             for g in store.add_grants(wanted):
                 print(json.dumps(g.to_json()))
         elif args.action == "remove":

@@ -448,7 +448,7 @@ def test_gate_covers_management_routes_and_sets_the_principal():
         return sent[0]["status"], seen.get("principal")
 
     assert call("/management/grants") == (401, None)
-    assert call("/management/grants", bearer=token) == (200, Principal("a"))
+    assert call("/management/grants", bearer=token) == (200, Principal("a", kind="client"))
     assert call("/v1/namespaces", bearer="junk")[0] == 401
     assert call("/v1/namespaces", required=False, bearer="None") == (200, ANONYMOUS)
     assert call("/health/live") == (200, UNAUTHENTICATED)
@@ -461,7 +461,7 @@ def test_gate_covers_management_routes_and_sets_the_principal():
 def test_builtin_tokens_unit():
     tokens = BuiltinTokens(parse_clients("a:b"), SECRET, 60)
     issued = tokens.issue("a", now=1000)["access_token"]
-    assert tokens.verify(issued, now=1010) == Principal("a")
+    assert tokens.verify(issued, now=1010) == Principal("a", kind="client")
     with pytest.raises(InvalidToken, match="expired"):
         tokens.verify(issued, now=2000)
     with pytest.raises(InvalidToken, match="signature"):

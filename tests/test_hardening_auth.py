@@ -13,9 +13,10 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import pytest
+import requests
 
 from catalog.auth.lockout import MAX_DELAY_S, FailureLimiter, parse_trusted_proxies
-from tests.conftest import Server, start_server
+from tests.conftest import Server, assert_error, start_server
 
 SECRET = "hardening-test-token-secret-" + "h" * 32
 CLIENTS = {"victim": "victim-secret", "bi": "bi-secret", "relay": "relay-secret"}
@@ -134,3 +135,179 @@ def test_limiter_counts_pairs_and_addresses_and_reads_forwarded_for_only_from_pr
     assert limiter.source("10.0.0.1", None) == "10.0.0.1"
     with pytest.raises(Exception, match="CATALOG_TRUSTED_PROXIES"):
         parse_trusted_proxies("10.0.0.0/33")
+
+
+# -- item 2: built-in clients are client:<id>, an identity provider's users user:<name> ---------------
+
+AUDIENCE = "iceberg-catalog"
+BUILTIN = {"admin": "admin-secret", "reader": "reader-secret"}
+# A bootstrap file written before principal kinds: its user:admin meant the built-in client.
+OLD_BOOTSTRAP = """
+grants:
+  - {principal: user:admin, privileges: [manage-grants], "on": catalog}
+"""
+
+
+def _grant_row(principal: str, privilege: str, kind: str, name: str, source: str = "api") -> dict[str, Any]:
+    return {
+        "principal": principal,
+        "privilege": privilege,
+        "object_kind": kind,
+        "object_name": name,
+        "source": source,
+        "created_ms": 0,
+    }
+
+
+def _database_before_principal_kinds(url: str) -> None:
+    """A database at revision 0004 holding grants made through the API before this change."""
+    import sqlalchemy as sa
+
+    from catalog.settings import Settings
+    from catalog.store import migrate
+    from catalog.store.db import create_engine
+
+    engine = create_engine(Settings(database_url=url))
+    migrate.upgrade(engine, "0004")
+    rows = [
+        _grant_row("user:admin", "admin", "catalog", ""),  # meant for the built-in client admin
+        _grant_row("user:alice", "read", "namespace", "pub"),  # an identity provider's user
+    ]
+    with engine.begin() as conn:
+        conn.execute(sa.table("grants", *(sa.column(c) for c in rows[0])).insert(), rows)
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def idp() -> Any:
+    from tests.idp import LocalIdP
+
+    with LocalIdP(audience=AUDIENCE) as provider:
+        yield provider
+
+
+@pytest.fixture(scope="module")
+def upgraded(tmp_path_factory: pytest.TempPathFactory, idp: Any) -> Any:
+    workdir = tmp_path_factory.mktemp("kinds")
+    _database_before_principal_kinds(f"sqlite:///{workdir / 'catalog.db'}")
+    (workdir / "grants.yaml").write_text(OLD_BOOTSTRAP)
+    env = {
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in BUILTIN.items()),
+        "CATALOG_TOKEN_SECRET": SECRET,
+        "CATALOG_OIDC_ISSUER": idp.issuer,
+        "CATALOG_OIDC_AUDIENCE": AUDIENCE,
+        "CATALOG_AUTHZ_BOOTSTRAP": str(workdir / "grants.yaml"),
+        "CATALOG_LOG_LEVEL": "info",
+    }
+    server = start_server(workdir, "sqlite", env)
+    yield server
+    server.stop()
+
+
+def _builtin(server: Server, client: str) -> dict[str, str]:
+    form = {"grant_type": "client_credentials", "client_id": client, "client_secret": BUILTIN[client]}
+    resp = requests.post(f"{server.url}/v1/oauth/tokens", data=form, timeout=10)
+    assert resp.status_code == 200, resp.text
+    return {"Authorization": f"Bearer {resp.json()['access_token']}"}
+
+
+def test_an_identity_providers_user_named_like_a_builtin_client_gets_none_of_its_grants(upgraded, idp):
+    admin = _builtin(upgraded, "admin")
+    impostor = {"Authorization": f"Bearer {idp.mint('admin')}"}  # sub: admin, from the identity provider
+    resp = requests.post(f"{upgraded.url}/v1/namespaces", json={"namespace": ["pub"]}, headers=admin)
+    assert resp.status_code == 200, resp.text  # the built-in client kept its (upgraded) grant
+    resp = requests.post(f"{upgraded.url}/v1/namespaces", json={"namespace": ["stolen"]}, headers=impostor)
+    assert_error(resp, 403, "ForbiddenException")
+    assert requests.get(f"{upgraded.url}/v1/namespaces", headers=impostor).json()["namespaces"] == []
+    me = requests.get(f"{upgraded.url}/management/v1/whoami", headers=impostor).json()
+    assert me["principal"] == "admin" and me["grants"] == []
+    mine = requests.get(f"{upgraded.url}/management/v1/whoami", headers=admin).json()["grants"]
+    assert {(g["principal"], g["privilege"], g["source"]) for g in mine} == {
+        ("client:admin", "admin", "api"),
+        ("client:admin", "manage-grants", "bootstrap"),  # user:admin in the file: the built-in client
+    }
+    # The identity provider's user alice keeps her grant: she is not a built-in client.
+    alice = {"Authorization": f"Bearer {idp.mint('alice')}"}
+    assert requests.get(f"{upgraded.url}/v1/namespaces", headers=alice).json()["namespaces"] == [["pub"]]
+    log = upgraded.log.read_text()
+    assert "user:admin" in log and "client:admin" in log  # the rewrites are logged
+
+
+def test_grants_name_the_kind_and_an_ambiguous_user_grant_is_refused(upgraded, idp):
+    admin, reader = _builtin(upgraded, "admin"), _builtin(upgraded, "reader")
+    requests.post(f"{upgraded.url}/v1/namespaces", json={"namespace": ["pub"]}, headers=admin)
+    grant = {"principal": "user:reader", "privileges": ["read"], "on": {"namespace": "pub"}}
+    resp = requests.post(f"{upgraded.url}/management/v1/grants", json=grant, headers=admin)
+    assert_error(resp, 400, "BadRequestException", "client:reader")
+    grant["principal"] = "client:reader"
+    assert requests.post(f"{upgraded.url}/management/v1/grants", json=grant, headers=admin).status_code == 201
+    assert requests.get(f"{upgraded.url}/v1/namespaces/pub", headers=reader).status_code == 200
+    impostor = {"Authorization": f"Bearer {idp.mint('reader')}"}
+    assert_error(requests.get(f"{upgraded.url}/v1/namespaces/pub", headers=impostor), 403, "ForbiddenException")
+
+
+def test_the_migration_marks_old_user_grants_and_start_up_settles_them_and_it_goes_back(tmp_path):
+    import sqlalchemy as sa
+
+    from catalog.settings import Settings
+    from catalog.store import migrate
+    from catalog.store.db import create_engine
+    from catalog.store.entries import Store
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    _database_before_principal_kinds(url)
+    engine = create_engine(Settings(database_url=url))
+    with engine.begin() as conn:
+        conn.execute(
+            sa.table("grants", *(sa.column(c) for c in _grant_row("x", "x", "x", ""))).insert(),
+            [
+                _grant_row("user:admin", "read", "catalog", "", source="bootstrap"),
+                _grant_row("role:r", "read", "catalog", ""),
+            ],
+        )
+    migrate.upgrade(engine)
+    assert migrate.is_at_head(engine)
+
+    def rows() -> set[tuple[str, str, str, bool]]:
+        with engine.connect() as conn:
+            found = conn.execute(sa.text("SELECT principal, privilege, source, legacy FROM grants")).all()
+        return {(p, priv, src, bool(legacy)) for p, priv, src, legacy in found}
+
+    assert rows() == {
+        ("user:admin", "admin", "api", True),
+        ("user:alice", "read", "api", True),
+        ("user:admin", "read", "bootstrap", False),  # the file decides these, at every start
+        ("role:r", "read", "api", False),
+    }
+    store = Store(engine)
+    moved = store.settle_legacy({"admin", "spark"})
+    assert [(g.principal, str(g.privilege)) for g in moved] == [("user:admin", "admin")]
+    assert rows() == {
+        ("client:admin", "admin", "api", False),
+        ("user:alice", "read", "api", False),
+        ("user:admin", "read", "bootstrap", False),
+        ("role:r", "read", "api", False),
+    }
+    # Settled once: a user:admin granted afterwards (an identity provider's user) is left alone.
+    from catalog.auth.policy import ROOT, Grant, Privilege
+
+    store.add_grants([Grant("user:admin", Privilege.WRITE, ROOT), Grant("client:admin", Privilege.READ, ROOT)])
+    assert store.settle_legacy({"admin"}) == []
+    assert ("user:admin", "write", "api", False) in rows()
+    # Down: client:<id> is user:<id> again, a grant held under both names kept once.
+    migrate.downgrade(engine, "0004")
+    with engine.connect() as conn:
+        back = conn.execute(sa.text("SELECT principal, privilege, source FROM grants")).all()
+    assert sorted(back) == sorted(
+        [
+            ("user:admin", "admin", "api"),
+            ("user:alice", "read", "api"),
+            ("user:admin", "read", "bootstrap"),
+            ("role:r", "read", "api"),
+            ("user:admin", "write", "api"),
+        ]
+    )
+    migrate.upgrade(engine)
+    assert migrate.is_at_head(engine)
+    engine.dispose()

@@ -20,8 +20,8 @@ SECRET = "paging-test-token-secret-" + "p" * 32
 CLIENTS = {"admin": "admin-secret", "reader": "reader-secret"}
 BOOTSTRAP = """
 grants:
-  - {principal: user:admin, privileges: [admin], "on": catalog}
-  - {principal: user:reader, privileges: [read], "on": {table: mid.visible}}
+  - {principal: client:admin, privileges: [admin], "on": catalog}
+  - {principal: client:reader, privileges: [read], "on": {table: mid.visible}}
 """
 # Hidden names sort before, between and after the visible ones.
 NAMESPACES = ["aaa_hidden", "mid", "mmm_hidden", "zzz_hidden"]

@@ -1,7 +1,8 @@
 """``/management/v1``: who the caller is, and the grants (``catalog.auth.policy``).
 
 - ``GET /management/v1/whoami``: the caller's principal, groups/roles and the grants that apply to
-  them directly (as ``user:<name>`` or one of its ``role:<name>``).
+  them directly (as ``user:<name>`` or, for a built-in client, ``client:<id>``, or one of its
+  ``role:<name>``).
 - ``GET /management/v1/grants``: the grants on objects the caller may manage (``manage-grants`` on
   the object or above it), optionally only those of one ``principal``.
 - ``POST /management/v1/grants``: ``{"principal", "privileges": [...], "on": {...}}`` -> 201 with

@@ -27,7 +27,7 @@ directly (tests/test_authz.py).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,6 +217,28 @@ def parse_principal(value: Any) -> str:
     if len(value) > MAX_PRINCIPAL_CHARS or any(ord(c) < 32 for c in value):
         raise errors.BadRequest(f"A principal is at most {MAX_PRINCIPAL_CHARS} printable characters")
     return value
+
+
+def as_client(grant: Grant, client_ids: Collection[str]) -> Grant:
+    """A grant to ``user:<id>`` where ``<id>`` is a built-in client, as a grant to ``client:<id>``
+    (how grants named built-in clients before principal kinds); any other grant as it is."""
+    kind, _, name = grant.principal.partition(":")
+    if kind != "user" or name not in client_ids:
+        return grant
+    return Grant("client:" + name, grant.privilege, grant.target, grant.id, grant.source)
+
+
+def refuse_ambiguous(grants: Iterable[Grant], client_ids: Collection[str]) -> None:
+    """400 for a new grant to ``user:<id>`` where ``<id>`` is a built-in client: before principal
+    kinds that meant the client, now it would mean an identity provider's user of that name."""
+    for g in grants:
+        if as_client(g, client_ids) is not g:
+            name = g.principal.partition(":")[2]
+            raise errors.BadRequest(
+                f"{g.principal!r} names an identity provider's user, but {name!r} is a built-in client: grant "
+                f"'client:{name}' to the built-in client (an identity provider's user of the same name cannot be "
+                "granted while the built-in client exists)"
+            )
 
 
 def parse_target(value: Any) -> Target:

@@ -76,6 +76,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
         # `serve` migrated before starting the workers; this covers other ways of running the app.
         catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
         access = Access(settings, catalog.store)
+        if settings.auth_required:  # grants from before principal kinds, settled against the built-in clients
+            access.settle_legacy()
         if settings.authz_bootstrap:
             access.bootstrap(settings.authz_bootstrap)
         # Rows from before migration 0003 get their locations in the background (a no-op after).
