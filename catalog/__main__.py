@@ -199,6 +199,12 @@ def _serve(settings: Settings) -> int:
     max_connections = _fit_connections(settings.max_connections)
     # The protocol reads its limits from the environment in each worker process: pass the lowered cap.
     os.environ["CATALOG_MAX_CONNECTIONS"] = str(max_connections)
+    if settings.token_secret is None:  # one page-token key for all the workers (catalog/api/paging.py)
+        import secrets
+
+        from catalog.api.paging import SHARED_KEY_ENV
+
+        os.environ.setdefault(SHARED_KEY_ENV, secrets.token_hex(32))
     sock = startup.listen(settings)
     startup.prepare_database(settings)
     config = uvicorn.Config(

@@ -8,6 +8,7 @@ altered token is a 400 in the Iceberg error shape; an admin still gets every nam
 from __future__ import annotations
 
 import base64
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,24 @@ def test_forged_altered_or_borrowed_tokens_are_400(secured):
         f"{secured.url}/v1/namespaces/mid/tables", params={"pageSize": 1, "pageToken": token}, headers=admin
     )
     assert_error(resp, 400, "BadRequestException", "pageToken")
+
+
+def test_without_a_token_secret_the_workers_of_one_server_share_the_page_key(tmp_path):
+    """No CATALOG_TOKEN_SECRET, two workers: ``serve`` draws one key for both, so a paged list whose
+    requests land on either worker still pages through (each request is a new connection)."""
+    server = start_server(tmp_path, "sqlite", {"CATALOG_WORKERS": "2", "CATALOG_LOG_LEVEL": "info"})
+    try:
+        deadline = time.monotonic() + 60
+        while server.log.read_bytes().count(b"Application startup complete") < 2:  # both serve
+            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            time.sleep(0.2)
+        names = [f"ns{i:02d}" for i in range(12)]
+        for ns in names:
+            assert requests.post(f"{server.url}/v1/namespaces", json={"namespace": [ns]}, timeout=10).ok
+        for _ in range(3):
+            listed = [
+                ns for r in pages(server, {"Connection": "close"}, "/v1/namespaces", 1) for ns in r.json()["namespaces"]
+            ]
+            assert listed == [[ns] for ns in names]
+    finally:
+        server.stop()

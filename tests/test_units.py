@@ -94,6 +94,8 @@ def test_page_tokens_round_trip_and_are_bound_to_their_list():
             tokens.open(token, other)
     with pytest.raises(errors.BadRequest):
         paging.PageTokens(None).open(token, "tables\0ns\0user:u")
+    shared = "ab" * 32  # no secret: the key serve draws for its workers
+    assert paging.PageTokens(None, shared).open(paging.PageTokens(None, shared).seal("c", "x"), "x") == "c"
     assert paging.page_size({"pageSize": "2"}) == 2 and paging.page_size({}) is None
 
 

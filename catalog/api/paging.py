@@ -9,9 +9,10 @@ cursor a token resumes after is always the last name of a page the caller was sh
 A token is that cursor sealed with AES-GCM: opaque to the client, and bound to its list (the route,
 the namespace or parent) and to the caller, so it cannot be altered, forged, moved to another list
 or handed to another principal; any of those is a 400. The key is derived from
-``CATALOG_TOKEN_SECRET``, the same on every worker and replica; without it each process has its own
-random key, and a token that reaches another process (several workers, replicas) or outlives a
-restart is refused with a 400 that says to list again (``check_settings`` warns about it at start).
+``CATALOG_TOKEN_SECRET``, the same on every worker and replica. Without it, ``serve`` draws one
+random key for its workers (passed to them in ``SHARED_KEY_ENV``): tokens work across the workers of
+one server, but a token that reaches another replica or outlives a restart is refused with a 400 that
+says to list again (``identity.check_settings`` warns about it when replicas are possible).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from catalog.api import guard, wire
 from catalog.auth.policy import Target
 
 T = TypeVar("T")
+# The key ``serve`` draws for its workers when CATALOG_TOKEN_SECRET is not set (hex; not a setting).
+SHARED_KEY_ENV = "ICEBERG_CATALOG_WORKERS_PAGE_KEY"
 # pageSize is an upper bound the server may lower; this one keeps the SQL LIMIT within 64 bits.
 MAX_PAGE_SIZE = 2**31 - 1
 # Rows read per round trip while a page is filled: callers who see few of the names still get
@@ -46,9 +49,12 @@ MAX_TOKEN_CHARS = 8192
 class PageTokens:
     """Seals and opens the cursors of page tokens (see the module docstring)."""
 
-    def __init__(self, secret: str | None) -> None:
+    def __init__(self, secret: str | None, shared: str | None = None) -> None:
+        """``secret``: CATALOG_TOKEN_SECRET; ``shared``: the workers' key when there is none."""
         if secret:
             key = hmac.new(secret.encode(), b"iceberg-catalog page tokens v1", hashlib.sha256).digest()
+        elif shared and len(shared) == 64:
+            key = bytes.fromhex(shared)
         else:
             key = os.urandom(32)
         self._aead = AESGCM(key)

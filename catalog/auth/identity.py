@@ -46,11 +46,11 @@ def check_settings(settings: Settings) -> list[str]:
             )
         warning = "CATALOG_TOKEN_SECRET is not set: built-in tokens are signed with a random key and do not "
         return [warning + "survive a restart (clients fetch a new one)"]
-    if secret is None and (settings.workers > 1 or not settings.is_sqlite):
+    if secret is None and not settings.is_sqlite:
         return [
-            "CATALOG_TOKEN_SECRET is not set: each process seals the list routes' page tokens with its own "
-            "random key, so a paged list (pageSize) that moves to another worker or replica is refused (400); "
-            "set CATALOG_TOKEN_SECRET to the same random value (>= 32 bytes) everywhere"
+            "CATALOG_TOKEN_SECRET is not set: each server seals the list routes' page tokens with its own "
+            "random key, so with several replicas a paged list (pageSize) that moves to another one is refused "
+            "(400); set CATALOG_TOKEN_SECRET to the same random value (>= 32 bytes) everywhere"
         ]
     return []
 

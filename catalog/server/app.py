@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,11 +20,10 @@ from litestar.middleware import DefineMiddleware
 
 from catalog import logs, metrics
 from catalog.api import config as config_api
-from catalog.api import entries, idempotency, management, namespaces, oauth, operations, unserved
+from catalog.api import entries, idempotency, management, namespaces, oauth, operations, paging, unserved
 from catalog.api import signing as signing_api
 from catalog.api.context import AppState
 from catalog.api.exceptions import error_response
-from catalog.api.paging import PageTokens
 from catalog.api.routing import RawPathRouting
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
@@ -91,7 +91,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             access=access,
             authenticator=authenticator,
             limiter=limiter,
-            pages=PageTokens(settings.token_secret),
+            pages=paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV)),
             signer=signing.Signer(settings) if signs else None,
             vendor=vending.Vendor(settings) if settings.s3_vend_credentials else None,
             client_io=client_io,
