@@ -311,3 +311,24 @@ def test_the_migration_marks_old_user_grants_and_start_up_settles_them_and_it_go
     migrate.upgrade(engine)
     assert migrate.is_at_head(engine)
     engine.dispose()
+
+
+def test_the_grants_cli_takes_client_principals_and_refuses_an_ambiguous_user(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CATALOG_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}", "CATALOG_OAUTH_CLIENTS": "ingest:x"}
+    subprocess.run([sys.executable, "-m", "catalog", "migrate"], env=env, check=True, capture_output=True)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "catalog", "grants", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True)
+
+    refused = cli("add", "--principal", "user:ingest", "--privilege", "write", "--on", "catalog")
+    assert refused.returncode == 2 and "client:ingest" in refused.stderr and "Traceback" not in refused.stderr
+    assert cli("list").stdout == ""
+    added = cli("add", "--principal", "client:ingest", "--privilege", "write", "--on", "catalog")
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout)["principal"] == "client:ingest"
+    assert cli("add", "--principal", "user:alice", "--privilege", "read", "--on", "catalog").returncode == 0
