@@ -77,7 +77,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
         access = Access(settings, catalog.store)
         if settings.auth_required:  # grants from before principal kinds, settled against the built-in clients
-            access.settle_legacy()
+            _settle_legacy_grants(access)
         if settings.authz_bootstrap:
             access.bootstrap(settings.authz_bootstrap)
         # Rows from before migration 0003 get their locations in the background (a no-op after).
@@ -160,6 +160,13 @@ def _backfill(catalog: Catalog) -> None:
             log.info("recorded the locations of %d tables and views created before this version", filled)
     except Exception as e:  # noqa: BLE001 - retried at the next start; ownership checks skip NULL rows
         log.warning("could not record the locations of older tables and views: %s", e)
+
+
+def _settle_legacy_grants(access: Access) -> None:
+    try:
+        access.settle_legacy()
+    except Exception as e:  # noqa: BLE001 - e.g. the schema not migrated yet: they stay marked, settled at a later start
+        log.warning("could not settle the grants made before principal kinds (retried at the next start): %s", e)
 
 
 def _ctx(state: State) -> AppState:
