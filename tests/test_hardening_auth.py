@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -16,7 +17,7 @@ import pytest
 import requests
 
 from catalog.auth.lockout import MAX_DELAY_S, FailureLimiter, parse_trusted_proxies
-from tests.conftest import Server, assert_error, start_server
+from tests.conftest import Server, _backends, assert_error, start_server
 
 SECRET = "hardening-test-token-secret-" + "h" * 32
 CLIENTS = {"victim": "victim-secret", "bi": "bi-secret", "relay": "relay-secret"}
@@ -247,7 +248,24 @@ def test_grants_name_the_kind_and_an_ambiguous_user_grant_is_refused(upgraded, i
     assert_error(requests.get(f"{upgraded.url}/v1/namespaces/pub", headers=impostor), 403, "ForbiddenException")
 
 
-def test_the_migration_marks_old_user_grants_and_start_up_settles_them_and_it_goes_back(tmp_path):
+@pytest.fixture(params=_backends())
+def fresh_database(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    """An empty database of each backend: a SQLite file, or a new database on the session's PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'm.db'}"
+        return
+    import psycopg
+
+    pg = request.getfixturevalue("services")["pg"]
+    name = f"h28_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg.superuser_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} OWNER catalog")
+    yield pg.url.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(pg.superuser_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_the_migration_marks_old_user_grants_and_start_up_settles_them_and_it_goes_back(fresh_database):
     import sqlalchemy as sa
 
     from catalog.settings import Settings
@@ -255,7 +273,7 @@ def test_the_migration_marks_old_user_grants_and_start_up_settles_them_and_it_go
     from catalog.store.db import create_engine
     from catalog.store.entries import Store
 
-    url = f"sqlite:///{tmp_path / 'm.db'}"
+    url = fresh_database
     _database_before_principal_kinds(url)
     engine = create_engine(Settings(database_url=url))
     with engine.begin() as conn:
