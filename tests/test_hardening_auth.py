@@ -222,8 +222,10 @@ def test_an_identity_providers_user_named_like_a_builtin_client_gets_none_of_its
     assert_error(resp, 403, "ForbiddenException")
     assert requests.get(f"{upgraded.url}/v1/namespaces", headers=impostor).json()["namespaces"] == []
     me = requests.get(f"{upgraded.url}/management/v1/whoami", headers=impostor).json()
-    assert me["principal"] == "admin" and me["grants"] == []
-    mine = requests.get(f"{upgraded.url}/management/v1/whoami", headers=admin).json()["grants"]
+    assert me["principal"] == "admin" and me["grantee"] == "user:admin" and me["grants"] == []
+    mine = requests.get(f"{upgraded.url}/management/v1/whoami", headers=admin).json()
+    assert mine["principal"] == "admin" and mine["grantee"] == "client:admin"
+    mine = mine["grants"]
     assert {(g["principal"], g["privilege"], g["source"]) for g in mine} == {
         ("client:admin", "admin", "api"),
         ("client:admin", "manage-grants", "bootstrap"),  # user:admin in the file: the built-in client
