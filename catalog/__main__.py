@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     grants.add_argument("action", choices=["list", "add", "remove", "check-bootstrap"])
     grants.add_argument("--database-url", dest="database_url")
-    grants.add_argument("--principal", help="user:<name> or role:<name>")
+    grants.add_argument("--principal", help="user:<name>, client:<id> or role:<name>")
     grants.add_argument("--privilege", action="append", help="read, write, alter, ..., admin (repeatable)")
     grants.add_argument("--on", help="catalog | namespace=a.b | table=a.b.t | view=a.b.v")
     grants.add_argument("--id", type=int, help="the grant to remove")
@@ -111,13 +111,14 @@ def _traceback_if_debug() -> None:
         traceback.print_exc()
 
 
-_GRANTS = """Grants give a principal (user:<name>, or role:<name> for a group/role in its token) a privilege
+_GRANTS = """Grants give a principal (user:<name> for an identity provider's user, client:<id> for a
+built-in client of CATALOG_OAUTH_CLIENTS, or role:<name> for a group/role in its token) a privilege
 on the catalog, a namespace (inherited below it), a table or a view. Privileges: read, write, alter,
 manage-properties, create, drop, purge, register, manage-grants, admin. Running servers see a change
 within CATALOG_AUTHZ_CACHE_SECONDS. Examples:
   iceberg-catalog grants add --principal role:platform --privilege admin --on catalog
-  iceberg-catalog grants add --principal user:ingest --privilege write --on table=raw.events
-  iceberg-catalog grants list --principal user:ingest
+  iceberg-catalog grants add --principal client:ingest --privilege write --on table=raw.events
+  iceberg-catalog grants list --principal client:ingest
   iceberg-catalog grants remove --id 7"""
 
 
@@ -127,6 +128,7 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
     from catalog import errors
     from catalog.auth import policy
     from catalog.auth.grants import read_bootstrap
+    from catalog.auth.tokens import parse_clients
     from catalog.store.db import create_engine
     from catalog.store.entries import Store
 
@@ -149,6 +151,7 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
                 policy.Grant(policy.parse_principal(args.principal), policy.parse_privilege(p), target)
                 for p in args.privilege
             ]
+            policy.refuse_ambiguous(wanted, parse_clients(settings.oauth_clients))
             for g in store.add_grants(wanted):
                 print(json.dumps(g.to_json()))
         elif args.action == "remove":
@@ -199,6 +202,12 @@ def _serve(settings: Settings) -> int:
     max_connections = _fit_connections(settings.max_connections)
     # The protocol reads its limits from the environment in each worker process: pass the lowered cap.
     os.environ["CATALOG_MAX_CONNECTIONS"] = str(max_connections)
+    if settings.token_secret is None:  # one page-token key for all the workers (catalog/api/paging.py)
+        import secrets
+
+        from catalog.api.paging import SHARED_KEY_ENV
+
+        os.environ.setdefault(SHARED_KEY_ENV, secrets.token_hex(32))
     sock = startup.listen(settings)
     startup.prepare_database(settings)
     config = uvicorn.Config(
@@ -211,6 +220,9 @@ def _serve(settings: Settings) -> int:
         # Applied by uvicorn in this process and first thing in every worker process: JSON everywhere.
         log_config=logs.dict_config(settings.log_level, settings.log_format),
         access_log=False,  # the access lines are catalog.access's (app.RequestObservation)
+        # The peer is the client: X-Forwarded-For is read only from CATALOG_TRUSTED_PROXIES (auth/lockout.py),
+        # not from any local peer as uvicorn's default would.
+        proxy_headers=False,
         timeout_graceful_shutdown=30,
         # Deadlines for incomplete requests and the connection cap (uvicorn has neither): connections.py.
         http=BoundedHttpProtocol,

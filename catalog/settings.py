@@ -121,6 +121,12 @@ class Settings(BaseSettings):
     oidc_leeway_seconds: int = Field(
         default=60, ge=0, description="Clock skew tolerated on OIDC tokens' exp, nbf and iat."
     )
+    trusted_proxies: str = Field(
+        default="",
+        description="Comma-separated IP addresses or CIDR networks of reverse proxies whose X-Forwarded-For "
+        "names the client's address (the token endpoint slows failing sources down by address); from any other "
+        "peer the header is ignored. Empty: none trusted.",
+    )
     metrics_token: str | None = Field(
         default=None, description="If set, /metrics needs Authorization: Bearer <metrics_token> (open otherwise)."
     )

@@ -373,7 +373,7 @@ def test_grants_and_revokes_through_the_management_api_take_effect_within_the_ca
     created = admin(
         "POST",
         "/management/v1/grants",
-        json={"principal": "user:analyst", "privileges": ["read"], "on": {"table": "raw.events"}},
+        json={"principal": "client:analyst", "privileges": ["read"], "on": {"table": "raw.events"}},
     )
     assert created.status_code == 201, created.text
     (grant,) = created.json()["grants"]

@@ -1337,9 +1337,9 @@ def test_compose_runs_with_auth(compose_raw: dict[str, Any], compose_model: dict
     ]
     jsonschema.Draft7Validator(grants_schema).validate(policy)
     holders = {g["principal"] for g in policy["grants"]}
-    assert holders <= {f"user:{client}" for client in clients}, "grants name the configured clients"
-    assert {"principal": "user:admin", "privileges": ["admin"], "on": "catalog"} in policy["grants"]
-    spark_grants = [g for g in policy["grants"] if g["principal"] == "user:spark"]
+    assert holders <= {f"client:{client}" for client in clients}, "grants name the configured clients"
+    assert {"principal": "client:admin", "privileges": ["admin"], "on": "catalog"} in policy["grants"]
+    spark_grants = [g for g in policy["grants"] if g["principal"] == "client:spark"]
     assert any(g["on"] == {"namespace": "demo"} and {"write", "create"} <= set(g["privileges"]) for g in spark_grants)
     assert "admin" not in {p for g in spark_grants for p in g["privileges"]}, "spark is not an admin"
 

@@ -408,7 +408,7 @@ def test_the_scheduler_expires_a_table_by_itself_by_default(tmp_path: Path) -> N
 
 def test_maintenance_needs_alter_to_run_and_read_to_see(tmp_path: Path) -> None:
     grants = tmp_path / "grants.yaml"
-    grants.write_text("grants:\n  - {principal: user:admin, privileges: [admin], on: catalog}\n")
+    grants.write_text("grants:\n  - {principal: client:admin, privileges: [admin], on: catalog}\n")
     env = {
         **CARE_ENV,
         "CATALOG_AUTHZ_BOOTSTRAP": str(grants),
@@ -428,7 +428,7 @@ def test_maintenance_needs_alter_to_run_and_read_to_see(tmp_path: Path) -> None:
             data={"grant_type": "client_credentials", "client_id": c[0], "client_secret": c[1]},
             timeout=10,
         ).json()["access_token"]
-        grant = {"principal": "user:reader", "privileges": ["read"], "on": {"table": ["g", "t"]}}
+        grant = {"principal": "client:reader", "privileges": ["read"], "on": {"table": ["g", "t"]}}
         admin_h = {"Authorization": f"Bearer {token(('admin', 'adm1n'))}"}
         reader_h = {"Authorization": f"Bearer {token(('reader', 'r3ad'))}"}
         assert (

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from catalog import errors
-from catalog.api import wire
+from catalog.api import paging, wire
 from catalog.metadata import tables
 from catalog.storage.metadata_files import next_location, version_of
 
@@ -81,14 +83,20 @@ def test_decode_namespace_rejects_empty_levels(raw):
         wire.decode_namespace(raw)
 
 
-def test_pagination_tokens_round_trip():
-    keys = ["a", "b", "c"]
-    page, token = wire.paginate(keys, 2, lambda k: k)
-    assert page == ["a", "b"] and token
-    after, size = wire.page_params({"pageToken": token, "pageSize": "2"})
-    assert after == "b" and size == 2
-    assert wire.paginate(["c"], 2, lambda k: k) == (["c"], None)
-    assert wire.page_params({"pageToken": ""}) == (None, None)
+def test_page_tokens_round_trip_and_are_bound_to_their_list():
+    tokens = paging.PageTokens("k" * 32)
+    token = tokens.seal("b", "tables\0ns\0user:u")
+    assert "b" not in base64.urlsafe_b64decode(token[1:] + "==").decode("latin-1")  # opaque
+    assert tokens.open(token, "tables\0ns\0user:u") == "b"
+    assert paging.PageTokens("k" * 32).open(token, "tables\0ns\0user:u") == "b"  # the same secret: any worker
+    for other in ("tables\0other\0user:u", "tables\0ns\0user:v"):
+        with pytest.raises(errors.BadRequest):
+            tokens.open(token, other)
+    with pytest.raises(errors.BadRequest):
+        paging.PageTokens(None).open(token, "tables\0ns\0user:u")
+    shared = "ab" * 32  # no secret: the key serve draws for its workers
+    assert paging.PageTokens(None, shared).open(paging.PageTokens(None, shared).seal("c", "x"), "x") == "c"
+    assert paging.page_size({"pageSize": "2"}) == 2 and paging.page_size({}) is None
 
 
 def _local(path, **env):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from litestar.di import NamedDependency
 
+from catalog.api.paging import PageTokens
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
@@ -23,6 +24,7 @@ class AppState:
     access: Access  # the grants in force
     authenticator: Authenticator  # bearer token -> principal (the token endpoint issues built-in ones)
     limiter: FailureLimiter  # failed token requests
+    pages: PageTokens  # the list routes' page tokens
     signer: Signer | None  # remote signing, when switched on for an S3 warehouse
     vendor: Vendor | None  # vended credentials, when switched on
     client_io: dict[str, str]  # the storage properties every client is told (storage/vending.py)

@@ -11,7 +11,7 @@ from litestar import Request, Response, delete, get, head, post
 from litestar.params import FromPath, RawBody
 
 from catalog import errors
-from catalog.api import guard, idempotency, wire
+from catalog.api import guard, idempotency, paging, wire
 from catalog.api.context import AppState, Ctx
 from catalog.api.models import (
     CommitRequest,
@@ -54,13 +54,17 @@ async def list_views(namespace: FromPath[str], request: Request, ctx: Ctx) -> Re
 async def _list(kind: Kind, namespace: str, request: Request, ctx: AppState) -> Response:
     ns = wire.decode_namespace(namespace)
     await guard.require_visible(request, policy.namespace(ns))
-    after, size = wire.page_params(request.query_params)
-    names = await wire.blocking(ctx.catalog.list_entries, kind, ns, after, wire.fetch_limit(size))
-    page, token = wire.paginate(names, size, lambda name: name)
-    shown = await guard.visible(request, [policy.entry(kind.name, ns, n) for n in page])
+    page, token = await paging.visible_page(
+        request,
+        ctx.pages,
+        kind.name + "s\0" + paging.namespace_key(ns),
+        lambda after, limit: ctx.catalog.list_entries(kind, ns, after, limit),
+        lambda name: policy.entry(kind.name, ns, name),
+        lambda name: name,
+    )
     return wire.json_response(
         {
-            "identifiers": [{"namespace": list(ns), "name": n} for n, ok in zip(page, shown, strict=True) if ok],
+            "identifiers": [{"namespace": list(ns), "name": n} for n in page],
             "next-page-token": token,
         }
     )

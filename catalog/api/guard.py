@@ -29,6 +29,12 @@ def principal(request: Request) -> Principal:
     return who
 
 
+def grantee(request: Request) -> str:
+    """The grant principal the caller is (``user:<name>``, ``client:<id>``)."""
+    who = principal(request)
+    return principal_keys(who.name, (), who.kind)[0]
+
+
 async def require(request: Request, needs: Iterable[tuple[Privilege, Target]]) -> Principal:
     needs = list(needs)
     who = principal(request)
@@ -69,7 +75,7 @@ async def _policy(request: Request, who: Principal) -> tuple[list[str], Policy] 
     if who.unrestricted or not access.enforced:
         return None
     policy = access.cached() or await wire.blocking(access.policy)
-    return principal_keys(who.name, who.groups), policy
+    return principal_keys(who.name, who.groups, who.kind), policy
 
 
 def _audit(request: Request, who: Principal, needs: list[tuple[Privilege, Target]]) -> None:

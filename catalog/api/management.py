@@ -1,7 +1,8 @@
 """``/management/v1``: who the caller is, and the grants (``catalog.auth.policy``).
 
-- ``GET /management/v1/whoami``: the caller's principal, groups/roles and the grants that apply to
-  them directly (as ``user:<name>`` or one of its ``role:<name>``).
+- ``GET /management/v1/whoami``: the caller's principal, its ``grantee`` (the principal as grants
+  name it: ``user:<name>``, or ``client:<id>`` for a built-in client), groups/roles and the grants
+  that apply to them directly (to the grantee or one of its ``role:<name>``).
 - ``GET /management/v1/grants``: the grants on objects the caller may manage (``manage-grants`` on
   the object or above it), optionally only those of one ``principal``.
 - ``POST /management/v1/grants``: ``{"principal", "privileges": [...], "on": {...}}`` -> 201 with
@@ -32,11 +33,12 @@ MAX_GRANTS_PER_REQUEST = 100
 @get(BASE + "/whoami")
 async def whoami(request: Request, ctx: Ctx) -> Response:
     who = guard.principal(request)
-    keys = set(principal_keys(who.name, who.groups))
+    keys = set(principal_keys(who.name, who.groups, who.kind))
     grants = await wire.blocking(ctx.access.store.list_grants)
     return wire.json_response(
         {
             "principal": who.name,
+            "grantee": guard.grantee(request),
             "groups": sorted(who.groups),
             "unrestricted": who.unrestricted or not ctx.access.enforced,
             "grants": [g.to_json() for g in _ordered(grants) if g.principal in keys],

@@ -6,7 +6,7 @@ from litestar import Request, Response, delete, get, head, post
 from litestar.params import FromPath, RawBody
 
 from catalog import errors
-from catalog.api import guard, wire
+from catalog.api import guard, paging, wire
 from catalog.api.context import Ctx
 from catalog.api.models import CreateNamespaceRequest, UpdateNamespacePropertiesRequest
 from catalog.auth import policy
@@ -20,13 +20,15 @@ async def list_namespaces(request: Request, ctx: Ctx) -> Response:
     parent = wire.decode_parent(request.query_params.get("parent"))
     if parent:
         await guard.require_visible(request, policy.namespace(parent))
-    after, size = wire.page_params(request.query_params)
-    found = await wire.blocking(ctx.catalog.list_namespaces, parent, after, wire.fetch_limit(size))
-    page, token = wire.paginate(found, size, wire.namespace_key)
-    shown = await guard.visible(request, [policy.namespace(ns) for ns in page])
-    return wire.json_response(
-        {"namespaces": [list(ns) for ns, ok in zip(page, shown, strict=True) if ok], "next-page-token": token}
+    page, token = await paging.visible_page(
+        request,
+        ctx.pages,
+        "namespaces\0" + paging.namespace_key(parent),
+        lambda after, limit: ctx.catalog.list_namespaces(parent, after, limit),
+        policy.namespace,
+        paging.namespace_key,
     )
+    return wire.json_response({"namespaces": [list(ns) for ns in page], "next-page-token": token})
 
 
 @post("/v1/namespaces", opt=wire.IDEMPOTENT)

@@ -4,15 +4,17 @@ OAuth errors use RFC 6749's shape (``{"error": "invalid_client", ...}``), not th
 a request without a valid token gets the Iceberg body with ``NotAuthorizedException`` (401) and an
 RFC 6750 ``WWW-Authenticate`` challenge.
 
-Failed token requests are limited (``identity.FailureLimiter``): a locked-out client id or address is
-answered ``429`` with ``Retry-After`` and ``{"error": "slow_down"}`` (the OAuth error registered for
-"ask less often", RFC 8628 3.5) - even with the right secret, which is not checked while locked. 429
-rather than 401 ``invalid_client``: the credentials may be right, and clients and operators should see
-a rate limit, not a wrong secret.
+Failed token requests slow their source down (``lockout.FailureLimiter``): past a few failures of a
+client id from one address (or many from one address), each attempt from there waits a short,
+bounded delay before its secret is checked, and a wrong secret is answered ``429`` with
+``Retry-After`` and ``{"error": "slow_down"}`` (the OAuth error registered for "ask less often",
+RFC 8628 3.5). The right secret always gets its token: nobody is locked out, neither the client
+whose secret is being guessed nor everyone behind a shared proxy.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 import logging
@@ -51,21 +53,23 @@ async def get_token(request: Request, body: RawBody, ctx: Ctx) -> Response:
     if not tokens.clients:
         return _oauth_error(400, "invalid_client", "no OAuth clients are configured on this catalog")
     limiter: FailureLimiter = ctx.limiter
-    source = request.client.host if request.client else "unknown"
+    peer = request.client.host if request.client else "unknown"
+    source = limiter.source(peer, request.headers.get("x-forwarded-for"))
     shown = repr(client_id[:100])
-    if wait := limiter.locked_for(client_id, source):
-        audit.warning("token request refused, locked out for %d s more: client_id=%s source=%s", wait, shown, source)
-        return _oauth_error(
-            429, "slow_down", "too many failed attempts: try again later", {"Retry-After": str(math.ceil(wait))}
-        )
+    counted = client_id if client_id in tokens.clients else None  # guesses at unknown ids: on the address
+    if wait := limiter.delay(counted, source):
+        await asyncio.sleep(wait)
     if not tokens.authenticate(client_id, client_secret):
-        lock = limiter.failed(client_id if client_id in tokens.clients else None, source)
+        slowed = limiter.failed(counted, source)
         audit.warning("token request refused, wrong secret or unknown client: client_id=%s source=%s", shown, source)
-        if lock:
-            locked = "token requests locked for %d s after repeated failures: client_id=%s source=%s"
-            audit.warning(locked, lock, shown, source)
+        if slowed:
+            slow = "token requests slowed by %.2f s after repeated failures: client_id=%s source=%s"
+            audit.warning(slow, slowed, shown, source)
+            return _oauth_error(
+                429, "slow_down", "too many failed attempts: ask less often", {"Retry-After": str(math.ceil(slowed))}
+            )
         return _oauth_error(401, "invalid_client", "unknown client or wrong secret")
-    limiter.succeeded(client_id, source)
+    limiter.succeeded(counted, source)
     return wire.json_response(tokens.issue(client_id))
 
 

@@ -1,4 +1,4 @@
-"""What crosses the wire: JSON bodies in and out, the path codec, pagination, the error body.
+"""What crosses the wire: JSON bodies in and out, the path codec, the error body (pagination: ``paging``).
 
 Paths are routed on the RAW request path (see ``app.RawPathRouting``), so path parameters arrive
 still percent-encoded and are decoded here: namespace levels are split on ``%1F`` (the advertised
@@ -7,7 +7,6 @@ separator) before decoding, so a level may itself contain ``.``, ``/`` or ``%``.
 
 from __future__ import annotations
 
-import base64
 import functools
 import re
 from collections.abc import Callable
@@ -27,8 +26,6 @@ IDEMPOTENT = {"idempotent": True}
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 _LEVEL_SPLIT = re.compile(r"%1[fF]|\x1f")
-# pageSize is an upper bound the server may lower; this one keeps the SQL LIMIT within 64 bits.
-MAX_PAGE_SIZE = 2**31 - 1
 
 
 async def blocking(fn: Callable[..., T], *args: Any) -> T:
@@ -117,45 +114,3 @@ def identifier(ident: Any) -> tuple[tuple[str, ...], str]:
 def is_true(value: str | None) -> bool:
     """Query booleans arrive as true/false (Java) or True/False (pyiceberg)."""
     return (value or "").strip().lower() == "true"
-
-
-# -- pagination -----------------------------------------------------------------------------------
-
-
-def page_params(query: Any) -> tuple[str | None, int | None]:
-    """(resume-after key, limit). Pagination happens only when pageSize is given; an empty
-    pageToken (Java always sends one) starts at the beginning."""
-    size_raw, token = query.get("pageSize"), query.get("pageToken")
-    size = None
-    if size_raw not in (None, ""):
-        try:
-            size = int(size_raw)
-        except ValueError as e:
-            raise errors.BadRequest(f"Invalid pageSize: {size_raw!r}") from e
-        if size < 1:
-            raise errors.BadRequest(f"Invalid pageSize: {size}, must be at least 1")
-        size = min(size, MAX_PAGE_SIZE)
-    after = None
-    if token:
-        try:
-            after = base64.urlsafe_b64decode(token.encode()).decode()
-        except Exception as e:  # noqa: BLE001 - any undecodable token is the client's mistake
-            raise errors.BadRequest(f"Invalid pageToken: {names.shown(token)}") from e
-        names.check_key_fits(after, "pageToken")
-    return after, size
-
-
-def fetch_limit(size: int | None) -> int | None:
-    """Ask the store for one extra row to learn whether another page exists."""
-    return None if size is None else size + 1
-
-
-def paginate(keys: list[Any], size: int | None, key_of: Any) -> tuple[list[Any], str | None]:
-    if size is None or len(keys) <= size:
-        return keys, None
-    page = keys[:size]
-    return page, base64.urlsafe_b64encode(key_of(page[-1]).encode()).decode()
-
-
-def namespace_key(ns: tuple[str, ...]) -> str:
-    return names.SEP.join(ns)

@@ -16,7 +16,8 @@ from pathlib import Path
 import yaml
 
 from catalog import errors
-from catalog.auth.policy import Grant, Policy, parse_grants
+from catalog.auth.policy import Grant, Policy, as_client, parse_grants, refuse_ambiguous
+from catalog.auth.tokens import parse_clients
 from catalog.settings import Settings
 from catalog.store.entries import Store
 
@@ -30,6 +31,7 @@ class Access:
         # unless the operator chose authorization "none" (any valid token may do anything).
         self.enforced = settings.auth_required and settings.authorization == "grants"
         self.ttl = settings.authz_cache_seconds
+        self.clients = frozenset(parse_clients(settings.oauth_clients))  # the built-in clients' ids
         self._policy = Policy(())
         self._expires = 0.0  # monotonic time after which the snapshot is reloaded
         self._lock = threading.Lock()
@@ -51,6 +53,7 @@ class Access:
         self._expires = 0.0
 
     def grant(self, grants: list[Grant]) -> list[Grant]:
+        refuse_ambiguous(grants, self.clients)
         stored = self.store.add_grants(grants)
         self.changed()
         return stored
@@ -62,10 +65,34 @@ class Access:
 
     def bootstrap(self, path: str) -> None:
         """Keep the bootstrap grants in step with the file (see ``Store.sync_bootstrap``)."""
-        grants = read_bootstrap(path)
+        grants = []
+        for g in read_bootstrap(path):
+            grants.append(as_client(g, self.clients))
+            if grants[-1] is not g:
+                log.warning(
+                    "authorization bootstrap %s: %s is the built-in client %s (write that instead: %s now names "
+                    "an identity provider's user)",
+                    path,
+                    g.principal,
+                    grants[-1].principal,
+                    g.principal,
+                )
         added, removed = self.store.sync_bootstrap(grants)
         self.changed()
         log.info("authorization bootstrap %s: %d grants (%d added, %d removed)", path, len(grants), added, removed)
+
+    def settle_legacy(self) -> None:
+        """Grants from before principal kinds (migration 0005) that name a configured built-in client
+        become ``client:<id>``; the others stay ``user:<name>`` (see ``GrantRows.settle_legacy``)."""
+        for g in self.store.settle_legacy(self.clients):
+            log.warning(
+                "grant %s of %s on %s (made before principal kinds) now names the built-in client: client:%s",
+                g.privilege,
+                g.principal,
+                g.target,
+                g.principal.partition(":")[2],
+            )
+        self.changed()
 
 
 def read_bootstrap(path: str) -> list[Grant]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jwt
 
+from catalog.auth.lockout import parse_trusted_proxies
 from catalog.auth.oidc import OidcVerifier
 from catalog.auth.principals import IdentityProviderUnavailable, InvalidToken, Principal
 from catalog.auth.tokens import BUILTIN_ISSUER, BuiltinTokens, parse_clients
@@ -30,6 +31,7 @@ def check_settings(settings: Settings) -> list[str]:
         value = getattr(settings, name)
         if value and not value.startswith(("https://", "http://")):
             raise ConfigurationError(f"CATALOG_{name.upper()} must be an http(s) URL, got {value!r}")
+    parse_trusted_proxies(settings.trusted_proxies)
     secret = settings.token_secret
     if secret is not None and len(secret.encode()) < 32:
         raise ConfigurationError(
@@ -44,6 +46,12 @@ def check_settings(settings: Settings) -> list[str]:
             )
         warning = "CATALOG_TOKEN_SECRET is not set: built-in tokens are signed with a random key and do not "
         return [warning + "survive a restart (clients fetch a new one)"]
+    if secret is None and not settings.is_sqlite:
+        return [
+            "CATALOG_TOKEN_SECRET is not set: each server seals the list routes' page tokens with its own "
+            "random key, so with several replicas a paged list (pageSize) that moves to another one is refused "
+            "(400); set CATALOG_TOKEN_SECRET to the same random value (>= 32 bytes) everywhere"
+        ]
     return []
 
 

@@ -1,93 +1,133 @@
-"""The failed-attempt limiter of the token endpoint."""
+"""The token endpoint's brake on guessing: failing sources are slowed down, never locked out.
+
+Failed token requests are counted per (client id, source address) pair, and per source address
+(guesses spread over many ids, or ids that do not exist). Past a number of free failures within a
+window, every further attempt from that pair (or address) waits before its secret is checked: a
+delay that doubles with each failure up to ``MAX_DELAY_S``. A wrong secret is then answered 429
+``slow_down``; the right secret always gets its token (at most ``MAX_DELAY_S`` late) and clears its
+pair's count. So a guesser is slowed where it guesses, and nobody - not the client whose id is being
+guessed, not the others behind the same proxy - is locked out.
+
+The source address is the TCP peer, or, when the peer is one of ``CATALOG_TRUSTED_PROXIES``, the
+address the proxies recorded in ``X-Forwarded-For`` (the right-most one not itself a trusted proxy).
+``X-Forwarded-For`` from anyone else is ignored: a client cannot pick the address it is counted as.
+
+Memory is bounded (at most ``max_entries`` pairs and addresses each, the least recently seen
+forgotten first). In-process: each worker counts on its own.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from catalog.settings import ConfigurationError
+
+MAX_DELAY_S = 2.0  # the most any attempt waits, the right secret included
+BASE_DELAY_S = 0.25
+WINDOW_S = 300.0  # failures older than this are forgotten
+MAX_FORWARDED_CHARS = 2048
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @dataclass
 class _Record:
     failures: int = 0
     first_failure: float = 0.0
-    locked_until: float = 0.0
-    strikes: int = 0  # lockouts so far: each one is twice as long as the previous
-    last_seen: float = 0.0
-
-
-@dataclass(frozen=True)
-class LimitPolicy:
-    max_failures: int
-    window_s: float
-    base_lock_s: float
-    max_lock_s: float
 
 
 class FailureLimiter:
-    """Locks out a client id, or a source address, after too many failed token requests.
+    # Failures within the window before attempts are slowed (the one that reaches it is answered 429):
+    PAIR_FREE = 5  # of one client id from one address
+    ADDRESS_FREE = 20  # from one address, whatever the ids
 
-    A client id is locked after ``CLIENT.max_failures`` failures within its window (a guess at one
-    client's secret), an address after ``ADDRESS.max_failures`` (guesses spread over many ids, looser
-    since several users may share a proxy's address). Each lockout of the same key lasts twice as
-    long as the previous (up to ``max_lock_s``); a success resets both. While locked, attempts are
-    refused without checking the secret, and not counted. Memory is bounded: only configured client
-    ids are tracked (guesses at unknown ids count against the address), and at most ``max_addresses``
-    addresses, the least recently seen forgotten first. In-process: each worker counts on its own.
-    """
-
-    CLIENT = LimitPolicy(max_failures=5, window_s=300, base_lock_s=10, max_lock_s=900)
-    ADDRESS = LimitPolicy(max_failures=20, window_s=300, base_lock_s=10, max_lock_s=300)
-
-    def __init__(self, max_addresses: int = 10_000, clock: Any = time.monotonic) -> None:
-        self.clients: dict[str, _Record] = {}
+    def __init__(
+        self, trusted_proxies: list[Network] | None = None, max_entries: int = 10_000, clock: Any = time.monotonic
+    ) -> None:
+        self.pairs: OrderedDict[tuple[str, str], _Record] = OrderedDict()
         self.addresses: OrderedDict[str, _Record] = OrderedDict()
-        self.max_addresses = max_addresses
+        self.trusted = list(trusted_proxies or ())
+        self.max_entries = max_entries
         self.clock = clock
 
-    def locked_for(self, client_id: str | None, address: str) -> float:
-        """Seconds until the attempt may be made (0: go ahead)."""
+    def delay(self, client_id: str | None, address: str) -> float:
+        """Seconds this attempt waits before its secret is checked (0: none). ``client_id`` is None
+        for an id that is not a configured client: such guesses count on the address alone."""
         now = self.clock()
-        waits = [r.locked_until - now for r in (self._client(client_id), self.addresses.get(address)) if r]
-        return max([0.0, *waits])
+        pair = _delay(self.pairs.get((client_id, address)), self.PAIR_FREE, now) if client_id is not None else 0.0
+        return max(pair, _delay(self.addresses.get(address), self.ADDRESS_FREE, now))
 
     def failed(self, client_id: str | None, address: str) -> float:
-        """Record a failure; the lockout it starts, in seconds (0: none)."""
+        """Record a failure; the delay the next attempt from there will wait (0: none)."""
         now = self.clock()
-        locks = []
-        if (record := self._client(client_id)) is not None:
-            locks.append(self._fail(record, self.CLIENT, now))
-        record = self.addresses.pop(address, None) or _Record()
-        self.addresses[address] = record  # most recently seen last
-        while len(self.addresses) > self.max_addresses:
-            self.addresses.popitem(last=False)
-        locks.append(self._fail(record, self.ADDRESS, now))
-        return max(locks)
+        if client_id is not None:
+            _count(_touch(self.pairs, (client_id, address), self.max_entries), now)
+        _count(_touch(self.addresses, address, self.max_entries), now)
+        return self.delay(client_id, address)
 
-    def succeeded(self, client_id: str, address: str) -> None:
-        if client_id in self.clients:
-            self.clients[client_id] = _Record()
-        self.addresses.pop(address, None)
+    def succeeded(self, client_id: str | None, address: str) -> None:
+        """The right secret: its pair starts afresh (the address keeps counting others' failures)."""
+        self.pairs.pop((client_id, address), None)
 
-    def track(self, client_ids: list[str]) -> None:
-        self.clients = {c: _Record() for c in client_ids}
+    def source(self, peer: str, forwarded_for: str | None) -> str:
+        """The address an attempt is counted against (see the module docstring)."""
+        if not forwarded_for or not self._trusted(peer):
+            return peer
+        source = peer
+        for hop in reversed(forwarded_for[:MAX_FORWARDED_CHARS].split(",")):
+            try:
+                address = str(ipaddress.ip_address(hop.strip()))
+            except ValueError:
+                return source  # not an address: what follows it cannot be trusted
+            source = address
+            if not self._trusted(address):
+                return address
+        return source
 
-    def _client(self, client_id: str | None) -> _Record | None:
-        return self.clients.get(client_id) if client_id else None
+    def _trusted(self, address: str) -> bool:
+        if not self.trusted:
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in net for net in self.trusted)
 
-    @staticmethod
-    def _fail(record: _Record, policy: LimitPolicy, now: float) -> float:
-        if now - record.last_seen > 4 * policy.max_lock_s:
-            record.strikes = 0  # quiet for long: forgiven
-        record.last_seen = now
-        if record.failures == 0 or now - record.first_failure > policy.window_s:
-            record.failures, record.first_failure = 0, now
-        record.failures += 1
-        if record.failures < policy.max_failures:
-            return 0.0
-        lock = min(policy.base_lock_s * 2**record.strikes, policy.max_lock_s)
-        record.strikes += 1
-        record.failures = 0
-        record.locked_until = now + lock
-        return lock
+
+def parse_trusted_proxies(value: str | None) -> list[Network]:
+    """``CATALOG_TRUSTED_PROXIES``: comma-separated IP addresses or CIDR networks."""
+    found = []
+    for item in (value or "").split(","):
+        if item.strip():
+            try:
+                found.append(ipaddress.ip_network(item.strip(), strict=False))
+            except ValueError:
+                raise ConfigurationError(
+                    f"CATALOG_TRUSTED_PROXIES: {item.strip()[:60]!r} is not an IP address or CIDR network "
+                    "(e.g. 10.0.0.5,10.1.0.0/16)"
+                ) from None
+    return found
+
+
+def _touch(records: OrderedDict, key: Any, limit: int) -> _Record:
+    record = records.pop(key, None) or _Record()
+    records[key] = record  # most recently seen last
+    while len(records) > limit:
+        records.popitem(last=False)
+    return record
+
+
+def _count(record: _Record, now: float) -> None:
+    if record.failures == 0 or now - record.first_failure > WINDOW_S:
+        record.failures, record.first_failure = 0, now
+    record.failures += 1
+
+
+def _delay(record: _Record | None, free: int, now: float) -> float:
+    if record is None or record.failures < free or now - record.first_failure > WINDOW_S:
+        return 0.0
+    return min(BASE_DELAY_S * 2 ** min(record.failures - free, 16), MAX_DELAY_S)

@@ -10,7 +10,8 @@ A grant gives one privilege on one object to one principal:
   (all of them);
 - objects: the ``catalog``, a namespace, a table or a view. A grant on the catalog or a namespace is
   inherited by everything below it (child namespaces and their tables and views);
-- principals: ``user:<name>`` (the token's principal) or ``role:<name>`` (one of its groups/roles).
+- principals: ``user:<name>`` (an identity provider's token: its principal claim), ``client:<id>``
+  (a built-in client of the token endpoint) or ``role:<name>`` (one of the token's groups/roles).
 
 Grants name objects, not their incarnations: a table dropped and created again under the same name
 has the same grants, as a declarative policy file expects.
@@ -26,7 +27,7 @@ directly (tests/test_authz.py).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,9 +124,10 @@ class Grant:
         }
 
 
-def principal_keys(name: str, groups: Iterable[str]) -> list[str]:
-    """The grant principals a token stands for: itself and each of its groups/roles."""
-    return [f"user:{name}", *(f"role:{g}" for g in groups)]
+def principal_keys(name: str, groups: Iterable[str], kind: str = "user") -> list[str]:
+    """The grant principals a token stands for: itself (``user:<name>`` for an identity provider's
+    user, ``client:<id>`` for a built-in client) and each of its groups/roles."""
+    return [f"{kind}:{name}", *(f"role:{g}" for g in groups)]
 
 
 class Policy:
@@ -193,6 +195,7 @@ def commit_privileges(updates: Iterable[Mapping[str, Any]]) -> set[Privilege]:
 # -- parsing (management API, CLI, bootstrap file) --------------------------------------------------
 
 MAX_PRINCIPAL_CHARS = 256
+PRINCIPAL_KINDS = ("user", "client", "role")
 
 
 def parse_privilege(value: Any) -> Privilege:
@@ -205,11 +208,37 @@ def parse_privilege(value: Any) -> Privilege:
 
 
 def parse_principal(value: Any) -> str:
-    if not isinstance(value, str) or not value.startswith(("user:", "role:")) or len(value) < 6:
-        raise errors.BadRequest("A grant's principal is 'user:<name>' or 'role:<name>'")
+    kind, sep, name = value.partition(":") if isinstance(value, str) else ("", "", "")
+    if not sep or kind not in PRINCIPAL_KINDS or not name:
+        raise errors.BadRequest(
+            "A grant's principal is 'user:<name>' (an identity provider's user), 'client:<id>' (a built-in "
+            "client) or 'role:<name>'"
+        )
     if len(value) > MAX_PRINCIPAL_CHARS or any(ord(c) < 32 for c in value):
         raise errors.BadRequest(f"A principal is at most {MAX_PRINCIPAL_CHARS} printable characters")
     return value
+
+
+def as_client(grant: Grant, client_ids: Collection[str]) -> Grant:
+    """A grant to ``user:<id>`` where ``<id>`` is a built-in client, as a grant to ``client:<id>``
+    (how grants named built-in clients before principal kinds); any other grant as it is."""
+    kind, _, name = grant.principal.partition(":")
+    if kind != "user" or name not in client_ids:
+        return grant
+    return Grant("client:" + name, grant.privilege, grant.target, grant.id, grant.source)
+
+
+def refuse_ambiguous(grants: Iterable[Grant], client_ids: Collection[str]) -> None:
+    """400 for a new grant to ``user:<id>`` where ``<id>`` is a built-in client: before principal
+    kinds that meant the client, now it would mean an identity provider's user of that name."""
+    for g in grants:
+        if as_client(g, client_ids) is not g:
+            name = g.principal.partition(":")[2]
+            raise errors.BadRequest(
+                f"{g.principal!r} names an identity provider's user, but {name!r} is a built-in client: grant "
+                f"'client:{name}' to the built-in client (an identity provider's user of the same name cannot be "
+                "granted while the built-in client exists)"
+            )
 
 
 def parse_target(value: Any) -> Target:

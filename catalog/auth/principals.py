@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+USER, CLIENT = "user", "client"
+
 
 @dataclass(frozen=True)
 class Principal:
+    """``kind`` keeps identities from different sources apart: ``user`` for an identity provider's
+    token (and the pseudo-principals below), ``client`` for a built-in client of the token endpoint.
+    Grants name both (``user:<name>``, ``client:<id>``), so an OIDC ``sub`` equal to a built-in
+    client's id is not that client."""
+
     name: str
     groups: frozenset[str] = frozenset()
     unrestricted: bool = False
+    kind: str = USER
 
 
 ANONYMOUS = Principal("anonymous", unrestricted=True)  # auth off: everyone may do everything

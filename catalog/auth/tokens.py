@@ -14,7 +14,7 @@ from typing import Any
 
 import jwt
 
-from catalog.auth.principals import InvalidToken, Principal
+from catalog.auth.principals import CLIENT, InvalidToken, Principal
 from catalog.settings import ConfigurationError
 
 BUILTIN_ISSUER = "urn:iceberg-catalog:builtin"
@@ -70,7 +70,7 @@ class BuiltinTokens:
             raise InvalidToken("the token's client no longer exists")
         if not hmac.compare_digest(binding, self._binding(client_id, secret)):
             raise InvalidToken("the token's client secret has changed since it was issued")
-        return Principal(client_id)
+        return Principal(client_id, kind=CLIENT)
 
     def _binding(self, client_id: str, secret: str) -> str:
         """Ties a token to the client's current secret. Keyed: the token (readable by its holder)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,14 +20,14 @@ from litestar.middleware import DefineMiddleware
 
 from catalog import logs, metrics
 from catalog.api import config as config_api
-from catalog.api import entries, idempotency, maintenance, management, namespaces, oauth, operations, unserved
+from catalog.api import entries, idempotency, maintenance, management, namespaces, oauth, operations, paging, unserved
 from catalog.api import signing as signing_api
 from catalog.api.context import AppState
 from catalog.api.exceptions import error_response
 from catalog.api.routing import RawPathRouting
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
-from catalog.auth.lockout import FailureLimiter
+from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
 from catalog.maintenance.worker import Scheduler, Workers
 from catalog.server import startup
 from catalog.server.memory import large_buffers_from_the_heap
@@ -70,14 +71,15 @@ def create_app(settings: Settings | None = None) -> Litestar:
     for warning in startup.check_settings(settings):  # ConfigurationError: refused before anything starts
         log.warning("%s", warning)
     authenticator = Authenticator.from_settings(settings)
-    limiter = FailureLimiter()
-    limiter.track(list(authenticator.builtin.clients))
+    limiter = FailureLimiter(parse_trusted_proxies(settings.trusted_proxies))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         # `serve` migrated before starting the workers; this covers other ways of running the app.
         catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
         access = Access(settings, catalog.store)
+        if settings.auth_required:  # grants from before principal kinds, settled against the built-in clients
+            _settle_legacy_grants(access)
         if settings.authz_bootstrap:
             access.bootstrap(settings.authz_bootstrap)
         # Rows from before migration 0003 get their locations in the background (a no-op after).
@@ -91,6 +93,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             access=access,
             authenticator=authenticator,
             limiter=limiter,
+            pages=paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV)),
             signer=signing.Signer(settings) if signs else None,
             vendor=vending.Vendor(settings) if settings.s3_vend_credentials else None,
             client_io=client_io,
@@ -187,6 +190,13 @@ def _backfill(catalog: Catalog) -> None:
             log.info("recorded the locations of %d tables and views created before this version", filled)
     except Exception as e:  # noqa: BLE001 - retried at the next start; ownership checks skip NULL rows
         log.warning("could not record the locations of older tables and views: %s", e)
+
+
+def _settle_legacy_grants(access: Access) -> None:
+    try:
+        access.settle_legacy()
+    except Exception as e:  # noqa: BLE001 - e.g. the schema not migrated yet: they stay marked, settled at a later start
+        log.warning("could not settle the grants made before principal kinds (retried at the next start): %s", e)
 
 
 def _ctx(state: State) -> AppState:

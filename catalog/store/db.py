@@ -12,7 +12,8 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
   commit's own transaction; ``metadata_location`` then stands for the response body's metadata.
 - ``grants``: one privilege on one object for one principal (see ``auth/policy.py``); the object is
   its kind and its path joined like namespace names ('' for the catalog); ``source`` is ``api``
-  (management API, CLI) or ``bootstrap`` (the ``CATALOG_AUTHZ_BOOTSTRAP`` file, kept in step with it).
+  (management API, CLI) or ``bootstrap`` (the ``CATALOG_AUTHZ_BOOTSTRAP`` file, kept in step with it);
+  ``legacy`` marks the ``user:`` grants from before principal kinds, until start-up settles them.
 - ``maintenance_tasks``: the durable queue of the catalog's own table care (``store/tasks.py``);
   ``maintenance_runs``: each (entry, kind)'s last finished run, which scheduling reads;
   ``leases``: named leases (the one scheduler per deployment holds ``scheduler``).
@@ -110,6 +111,9 @@ grants = sa.Table(
     sa.Column("object_name", sa.String(2048), nullable=False),
     sa.Column("source", sa.String(16), nullable=False),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
+    # True for a ``user:`` grant made before migration 0005 (when built-in clients were ``user:`` too)
+    # until the server settles it at start-up (``GrantRows.settle_legacy``).
+    sa.Column("legacy", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.UniqueConstraint("principal", "privilege", "object_kind", "object_name", name="uq_grants"),
 )
 

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import exc
@@ -55,6 +55,39 @@ class GrantRows(Database):
                 if attempt == 2:
                     raise errors.CommitFailed("Grants changed concurrently; try again") from None
         raise AssertionError("unreachable")
+
+    def settle_legacy(self, client_ids: Collection[str]) -> list[Grant]:
+        """The ``user:`` grants from before principal kinds (migration 0005): those naming one of
+        ``client_ids`` (the configured built-in clients) become ``client:<id>`` (merged into one
+        already held), the others stay; none is legacy afterwards. Returns the rewritten grants as
+        they were. Replicas starting together each run this: it converges."""
+        for attempt in range(3):
+            try:
+                return self._settle_legacy(frozenset(client_ids))
+            except exc.IntegrityError:
+                if attempt == 2:
+                    raise errors.CommitFailed("Grants changed concurrently; try again") from None
+        raise AssertionError("unreachable")
+
+    def _settle_legacy(self, client_ids: frozenset[str]) -> list[Grant]:
+        with self._write() as conn:
+            rows = conn.execute(sa.select(*_COLUMNS).where(grant_rows.c.legacy == sa.true())).all()
+            moved = []
+            for row in rows:
+                principal, name = row.principal, row.principal.removeprefix("user:")
+                if not principal.startswith("user:") or name not in client_ids:
+                    continue
+                key = ("client:" + name, *tuple(row)[2:5])
+                same = [column == value for column, value in zip(_GRANT_KEY, key, strict=True)]
+                held = conn.execute(sa.select(grant_rows.c.id).where(*same)).first()
+                if held is None:
+                    conn.execute(grant_rows.update().where(grant_rows.c.id == row.id).values(principal=key[0]))
+                else:
+                    conn.execute(grant_rows.delete().where(grant_rows.c.id == row.id))
+                moved.append(_grant(row))
+            if rows:
+                conn.execute(grant_rows.update().where(grant_rows.c.legacy == sa.true()).values(legacy=False))
+        return moved
 
     def _sync_bootstrap(self, grants: Sequence[Grant], wanted: set[tuple[str, str, str, str]]) -> tuple[int, int]:
         with self._write() as conn:

@@ -308,8 +308,8 @@ is renamed back to `on`, and the output quotes it.
 {{- $_ := set $g "on" (get $g "true") }}
 {{- $_ := unset $g "true" }}
 {{- end }}
-{{- if not (regexMatch "^(user|role):.+" (toString (get $g "principal"))) }}
-{{- fail (printf "authorization.bootstrap grants[%d].principal must be user:<name> or role:<group>, got %v" $i (get $g "principal")) }}
+{{- if not (regexMatch "^(user|client|role):.+" (toString (get $g "principal"))) }}
+{{- fail (printf "authorization.bootstrap grants[%d].principal must be user:<name>, client:<id> or role:<group>, got %v" $i (get $g "principal")) }}
 {{- end }}
 {{- $privs := get $g "privileges" }}
 {{- if or (not (kindIs "slice" $privs)) (empty $privs) }}
@@ -366,6 +366,10 @@ is renamed back to `on`, and the output quotes it.
 {{- end }}
 {{- with $auth.tokenTtlSeconds }}
 - name: CATALOG_TOKEN_TTL_SECONDS
+  value: {{ . | quote }}
+{{- end }}
+{{- with $auth.trustedProxies }}
+- name: CATALOG_TRUSTED_PROXIES
   value: {{ . | quote }}
 {{- end }}
 {{- if include "iceberg-catalog.auth.metricsToken" . }}

@@ -1,8 +1,8 @@
 """Table care: the durable task queue of the catalog's own maintenance, each (entry, kind)'s last
 run, and the leases that make one scheduler per deployment (catalog/store/tasks.py).
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-27
 """
 
@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
