@@ -15,7 +15,7 @@ from catalog.metadata import tables, views
 
 NOW = 1_700_000_000_000
 LOC = "s3://bucket/db/t"
-SCHEMA = {
+EVENTS_JSON_SCHEMA = {
     "type": "struct",
     "schema-id": 0,
     "fields": [
@@ -30,7 +30,7 @@ SPEC = {"spec-id": 0, "fields": [{"name": "ts_day", "transform": "day", "source-
 def table(version: int = 2, **kwargs) -> dict:
     return tables.new_table(
         location=LOC,
-        schema=kwargs.pop("schema", SCHEMA),
+        schema=kwargs.pop("schema", EVENTS_JSON_SCHEMA),
         spec=kwargs.pop("spec", SPEC),
         order=kwargs.pop("order", None),
         properties={"format-version": str(version), **kwargs.pop("properties", {})},
@@ -130,8 +130,8 @@ def test_new_table_refuses_what_java_refuses():
         table(
             2,
             schema={
-                **SCHEMA,
-                "fields": [*SCHEMA["fields"], {"id": 4, "name": "v", "type": "variant", "required": False}],
+                **EVENTS_JSON_SCHEMA,
+                "fields": [*EVENTS_JSON_SCHEMA["fields"], {"id": 4, "name": "v", "type": "variant", "required": False}],
             },
         )
     with pytest.raises(errors.ValidationFailed, match="Unsupported format version: v4"):
@@ -215,7 +215,7 @@ def staged_updates(version: int) -> list[dict]:
     return [
         {"action": "assign-uuid", "uuid": "2b3f58a9-2f3c-4f7a-9d1e-1c1d1e1f1a1b"},
         {"action": "upgrade-format-version", "format-version": version},
-        {"action": "add-schema", "schema": SCHEMA, "last-column-id": 3},
+        {"action": "add-schema", "schema": EVENTS_JSON_SCHEMA, "last-column-id": 3},
         {"action": "set-current-schema", "schema-id": -1},
         {"action": "add-spec", "spec": {"spec-id": 0, "fields": []}},
         {"action": "set-default-spec", "spec-id": -1},
@@ -266,7 +266,11 @@ def test_encryption_keys_are_added_removed_and_kept_across_commits():
 
 
 def add_column(base: dict, column: dict) -> dict:
-    schema = {"type": "struct", "schema-id": 1, "fields": [*SCHEMA["fields"], {"id": 4, "required": False, **column}]}
+    schema = {
+        "type": "struct",
+        "schema-id": 1,
+        "fields": [*EVENTS_JSON_SCHEMA["fields"], {"id": 4, "required": False, **column}],
+    }
     return commit(base, [{"action": "add-schema", "schema": schema}, {"action": "set-current-schema", "schema-id": -1}])
 
 
@@ -320,7 +324,7 @@ def test_default_values():
 
 
 def test_identifier_fields_follow_java_rules():
-    schema = {**SCHEMA, "schema-id": 1, "identifier-field-ids": [3]}
+    schema = {**EVENTS_JSON_SCHEMA, "schema-id": 1, "identifier-field-ids": [3]}
     with pytest.raises(errors.ValidationFailed, match="not a required field"):
         commit(table(2), [{"action": "add-schema", "schema": schema}])
     ok = commit(table(2), [{"action": "add-schema", "schema": {**schema, "identifier-field-ids": [1, 1]}}])
@@ -365,8 +369,8 @@ def test_specs_and_orders_bind_to_the_current_schema_and_are_reused():
             ],
         )
     with pytest.raises(errors.ValidationFailed, match="Cannot find source column for partition field"):
-        commit(m, [{"action": "add-schema", "schema": {**SCHEMA, "fields": SCHEMA["fields"][::2]}},
-                   {"action": "set-current-schema", "schema-id": -1}])  # fmt: skip
+        narrower = {**EVENTS_JSON_SCHEMA, "fields": EVENTS_JSON_SCHEMA["fields"][::2]}
+        commit(m, [{"action": "add-schema", "schema": narrower}, {"action": "set-current-schema", "schema-id": -1}])
     order = {
         "order-id": 5,
         "fields": [{"transform": "identity", "source-id": 3, "direction": "ASC", "null-order": "NULLS-FIRST"}],

@@ -11,13 +11,17 @@ from catalog.api import paging, wire
 from catalog.metadata import tables
 from catalog.storage.metadata_files import next_location, version_of
 
-SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+NEW_TABLE_JSON_SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
+}
 
 
 def fresh(**properties):
     return tables.new_table(
         location="file:///wh/ns/t",
-        schema=SCHEMA,
+        schema=NEW_TABLE_JSON_SCHEMA,
         spec=None,
         order=None,
         properties={"format-version": "2", "owner": "x", "uuid": "bad", **properties},
