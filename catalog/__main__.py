@@ -197,6 +197,7 @@ def _serve(settings: Settings) -> int:
     # The protocol reads its limits from the environment in each worker process: pass the lowered cap.
     os.environ["CATALOG_MAX_CONNECTIONS"] = str(max_connections)
     sock = startup.listen(settings)
+    startup.prepare_warehouse(settings)
     startup.prepare_database(settings)
     config = uvicorn.Config(
         "catalog.server.app:app_from_env",

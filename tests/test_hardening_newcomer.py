@@ -1,0 +1,107 @@
+"""A newcomer's first hour (issue 28): what goes wrong in the first minutes with the catalog is said in
+one line naming the setting to change, not a traceback; typos in settings are caught; the API is
+browsable; the README's snippets run as pasted.
+
+Each test runs the real CLI or a real server process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, free_port
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The real CLI as a subprocess, without the caller's CATALOG_* settings."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", *args],
+        env={**clean, **(env or {})},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def refused(out: subprocess.CompletedProcess) -> str:
+    """Exit status 2 and exactly one line on stderr, no traceback, nothing said of listening: that line."""
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr and "listening" not in out.stderr, out.stderr[-2000:]
+    assert len(lines) == 1, out.stderr[-2000:]
+    return lines[0]
+
+
+# -- 6. a warehouse the server cannot use ------------------------------------------------------------
+
+
+def _blocked_warehouses(tmp_path: Path) -> dict[str, str]:
+    regular = tmp_path / "a-file"
+    regular.write_text("not a directory")
+    return {"under a regular file": str(regular / "warehouse"), "a regular file": str(regular), "in /proc": "/proc/wh"}
+
+
+@pytest.mark.parametrize("case", ["under a regular file", "a regular file", "in /proc"])
+def test_an_unusable_warehouse_is_one_line_before_listening(case, tmp_path):
+    warehouse = _blocked_warehouses(tmp_path)[case]
+    db = tmp_path / "catalog.db"
+    out = cli(
+        "serve",
+        "--port",
+        str(free_port()),
+        "--database-url",
+        f"sqlite:///{db}",
+        "--warehouse",
+        warehouse,
+        cwd=tmp_path,
+        env={"CATALOG_LOG_FORMAT": "json"},
+    )
+    line = refused(out)
+    assert "CATALOG_WAREHOUSE" in line and warehouse in line, line
+    assert not db.exists(), "refused before the database was created"
+    assert (tmp_path / "a-file").read_text() == "not a directory"
+
+
+@pytest.mark.parametrize("case", ["under a regular file", "a regular file", "in /proc"])
+def test_doctor_says_the_same_of_an_unusable_warehouse(case, tmp_path):
+    warehouse = _blocked_warehouses(tmp_path)[case]
+    db = tmp_path / "catalog.db"
+    served = refused(
+        cli(
+            "serve",
+            "--port",
+            str(free_port()),
+            "--database-url",
+            f"sqlite:///{db}",
+            "--warehouse",
+            warehouse,
+            cwd=tmp_path,
+        )
+    )
+    out = cli("doctor", "--json", "--database-url", f"sqlite:///{db}", "--warehouse", warehouse, cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    checks = {c["check"]: c for c in json.loads(out.stdout)}
+    assert checks["warehouse"]["ok"] is False
+    assert checks["warehouse"]["detail"] in served, (checks["warehouse"]["detail"], served)
+    assert not Path(warehouse).is_dir()
+
+
+def test_a_missing_warehouse_is_still_created(tmp_path):
+    """The check creates a missing (usable) warehouse as before and leaves no probe behind."""
+    from tests.conftest import start_server
+
+    srv = start_server(tmp_path, extra_env={"CATALOG_WAREHOUSE": str(tmp_path / "deep" / "er" / "wh")})
+    try:
+        assert (tmp_path / "deep" / "er" / "wh").is_dir()
+        assert not [p for p in (tmp_path / "deep" / "er" / "wh").iterdir() if p.name.startswith(".iceberg-catalog")]
+    finally:
+        srv.stop()
