@@ -105,3 +105,47 @@ def test_a_missing_warehouse_is_still_created(tmp_path):
         assert not [p for p in (tmp_path / "deep" / "er" / "wh").iterdir() if p.name.startswith(".iceberg-catalog")]
     finally:
         srv.stop()
+
+
+# -- 7. a CATALOG_* variable that is no setting ------------------------------------------------------
+
+
+def test_serve_warns_of_a_misspelt_setting_naming_the_real_one(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        CATALOG_LOG_FORMAT="text",
+        CATALOG_PORT=str(free_port()),
+        CATALOG_DATABSE_URL="sqlite:////nowhere/meant.db",
+        CATALOG_URI="http://127.0.0.1:1",  # read by the browse commands: no warning
+        CATALOG_TEST_BACKENDS="sqlite",  # read by the tests: no warning
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "catalog", "serve"], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        seen = []
+        for line in proc.stderr:
+            seen.append(line.rstrip())
+            if "workers:" in line:
+                break
+        for line in proc.stderr:
+            seen.append(line.rstrip())
+            if not line.startswith("warning:"):
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    typo = [line for line in seen if "CATALOG_DATABSE_URL" in line]
+    assert len(typo) == 1 and typo[0].startswith("warning:"), seen
+    assert "did you mean CATALOG_DATABASE_URL?" in typo[0], typo
+    assert not [line for line in seen if "CATALOG_URI" in line or "CATALOG_TEST_BACKENDS" in line], seen
+
+
+def test_doctor_warns_of_a_misspelt_setting(tmp_path):
+    env = {"CATALOG_WAREHOUSE": str(tmp_path), "CATALOG_AUTH_REQUIRD": "true", "CATALOG_TOKEN": "t"}
+    out = cli("doctor", "--json", cwd=tmp_path, env=env)
+    warnings = [c["detail"] for c in json.loads(out.stdout) if c["warning"]]
+    typo = [w for w in warnings if "CATALOG_AUTH_REQUIRD" in w]
+    assert len(typo) == 1 and "did you mean CATALOG_AUTH_REQUIRED?" in typo[0], warnings
+    assert not [w for w in warnings if "CATALOG_TOKEN" in w], warnings

@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 
 from catalog import __version__
 from catalog.auth import identity
-from catalog.settings import Settings
+from catalog.settings import Settings, unknown_variables
 from catalog.storage import vending
 from catalog.store import migrate
 from catalog.store.db import create_engine
@@ -133,8 +133,9 @@ def auth_mode(settings: Settings) -> str:
 
 
 def risky(settings: Settings) -> list[str]:
-    """One warning per setting that works but is likely to surprise (the refused ones are refused)."""
-    warnings = []
+    """One warning per setting that works but is likely to surprise (the refused ones are refused), and
+    per ``CATALOG_*`` variable that is no setting (a typo)."""
+    warnings = unknown_variables(os.environ)
     raw_db = make_url(settings.database_url).database or ""
     if (path := sqlite_path(settings)) is not None and not Path(raw_db).expanduser().is_absolute():
         warnings.append(
