@@ -49,7 +49,12 @@ class Settings(BaseSettings):
         description="Advertised URL prefix (overrides.prefix). Requests are accepted with or without one.",
     )
     log_level: str = Field(default="info", description="debug, info, warning, error or critical.")
-    log_format: str = Field(default="json", pattern="^(json|text)$", description="json: one object per line.")
+    log_format: str = Field(
+        default="auto",
+        pattern="^(auto|json|text)$",
+        description="json: one object per line; text: lines for people; auto: text when stderr is a terminal, "
+        "json otherwise.",
+    )
 
     # Limits: what one client can hold (README "Limits" says what happens when each is hit)
     max_request_bytes: int = Field(

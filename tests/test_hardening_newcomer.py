@@ -149,3 +149,128 @@ def test_doctor_warns_of_a_misspelt_setting(tmp_path):
     typo = [w for w in warnings if "CATALOG_AUTH_REQUIRD" in w]
     assert len(typo) == 1 and "did you mean CATALOG_AUTH_REQUIRED?" in typo[0], warnings
     assert not [w for w in warnings if "CATALOG_TOKEN" in w], warnings
+
+
+# -- 8. what a first request is told -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory):
+    from tests.conftest import start_server
+
+    env = {
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": "etl:s3cret",
+        "CATALOG_TOKEN_SECRET": "x" * 40,
+        "CATALOG_AUTHORIZATION": "none",
+    }
+    srv = start_server(tmp_path_factory.mktemp("auth"), extra_env=env)
+    yield srv
+    srv.stop()
+
+
+def test_no_token_is_called_a_missing_token(auth_server):
+    import requests
+    from pyiceberg.exceptions import UnauthorizedError
+
+    for headers in ({}, {"Authorization": "Bearer None"}, {"Authorization": "Bearer "}):
+        resp = requests.get(f"{auth_server.url}/v1/namespaces", headers=headers, timeout=10)
+        assert resp.status_code == 401, resp.text
+        message = resp.json()["error"]["message"]
+        assert "missing bearer token" in message and "malformed" not in message, (headers, message)
+    # pyiceberg, configured without a token or credential, is told the same
+    with pytest.raises(UnauthorizedError, match="missing bearer token"):
+        auth_server.catalog().list_namespaces()
+    # a token that is there but broken is still called malformed
+    resp = requests.get(f"{auth_server.url}/v1/namespaces", headers={"Authorization": "Bearer abc"}, timeout=10)
+    assert resp.status_code == 401 and "malformed token" in resp.json()["error"]["message"]
+
+
+def test_an_unreachable_s3_names_its_endpoint_and_setting(tmp_path):
+    import requests
+
+    from tests.conftest import start_server
+
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    env = {
+        "CATALOG_WAREHOUSE": "s3://lake/wh",
+        "CATALOG_S3_ENDPOINT": endpoint,
+        "CATALOG_S3_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "CATALOG_S3_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-very-secret",
+        "CATALOG_S3_PATH_STYLE_ACCESS": "true",
+        "CATALOG_STORAGE_TIMEOUT_SECONDS": "1",
+    }
+    srv = start_server(tmp_path, extra_env=env)
+    try:
+        import time
+
+        deadline = time.monotonic() + 30
+        while True:  # the first probes may still be trying when readiness answers ("no answer within")
+            ready = requests.get(f"{srv.url}/health/ready", timeout=10)
+            assert ready.status_code == 503
+            storage = ready.json()["checks"]["storage"]
+            if "no answer within" not in storage or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert endpoint in storage and "CATALOG_S3_ENDPOINT" in storage, storage
+        requests.post(f"{srv.url}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).raise_for_status()
+        schema = {
+            "type": "struct",
+            "schema-id": 0,
+            "fields": [{"id": 1, "name": "a", "type": "long", "required": False}],
+        }
+        resp = requests.post(f"{srv.url}/v1/namespaces/n/tables", json={"name": "t", "schema": schema}, timeout=30)
+        assert resp.status_code == 503, resp.text
+        message = resp.json()["error"]["message"]
+        assert endpoint in message and "CATALOG_S3_ENDPOINT" in message, message
+        for secret in ("AKIDEXAMPLE", "wJalrXUtnFEMI"):
+            assert secret not in resp.text and secret not in ready.text
+        log = srv.log.read_text()
+        assert "503" in log and "CATALOG_S3_ENDPOINT" in log and "wJalrXUtnFEMI" not in log
+    finally:
+        srv.stop()
+
+
+def _serve_until_listening(tmp_path: Path, env: dict[str, str], tty: bool) -> list[str]:
+    """Start `serve` (its stderr a terminal or a pipe), collect stderr up to the summary's end, stop it."""
+    import pty
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    full.update(PYTHONPATH=str(ROOT), CATALOG_PORT=str(free_port()), **env)
+    if tty:
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen([sys.executable, "-m", "catalog", "serve"], env=full, cwd=tmp_path, stderr=follower)
+        os.close(follower)
+        stream = os.fdopen(leader, "r", errors="replace")
+    else:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "catalog", "serve"], env=full, cwd=tmp_path, stderr=subprocess.PIPE, text=True
+        )
+        stream = proc.stderr
+    seen: list[str] = []
+    try:
+        for line in stream:
+            seen.append(line.rstrip())
+            if "workers" in line or "Application startup complete" in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        stream.close()
+    return seen
+
+
+def test_logs_are_text_on_a_terminal_and_json_otherwise(tmp_path):
+    env = {"CATALOG_DATABASE_URL": f"sqlite:///{tmp_path}/a.db", "CATALOG_WAREHOUSE": str(tmp_path / "wh")}
+    on_terminal = _serve_until_listening(tmp_path, env, tty=True)
+    migrated = [line for line in on_terminal if "database schema migrated" in line]
+    assert migrated and not migrated[0].startswith("{"), on_terminal
+    assert " INFO catalog: database schema migrated" in migrated[0]
+    # piped (a log pipeline): JSON, the summary as one structured line
+    env["CATALOG_DATABASE_URL"] = f"sqlite:///{tmp_path}/b.db"
+    piped = _serve_until_listening(tmp_path, env, tty=False)
+    assert piped and all(json.loads(line) for line in piped), piped
+    # asked for explicitly, JSON on a terminal too
+    env["CATALOG_DATABASE_URL"] = f"sqlite:///{tmp_path}/c.db"
+    asked = _serve_until_listening(tmp_path, {**env, "CATALOG_LOG_FORMAT": "json"}, tty=True)
+    assert asked and all(json.loads(line) for line in asked), asked

@@ -102,8 +102,8 @@ class BearerAuth:
             scope["principal"] = UNAUTHENTICATED
         else:
             token = _bearer(scope)
-            if not token:
-                await _refuse(scope, send, errors.NotAuthorized("Not authorized: missing bearer token"))
+            if not token or token in _NO_TOKEN:
+                await _refuse(scope, send, errors.NotAuthorized(_MISSING))
                 return
             try:
                 scope["principal"] = await self.authenticator.verify(token)
@@ -115,6 +115,14 @@ class BearerAuth:
                 await _refuse(scope, send, errors.ServiceUnavailable(str(e)))
                 return
         await self.app(scope, receive, send)
+
+
+# What clients send when they have no token: pyiceberg without a token or credential sends "Bearer None".
+_NO_TOKEN = frozenset({"None", "null", "undefined"})
+_MISSING = (
+    "Not authorized: missing bearer token (this catalog requires authentication: configure the client with "
+    "a credential, client_id:client_secret for /v1/oauth/tokens, or a token)"
+)
 
 
 def _bearer(scope: dict[str, Any]) -> str | None:

@@ -28,7 +28,7 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
-from catalog import __version__
+from catalog import __version__, logs
 from catalog.auth import identity
 from catalog.settings import Settings, unknown_variables
 from catalog.storage import vending
@@ -200,7 +200,7 @@ def announce(settings: Settings) -> None:
     format), as one structured log line plus one warning line each for a log pipeline (JSON)."""
     lines, fields = summary(settings)
     warnings = risky(settings)
-    if settings.log_format == "text" or sys.stderr.isatty():
+    if logs.resolve(settings.log_format) == "text":
         print("\n".join([*lines, *(f"warning: {w}" for w in warnings)]), file=sys.stderr, flush=True)
         return
     log.info(
