@@ -16,7 +16,7 @@ from catalog import errors, names
 from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
-from catalog.locations import is_within, normalise
+from catalog.locations import is_within, normalise, segment
 from catalog.metadata import registered, tables, views
 from catalog.names import check_name, check_namespace
 from catalog.settings import Settings
@@ -277,8 +277,8 @@ class Catalog:
         location (the remote signer's only way into a table that does not exist yet)."""
         check_name(name)
         ns_props = self.load_namespace(ns)
-        base = (ns_props.get("location") or "/".join([self.storage.root().rstrip("/"), *ns])).rstrip("/")
-        chosen = self.ownership.locations.check(f"{base}/{name}")
+        base = self._namespace_base(ns, ns_props)
+        chosen = self.ownership.locations.check(f"{base}/{segment(name)}")
         if self.store.get_entry(ns, name) is not None or self.store.overlapping(chosen):
             return None
         return chosen
@@ -294,14 +294,21 @@ class Catalog:
         if requested:
             self.ownership.claim(requested)
             return requested.rstrip("/")
-        base = (ns_props.get("location") or "/".join([self.storage.root().rstrip("/"), *ns])).rstrip("/")
-        chosen = f"{base}/{name}"
+        base = self._namespace_base(ns, ns_props)
+        chosen = f"{base}/{segment(name)}"
         if self.store.overlapping(self.ownership.locations.check(chosen)):
             # cut to leave room for the suffix: a path segment is at most MAX_NAME_BYTES on disk too
-            stem = name.encode()[: names.MAX_NAME_BYTES - 9].decode(errors="ignore")
+            stem = segment(name).encode()[: names.MAX_NAME_BYTES - 9].decode(errors="ignore")
+            stem = stem[:-2] if stem.endswith("%2") else stem[:-1] if stem.endswith("%") else stem
             chosen = f"{base}/{stem}-{uuid.uuid4().hex[:8]}"
         self.ownership.claim(chosen)
         return chosen
+
+    def _namespace_base(self, ns: Namespace, ns_props: dict[str, str]) -> str:
+        """Where the namespace's entries go by default: its ``location`` property, or the warehouse
+        followed by one segment per level (``/`` in a level encoded: ``locations.segment``)."""
+        default = "/".join([self.storage.root().rstrip("/"), *map(segment, ns)])
+        return (ns_props.get("location") or default).rstrip("/")
 
     def backfill_locations(self, batch: int = 500) -> int:
         """Fill in the locations of entries created before migration 0003 (read from their metadata
