@@ -225,6 +225,19 @@ class Catalog:
                 getattr(e, "message", str(e)) or type(e).__name__,
             )
 
+    def unregister(self, ns: Namespace, name: str) -> MetadataFile:
+        """unregisterTable: remove the table's entry and keep every file, the opposite of register.
+        Answers the metadata file the pointer was at when the entry went: the delete is conditional on
+        that pointer, so a commit landing meanwhile is in the answer (or, once removed, fails)."""
+        for _ in range(self.settings.commit_max_attempts):
+            entry = self.entry(TABLE, ns, name)
+            file = self.files.read(entry.metadata_location)  # first: storage away means nothing removed
+            if self.store.delete_entry(entry, at=entry.metadata_location):
+                log.info("table %s unregistered, its files kept: %s", ident(ns, name), entry.metadata_location)
+                return file
+        # Nothing was removed: as busy a table as this is a retry-later.
+        raise errors.ServiceUnavailable(f"Table {ident(ns, name)} kept changing while being unregistered; retry")
+
     def rename(self, kind: Kind, src: tuple[Namespace, str], dst: tuple[Namespace, str]) -> None:
         entry = self.entry(kind, *src)
         check_namespace(dst[0])

@@ -296,6 +296,7 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
         ("HEAD", "/v1/namespaces/{namespace}/tables/{table}"): {},
         ("POST", "/v1/namespaces/{namespace}/tables/{table}"): {"json": commit},
         ("DELETE", "/v1/namespaces/{namespace}/tables/{table}"): {"params": {"purgeRequested": "true"}},
+        ("POST", "/v1/namespaces/{namespace}/tables/{table}/unregister"): {},
         ("GET", "/v1/namespaces/{namespace}/tables/{table}/credentials"): {},
         ("POST", "/v1/namespaces/{namespace}/tables/{table}/metrics"): {
             "json": {

@@ -151,3 +151,132 @@ def test_refs_are_written_in_javas_order(java, fv: int) -> None:
         )
         assert ours["refs"] == theirs["result"]["refs"]
         base = theirs["result"]
+
+
+# -- 12. unregisterTable, referenced-by, remote-signing-config ---------------------------------------
+
+
+def _files(server: Server, ns: str) -> list[str]:
+    warehouse = _local_warehouse(server)
+    if warehouse is not None:
+        return sorted(str(p) for p in (warehouse / ns).rglob("*") if p.is_file())
+    import boto3
+    from botocore.config import Config
+
+    env = server.env
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["CATALOG_S3_ENDPOINT"],
+        aws_access_key_id=env["CATALOG_S3_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["CATALOG_S3_SECRET_ACCESS_KEY"],
+        region_name=env.get("CATALOG_S3_REGION", "us-east-1"),
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    bucket, _, prefix = env["CATALOG_WAREHOUSE"].removeprefix("s3://").partition("/")
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix.strip('/')}/{ns}/".lstrip("/"))
+    return sorted(o["Key"] for o in listed.get("Contents", []))
+
+
+def test_unregister_removes_the_entry_and_keeps_every_file(server: Server, catalog: RestCatalog, http, ns) -> None:
+    data = pa.table({"id": pa.array([1, 2], pa.int64())})
+    table = catalog.create_table((ns, "t"), schema=data.schema)
+    table.append(data)
+    table.append(data)
+    loaded = http("GET", f"/v1/namespaces/{ns}/tables/t").json()
+    before = _files(server, ns)
+    assert len(before) >= 5, before
+
+    resp = http("POST", f"/v1/namespaces/{ns}/tables/t/unregister", headers={"Idempotency-Key": f"k-{ns}"})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["metadata-location"] == loaded["metadata-location"]
+    assert body["metadata"] == loaded["metadata"] and len(body["metadata"]["snapshots"]) == 2
+    assert _files(server, ns) == before, "every file is kept"
+    assert http("GET", f"/v1/namespaces/{ns}/tables/t").status_code == 404
+    assert catalog.list_tables(ns) == []
+    # a retry with the same key gets the same answer, and a commit after it fails
+    again = http("POST", f"/v1/namespaces/{ns}/tables/t/unregister", headers={"Idempotency-Key": f"k-{ns}"})
+    assert again.status_code == 200 and again.json() == body
+    assert http("POST", f"/v1/namespaces/{ns}/tables/t/unregister").status_code == 404
+    commit = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"a": "b"}}]}
+    assert http("POST", f"/v1/namespaces/{ns}/tables/t", json=commit).status_code == 404
+    # what it answered registers the same table back, data and all
+    registered = catalog.register_table((ns, "back"), body["metadata-location"])
+    assert registered.scan().to_arrow().num_rows == 4
+    # the audit trail has it
+    if server.log.exists():
+        lines = [line for line in server.log.read_text().splitlines() if "unregister_table" in line]
+        assert any('"logger":"catalog.audit"' in line and '"status":200' in line for line in lines), lines[-5:]
+    assert "unregister" in " ".join(http("GET", "/v1/config").json()["endpoints"])
+
+
+def test_referenced_by_is_validated(http, ns) -> None:
+    schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "a", "type": "long", "required": False}]}
+    assert http("POST", f"/v1/namespaces/{ns}/tables", json={"name": "t", "schema": schema}).status_code == 200
+    view = {
+        "name": "v",
+        "schema": schema,
+        "view-version": {
+            "version-id": 1,
+            "timestamp-ms": 1,
+            "schema-id": 0,
+            "summary": {},
+            "default-namespace": [ns],
+            "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}],
+        },
+        "properties": {},
+    }
+    assert http("POST", f"/v1/namespaces/{ns}/views", json=view).status_code == 200
+    good = [f"{ns}%1Fv", f"prod%1Fanalytics%1Fquarterly%2Cv,{ns}%1Fv", "a%1Fb%1Fc"]
+    bad = ["justaview", f"{ns}%1F", "%1Fv", f"{ns}%1Fv,", ",".join([f"{ns}%1Fv"] * 33)]
+    for path in (
+        f"/v1/namespaces/{ns}/tables/t",
+        f"/v1/namespaces/{ns}/views/v",
+        f"/v1/namespaces/{ns}/tables/t/credentials",
+    ):
+        for value in good:
+            resp = http("GET", f"{path}?referenced-by={value}")
+            assert resp.status_code == 200, (path, value, resp.text)
+        for value in bad:
+            resp = http("GET", f"{path}?referenced-by={value}")
+            assert resp.status_code == 400, (path, value, resp.text)
+            assert resp.json()["error"]["type"] == "BadRequestException"
+
+
+def test_a_remote_signing_offer_carries_remote_signing_config(tmp_path) -> None:
+    """The load result's ``remote-signing-config`` (the contract's RemoteSigningConfig) next to the
+    ``config`` properties older clients read. A staged create answers a load result without touching S3."""
+    import requests
+
+    from tests.conftest import free_port, start_server
+
+    env = {
+        "CATALOG_WAREHOUSE": "s3://lake/wh",
+        "CATALOG_S3_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "CATALOG_S3_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "CATALOG_S3_SECRET_ACCESS_KEY": "secret-example",
+        "CATALOG_S3_PATH_STYLE_ACCESS": "true",
+        "CATALOG_S3_REMOTE_SIGNING": "true",
+    }
+    srv = start_server(tmp_path, extra_env=env)
+    try:
+        requests.post(f"{srv.url}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).raise_for_status()
+        schema = {
+            "type": "struct",
+            "schema-id": 0,
+            "fields": [{"id": 1, "name": "a", "type": "long", "required": False}],
+        }
+        create = {"name": "t", "schema": schema, "stage-create": True}
+        for header, offered in (("remote-signing", True), ("vended-credentials", True), (None, False)):
+            headers = {"X-Iceberg-Access-Delegation": header} if header else {}
+            resp = requests.post(f"{srv.url}/v1/namespaces/n/tables", json=create, headers=headers, timeout=10)
+            assert resp.status_code == 200, resp.text
+            body = resp.json()
+            if offered:
+                assert body["config"]["s3.remote-signing-enabled"] == "true"
+                assert body["remote-signing-config"] == {"properties": {}, "headers": {}}
+            else:
+                assert "remote-signing-config" not in body and "s3.remote-signing-enabled" not in body["config"]
+            assert "secret-example" not in resp.text
+    finally:
+        srv.stop()
