@@ -328,7 +328,16 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
         ("DELETE", "/management/v1/grants/{grant_id}"): {},
         ("GET", "/management/v1/whoami"): None,
     }
-    open_routes = {"/", "/v1/config", "/v1/oauth/tokens", "/health/live", "/health/ready", "/metrics"}
+    open_routes = {
+        "/",
+        "/v1/config",
+        "/v1/oauth/tokens",
+        "/health/live",
+        "/health/ready",
+        "/metrics",
+        "/docs",
+        "/openapi.json",
+    }
     app = create_app(Settings(database_url="sqlite:///:memory:"))
     served = {
         (

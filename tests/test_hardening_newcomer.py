@@ -274,3 +274,32 @@ def test_logs_are_text_on_a_terminal_and_json_otherwise(tmp_path):
     env["CATALOG_DATABASE_URL"] = f"sqlite:///{tmp_path}/c.db"
     asked = _serve_until_listening(tmp_path, {**env, "CATALOG_LOG_FORMAT": "json"}, tty=True)
     assert asked and all(json.loads(line) for line in asked), asked
+
+
+# -- 10. a browsable API -----------------------------------------------------------------------------
+
+
+def test_docs_and_openapi_json_are_served_without_a_token(auth_server):
+    import re
+
+    import requests
+    import yaml
+
+    resp = requests.get(f"{auth_server.url}/openapi.json", timeout=10)  # no token, auth required
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("application/json")
+    assert resp.json() == yaml.safe_load((ROOT / "spec" / "openapi.yaml").read_text())
+    page = requests.get(f"{auth_server.url}/docs", timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'href="/openapi.json"' in page.text and "/v1/{prefix}/namespaces" in page.text
+    # self-contained: nothing loaded from elsewhere (no network needed, any CSP)
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page.text), page.text[:500]
+    assert "<script" not in page.text
+    # not catalog operations: not advertised
+    token = requests.post(
+        f"{auth_server.url}/v1/oauth/tokens",
+        data={"grant_type": "client_credentials", "client_id": "etl", "client_secret": "s3cret"},
+        timeout=10,
+    ).json()["access_token"]
+    config = requests.get(f"{auth_server.url}/v1/config", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    endpoints = " ".join(config.json()["endpoints"])
+    assert "docs" not in endpoints and "openapi" not in endpoints

@@ -24,7 +24,7 @@ from litestar import Request, Response, post
 from litestar.params import RawBody
 
 from catalog import errors
-from catalog.api import wire
+from catalog.api import docs, wire
 from catalog.api.context import Ctx
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
@@ -77,9 +77,10 @@ class BearerAuth:
     """ASGI middleware: who is calling, in ``scope["principal"]``.
 
     With auth required, every route needs a valid ``Authorization: Bearer <token>`` except the token
-    endpoint, ``/health/*`` and ``/metrics`` (open by default: new routes are closed unless listed
-    here). With auth off the header is ignored (pyiceberg sends ``Bearer None`` when it has no token)
-    and the caller is ``ANONYMOUS``. ``/metrics`` needs ``Bearer <metrics_token>`` when one is set.
+    endpoint, ``/health/*``, ``/docs``, ``/openapi.json`` and ``/metrics`` (open by default: new routes
+    are closed unless listed here). With auth off the header is ignored (pyiceberg sends ``Bearer None``
+    when it has no token) and the caller is ``ANONYMOUS``. ``/metrics`` needs ``Bearer <metrics_token>``
+    when one is set.
     """
 
     def __init__(self, app: Any, authenticator: Authenticator, required: bool, metrics_token: str | None) -> None:
@@ -98,7 +99,7 @@ class BearerAuth:
                 return
         if not self.required:
             scope["principal"] = ANONYMOUS
-        elif path == TOKEN_PATH or path == "/metrics" or path.startswith("/health/"):
+        elif path == TOKEN_PATH or path == "/metrics" or path.startswith("/health/") or path in docs.PATHS:
             scope["principal"] = UNAUTHENTICATED
         else:
             token = _bearer(scope)

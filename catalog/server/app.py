@@ -19,7 +19,7 @@ from litestar.middleware import DefineMiddleware
 
 from catalog import logs, metrics
 from catalog.api import config as config_api
-from catalog.api import entries, idempotency, management, namespaces, oauth, operations, unserved
+from catalog.api import docs, entries, idempotency, management, namespaces, oauth, operations, unserved
 from catalog.api import signing as signing_api
 from catalog.api.context import AppState
 from catalog.api.exceptions import error_response
@@ -64,6 +64,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         *oauth.ROUTES,
         *management.ROUTES,
         *unserved.ROUTES,
+        *docs.routes(docs.load_spec()),  # /docs and /openapi.json: the spec read and converted once, here
     ]
     for warning in startup.check_settings(settings):  # ConfigurationError: refused before anything starts
         log.warning("%s", warning)
