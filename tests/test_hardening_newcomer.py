@@ -303,3 +303,75 @@ def test_docs_and_openapi_json_are_served_without_a_token(auth_server):
     config = requests.get(f"{auth_server.url}/v1/config", headers={"Authorization": f"Bearer {token}"}, timeout=10)
     endpoints = " ".join(config.json()["endpoints"])
     assert "docs" not in endpoints and "openapi" not in endpoints
+
+
+# -- 10. `helm install` with no values -----------------------------------------------------------------
+
+
+def _helm_render(values: dict) -> dict[str, list[dict]]:
+    """The chart rendered with helm-python-sdk: its manifests by kind."""
+    import yaml
+
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
+    with helm.Chart.load(str(ROOT / "helm" / "iceberg-catalog")) as chart:
+        files = chart.render(values, name="lake", namespace="data", is_install=True)
+    kinds: dict[str, list[dict]] = {}
+    for path, text in sorted(files.items()):
+        if path.endswith(".txt") or not text.strip():
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                kinds.setdefault(doc["kind"], []).append(doc)
+    return kinds
+
+
+def test_helm_install_with_no_values_is_one_working_pod_on_the_embedded_default():
+    """No values: one pod, SQLite and a local warehouse on a claim the chart makes, no migration Job (it
+    would migrate a file the server never sees) and no database password to invent; the server's own
+    start-up check (an unusable warehouse is refused) passes on that volume."""
+    kinds = _helm_render({})
+    (deployment,) = kinds["Deployment"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "catalog"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "data")
+    assert env["CATALOG_DATABASE_URL"] == f"sqlite:///{mount}/catalog.db"
+    assert env["CATALOG_WAREHOUSE"] == f"{mount}/warehouse"
+    assert "DATABASE_PASSWORD" not in env
+    (claim,) = kinds["PersistentVolumeClaim"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "data")
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert "Job" not in kinds
+    kv = pytest.importorskip("kubernetes_validate.utils", reason="kubernetes-validate is not installed")
+    version = sorted(set(kv.all_versions()), key=lambda v: tuple(int(p) for p in v.split(".")))[-1]
+    for docs in kinds.values():
+        for manifest in docs:
+            kv.validate(manifest, version, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("values", "reason"),
+    [
+        ({"replicaCount": 2}, "the embedded default"),
+        ({"autoscaling": {"enabled": True}}, "the embedded default"),
+        ({"database": {"host": "pg"}}, "database.password is empty"),  # PostgreSQL half set: refused, not embedded
+    ],
+)
+def test_unworkable_values_are_still_refused(values, reason):
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
+    with pytest.raises(helm.HelmError) as failure:
+        _helm_render(values)
+    assert reason in str(failure.value)
+
+
+def test_postgresql_values_are_unchanged_by_the_embedded_default():
+    kinds = _helm_render({"database": {"password": "pw"}})
+    (deployment,) = kinds["Deployment"]
+    assert deployment["spec"]["replicas"] == 2 and "PersistentVolumeClaim" not in kinds and "Job" in kinds
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "catalog"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["CATALOG_DATABASE_URL"].startswith("postgresql+psycopg://catalog:$(DATABASE_PASSWORD)@postgresql:")
+    assert env["CATALOG_WAREHOUSE"] == "s3://warehouse/"
