@@ -375,3 +375,46 @@ def test_postgresql_values_are_unchanged_by_the_embedded_default():
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["CATALOG_DATABASE_URL"].startswith("postgresql+psycopg://catalog:$(DATABASE_PASSWORD)@postgresql:")
     assert env["CATALOG_WAREHOUSE"] == "s3://warehouse/"
+
+
+# -- 9. the README's snippets ------------------------------------------------------------------------
+
+
+def _readme_section(title: str) -> str:
+    return (ROOT / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_pyiceberg_snippet_runs_as_pasted(tmp_path):
+    """The first block of "Connect pyiceberg", verbatim but for the URI, against a fresh server: it
+    defines what it uses, creates, appends and reads back; run twice, it still works."""
+    import re
+
+    from tests.conftest import start_server
+
+    (snippet, *_) = re.findall(r"```python\n(.*?)```", _readme_section("Connect pyiceberg"), re.S)
+    assert "http://127.0.0.1:8181" in snippet
+    srv = start_server(tmp_path / "srv")
+    try:
+        script = tmp_path / "readme_pyiceberg.py"
+        script.write_text(snippet.replace("http://127.0.0.1:8181", srv.url))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "PYICEBERG_"))}
+        for run in (1, 2):
+            done = subprocess.run(
+                [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert done.stdout.count("'kind': 'click'") == 2 * run, done.stdout
+        assert srv.catalog().load_table("analytics.events").scan().to_arrow().num_rows == 6
+    finally:
+        srv.stop()
+
+
+def test_readme_spark_section_shows_rename_and_stays_parseable():
+    """tests/test_spark.py reads this section: two properties blocks (local, S3) and one python block;
+    the rename is a SQL block of its own (Spark runs that statement in tests/test_spark.py)."""
+    import re
+
+    section = (ROOT / "README.md").read_text().split("<!-- spark-config -->", 1)[1].split("\n## ", 1)[0]
+    assert len(re.findall(r"```properties\n", section)) == 2 and len(re.findall(r"```python\n", section)) == 1
+    (sql,) = re.findall(r"```sql\n(.*?)```", section, re.S)
+    assert re.fullmatch(r"ALTER TABLE lake\.\w+\.\w+ RENAME TO lake\.\w+\.\w+\s*", sql), sql
