@@ -418,3 +418,66 @@ def test_readme_spark_section_shows_rename_and_stays_parseable():
     assert len(re.findall(r"```properties\n", section)) == 2 and len(re.findall(r"```python\n", section)) == 1
     (sql,) = re.findall(r"```sql\n(.*?)```", section, re.S)
     assert re.fullmatch(r"ALTER TABLE lake\.\w+\.\w+ RENAME TO lake\.\w+\.\w+\s*", sql), sql
+
+
+@pytest.fixture(scope="module")
+def vending_s3(tmp_path_factory):
+    """SeaweedFS with STS, and a server vending credentials with authentication on (as in compose)."""
+    from tests import services as svc
+    from tests.conftest import IN_CI, start_server
+
+    work = tmp_path_factory.mktemp("vending")
+    try:
+        s3 = svc.start_seaweedfs(work / "s3", sts=True)
+    except svc.ServiceUnavailable as e:
+        if IN_CI:
+            pytest.fail(f"CI=true and SeaweedFS is unavailable: {e}")
+        pytest.skip(f"SeaweedFS unavailable: {e}")
+    env = {
+        "CATALOG_WAREHOUSE": f"s3://{s3.bucket}/duck",
+        "CATALOG_S3_ENDPOINT": s3.endpoint,
+        "CATALOG_S3_REGION": s3.region,
+        "CATALOG_S3_ACCESS_KEY_ID": s3.access_key,
+        "CATALOG_S3_SECRET_ACCESS_KEY": s3.secret_key,
+        "CATALOG_S3_PATH_STYLE_ACCESS": "true",
+        "CATALOG_S3_VEND_CREDENTIALS": "true",
+        "CATALOG_S3_STS_ROLE_ARN": s3.sts_role_arn,
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": "admin:admin-local-secret",
+        "CATALOG_TOKEN_SECRET": "y" * 40,
+        "CATALOG_AUTHORIZATION": "none",
+    }
+    srv = start_server(work / "srv", extra_env=env)
+    yield srv
+    srv.stop()
+    s3.stop()
+
+
+@pytest.mark.s3
+def test_readme_duckdb_with_vending_needs_no_s3_secret(vending_s3):
+    """The README's DuckDB block for the compose stack (vending on), verbatim but for the URI: no S3
+    secret, and DuckDB reads what pyiceberg wrote and writes what pyiceberg reads."""
+    import re
+
+    import pyarrow as pa
+
+    from tests.services import duckdb_connection
+
+    srv = vending_s3
+    (block, *_) = re.findall(r"```sql\n(.*?)```", _readme_section("Connect DuckDB"), re.S)
+    assert "TYPE s3" not in block and "ACCESS_DELEGATION_MODE" not in block, block
+    writer = srv.catalog(credential="admin:admin-local-secret")
+    writer.create_namespace("analytics")
+    writer.create_table("analytics.events", schema=pa.schema([("id", pa.int64())])).append(
+        pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    )
+    try:
+        con = duckdb_connection()
+    except ImportError:
+        pytest.skip("duckdb is not installed")
+    for statement in filter(str.strip, block.split(";")):
+        con.execute(statement.replace("http://localhost:8181", srv.url))
+    assert con.sql("SELECT count(*) FROM lake.analytics.events").fetchall() == [(3,)]
+    con.sql("CREATE TABLE lake.analytics.orders AS SELECT range AS id FROM range(5)")
+    assert writer.load_table("analytics.orders").scan().to_arrow().num_rows == 5
+    con.close()
