@@ -220,7 +220,7 @@ def test_stateful_links_conform(fuzz_server: Server) -> None:
 # A valid principal with no grants may list (and sees nothing) and read its own identity; anything
 # else it sends is refused or malformed, whatever the request looks like.
 _MAY_SUCCEED = {"getConfig", "listNamespaces", "whoami", "listGrants", "index"}  # index: name, version, links
-_OPEN = {"live", "ready", "metrics"}
+_OPEN = {"live", "ready", "metrics", "docs", "openapi"}  # docs, openapi: the API document, open
 _CLIENTS = "owner:owner-secret,nobody:nobody-secret"
 _SECRET = "fuzz-signing-key-" + "f" * 32
 _GRANTS = '{"grants": [{"principal": "user:owner", "privileges": ["admin"], "on": "catalog"}]}'
