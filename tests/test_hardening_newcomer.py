@@ -481,3 +481,28 @@ def test_readme_duckdb_with_vending_needs_no_s3_secret(vending_s3):
     con.sql("CREATE TABLE lake.analytics.orders AS SELECT range AS id FROM range(5)")
     assert writer.load_table("analytics.orders").scan().to_arrow().num_rows == 5
     con.close()
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A directory on a read-only file system (a tmpfs mounted ro): unwritable even for root."""
+    target = tmp_path / "ro"
+    target.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(target)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    yield target
+    subprocess.run(["umount", str(target)], check=False)
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_an_unwritable_warehouse_is_one_line_and_doctor_agrees(read_only_dir, tmp_path, inside):
+    """The warehouse itself on a read-only file system, or a directory to be made inside one."""
+    warehouse = str(read_only_dir / "wh") if inside else str(read_only_dir)
+    db = tmp_path / "catalog.db"
+    args = ["--database-url", f"sqlite:///{db}", "--warehouse", warehouse]
+    line = refused(cli("serve", "--port", str(free_port()), *args, cwd=tmp_path))
+    assert "CATALOG_WAREHOUSE" in line and "read-only" in line, line
+    out = cli("doctor", "--json", *args, cwd=tmp_path)
+    checks = {c["check"]: c for c in json.loads(out.stdout)}
+    assert checks["warehouse"]["ok"] is False and checks["warehouse"]["detail"] in line, (checks, line)
