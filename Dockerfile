@@ -31,6 +31,7 @@ WORKDIR /src
 COPY pyproject.toml alembic.ini README.m[d] ./
 COPY catalog/ catalog/
 COPY alembic/ alembic/
+COPY spec/ spec/
 
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip install --upgrade pip \

@@ -209,6 +209,7 @@ def _serve(settings: Settings) -> int:
 
         os.environ.setdefault(SHARED_KEY_ENV, secrets.token_hex(32))
     sock = startup.listen(settings)
+    startup.prepare_warehouse(settings)
     startup.prepare_database(settings)
     config = uvicorn.Config(
         "catalog.server.app:app_from_env",

@@ -10,7 +10,8 @@ Normalisation (``normalise``) makes one spelling per place, so that a prefix com
 ``file://localhost/p`` and a bare ``/p`` are ``file:///p``; repeated and trailing ``/`` go. What
 cannot be compared safely is refused rather than repaired: relative and empty locations, ``.`` and
 ``..`` segments (also percent-encoded, since some FileIOs decode them), control characters, and
-anything over ``MAX_LOCATION_BYTES``. Paths are otherwise literal, as the storage layer and the
+anything over ``MAX_LOCATION_BYTES``. ``segment`` is how a name becomes a segment (``/`` as ``%2F``,
+never a separator). Paths are otherwise literal, as the storage layer and the
 clients' FileIOs read them (``%41`` is three characters, not ``A``).
 
 Only pure string logic lives here; ``storage`` re-checks every path it touches (and, on local disk,
@@ -58,7 +59,9 @@ def normalise(location: object, what: str = "location") -> str:
         else:
             raise errors.BadRequest(f"Invalid {what} {location!r}: expected scheme://bucket/path")
     segments = [s for s in path.split("/") if s]
-    if any(unquote(s) in (".", "..") for s in segments):
+    # A segment that decodes to '.' or '..', or to a path with one ('..%2Fx'): a FileIO that decodes
+    # %2F must not be led out of the directory either.
+    if any(part in (".", "..") for s in segments for part in re.split(r"[/\\]", unquote(s))):
         raise errors.BadRequest(f"Invalid {what} {location!r}: '.' and '..' segments are not allowed")
     return f"{scheme}://{authority}/" + "/".join(segments)
 
@@ -72,6 +75,13 @@ def _file_parts(rest: str, location: str, what: str) -> tuple[str, str]:
     if not rest.startswith("/"):
         raise errors.BadRequest(f"Invalid {what} {location!r}: relative locations are not allowed")
     return "", rest  # file:/p, Hadoop's spelling
+
+
+def segment(name: str) -> str:
+    """A namespace level or a table or view name as one segment of a location the server chooses:
+    ``/`` (allowed in names) is percent-encoded as ``%2F``, so ``tab/le`` is the directory ``tab%2Fle``,
+    not ``tab`` holding ``le``. Paths are literal otherwise, so the FileIOs see that very directory."""
+    return name.replace("/", "%2F")
 
 
 def is_within(location: str, root: str) -> bool:

@@ -1,4 +1,6 @@
-"""Structured logs: one JSON object per line, carrying the request id of the request being served.
+"""Logs: readable text lines on a terminal, one JSON object per line otherwise (a log pipeline), or
+whichever ``CATALOG_LOG_FORMAT`` (auto | json | text) asks for; JSON lines carry the request id of the
+request being served.
 
 Loggers: ``catalog`` (the server), ``catalog.access`` (one line per request: info, health probes and
 ``/metrics`` at debug), ``catalog.commit`` (one info line per landed commit, conflicts at warning),
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import logging.config
+import sys
 import time
 from typing import Any
 
@@ -40,12 +43,19 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry).decode()
 
 
+def resolve(fmt: str) -> str:
+    """``json`` or ``text``: ``auto`` is text when stderr (where the logs go) is a terminal, else JSON."""
+    if fmt == "auto":
+        return "text" if sys.stderr.isatty() else "json"
+    return fmt
+
+
 def formatter(fmt: str = "json") -> logging.Formatter:
-    """The formatter of ``fmt`` (json | text). Also routes Python warnings (``warnings.warn``) into
+    """The formatter of ``fmt`` (auto | json | text). Also routes Python warnings (``warnings.warn``) into
     logging, so that they come out in the same format instead of as bare text: this runs first thing
     in every uvicorn worker process (``dict_config``)."""
     logging.captureWarnings(True)
-    return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
+    return JsonFormatter() if resolve(fmt) == "json" else logging.Formatter(TEXT_FORMAT)
 
 
 def dict_config(level: str, fmt: str) -> dict[str, Any]:

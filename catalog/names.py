@@ -8,9 +8,9 @@ same 400 instead of a database error (PostgreSQL refuses what SQLite silently st
   plus a name stays far below PostgreSQL's B-tree entry limit (about 2.7 kB).
 - No NUL, anywhere: PostgreSQL text cannot hold it, so no name with one can exist.
 
-Creating something checks more (``check_name`` below: no control characters, path separators or
-URI delimiters). A lookup checks only what no stored name can be, so that a stored name stays
-reachable.
+Creating something checks more (``check_name`` below: no control characters, backslashes, relative
+path segments or URI delimiters; ``/`` is allowed, and encoded in locations). A lookup checks only
+what no stored name can be, so that a stored name stays reachable.
 """
 
 from __future__ import annotations
@@ -72,8 +72,13 @@ def check_name(name: str) -> None:
     check_name_fits(name)
     if any(c < " " or c == "\x7f" for c in name):  # includes 0x1F, the level separator
         raise errors.BadRequest(f"Invalid name: {shown(name)} contains a control character (tab, CR, LF, ...)")
-    if "/" in name or "\\" in name or name in (".", ".."):
-        raise errors.BadRequest(f"Invalid name: {shown(name)} contains a path separator or is a relative path segment")
+    if "\\" in name:
+        raise errors.BadRequest(f"Invalid name: {shown(name)} contains a backslash")
+    # '/' is a character of names (Java's catalogs accept it): a location's segment encodes it as %2F
+    # (catalog.locations.segment). Still refused: a name that, split at '/', has a relative segment, so
+    # that not even a FileIO that decodes %2F could be led out of the namespace's directory.
+    if any(part in (".", "..") for part in name.split("/")):
+        raise errors.BadRequest(f"Invalid name: {shown(name)} is or contains a relative path segment ('.' or '..')")
     if "#" in name or "?" in name:  # a URI parser would cut the location there
         raise errors.BadRequest(f"Invalid name: {shown(name)} contains '#' or '?'")
 

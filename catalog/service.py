@@ -16,7 +16,7 @@ from catalog import errors, names
 from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
-from catalog.locations import is_within, normalise
+from catalog.locations import is_within, normalise, segment
 from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
 from catalog.maintenance.care import Care
 from catalog.metadata import registered, tables, views
@@ -229,6 +229,19 @@ class Catalog:
                 getattr(e, "message", str(e)) or type(e).__name__,
             )
 
+    def unregister(self, ns: Namespace, name: str) -> MetadataFile:
+        """unregisterTable: remove the table's entry and keep every file, the opposite of register.
+        Answers the metadata file the pointer was at when the entry went: the delete is conditional on
+        that pointer, so a commit landing meanwhile is in the answer (or, once removed, fails)."""
+        for _ in range(self.settings.commit_max_attempts):
+            entry = self.entry(TABLE, ns, name)
+            file = self.files.read(entry.metadata_location)  # first: storage away means nothing removed
+            if self.store.delete_entry(entry, at=entry.metadata_location):
+                log.info("table %s unregistered, its files kept: %s", ident(ns, name), entry.metadata_location)
+                return file
+        # Nothing was removed: as busy a table as this is a retry-later.
+        raise errors.ServiceUnavailable(f"Table {ident(ns, name)} kept changing while being unregistered; retry")
+
     def rename(self, kind: Kind, src: tuple[Namespace, str], dst: tuple[Namespace, str]) -> None:
         entry = self.entry(kind, *src)
         check_namespace(dst[0])
@@ -281,8 +294,8 @@ class Catalog:
         location (the remote signer's only way into a table that does not exist yet)."""
         check_name(name)
         ns_props = self.load_namespace(ns)
-        base = (ns_props.get("location") or "/".join([self.storage.root().rstrip("/"), *ns])).rstrip("/")
-        chosen = self.ownership.locations.check(f"{base}/{name}")
+        base = self._namespace_base(ns, ns_props)
+        chosen = self.ownership.locations.check(f"{base}/{segment(name)}")
         if self.store.get_entry(ns, name) is not None or self.store.overlapping(chosen):
             return None
         return chosen
@@ -298,14 +311,21 @@ class Catalog:
         if requested:
             self.ownership.claim(requested)
             return requested.rstrip("/")
-        base = (ns_props.get("location") or "/".join([self.storage.root().rstrip("/"), *ns])).rstrip("/")
-        chosen = f"{base}/{name}"
+        base = self._namespace_base(ns, ns_props)
+        chosen = f"{base}/{segment(name)}"
         if self.store.overlapping(self.ownership.locations.check(chosen)):
             # cut to leave room for the suffix: a path segment is at most MAX_NAME_BYTES on disk too
-            stem = name.encode()[: names.MAX_NAME_BYTES - 9].decode(errors="ignore")
+            stem = segment(name).encode()[: names.MAX_NAME_BYTES - 9].decode(errors="ignore")
+            stem = stem[:-2] if stem.endswith("%2") else stem[:-1] if stem.endswith("%") else stem
             chosen = f"{base}/{stem}-{uuid.uuid4().hex[:8]}"
         self.ownership.claim(chosen)
         return chosen
+
+    def _namespace_base(self, ns: Namespace, ns_props: dict[str, str]) -> str:
+        """Where the namespace's entries go by default: its ``location`` property, or the warehouse
+        followed by one segment per level (``/`` in a level encoded: ``locations.segment``)."""
+        default = "/".join([self.storage.root().rstrip("/"), *map(segment, ns)])
+        return (ns_props.get("location") or default).rstrip("/")
 
     # -- table care ------------------------------------------------------------------------------
 

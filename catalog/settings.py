@@ -6,6 +6,8 @@ their own.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -17,6 +19,11 @@ DATABASE_URL_FORMS = (
     "(postgres:// and postgresql+psycopg:// are the same)"
 )
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+# CATALOG_* variables that something other than the server's settings reads, so that they are not
+# taken for typos: the command line's browse commands (catalog/cli/browse.py) and the test suite.
+OTHER_VARIABLES = frozenset({"CATALOG_URI", "CATALOG_TOKEN", "CATALOG_CREDENTIAL", "CATALOG_TEST_BACKENDS"})
 
 
 class ConfigurationError(Exception):
@@ -42,7 +49,12 @@ class Settings(BaseSettings):
         description="Advertised URL prefix (overrides.prefix). Requests are accepted with or without one.",
     )
     log_level: str = Field(default="info", description="debug, info, warning, error or critical.")
-    log_format: str = Field(default="json", pattern="^(json|text)$", description="json: one object per line.")
+    log_format: str = Field(
+        default="auto",
+        pattern="^(auto|json|text)$",
+        description="json: one object per line; text: lines for people; auto: text when stderr is a terminal, "
+        "json otherwise.",
+    )
 
     # Limits: what one client can hold (README "Limits" says what happens when each is hit)
     max_request_bytes: int = Field(
@@ -353,3 +365,18 @@ def normalise_database_url(url: str) -> str:
     # The value may hold a password: it is not repeated (a "url" that is not one is shown, cut short).
     shown = f"{scheme}://..." if sep else repr(url[:40])
     raise ValueError(f"unsupported database URL {shown}; accepted: {DATABASE_URL_FORMS}")
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One warning per ``CATALOG_*`` variable that nothing reads (a typo is otherwise silently ignored, and
+    the setting it meant keeps its default), naming the closest real setting."""
+    known = {f"CATALOG_{name.upper()}" for name in Settings.model_fields}
+    warnings = []
+    for variable in sorted(environ):
+        name = variable.upper()  # pydantic-settings reads the environment case-insensitively
+        if not name.startswith("CATALOG_") or name in known or name in OTHER_VARIABLES:
+            continue
+        close = difflib.get_close_matches(name, sorted(known | OTHER_VARIABLES), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else "docs/configuration.md lists the settings"
+        warnings.append(f"{variable} is not a setting and is ignored ({hint})")
+    return warnings

@@ -289,6 +289,7 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
         ("HEAD", "/v1/namespaces/{namespace}/tables/{table}"): {},
         ("POST", "/v1/namespaces/{namespace}/tables/{table}"): {"json": commit},
         ("DELETE", "/v1/namespaces/{namespace}/tables/{table}"): {"params": {"purgeRequested": "true"}},
+        ("POST", "/v1/namespaces/{namespace}/tables/{table}/unregister"): {},
         ("GET", "/v1/namespaces/{namespace}/tables/{table}/credentials"): {},
         ("POST", "/v1/namespaces/{namespace}/tables/{table}/metrics"): {
             "json": {
@@ -323,7 +324,16 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
         ("GET", "/management/v1/maintenance/tasks"): None,  # only tasks of tables it may read: none
         ("GET", "/management/v1/maintenance/tasks/{task_id}"): {},
     }
-    open_routes = {"/", "/v1/config", "/v1/oauth/tokens", "/health/live", "/health/ready", "/metrics"}
+    open_routes = {
+        "/",
+        "/v1/config",
+        "/v1/oauth/tokens",
+        "/health/live",
+        "/health/ready",
+        "/metrics",
+        "/docs",
+        "/openapi.json",
+    }
     app = create_app(Settings(database_url="sqlite:///:memory:"))
     served = {
         (

@@ -304,9 +304,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "migration": {"enabled": False},
     },
 }
-# No default can work for the database password (the chart refuses an empty one, see
-# test_unworkable_storage_values_fail_to_render): every set that builds the URL from parts gives one,
-# so "defaults" is the chart's defaults plus that one required value.
+# With no database set the chart runs the embedded default (one pod, SQLite on its own claim: see
+# tests/test_hardening_newcomer.py). These sets are about PostgreSQL deployments: every set that builds
+# the URL from parts gives a password (the chart refuses an empty one), so "defaults" is the chart's
+# defaults plus that PostgreSQL password.
 for _values in VALUE_SETS.values():
     _db = _values.setdefault("database", {})
     if not (_db.get("url") or _db.get("existingSecret") or _db.get("password")):
@@ -1059,7 +1060,7 @@ LOCAL = {
     ("values", "reason"),
     [
         # The chart builds postgresql+psycopg://catalog:$(DATABASE_PASSWORD)@postgresql/catalog: not with "".
-        ({}, "database.password is empty"),
+        ({"database": {"host": "postgresql"}}, "database.password is empty"),  # {} is the embedded default
         ({"database": {"host": "pg", "password": ""}}, "PostgreSQL refuses an empty one"),
         # A local warehouse or SQLite shared by several pods: each has its own.
         ({"database": {"password": "pw"}, "warehouse": "/data/lake"}, "local directory but 2 replicas"),

@@ -221,7 +221,7 @@ def test_stateful_links_conform(fuzz_server: Server) -> None:
 # else it sends is refused or malformed, whatever the request looks like.
 # index: name, version, links; the lists come back empty
 _MAY_SUCCEED = {"getConfig", "listNamespaces", "whoami", "listGrants", "listMaintenanceTasks", "index"}
-_OPEN = {"live", "ready", "metrics"}
+_OPEN = {"live", "ready", "metrics", "docs", "openapi"}  # docs, openapi: the API document, open
 _CLIENTS = "owner:owner-secret,nobody:nobody-secret"
 _SECRET = "fuzz-signing-key-" + "f" * 32
 _GRANTS = '{"grants": [{"principal": "user:owner", "privileges": ["admin"], "on": "catalog"}]}'

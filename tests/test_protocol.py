@@ -155,7 +155,6 @@ def test_unserved_operations_are_501_in_the_error_shape(http, ns):
         ("GET", f"/v1/namespaces/{ns}/tables/t/plan/p1"),
         ("POST", f"/v1/namespaces/{ns}/tables/t/tasks"),
         ("POST", f"/v1/namespaces/{ns}/tables/t/sign"),
-        ("POST", f"/v1/namespaces/{ns}/tables/t/unregister"),
         ("GET", f"/v1/namespaces/{ns}/functions"),
     ):
         assert_error(http(method, path, json={}), 501, "NotImplementedException", "Not implemented")

@@ -73,6 +73,7 @@ async def _list(kind: Kind, namespace: str, request: Request, ctx: AppState) -> 
 @get(TABLE_PATH)
 async def load_table(namespace: FromPath[str], table: FromPath[str], request: Request, ctx: Ctx) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
+    wire.referenced_by(request.scope["query_string"])  # validated: a malformed chain is a 400
     await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
     mode = (request.query_params.get("snapshots") or "all").lower()
     if mode not in ("all", "refs"):
@@ -82,13 +83,15 @@ async def load_table(namespace: FromPath[str], table: FromPath[str], request: Re
     if _matches(request.headers.get("if-none-match"), tag):
         return Response(content=None, status_code=304, headers={"ETag": tag})
     raw = file.raw if mode == "all" else file.refs_only
-    config, credentials = await _delegated(file.data["location"], (ns, name), request, ctx)
-    return wire.raw_json_response(wire.load_result(file.location, raw, config, credentials), headers={"ETag": tag})
+    config, credentials, signer = await _delegated(file.data["location"], (ns, name), request, ctx)
+    body = wire.load_result(file.location, raw, config, credentials, signer)
+    return wire.raw_json_response(body, headers={"ETag": tag})
 
 
 @get(VIEW_PATH)
 async def load_view(namespace: FromPath[str], view: FromPath[str], request: Request, ctx: Ctx) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(view)
+    wire.referenced_by(request.scope["query_string"])
     await guard.require(request, [(Privilege.READ, policy.entry("view", ns, name))])
     return await _loaded(await wire.blocking(ctx.catalog.load, VIEW, ns, name), ctx)
 
@@ -125,8 +128,8 @@ async def create_table(namespace: FromPath[str], body: RawBody, request: Request
     }
     if req.stage_create:  # nothing persisted, no metadata location yet
         doc = await wire.blocking(ctx.catalog.stage_table, ns, req.name, req.location, created)
-        config, credentials = await _delegated(doc["location"], (ns, req.name), request, ctx, creating=True)
-        return wire.raw_json_response(wire.load_result(None, orjson.dumps(doc), config, credentials))
+        config, credentials, signer = await _delegated(doc["location"], (ns, req.name), request, ctx, creating=True)
+        return wire.raw_json_response(wire.load_result(None, orjson.dumps(doc), config, credentials, signer))
     key = idempotency.key_of(request, 200)
     outcome = await wire.blocking(ctx.catalog.create_table, ns, req.name, req.location, created, key)
     if not isinstance(outcome, Committed):
@@ -238,6 +241,16 @@ async def _drop(kind: Kind, namespace: str, name: str, request: Request, ctx: Ap
     await wire.blocking(ctx.catalog.drop, kind, ns, name, purge)
 
 
+@post(TABLE_PATH + "/unregister", status_code=200, opt=wire.IDEMPOTENT)
+async def unregister_table(namespace: FromPath[str], table: FromPath[str], request: Request, ctx: Ctx) -> Response:
+    """The table leaves the catalog, every file stays (to be registered elsewhere): the opposite of
+    registerTable. Answers the last metadata location and its metadata; needs the drop privilege."""
+    ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
+    await guard.require(request, [(Privilege.DROP, policy.entry("table", ns, name))])
+    file = await wire.blocking(ctx.catalog.unregister, ns, name)
+    return wire.raw_json_response(wire.load_result(file.location, file.raw))
+
+
 @post("/v1/tables/rename", status_code=204, opt=wire.IDEMPOTENT)
 async def rename_table(body: RawBody, request: Request, ctx: Ctx) -> None:
     await _rename(TABLE, body, request, ctx)
@@ -264,6 +277,7 @@ async def load_credentials(namespace: FromPath[str], table: FromPath[str], reque
     """Fresh table-scoped storage credentials (see ``catalog.storage.vending``): read-only or read-write
     as the caller's privileges on the table allow; an empty list when vending is off."""
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
+    wire.referenced_by(request.scope["query_string"])
     await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
     file = ctx.catalog.load_inline(TABLE, ns, name) or await wire.blocking(ctx.catalog.load, TABLE, ns, name)
     if ctx.vendor is None:
@@ -319,11 +333,12 @@ async def _loaded(
 ) -> Response:
     """A LoadTableResult / LoadViewResult of a metadata file, with its ETag (and, for a table, the
     storage access its caller gets, see ``_delegated``)."""
-    config, credentials = ctx.table_config, None
+    config, credentials, signer = ctx.table_config, None, None
     if request is not None and identifier is not None:
-        config, credentials = await _delegated(file.data["location"], identifier, request, ctx, creating)
+        config, credentials, signer = await _delegated(file.data["location"], identifier, request, ctx, creating)
     return wire.raw_json_response(
-        wire.load_result(file.location, file.raw, config, credentials), headers={"ETag": etag(file.location, "all")}
+        wire.load_result(file.location, file.raw, config, credentials, signer),
+        headers={"ETag": etag(file.location, "all")},
     )
 
 
@@ -341,8 +356,9 @@ def _matches(if_none_match: str | None, tag: str) -> bool:
 
 async def _delegated(
     location: str, identifier: tuple[tuple[str, ...], str], request: Request, ctx: AppState, creating: bool = False
-) -> tuple[bytes, list[dict] | None]:
-    """A table result's ``config`` (JSON) and ``storage-credentials``: the static storage config,
+) -> tuple[bytes, list[dict] | None, dict | None]:
+    """A table result's ``config`` (JSON), ``storage-credentials`` and ``remote-signing-config``: the static
+    storage config,
     plus the storage access this request gets. Vended credentials when vending is on and the client
     asks for them (``catalog.storage.vending``: scoped STS credentials and their refresh route); else the
     remote-signing settings when signing is on and the client asks for it, or asks for vended
@@ -354,11 +370,12 @@ async def _delegated(
         refresh = vending.credentials_path(ctx.prefix, *identifier)
         found = await wire.blocking(vending.delegate, ctx.vendor, header, access, location, refresh)
         if found is not None:
-            return orjson.dumps({**ctx.client_io, **found.config}), found.credentials
+            return orjson.dumps({**ctx.client_io, **found.config}), found.credentials, None
     signer = ctx.signer
     if signer is not None and signing.offered(signer.settings, header):
-        return orjson.dumps({**ctx.client_io, **signing.properties_for(signer.settings, *identifier)}), None
-    return ctx.table_config, None
+        config = orjson.dumps({**ctx.client_io, **signing.properties_for(signer.settings, *identifier)})
+        return config, None, signing.REMOTE_SIGNING_CONFIG
+    return ctx.table_config, None, None
 
 
 ROUTES = [
@@ -368,6 +385,7 @@ ROUTES = [
     table_exists,
     update_table,
     drop_table,
+    unregister_table,
     rename_table,
     register_table,
     commit_transaction,

@@ -26,7 +26,7 @@ from litestar import Request, Response, post
 from litestar.params import RawBody
 
 from catalog import errors
-from catalog.api import wire
+from catalog.api import docs, wire
 from catalog.api.context import Ctx
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
@@ -81,9 +81,10 @@ class BearerAuth:
     """ASGI middleware: who is calling, in ``scope["principal"]``.
 
     With auth required, every route needs a valid ``Authorization: Bearer <token>`` except the token
-    endpoint, ``/health/*`` and ``/metrics`` (open by default: new routes are closed unless listed
-    here). With auth off the header is ignored (pyiceberg sends ``Bearer None`` when it has no token)
-    and the caller is ``ANONYMOUS``. ``/metrics`` needs ``Bearer <metrics_token>`` when one is set.
+    endpoint, ``/health/*``, ``/docs``, ``/openapi.json`` and ``/metrics`` (open by default: new routes
+    are closed unless listed here). With auth off the header is ignored (pyiceberg sends ``Bearer None``
+    when it has no token) and the caller is ``ANONYMOUS``. ``/metrics`` needs ``Bearer <metrics_token>``
+    when one is set.
     """
 
     def __init__(self, app: Any, authenticator: Authenticator, required: bool, metrics_token: str | None) -> None:
@@ -102,12 +103,12 @@ class BearerAuth:
                 return
         if not self.required:
             scope["principal"] = ANONYMOUS
-        elif path == TOKEN_PATH or path == "/metrics" or path.startswith("/health/"):
+        elif path == TOKEN_PATH or path == "/metrics" or path.startswith("/health/") or path in docs.PATHS:
             scope["principal"] = UNAUTHENTICATED
         else:
             token = _bearer(scope)
-            if not token:
-                await _refuse(scope, send, errors.NotAuthorized("Not authorized: missing bearer token"))
+            if not token or token in _NO_TOKEN:
+                await _refuse(scope, send, errors.NotAuthorized(_MISSING))
                 return
             try:
                 scope["principal"] = await self.authenticator.verify(token)
@@ -119,6 +120,14 @@ class BearerAuth:
                 await _refuse(scope, send, errors.ServiceUnavailable(str(e)))
                 return
         await self.app(scope, receive, send)
+
+
+# What clients send when they have no token: pyiceberg without a token or credential sends "Bearer None".
+_NO_TOKEN = frozenset({"None", "null", "undefined"})
+_MISSING = (
+    "Not authorized: missing bearer token (this catalog requires authentication: configure the client with "
+    "a credential, client_id:client_secret for /v1/oauth/tokens, or a token)"
+)
 
 
 def _bearer(scope: dict[str, Any]) -> str | None:

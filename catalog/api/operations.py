@@ -29,6 +29,8 @@ async def index() -> Response:
                 "live": "/health/live",
                 "ready": "/health/ready",
                 "metrics": "/metrics",
+                "docs": "/docs",
+                "openapi": "/openapi.json",
                 "iceberg_rest_spec": DOCS,
             },
         }

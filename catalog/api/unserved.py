@@ -17,12 +17,12 @@ F = "/v1/namespaces/{namespace:str}/functions"
 
 def _refuse() -> None:
     raise errors.NotImplementedOperation(
-        "Not implemented: this catalog does not serve server-side scan planning, unregister or "
-        "functions; see /v1/config for the operations it serves"
+        "Not implemented: this catalog does not serve server-side scan planning or functions; see "
+        "/v1/config for the operations it serves"
     )
 
 
-@post([T + "/plan", T + "/tasks", T + "/unregister"])
+@post([T + "/plan", T + "/tasks"])
 async def not_served_post() -> None:
     _refuse()
 

@@ -42,16 +42,23 @@ def raw_json_response(content: bytes, status: int = 200, headers: dict[str, str]
 
 
 def load_result(
-    location: str | None, raw_metadata: bytes, config: bytes | None = None, credentials: list[dict] | None = None
+    location: str | None,
+    raw_metadata: bytes,
+    config: bytes | None = None,
+    credentials: list[dict] | None = None,
+    remote_signing: dict | None = None,
 ) -> bytes:
     """The body of every table and view result: ``{"metadata-location", "metadata"`` (the file's
-    JSON as stored, spliced in without re-serialising it), then ``config`` (a JSON object) and
-    ``storage-credentials`` when given: a CommitTableResponse, LoadTableResult or LoadViewResult."""
+    JSON as stored, spliced in without re-serialising it), then ``config`` (a JSON object),
+    ``storage-credentials`` and ``remote-signing-config`` when given: a CommitTableResponse,
+    LoadTableResult, LoadViewResult or UnregisterTableResult."""
     body = b'{"metadata-location":' + orjson.dumps(location) + b',"metadata":' + raw_metadata
     if config is not None:
         body += b',"config":' + config
     if credentials:
         body += b',"storage-credentials":' + orjson.dumps(credentials)
+    if remote_signing is not None:
+        body += b',"remote-signing-config":' + orjson.dumps(remote_signing)
     return body + b"}"
 
 
@@ -100,6 +107,39 @@ def decode_parent(value: str | None) -> tuple[str, ...]:
     levels = tuple(unquote(level) for level in _LEVEL_SPLIT.split(value))
     names.check_namespace_fits(levels, "parent")
     return levels
+
+
+# The views a load may come through (``referenced-by``): more than this is no view chain.
+MAX_REFERENCED_BY = 32
+
+
+def referenced_by(query_string: bytes) -> list[tuple[tuple[str, ...], str]]:
+    """The ``referenced-by`` query parameter of loadTable, loadView and loadCredentials: the chain of
+    views (outermost first) the entity is loaded through, each ``{namespace}{separator}{view}``, split
+    at the last separator (0x1F, sent as ``%1F``; a still-encoded ``%1F`` as pyiceberg sends ``parent``),
+    the views separated by commas, a comma inside a name sent as ``%2C``. Read from the raw query string,
+    so that ``%2C`` is not taken for a separator. 400 for an identifier that is not one."""
+    raw = None
+    for pair in query_string.decode("latin-1").split("&"):
+        key, _, value = pair.partition("=")
+        if unquote_plus(key) == "referenced-by":
+            raw = value
+    if raw is None:
+        return []
+    items = raw.split(",")
+    if len(items) > MAX_REFERENCED_BY:
+        raise errors.BadRequest(f"Invalid referenced-by: more than {MAX_REFERENCED_BY} views")
+    chain = []
+    for item in items:
+        levels = [unquote(level) for level in _LEVEL_SPLIT.split(unquote_plus(item))]
+        if len(levels) < 2:
+            shown = names.shown(unquote_plus(item))
+            raise errors.BadRequest(f"Invalid referenced-by: {shown} is not a view identifier (namespace%1Fview)")
+        ns, name = tuple(levels[:-1]), levels[-1]
+        names.check_namespace_fits(ns, "referenced-by namespace")
+        names.check_name_fits(name, "referenced-by view name")
+        chain.append((ns, name))
+    return chain
 
 
 def identifier(ident: Any) -> tuple[tuple[str, ...], str]:

@@ -150,21 +150,15 @@ def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
 
     s3 = settings.warehouse.startswith(("s3://", "s3a://"))
     if not s3:
-        from pathlib import Path
+        from catalog.server import startup
 
-        raw = settings.warehouse.removeprefix("file://")
-        path = Path(raw).expanduser().resolve()
-        if not path.exists():
-            yield _Check(
-                "warehouse",
-                False,
-                f"{path} does not exist (the server creates it at start; is CATALOG_WAREHOUSE the one it uses?)",
+        path = startup.local_warehouse(settings)
+        refusal = startup.warehouse_refusal(settings, create=False)  # what `serve` would refuse, in its words
+        if refusal is not None or not path.exists():
+            detail = refusal or (
+                f"{path} does not exist (the server creates it at start; is CATALOG_WAREHOUSE the one it uses?)"
             )
-            yield _Check("s3", None, "skipped: the warehouse is a local directory")
-            yield from _clock_from_database(settings, engine)
-            return
-        if not path.is_dir():
-            yield _Check("warehouse", False, f"{path} is not a directory")
+            yield _Check("warehouse", False, detail)
             yield _Check("s3", None, "skipped: the warehouse is a local directory")
             yield from _clock_from_database(settings, engine)
             return

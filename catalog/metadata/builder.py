@@ -27,6 +27,49 @@ PREVIOUS_VERSIONS_MAX_DEFAULT = 100
 _JAVA_INT = re.compile(r"[+-]?\d+", re.ASCII)
 
 
+class JavaHashOrder:
+    """The iteration order of Java's ``HashMap`` over the same puts and removes: the order in which
+    Java's builder (``refs = Maps.newHashMap(base.refs)``, then ``put``/``remove``) writes ``refs``.
+    Entries go by bucket (the key's ``String.hashCode``, spread, masked by the table's capacity), then by
+    when they were first put (a dict's order, which a re-put after a remove moves to the end, as Java's
+    bucket chain does). Only the capacity is to be tracked: it grows with the largest size reached."""
+
+    def __init__(self, base_size: int) -> None:
+        # HashMap(Map m): threshold = tableSizeFor(m.size() / 0.75 + 1), the capacity at the first put;
+        # an empty copy (or new HashMap()) gets the default 16 at its first put.
+        self.capacity = 16 if base_size == 0 else _table_size_for(int(base_size / 0.75 + 1.0))
+        self.threshold = int(self.capacity * 0.75)
+
+    def grown_to(self, size: int) -> None:
+        """After a put that made the map ``size`` entries (HashMap.putVal: ``if (++size > threshold) resize()``)."""
+        while size > self.threshold:
+            old = self.capacity
+            self.capacity = old << 1
+            self.threshold = self.threshold << 1 if old >= 16 else int(self.capacity * 0.75)
+
+    def ordered(self, entries: dict[str, Any]) -> dict[str, Any]:
+        mask = self.capacity - 1
+        keys = sorted(enumerate(entries), key=lambda ik: (_spread(_java_hash(ik[1])) & mask, ik[0]))
+        return {k: entries[k] for _, k in keys}
+
+
+def _table_size_for(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _java_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units, 32-bit wrap-around), unsigned."""
+    h = 0
+    data = text.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h
+
+
+def _spread(h: int) -> int:
+    return h ^ (h >> 16)  # HashMap.hash: h ^ (h >>> 16)
+
+
 def current_snapshot_id(base: dict) -> int:
     current = base.get("current-snapshot-id")
     return -1 if current is None else current
@@ -141,6 +184,7 @@ class Builder:
             self.specs, self.default_spec_id, self.last_partition_id = [], 0, 0
             self.sort_orders, self.default_sort_order_id = [], 0
             self.properties, self.refs, self.current_snapshot_id = {}, {}, -1
+            self.ref_order = JavaHashOrder(0)
             self.snapshots, self.statistics, self.partition_statistics = [], [], []
             self.snapshot_log, self.metadata_log, self.encryption_keys = [], [], []
             self.owned = {"schemas", "specs", "sort_orders", "properties", "refs", "snapshots", "statistics",
@@ -168,6 +212,7 @@ class Builder:
                 else {}
             )
         self.refs = refs
+        self.ref_order = JavaHashOrder(len(refs))
         self.snapshots = base.get("snapshots") or []
         self.statistics = base.get("statistics") or []
         self.partition_statistics = base.get("partition-statistics") or []
@@ -397,6 +442,8 @@ class Builder:
             self._append("snapshot_log", {"timestamp-ms": self.last_updated_ms, "snapshot-id": ref.snapshot_id})
             self.added_log_entries += 1
         self._own("refs")[ref.name] = ref.json
+        if existing is None:
+            self.ref_order.grown_to(len(self.refs))
         self.changes.append(("set-snapshot-ref", ref.name, ref.snapshot_id))
 
     def u_remove_snapshot_ref(self, name: str) -> None:
@@ -560,7 +607,7 @@ class Builder:
             out["next-row-id"] = self.next_row_id
         if self.encryption_keys:
             out["encryption-keys"] = self.encryption_keys
-        out["refs"] = self.refs
+        out["refs"] = self.ref_order.ordered(self.refs)  # as Java's HashMap iterates them
         out["snapshots"] = self.snapshots
         out["statistics"] = self.statistics
         out["partition-statistics"] = self.partition_statistics

@@ -20,7 +20,18 @@ from litestar.middleware import DefineMiddleware
 
 from catalog import logs, metrics
 from catalog.api import config as config_api
-from catalog.api import entries, idempotency, maintenance, management, namespaces, oauth, operations, paging, unserved
+from catalog.api import (
+    docs,
+    entries,
+    idempotency,
+    maintenance,
+    management,
+    namespaces,
+    oauth,
+    operations,
+    paging,
+    unserved,
+)
 from catalog.api import signing as signing_api
 from catalog.api.context import AppState
 from catalog.api.exceptions import error_response
@@ -67,6 +78,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         *management.ROUTES,
         *maintenance.ROUTES,
         *unserved.ROUTES,
+        *docs.routes(docs.load_spec()),  # /docs and /openapi.json: the spec read and converted once, here
     ]
     for warning in startup.check_settings(settings):  # ConfigurationError: refused before anything starts
         log.warning("%s", warning)

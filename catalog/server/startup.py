@@ -2,8 +2,10 @@
 
 1. the settings are valid (a refusal is one line naming the variable and its flag: ``invalid``);
 2. the port is bound (``listen``): a busy port fails here, before the database is touched;
-3. the database is reached and migrated (``prepare_database``): one line saying what failed where;
-4. the summary (version, URL, database with its password masked, warehouse, auth, workers) and one
+3. a local warehouse is created if missing and proved writable (``prepare_warehouse``): one line naming
+   ``CATALOG_WAREHOUSE``;
+4. the database is reached and migrated (``prepare_database``): one line saying what failed where;
+5. the summary (version, URL, database with its password masked, warehouse, auth, workers) and one
    warning per risky setting (``summary``, ``risky``).
 
 A refusal raises ``Refused`` (the CLI prints its message and exits 2); with ``--log-level debug`` the
@@ -15,8 +17,10 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+import os
 import socket
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +28,9 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
-from catalog import __version__
+from catalog import __version__, logs
 from catalog.auth import identity
-from catalog.settings import Settings
+from catalog.settings import Settings, unknown_variables
 from catalog.storage import vending
 from catalog.store import migrate
 from catalog.store.db import create_engine
@@ -145,8 +149,9 @@ def care_mode(settings: Settings) -> str:
 
 
 def risky(settings: Settings) -> list[str]:
-    """One warning per setting that works but is likely to surprise (the refused ones are refused)."""
-    warnings = []
+    """One warning per setting that works but is likely to surprise (the refused ones are refused), and
+    per ``CATALOG_*`` variable that is no setting (a typo)."""
+    warnings = unknown_variables(os.environ)
     raw_db = make_url(settings.database_url).database or ""
     if (path := sqlite_path(settings)) is not None and not Path(raw_db).expanduser().is_absolute():
         warnings.append(
@@ -213,7 +218,7 @@ def announce(settings: Settings) -> None:
     format), as one structured log line plus one warning line each for a log pipeline (JSON)."""
     lines, fields = summary(settings)
     warnings = risky(settings)
-    if settings.log_format == "text" or sys.stderr.isatty():
+    if logs.resolve(settings.log_format) == "text":
         print("\n".join([*lines, *(f"warning: {w}" for w in warnings)]), file=sys.stderr, flush=True)
         return
     log.info(
@@ -247,6 +252,53 @@ def listen(settings: Settings) -> socket.socket:
         raise Refused(f"cannot listen on {settings.host}:{settings.port}: {reason} ({hint})") from e
     sock.set_inheritable(True)
     return sock
+
+
+def warehouse_refusal(settings: Settings, create: bool = True) -> str | None:
+    """Why a local warehouse cannot be used (one line naming ``CATALOG_WAREHOUSE``), or None (S3, or it is
+    usable). With ``create`` the directory is made if missing (as the server does); without it (doctor),
+    only what blocks making it is looked at: the nearest existing ancestor must be a directory that
+    takes a new entry. Either way a probe file (or directory) is written and removed."""
+    path = local_warehouse(settings)
+    if path is None:
+        return None
+    target = path
+    try:
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+        elif not path.exists():
+            target = next(p for p in path.parents if p.exists() or p == Path(p.anchor))
+            if not target.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target))
+            os.rmdir(tempfile.mkdtemp(prefix=".iceberg-catalog-probe-", dir=target))
+            return None
+        if not path.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+        with tempfile.NamedTemporaryFile(prefix=".iceberg-catalog-probe-", dir=path):
+            pass
+    except OSError as e:
+        # Named the same whether it was found creating (serve) or looking (doctor): the nearest entry there.
+        where = next((p for p in (path, *path.parents) if p.exists()), target)
+        reason = {
+            errno.ENOTDIR: f"{where} is not a directory",
+            errno.EEXIST: f"{where} is not a directory",
+            errno.EACCES: f"{where} is not writable",
+            errno.EPERM: f"{where} does not take new files",
+            errno.EROFS: f"{where} is on a read-only file system",
+            errno.ENOENT: f"{where} does not take new directories",
+        }.get(e.errno, f"{where}: {e.strerror or type(e).__name__}")
+        return (
+            f"cannot use the warehouse {path} (CATALOG_WAREHOUSE / --warehouse): {reason}; "
+            "set it to a directory the server can create and write"
+        )
+    return None
+
+
+def prepare_warehouse(settings: Settings) -> None:
+    """Create a local warehouse and prove it writable, in the parent process: a warehouse the server
+    cannot use is one line, not a traceback from every worker's start."""
+    if (refusal := warehouse_refusal(settings)) is not None:
+        raise Refused(refusal)
 
 
 def prepare_database(settings: Settings) -> None:

@@ -289,6 +289,7 @@ class S3Storage(_Bounds):
         self.bucket = urlparse(self.warehouse).netloc
         super().__init__(settings, self.warehouse)
         self._client_error = ClientError
+        self.endpoint = settings.s3_endpoint or f"of AWS in {settings.s3_region} (unset)"
         timeout = settings.storage_timeout_seconds
         self.client = boto3.client(
             "s3",
@@ -325,7 +326,11 @@ class S3Storage(_Bounds):
             if code in _S3_OPERATOR:
                 return errors.IcebergError(f"Storage refused {doing} {location}: {code} (check the server's S3 setup)")
             return errors.ServiceUnavailable(f"Storage error {doing} {location}: {code or e}")
-        return errors.ServiceUnavailable(f"Storage unavailable {doing} {location}: {type(e).__name__}")
+        return errors.ServiceUnavailable(f"Storage unavailable {doing} {location}: {self._unreachable(e)}")
+
+    def _unreachable(self, e: Exception) -> str:
+        """Where the server tried and which setting says so (never the keys): the operator's next step."""
+        return f"cannot reach the S3 endpoint {self.endpoint} (CATALOG_S3_ENDPOINT): {type(e).__name__}"
 
     def read(self, location: str) -> bytes:
         bucket, key = self._split(location)
@@ -397,4 +402,7 @@ class S3Storage(_Bounds):
         try:
             self.client.head_bucket(Bucket=self.bucket)
         except Exception as e:  # noqa: BLE001
-            raise errors.ServiceUnavailable(f"Storage unavailable: {type(e).__name__}") from e
+            if isinstance(e, self._client_error):  # it answered: what it said of the bucket
+                code = e.response.get("Error", {}).get("Code", "")
+                raise errors.ServiceUnavailable(f"Storage unavailable: bucket {self.bucket}: {code}") from e
+            raise errors.ServiceUnavailable(f"Storage unavailable: {self._unreachable(e)}") from e

@@ -116,6 +116,12 @@ def properties_for(settings: Settings, ns: tuple[str, ...], name: str) -> dict[s
     }
 
 
+# The load result's ``remote-signing-config`` (the contract's RemoteSigningConfig) next to the ``config``
+# properties above, which stay for clients that predate it: this signer needs no static properties or
+# headers passed back to it (the endpoint names the table; the caller's token authorizes).
+REMOTE_SIGNING_CONFIG: dict[str, dict] = {"properties": {}, "headers": {}}
+
+
 def endpoint_path(prefix: str, ns: tuple[str, ...], name: str) -> str:
     """``v1/{prefix}/namespaces/{ns}/tables/{t}/sign``, relative to the catalog URI, encoded as the
     routes decode it (levels joined by ``%1F``, each URL-encoded)."""

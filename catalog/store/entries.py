@@ -243,9 +243,13 @@ class Store(Pointers, GrantRows, TaskRows):
             row = conn.execute(q.where(entries.c.id == entry_id)).first()
         return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
 
-    def delete_entry(self, entry: Entry) -> bool:
+    def delete_entry(self, entry: Entry, at: str | None = None) -> bool:
+        """Delete the entry (only while its pointer is still ``at``, when given): whether it was."""
+        where = [entries.c.id == entry.id]
+        if at is not None:
+            where.append(entries.c.metadata_location == at)
         with self._write() as conn:
-            return conn.execute(entries.delete().where(entries.c.id == entry.id)).rowcount == 1
+            return conn.execute(entries.delete().where(*where)).rowcount == 1
 
     def rename_entry(self, entry: Entry, to_ns: tuple[str, ...], to_name: str) -> None:
         noun = "Table" if entry.kind == "table" else "View"

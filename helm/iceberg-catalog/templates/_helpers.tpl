@@ -113,6 +113,8 @@ Configuration (CATALOG_* environment variables)
 {{- define "iceberg-catalog.warehouse" -}}
 {{- if .Values.warehouse }}
 {{- .Values.warehouse }}
+{{- else if include "iceberg-catalog.embedded" . }}
+{{- printf "%s/warehouse" (trimSuffix "/" .Values.dataVolume.mountPath) }}
 {{- else }}
 {{- printf "s3://%s/" (required "set warehouse or s3.bucket" .Values.s3.bucket) }}
 {{- end }}
@@ -121,7 +123,7 @@ Configuration (CATALOG_* environment variables)
 {{/* The database URL built from parts; $(DATABASE_PASSWORD) is expanded by Kubernetes. */}}
 {{- define "iceberg-catalog.databaseUrlFromParts" -}}
 {{- $db := .Values.database }}
-{{- $url := printf "%s://%s:$(DATABASE_PASSWORD)@%s:%v/%s" $db.driver $db.user (required "database.host is required" $db.host) $db.port $db.name }}
+{{- $url := printf "%s://%s:$(DATABASE_PASSWORD)@%s:%v/%s" $db.driver $db.user ($db.host | default "postgresql") $db.port $db.name }}
 {{- $params := list }}
 {{- range $key := keys $db.params | sortAlpha }}
 {{- $params = append $params (printf "%s=%v" $key (get $db.params $key)) }}
@@ -138,7 +140,10 @@ and the migration Job, so every replica and the Job see the same URL.
 */}}
 {{- define "iceberg-catalog.databaseEnv" -}}
 {{- $db := .Values.database }}
-{{- if and $db.existingSecret $db.urlKey }}
+{{- if include "iceberg-catalog.embedded" . }}
+- name: CATALOG_DATABASE_URL
+  value: {{ printf "sqlite:///%s" (include "iceberg-catalog.sqlitePath" .) | quote }}
+{{- else if and $db.existingSecret $db.urlKey }}
 - name: CATALOG_DATABASE_URL
   valueFrom:
     secretKeyRef:
@@ -256,8 +261,8 @@ Refuse value sets that install but cannot work. Included by the Deployment (alwa
 {{- $where := "each server process" }}
 {{- if .Values.autoscaling.enabled }}
 {{- $where = printf "each of the autoscaled pods (up to %v)" .Values.autoscaling.maxReplicas }}
-{{- else if gt (int .Values.replicaCount) 1 }}
-{{- $where = printf "each of the %v replicas" .Values.replicaCount }}
+{{- else if gt (int (include "iceberg-catalog.replicas" .)) 1 }}
+{{- $where = printf "each of the %v replicas" (include "iceberg-catalog.replicas" .) }}
 {{- end }}
 {{- fail (printf "built-in clients (auth.clients) need auth.tokenSecret (existingSecret or value, >= 32 bytes): without it %s draws its own random signing key, so a token issued by one is refused by the others, and by every pod after a restart" $where) }}
 {{- end }}
@@ -391,15 +396,46 @@ is renamed back to `on`, and the output quotes it.
 Storage and database: local data, replicas, passwords
 --------------------------------------------------------------------------------------- */}}
 
+{{/*
+"true" for the embedded default: no database configured (database.url, .existingSecret, .host and
+.password all empty). The catalog is then SQLite and a local warehouse on one volume (dataVolume.source,
+or a PersistentVolumeClaim the chart makes, see persistence), one pod, no migration Job: what
+`helm install` with no values runs. Setting the database (PostgreSQL) leaves it.
+*/}}
+{{- define "iceberg-catalog.embedded" -}}
+{{- $db := .Values.database }}
+{{- if not (or $db.url $db.existingSecret $db.host $db.password) }}true{{ end }}
+{{- end }}
+
+{{/* Pods when autoscaling is off: replicaCount, or when it is null 1 (embedded) or 2 (PostgreSQL). */}}
+{{- define "iceberg-catalog.replicas" -}}
+{{- if kindIs "invalid" .Values.replicaCount }}{{ ternary 1 2 (eq (include "iceberg-catalog.embedded" .) "true") }}{{ else }}{{ .Values.replicaCount }}{{ end }}
+{{- end }}
+
+{{/* The migration Job runs: migration.enabled, and not the embedded default (the server migrates SQLite). */}}
+{{- define "iceberg-catalog.migrationJob" -}}
+{{- if and .Values.migration.enabled (not (include "iceberg-catalog.embedded" .)) }}true{{ end }}
+{{- end }}
+
+{{/* The volume source mounted at dataVolume.mountPath (YAML), or "": the embedded default's own claim. */}}
+{{- define "iceberg-catalog.dataVolumeSource" -}}
+{{- if .Values.dataVolume.source }}
+{{- toYaml .Values.dataVolume.source }}
+{{- else if include "iceberg-catalog.embedded" . }}
+persistentVolumeClaim:
+  claimName: {{ include "iceberg-catalog.fullname" . }}-data
+{{- end }}
+{{- end }}
+
 {{/* "true" when more than one server pod may run at once. */}}
 {{- define "iceberg-catalog.manyPods" -}}
 {{- if .Values.autoscaling.enabled }}
 {{- if gt (int .Values.autoscaling.maxReplicas) 1 }}true{{ end }}
-{{- else if gt (int .Values.replicaCount) 1 }}true{{ end }}
+{{- else if gt (int (include "iceberg-catalog.replicas" .)) 1 }}true{{ end }}
 {{- end }}
 
 {{- define "iceberg-catalog.podCount" -}}
-{{- if .Values.autoscaling.enabled }}up to {{ .Values.autoscaling.maxReplicas }} autoscaled pods{{ else }}{{ .Values.replicaCount }} replicas{{ end }}
+{{- if .Values.autoscaling.enabled }}up to {{ .Values.autoscaling.maxReplicas }} autoscaled pods{{ else }}{{ include "iceberg-catalog.replicas" . }} replicas{{ end }}
 {{- end }}
 
 {{/* The local path of the warehouse, or "" when it is in S3. */}}
@@ -413,7 +449,9 @@ Storage and database: local data, replicas, passwords
 {{/* The SQLite file of database.url ("" unless a SQLite URL is given inline), absolute in the pod. */}}
 {{- define "iceberg-catalog.sqlitePath" -}}
 {{- $url := .Values.database.url }}
-{{- if and $url (not .Values.database.existingSecret) (hasPrefix "sqlite" $url) }}
+{{- if include "iceberg-catalog.embedded" . }}
+{{- printf "%s/catalog.db" (trimSuffix "/" .Values.dataVolume.mountPath) }}
+{{- else if and $url (not .Values.database.existingSecret) (hasPrefix "sqlite" $url) }}
 {{- $path := regexReplaceAll "\\?.*$" (regexReplaceAll "^sqlite[^:]*:///" $url "") "" }}
 {{- if hasPrefix "/" $path }}{{ $path }}{{ else }}/var/lib/iceberg-catalog/{{ $path }}{{ end }}
 {{- end }}
@@ -422,7 +460,7 @@ Storage and database: local data, replicas, passwords
 {{/* "true" when a path in the pod is on dataVolume. */}}
 {{- define "iceberg-catalog.onDataVolume" -}}
 {{- $mount := trimSuffix "/" .root.Values.dataVolume.mountPath }}
-{{- if and .root.Values.dataVolume.source (or (eq .path $mount) (hasPrefix (printf "%s/" $mount) .path)) }}true{{ end }}
+{{- if and (include "iceberg-catalog.dataVolumeSource" .root) (or (eq .path $mount) (hasPrefix (printf "%s/" $mount) .path)) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -437,13 +475,16 @@ Deployment.
 {{- $db := .Values.database }}
 {{- $sqlite := include "iceberg-catalog.sqlitePath" . }}
 {{- $local := include "iceberg-catalog.localWarehouse" . }}
-{{- if and (not $db.existingSecret) (not $db.url) (not $db.password) }}
-{{- fail (printf "database.password is empty: the chart builds the PostgreSQL URL %s://%s:<password>@%s:%v/%s from database.* and this password, and PostgreSQL refuses an empty one; set database.password, database.existingSecret (key database.passwordKey) or a whole database.url" $db.driver $db.user $db.host $db.port $db.name) }}
+{{- if and (not $db.existingSecret) (not $db.url) (not $db.password) (not (include "iceberg-catalog.embedded" .)) }}
+{{- fail (printf "database.password is empty: the chart builds the PostgreSQL URL %s://%s:<password>@%s:%v/%s from database.* and this password, and PostgreSQL refuses an empty one; set database.password, database.existingSecret (key database.passwordKey) or a whole database.url" $db.driver $db.user ($db.host | default "postgresql") $db.port $db.name) }}
+{{- end }}
+{{- if and $sqlite $many (include "iceberg-catalog.embedded" .) }}
+{{- fail (printf "the embedded default (no database.* set: SQLite %s and a local warehouse on one volume) serves one pod, but %s would run: each would see a different catalog; for several pods set a PostgreSQL database (database.host and .password, .existingSecret or .url) and an s3:// warehouse" $sqlite $pods) }}
 {{- end }}
 {{- if and $sqlite $many }}
 {{- fail (printf "database.url is SQLite (%s) but %s would run: each pod would open its own file on its own disk and see a different catalog; use PostgreSQL for several pods, or replicaCount: 1 with autoscaling off" $sqlite $pods) }}
 {{- end }}
-{{- if and $sqlite .Values.migration.enabled }}
+{{- if and $sqlite .Values.migration.enabled (not (include "iceberg-catalog.embedded" .)) }}
 {{- fail "database.url is SQLite but migration.enabled=true: the migration Job runs in its own pod and would migrate a file the server never sees; set migration.enabled=false (the server migrates a SQLite file itself at start)" }}
 {{- end }}
 {{- if and $local $many }}
