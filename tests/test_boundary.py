@@ -110,19 +110,31 @@ def no_leak(resp: requests.Response) -> None:
 # -- purge -----------------------------------------------------------------------------------------
 
 
-def test_purge_deletes_only_the_tables_own_files(http, ns, outside):
+def test_purge_deletes_only_the_tables_own_files(http, ns, outside, inside):
+    """A commit can no longer add another place's files (403, tests/test_hardening_lows.py), but a
+    registered table may carry them: its purge must skip them."""
     victims = [place.put(f"victim-{i}.avro", b"precious") for i, place in enumerate(outside)]
     neighbour = create(http, ns, "neighbour")
-    doomed = create(http, ns, "doomed")
-    own_file = doomed["metadata-location"]
-    updates = [
-        {"action": "add-snapshot", "snapshot": snapshot(1, victims[0])},
-        {"action": "add-snapshot", "snapshot": snapshot(2, neighbour["metadata-location"], 1, 2)},
-        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 2},
-        statistics(1, victims[-1]),
-        statistics(2, neighbour["metadata-location"]),
-    ]
-    resp = commit(http, ns, "doomed", [], updates)
+    template = create(http, ns, "template")["metadata"]
+
+    def stats(sid: int, path: str) -> dict:
+        return statistics(sid, path)["statistics"]
+
+    metadata = {
+        **template,
+        "table-uuid": str(uuid.uuid4()),
+        "location": inside.uri("doomed"),
+        "last-sequence-number": 2,
+        "last-updated-ms": int(time.time() * 1000),
+        "current-snapshot-id": 2,
+        "snapshots": [snapshot(1, victims[0]), snapshot(2, neighbour["metadata-location"], 1, 2)],
+        "refs": {"main": {"snapshot-id": 2, "type": "branch"}},
+        "statistics": [stats(1, victims[-1]), stats(2, neighbour["metadata-location"])],
+        "snapshot-log": [],
+        "metadata-log": [],
+    }
+    own_file = inside.put("doomed/metadata/00000-doomed.metadata.json", json.dumps(metadata).encode())
+    resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "doomed", "metadata-location": own_file})
     assert resp.status_code == 200, resp.text
     resp = http("DELETE", f"/v1/namespaces/{ns}/tables/doomed?purgeRequested=true")
     assert resp.status_code == 204, resp.text
