@@ -197,8 +197,11 @@ class CommitEngine:
             try:
                 with _step(change.kind.name, "rebase"):
                     rebased = self.rebaser.rebuild(candidate, base.data, now_ms)
-            except Exception as refused:  # noqa: BLE001 - any refusal or I/O failure: the original 409
-                log.debug("append to %s not rebased: %s", change.ident, refused)
+            except Exception as failed:  # noqa: BLE001 - a refusal (the original 409) or a storage failure (503)
+                if rebase.storage_failed(failed):
+                    log.warning("append to %s not rebased, the storage failed: %s", change.ident, failed)
+                    raise errors.ServiceUnavailable(rebase.REBASE_STORAGE_FAILED) from failed
+                log.debug("append to %s not rebased: %s", change.ident, failed)
                 raise self._conflict(change, e) from None
             try:
                 new = self._apply_updates(change, base, rebased.requirements, rebased.updates, now_ms)
