@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from catalog import errors
 from tests.conftest import IN_CI, Http, assert_error, start_server
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": True}]}
@@ -261,3 +262,40 @@ def test_a_full_disk_during_an_append_rebase_is_503_and_commits_nothing(tmp_path
                 assert landed.json()["metadata"]["current-snapshot-id"] == 3
         finally:
             server.stop()
+
+
+# --- i. a 503 says what kind of dependency failed and the request id, not where -------------------
+
+
+def test_a_503_shows_no_server_path_and_carries_the_request_id(tmp_path):
+    with small_tmpfs(tmp_path / "small", "1m") as mnt:
+        server = start_server(tmp_path / "srv", extra_env={"CATALOG_WAREHOUSE": str(mnt / "wh")})
+        try:
+            assert requests.post(f"{server.url}/v1/namespaces", json={"namespace": ["n"]}, timeout=30).ok
+            fill(mnt / "filler")
+            err = assert_error(
+                requests.post(f"{server.url}/v1/namespaces/n/tables", json={"name": "t", "schema": SCHEMA}, timeout=30),
+                503,
+                "ServiceUnavailableException",
+                "Storage error writing a file: No space left on device (request id ",
+            )
+            assert str(mnt) not in err["message"] and str(tmp_path) not in err["message"]
+            rid = err["message"].rsplit("request id ", 1)[1].rstrip(")")
+            logged = [line for line in server.log.read_text().splitlines() if rid in line]
+            assert logged and str(mnt) in logged[0]  # where it failed: in the log, under the request id
+        finally:
+            server.stop()
+
+
+def test_database_errors_tell_the_kind_not_the_host_port_or_driver_text():
+    import psycopg
+
+    from catalog.store.sql import translate
+
+    text = 'connection failed: connection to server at "10.1.2.3", port 5433 failed: FATAL: password for user "cat"'
+    err = translate(psycopg.OperationalError(text))
+    assert isinstance(err, errors.ServiceUnavailable)
+    assert err.message == "Database unavailable: the database cannot be reached or failed"
+    assert "10.1.2.3" in err.detail  # for the log
+    full = translate(psycopg.errors.DiskFull('could not extend file "/var/lib/postgresql/data/base/1": No space left'))
+    assert full.message == "Database unavailable: the database or its disk is full" and "/var/lib" not in full.message

@@ -48,6 +48,7 @@ from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_loc
 from catalog.store.entries import Store, name_taken
 from catalog.store.ownership import Ownership
 from catalog.store.pointers import Entry, KeyRecord, PointerOutcomeUnknown, Swap, Swapped
+from catalog.store.sql import what_failed
 
 log = logging.getLogger("catalog.commit")
 
@@ -327,10 +328,12 @@ class CommitEngine:
             return self._won(current, staged, kind, recorded=keyed)
         if now is not None and e.settled and all(p == s.expected for p, s in zip(now, swaps, strict=True)):
             self.discard(staged)
-            raise errors.ServiceUnavailable(f"Database unavailable, nothing was committed: {e}") from e
+            raise errors.ServiceUnavailable(
+                f"Database unavailable, nothing was committed: {what_failed(str(e).lower())}", detail=str(e)
+            ) from e
         metrics.UNKNOWN.inc()
         log.error("commit outcome unknown for %s: %s", [s.new.location for s in staged], e)
-        raise errors.CommitStateUnknown(f"Commit state unknown, the database connection failed: {e}") from e
+        raise errors.CommitStateUnknown("Commit state unknown, the database connection failed", detail=str(e)) from e
 
     # -- lost: rebase ----------------------------------------------------------------------------
 

@@ -203,7 +203,7 @@ class LocalStorage(_Bounds):
 
     def ping(self) -> None:
         if not os.access(self.path, os.W_OK):
-            raise errors.ServiceUnavailable(f"Warehouse is not writable: {self.path}")
+            raise errors.ServiceUnavailable("Storage unavailable: the warehouse is not writable", detail=str(self.path))
 
 
 def _file_path(location: str) -> str:
@@ -226,8 +226,8 @@ def _write_error(location: str, e: OSError) -> errors.IcebergError:
     if e.errno in _CLIENT_ERRNOS:
         return errors.BadRequest(f"Cannot write {location}: {reason}")
     if e.errno in _OPERATOR_ERRNOS:
-        return errors.IcebergError(f"The server may not write its warehouse at {location}: {reason}")
-    return errors.ServiceUnavailable(f"Storage error writing {location}: {reason}")  # ENOSPC, EIO...
+        return errors.IcebergError(f"The server may not write its warehouse: {reason}", detail=location)
+    return errors.ServiceUnavailable(f"Storage error writing a file: {reason}", detail=location)  # ENOSPC, EIO...
 
 
 def _drop_cached(fd: int) -> None:
@@ -291,8 +291,12 @@ class S3Storage(_Bounds):
                 return errors.BadRequest(f"Storage refused {doing} {location}: {code}")
             if code in _S3_OPERATOR:
                 return errors.IcebergError(f"Storage refused {doing} {location}: {code} (check the server's S3 setup)")
-            return errors.ServiceUnavailable(f"Storage error {doing} {location}: {code or e}")
-        return errors.ServiceUnavailable(f"Storage unavailable {doing} {location}: {type(e).__name__}")
+            return errors.ServiceUnavailable(
+                f"Storage error {doing} a file: {code or type(e).__name__}", detail=f"{location}: {e}"
+            )
+        return errors.ServiceUnavailable(
+            f"Storage unavailable {doing} a file: {type(e).__name__}", detail=f"{location}: {e}"
+        )
 
     def read(self, location: str) -> bytes:
         bucket, key = self._split(location)
