@@ -299,3 +299,80 @@ def test_database_errors_tell_the_kind_not_the_host_port_or_driver_text():
     assert "10.1.2.3" in err.detail  # for the log
     full = translate(psycopg.errors.DiskFull('could not extend file "/var/lib/postgresql/data/base/1": No space left'))
     assert full.message == "Database unavailable: the database or its disk is full" and "/var/lib" not in full.message
+
+
+# --- with authentication: two principals who may write, one who may only read one namespace --------
+
+TOKEN_SECRET = "hardening-signing-key-" + "k" * 32
+CLIENTS = {"alice": "alice-secret", "bob": "bob-secret", "eve": "eve-secret"}
+GRANTS = """
+grants:
+  - {principal: user:alice, privileges: [admin], on: catalog}
+  - {principal: user:bob, privileges: [admin], on: catalog}
+  - {principal: user:eve, privileges: [admin], on: {namespace: eve}}
+"""
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory) -> Iterator:
+    workdir = tmp_path_factory.mktemp("hardening-auth")
+    (workdir / "grants.yaml").write_text(GRANTS)
+    env = {
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in CLIENTS.items()),
+        "CATALOG_TOKEN_SECRET": TOKEN_SECRET,
+        "CATALOG_AUTHZ_BOOTSTRAP": str(workdir / "grants.yaml"),
+    }
+    server = start_server(workdir, extra_env=env)
+    yield server
+    server.stop()
+
+
+class As:
+    """Raw HTTP as one principal."""
+
+    def __init__(self, server, client: str) -> None:
+        resp = requests.post(
+            f"{server.url}/v1/oauth/tokens",
+            data={"grant_type": "client_credentials", "client_id": client, "client_secret": CLIENTS[client]},
+            timeout=10,
+        )
+        assert resp.status_code == 200, resp.text
+        self.base, self.headers = server.url, {"Authorization": f"Bearer {resp.json()['access_token']}"}
+
+    def __call__(self, method: str, path: str, headers: dict | None = None, **kw) -> requests.Response:
+        return requests.request(method, self.base + path, headers={**self.headers, **(headers or {})}, timeout=30, **kw)
+
+    def get(self, path: str, **kw) -> requests.Response:
+        return self("GET", path, **kw)
+
+    def post(self, path: str, **kw) -> requests.Response:
+        return self("POST", path, **kw)
+
+
+# --- g. an Idempotency-Key is a principal's own ---------------------------------------------------
+
+
+def test_another_principal_reusing_a_key_gets_its_own_processing_and_learns_nothing(secured):
+    alice, bob = As(secured, "alice"), As(secured, "bob")
+    ns = f"idem_{uuid.uuid4().hex[:8]}"
+    assert alice.post("/v1/namespaces", json={"namespace": [ns]}).status_code == 200
+    create_table(alice, ns, "t")
+    key = {"Idempotency-Key": f"k-{uuid.uuid4()}"}
+    body = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"by": "alice"}}]}
+    first = alice.post(f"/v1/namespaces/{ns}/tables/t", json=body, headers=key)
+    assert first.status_code == 200, first.text
+
+    # bob, same key, a different request: his own commit, not "already used for a different request"
+    mine = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"by": "bob"}}]}
+    resp = bob.post(f"/v1/namespaces/{ns}/tables/t", json=mine, headers=key)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["metadata"]["properties"]["by"] == "bob"
+    assert "Idempotency" not in resp.text
+    # the key is now bob's own too: his reuse of it for another request is his own 400, never alice's record
+    again = bob.post(f"/v1/namespaces/{ns}/tables/t", json=body, headers=key)
+    assert again.status_code == 400 and "Idempotency-Key" in again.text  # his own key, his own other request
+    # alice's retry is still her replay: the same response, nothing applied again
+    replay = alice.post(f"/v1/namespaces/{ns}/tables/t", json=body, headers=key)
+    assert replay.status_code == 200 and replay.json()["metadata-location"] == first.json()["metadata-location"]
+    assert alice.get(f"/v1/namespaces/{ns}/tables/t").json()["metadata"]["properties"]["by"] == "bob"
