@@ -180,7 +180,10 @@ class Catalog:
         holder = self.store.referencing(location)
         if holder is not None and (replaced is None or holder.id != replaced.id):
             other = ident(holder.namespace, holder.name)
-            raise errors.AlreadyExists(f"Metadata file {location} is the current metadata of {holder.kind} {other}")
+            raise errors.AlreadyExists(
+                "Metadata file is the current metadata of another table or view",
+                detail=f"{location} is the current metadata of {holder.kind} {other}",
+            )
         file = self.files.read(location)
         try:
             doc = (registered.check_table if kind is TABLE else registered.check_view)(file.data)

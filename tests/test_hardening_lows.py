@@ -376,3 +376,24 @@ def test_another_principal_reusing_a_key_gets_its_own_processing_and_learns_noth
     replay = alice.post(f"/v1/namespaces/{ns}/tables/t", json=body, headers=key)
     assert replay.status_code == 200 and replay.json()["metadata-location"] == first.json()["metadata-location"]
     assert alice.get(f"/v1/namespaces/{ns}/tables/t").json()["metadata"]["properties"]["by"] == "bob"
+
+
+# --- b. a 409 names no entry the caller may not see, and no server path ---------------------------
+
+
+def test_a_location_conflict_names_neither_the_other_entry_nor_its_path(secured):
+    alice, eve = As(secured, "alice"), As(secured, "eve")
+    hidden = f"hidden_{uuid.uuid4().hex[:8]}"
+    assert alice.post("/v1/namespaces", json={"namespace": [hidden]}).status_code == 200
+    secret = create_table(alice, hidden, "payroll_2026")
+    if eve.get("/v1/namespaces/eve").status_code == 404:
+        assert alice.post("/v1/namespaces", json={"namespace": ["eve"]}).status_code == 200
+    assert eve.get(f"/v1/namespaces/{hidden}/tables/payroll_2026").status_code == 403  # eve may not see it
+    for location in (secret["location"], secret["location"] + "/sub", secret["location"].rsplit("/", 1)[0]):
+        body = {"name": f"t_{uuid.uuid4().hex[:6]}", "schema": SCHEMA, "location": location}
+        resp = eve.post("/v1/namespaces/eve/tables", json=body)
+        err = assert_error(resp, 409, "AlreadyExistsException", "another table or view")
+        for leak in (hidden, "payroll", secured.env["CATALOG_WAREHOUSE"]):
+            assert leak not in err["message"], err
+    logged = [line for line in secured.log.read_text().splitlines() if "overlaps table" in line]
+    assert logged and f"{hidden}.payroll_2026" in logged[-1]  # the details are in the server log

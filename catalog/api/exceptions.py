@@ -28,6 +28,8 @@ def error_response(request: Request, exc: Exception) -> Response:
         if err.detail:
             detail += f" ({err.detail})"
         log.error("%s %s -> %s: %s", request.method, request.url.path, err.code, detail, exc_info=exc)
+    elif err.detail:  # what the client may not be told (another entry, a server path): the log has it
+        log.warning("%s %s -> %s: %s (%s)", request.method, request.url.path, err.code, err.message, err.detail)
     status, headers, body = errors.render(err, head=request.method == "HEAD")
     return Response(content=body or None, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
 

@@ -34,11 +34,14 @@ class Located:
 
 
 class LocationTaken(errors.AlreadyExists):
-    """409: ``location`` equals, contains or lies inside the location of another entry."""
+    """409: ``location`` equals, contains or lies inside the location of another entry. The message
+    names neither (the caller may not see that entry, and a location may be the server's own path):
+    which entry and where go to ``detail``, for the server log."""
 
     def __init__(self, location: str, other: Located) -> None:
         super().__init__(
-            f"Location {location} overlaps the location of {other.kind} {'.'.join((*other.namespace, other.name))}"
+            "Location overlaps the location of another table or view",
+            detail=f"{location} overlaps {other.kind} {'.'.join((*other.namespace, other.name))} at {other.location}",
         )
 
 

@@ -48,8 +48,8 @@ class Ownership:
                 for other in self.store.overlapping(normal, exclude_id):
                     if is_within(normal, other.location):
                         raise errors.AlreadyExists(
-                            f"{key} {value} lies in the location of {other.kind} "
-                            f"{'.'.join((*other.namespace, other.name))}"
+                            f"{key} lies in the location of another table or view",
+                            detail=f"{value} lies in {other.kind} {'.'.join((*other.namespace, other.name))}",
                         )
 
     def check_new(self, entry_id: int | None, base: dict[str, Any] | None, new: dict[str, Any]) -> str:
