@@ -16,7 +16,7 @@ from catalog import errors, names
 from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
-from catalog.locations import is_within, normalise
+from catalog.locations import is_within, normalise, overlaps
 from catalog.metadata import registered, tables, views
 from catalog.names import check_name, check_namespace
 from catalog.settings import Settings
@@ -65,7 +65,7 @@ class Catalog:
     def create_namespace(self, ns: Namespace, properties: dict[str, str]) -> None:
         check_namespace(ns)
         if "location" in properties:
-            self.ownership.locations.check(properties["location"], "namespace location")
+            self._check_namespace_location(ns, properties["location"])
         self.store.create_namespace(ns, properties)
 
     def load_namespace(self, ns: Namespace) -> dict[str, str]:
@@ -81,8 +81,40 @@ class Catalog:
         self, ns: Namespace, removals: Sequence[str], updates: dict[str, str]
     ) -> tuple[list[str], list[str], list[str]]:
         if "location" in updates:
-            self.ownership.locations.check(updates["location"], "namespace location")
+            self._check_namespace_location(ns, updates["location"])
         return self.store.update_namespace_properties(ns, removals, updates)
+
+    def _check_namespace_location(self, ns: Namespace, location: str) -> None:
+        """A namespace's ``location``: in the allowed roots (403), and in no other namespace's
+        directory, nor containing one, nor overlapping a table or view of another namespace (400):
+        its tables would otherwise be created among another namespace's files. Its own ancestors and
+        descendants are exempt (nested namespaces nest their directories). The message names no other
+        namespace or entry (the caller may not see them); the log has which."""
+        normal = self.ownership.locations.check(location, "namespace location")
+
+        def related(other: Namespace) -> bool:
+            shorter, longer = sorted((other, ns), key=len)
+            return longer[: len(shorter)] == shorter
+
+        root = self.storage.root().rstrip("/")
+        for other, other_location in self.store.namespace_locations():
+            if related(other):
+                continue
+            try:
+                directory = normalise(other_location or "/".join([root, *other]))
+            except errors.IcebergError:
+                continue  # a namespace stored before locations were checked: nothing to compare
+            if overlaps(normal, directory):
+                raise errors.BadRequest(
+                    "Invalid namespace location: it overlaps the directory of another namespace",
+                    detail=f"{location} overlaps namespace {'.'.join(other)} at {directory}",
+                )
+        for entry in self.store.overlapping(normal):
+            if not related(entry.namespace):
+                raise errors.BadRequest(
+                    "Invalid namespace location: it overlaps the location of a table or view of another namespace",
+                    detail=f"{location} overlaps {entry.kind} {ident(entry.namespace, entry.name)}",
+                )
 
     def list_namespaces(self, parent: Namespace, after: str | None, limit: int | None) -> list[Namespace]:
         if parent:

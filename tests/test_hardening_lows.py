@@ -397,3 +397,30 @@ def test_a_location_conflict_names_neither_the_other_entry_nor_its_path(secured)
             assert leak not in err["message"], err
     logged = [line for line in secured.log.read_text().splitlines() if "overlaps table" in line]
     assert logged and f"{hidden}.payroll_2026" in logged[-1]  # the details are in the server log
+
+
+# --- h. a namespace location inside another namespace's directory is refused ----------------------
+
+
+def test_a_namespace_location_in_another_namespaces_directory_is_refused(http, server):
+    warehouse = server.env["CATALOG_WAREHOUSE"].rstrip("/")
+    a, b, c = (f"nsloc_{uuid.uuid4().hex[:8]}" for _ in range(3))
+    assert http.post("/v1/namespaces", json={"namespace": [a]}).status_code == 200
+    create_table(http, a, "t")
+    a_dir = f"{warehouse}/{a}"
+    for location in (a_dir, f"{a_dir}/x", f"{a_dir}/t/data"):
+        resp = http.post("/v1/namespaces", json={"namespace": [b], "properties": {"location": location}})
+        err = assert_error(resp, 400, "BadRequestException", "Invalid namespace location")
+        assert a not in err["message"] and warehouse not in err["message"], err
+    assert http.get(f"/v1/namespaces/{b}").status_code == 404  # nothing created
+    # at update too
+    assert http.post("/v1/namespaces", json={"namespace": [c]}).status_code == 200
+    resp = http.post(f"/v1/namespaces/{c}/properties", json={"updates": {"location": f"{a_dir}/elsewhere"}})
+    assert_error(resp, 400, "BadRequestException", "Invalid namespace location")
+    assert "location" not in http.get(f"/v1/namespaces/{c}").json()["properties"]
+    # a directory of its own is fine, and so is a child namespace inside its parent's
+    own = f"{warehouse}/own-{uuid.uuid4().hex[:8]}"
+    resp = http.post(f"/v1/namespaces/{c}/properties", json={"updates": {"location": own}})
+    assert resp.status_code == 200, resp.text
+    resp = http.post("/v1/namespaces", json={"namespace": [a, "child"], "properties": {"location": f"{a_dir}/kids"}})
+    assert resp.status_code == 200, resp.text

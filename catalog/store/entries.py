@@ -59,6 +59,12 @@ class Store(Pointers, GrantRows):
             ).first()
         return None if row is None else dict(row.properties)
 
+    def namespace_locations(self) -> list[tuple[tuple[str, ...], str | None]]:
+        """Every namespace and its ``location`` property (None: the default, under the warehouse)."""
+        with self._read() as conn:
+            rows = conn.execute(sa.select(namespaces.c.name, namespaces.c.properties)).all()
+        return [(split_namespace(r.name), (r.properties or {}).get("location")) for r in rows]
+
     def list_namespaces(self, parent: tuple[str, ...], after: str | None, limit: int | None) -> list[tuple[str, ...]]:
         q = (
             sa.select(namespaces.c.name)
