@@ -7,7 +7,9 @@ Each test drives a real server process; attacks are checked on the response body
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -424,3 +426,58 @@ def test_a_namespace_location_in_another_namespaces_directory_is_refused(http, s
     assert resp.status_code == 200, resp.text
     resp = http.post("/v1/namespaces", json={"namespace": [a, "child"], "properties": {"location": f"{a_dir}/kids"}})
     assert resp.status_code == 200, resp.text
+
+
+# --- a. grant targets are named like every namespace, table and view ------------------------------
+
+BAD_TARGETS = [
+    {"namespace": ["m", ".."]},
+    {"namespace": "m\x00x"},
+    {"namespace": ["a/b"]},
+    {"table": ["db", "t\x01"]},
+    {"view": ["..", "v"]},
+]
+
+
+def test_grant_targets_are_validated_like_names(secured, tmp_path):
+    alice = As(secured, "alice")
+    for target in BAD_TARGETS:
+        doc = {"principal": "user:bob", "privileges": ["read"], "on": target}
+        resp = alice.post("/management/v1/grants", json=doc)
+        assert_error(resp, 400, "BadRequestException", "Invalid")
+    listed = alice.get("/management/v1/grants").json()["grants"]
+    assert not [g for g in listed if g["principal"] == "user:bob" and g["privilege"] == "read"], listed
+
+    # the CLI and the bootstrap file parse the same way
+    env = {**os.environ, "CATALOG_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}"}
+    subprocess.run([sys.executable, "-m", "catalog", "migrate"], env=env, check=True, capture_output=True)
+    for on in ("namespace=m\x01", "table=db./etc", "view=a..v"):
+        added = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "catalog",
+                "grants",
+                "add",
+                "--principal",
+                "user:x",
+                "--privilege",
+                "read",
+                "--on",
+                on,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert added.returncode == 2 and "Traceback" not in added.stderr, (on, added.stderr)
+    bootstrap = tmp_path / "bad.yaml"
+    bootstrap.write_text('grants:\n  - {principal: "user:x", privileges: [read], on: {namespace: ["m", ".."]}}\n')
+    served = subprocess.run(
+        [sys.executable, "-m", "catalog", "serve"],
+        env={**env, "CATALOG_AUTHZ_BOOTSTRAP": str(bootstrap), "CATALOG_PORT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert served.returncode == 2 and "relative path segment" in served.stderr, served.stderr
