@@ -292,3 +292,19 @@ def test_interleaved_removals_and_re_adds_keep_java_order_and_refs():
         (1, "p-1.puffin"), (2, "new-2.puffin"), (5, "p-5.puffin")
     ]  # fmt: skip
     assert base["snapshots"][1]["snapshot-id"] == 2 and len(base["snapshots"]) == 5  # the base untouched
+
+
+def test_set_statistics_for_a_snapshot_that_does_not_exist_is_accepted_as_java_does():
+    """Issue 28 (d) asked whether to refuse it. Java 1.9's ``TableMetadata.Builder.setStatistics`` puts
+    the file in its map by snapshot id without looking the snapshot up, and Java's main branch does the
+    same; the REST spec says nothing more. The engine follows Java (tests/test_differential.py compares
+    it), and the file goes when a ``remove-statistics`` names it."""
+    base = table_with(2)
+    out = tables.apply(
+        base,
+        [],
+        [{"action": "set-statistics", "statistics": stats(4242)}],
+        base_location=f"{LOC}/metadata/v1.json",
+        now_ms=NOW + 10**7,
+    )
+    assert 4242 in {s["snapshot-id"] for s in out["statistics"]}
