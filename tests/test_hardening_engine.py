@@ -308,3 +308,109 @@ def test_set_statistics_for_a_snapshot_that_does_not_exist_is_accepted_as_java_d
         now_ms=NOW + 10**7,
     )
     assert 4242 in {s["snapshot-id"] for s in out["statistics"]}
+
+
+# --- the indexed paths against Java 1.9 itself -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def java():
+    from tests.conftest import IN_CI
+    from tests.java_oracle import JavaOracle, classpath
+
+    cp, missing = classpath()
+    if cp is None:
+        if IN_CI:
+            pytest.fail(f"CI=true and the Java oracle cannot run: {missing}")
+        pytest.skip(missing)
+    oracle = JavaOracle(cp)
+    yield oracle
+    oracle.close()
+
+
+def essentials(m: dict) -> dict:
+    """What the indexed paths decide (ids, order, reuse, what was removed), without times or uuids."""
+    return {
+        "schemas": [(s["schema-id"], s["fields"]) for s in m["schemas"]],
+        "current-schema-id": m["current-schema-id"],
+        "last-column-id": m["last-column-id"],
+        "specs": [
+            (s["spec-id"], [(f["name"], f["transform"], f["field-id"]) for f in s["fields"]])
+            for s in m["partition-specs"]
+        ],
+        "default-spec-id": m["default-spec-id"],
+        "orders": [(o["order-id"], [(f["transform"], f["source-id"]) for f in o["fields"]]) for o in m["sort-orders"]],
+        "default-sort-order-id": m["default-sort-order-id"],
+        "snapshots": [s["snapshot-id"] for s in m.get("snapshots") or []],
+        "refs": sorted((k, v["snapshot-id"]) for k, v in (m.get("refs") or {}).items()),
+        "statistics": sorted((s["snapshot-id"], s["statistics-path"]) for s in m.get("statistics") or []),
+        "snapshot-log": [e["snapshot-id"] for e in m.get("snapshot-log") or []],
+        "encryption-keys": [k["key-id"] for k in m.get("encryption-keys") or []],
+    }
+
+
+def both(java, base: dict, updates: list[dict]) -> tuple[dict, dict]:
+    location = f"{LOC}/metadata/00001-x.metadata.json"
+    answer = java.ask({"op": "table", "base": base, "base_location": location, "requirements": [], "updates": updates})
+    assert answer["status"] == 200, answer.get("error")
+    ours = tables.apply(base, [], updates, base_location=location, now_ms=int(time.time() * 1000))
+    return essentials(answer["result"]), essentials(ours)
+
+
+def test_many_schemas_specs_and_orders_in_one_commit_as_java(java):
+    """Past REUSE_INDEX_AFTER adds the builder answers Java's reuse scan from an index: new ids,
+    reused ids (of base items and of items added earlier), removals, and re-adds after removal."""
+    base = java.ask({"op": "new_table", "location": LOC, "schema": SCHEMA, "properties": {"format-version": "2"}})
+    base = base["result"]
+    updates: list[dict] = []
+    for i in [*range(1, 25), 3, 7, 1, 24]:  # repeats: reused, not added
+        updates += [{"action": "add-schema", "schema": schema(i)}, {"action": "set-current-schema", "schema-id": -1}]
+    updates.append({"action": "set-current-schema", "schema-id": 0})
+    updates.append({"action": "remove-schemas", "schema-ids": [2, 5, 11]})
+    updates += [{"action": "add-schema", "schema": schema(i)} for i in (5, 40, 2)]  # re-added: new ids
+    updates.append({"action": "add-schema", "schema": SCHEMA})  # the base's own
+    for i in [*range(1, 20), 4, 9]:
+        field = {"name": f"b{i}", "transform": f"bucket[{i + 1}]", "source-id": 1, "field-id": 1000}
+        spec = {"spec-id": 0, "fields": [field]}
+        updates += [{"action": "add-spec", "spec": spec}, {"action": "set-default-spec", "spec-id": -1}]
+    updates.append({"action": "set-default-spec", "spec-id": 0})
+    updates.append({"action": "remove-partition-specs", "spec-ids": [3, 6]})
+    spec3 = {"spec-id": 0, "fields": [{"name": "b3", "transform": "bucket[4]", "source-id": 1, "field-id": 1000}]}
+    updates.append({"action": "add-spec", "spec": spec3})
+    for i in [*range(1, 20), 2, 19]:
+        field = {"transform": f"bucket[{i + 1}]", "source-id": 1, "direction": "asc", "null-order": "nulls-first"}
+        updates.append({"action": "add-sort-order", "sort-order": {"order-id": 1, "fields": [field]}})
+        updates.append({"action": "set-default-sort-order", "sort-order-id": -1})
+    expected, got = both(java, base, updates)
+    assert got == expected
+
+
+def test_many_removals_refs_and_statistics_in_one_commit_as_java(java):
+    base = java.ask({"op": "new_table", "location": LOC, "schema": SCHEMA, "properties": {"format-version": "2"}})
+    base = base["result"]
+    start, updates = base["last-updated-ms"] - 100, []
+    for i in range(1, 41):
+        snap = {"snapshot-id": i, "sequence-number": i, "timestamp-ms": start + i}
+        snap["manifest-list"] = f"{LOC}/metadata/s{i}.avro"
+        if i > 1:
+            snap["parent-snapshot-id"] = i - 1
+        updates += [
+            {"action": "add-snapshot", "snapshot": snap},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": i},
+            {"action": "set-snapshot-ref", "ref-name": f"tag{i}", "type": "tag", "snapshot-id": i},
+            {"action": "set-statistics", "statistics": stats(i)},
+        ]
+    answer = java.ask({"op": "table", "base": base, "base_location": None, "requirements": [], "updates": updates})
+    assert answer["status"] == 200, answer.get("error")
+    big = answer["result"]
+    updates = []
+    for i in range(1, 35):
+        updates.append({"action": "remove-snapshots", "snapshot-ids": [i]})
+        if i % 5 == 0:  # a ref set on a snapshot that a later removal takes away
+            updates.append({"action": "set-snapshot-ref", "ref-name": f"b{i}", "type": "branch", "snapshot-id": i + 1})
+            updates.append({"action": "set-statistics", "statistics": stats(i + 2, "again")})
+            updates.append({"action": "remove-snapshot-ref", "ref-name": f"tag{i + 3}"})
+    updates.append({"action": "remove-snapshots", "snapshot-ids": [36, 36, 99]})
+    updates.append({"action": "remove-statistics", "snapshot-id": 38})
+    expected, got = both(java, big, updates)  # (encryption keys: Java 1.10, not the oracle's 1.9)
+    assert got == expected
