@@ -16,9 +16,10 @@ class IcebergError(Exception):
     type: str = "InternalServerError"
     code: int = 500
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, detail: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.detail = detail  # for the server log only (paths, hosts, driver text): never in a body
 
 
 class BadRequest(IcebergError):
@@ -131,7 +132,9 @@ class CommitStateUnknown(IcebergError):
 
 
 class ServiceUnavailable(IcebergError):
-    """503: a dependency (database, storage) is unreachable; nothing was changed."""
+    """503: a dependency (database, storage) is unreachable; nothing was changed. The message says
+    which kind of dependency failed and how, never where (no server paths, database host or port, or
+    driver text): that goes to ``detail``, which the server logs with the request id."""
 
     type, code = "ServiceUnavailableException", 503
 

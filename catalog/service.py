@@ -16,7 +16,7 @@ from catalog import errors, names
 from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
-from catalog.locations import is_within, normalise, segment
+from catalog.locations import is_within, normalise, overlaps, segment
 from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
 from catalog.maintenance.care import Care
 from catalog.metadata import registered, tables, views
@@ -69,7 +69,7 @@ class Catalog:
     def create_namespace(self, ns: Namespace, properties: dict[str, str]) -> None:
         check_namespace(ns)
         if "location" in properties:
-            self.ownership.locations.check(properties["location"], "namespace location")
+            self._check_namespace_location(ns, properties["location"])
         self.store.create_namespace(ns, properties)
 
     def load_namespace(self, ns: Namespace) -> dict[str, str]:
@@ -85,8 +85,40 @@ class Catalog:
         self, ns: Namespace, removals: Sequence[str], updates: dict[str, str]
     ) -> tuple[list[str], list[str], list[str]]:
         if "location" in updates:
-            self.ownership.locations.check(updates["location"], "namespace location")
+            self._check_namespace_location(ns, updates["location"])
         return self.store.update_namespace_properties(ns, removals, updates)
+
+    def _check_namespace_location(self, ns: Namespace, location: str) -> None:
+        """A namespace's ``location``: in the allowed roots (403), and in no other namespace's
+        directory, nor containing one, nor overlapping a table or view of another namespace (400):
+        its tables would otherwise be created among another namespace's files. Its own ancestors and
+        descendants are exempt (nested namespaces nest their directories). The message names no other
+        namespace or entry (the caller may not see them); the log has which."""
+        normal = self.ownership.locations.check(location, "namespace location")
+
+        def related(other: Namespace) -> bool:
+            shorter, longer = sorted((other, ns), key=len)
+            return longer[: len(shorter)] == shorter
+
+        root = self.storage.root().rstrip("/")
+        for other, other_location in self.store.namespace_locations():
+            if related(other):
+                continue
+            try:
+                directory = normalise(other_location or "/".join([root, *other]))
+            except errors.IcebergError:
+                continue  # a namespace stored before locations were checked: nothing to compare
+            if overlaps(normal, directory):
+                raise errors.BadRequest(
+                    "Invalid namespace location: it overlaps the directory of another namespace",
+                    detail=f"{location} overlaps namespace {'.'.join(other)} at {directory}",
+                )
+        for entry in self.store.overlapping(normal):
+            if not related(entry.namespace):
+                raise errors.BadRequest(
+                    "Invalid namespace location: it overlaps the location of a table or view of another namespace",
+                    detail=f"{location} overlaps {entry.kind} {ident(entry.namespace, entry.name)}",
+                )
 
     def list_namespaces(self, parent: Namespace, after: str | None, limit: int | None) -> list[Namespace]:
         if parent:
@@ -184,7 +216,10 @@ class Catalog:
         holder = self.store.referencing(location)
         if holder is not None and (replaced is None or holder.id != replaced.id):
             other = ident(holder.namespace, holder.name)
-            raise errors.AlreadyExists(f"Metadata file {location} is the current metadata of {holder.kind} {other}")
+            raise errors.AlreadyExists(
+                "Metadata file is the current metadata of another table or view",
+                detail=f"{location} is the current metadata of {holder.kind} {other}",
+            )
         file = self.files.read(location)
         try:
             doc = (registered.check_table if kind is TABLE else registered.check_view)(file.data)

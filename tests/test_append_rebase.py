@@ -589,7 +589,8 @@ def test_queued_appends_land_as_one_group(local, monkeypatch):
 
 def test_a_group_whose_lists_cannot_be_written_lands_nothing(local, monkeypatch):
     """The group's rebased lists are written together before its metadata file; when one PUT fails,
-    every member gets a 409, the table is unchanged and the lists that were written are deleted."""
+    every member gets a 503 (the store failed, nothing was committed: a 409 would send the clients to
+    retry into the same failure), the table is unchanged and the lists that were written are deleted."""
     from catalog import errors
     from catalog.service import TABLE
 
@@ -608,7 +609,7 @@ def test_a_group_whose_lists_cannot_be_written_lands_nothing(local, monkeypatch)
     monkeypatch.setattr(storage, "write_new", flaky)
     results = land_queued(local, "w", appends)
     assert not isinstance(results[0], Exception)  # the lone first one landed as sent
-    assert all(isinstance(results[i], errors.CommitFailed) for i in range(1, 5)), results
+    assert all(isinstance(results[i], errors.ServiceUnavailable) for i in range(1, 5)), results
     assert local.load(TABLE, ("n",), "w").data["current-snapshot-id"] == 10
     assert len(calls) == 4 and not [p for p in _metadata_dir(local, "w").iterdir() if "-rebased-" in p.name]
 

@@ -122,19 +122,31 @@ def no_leak(resp: requests.Response) -> None:
 # -- purge -----------------------------------------------------------------------------------------
 
 
-def test_purge_deletes_only_the_tables_own_files(http, ns, outside):
+def test_purge_deletes_only_the_tables_own_files(http, ns, outside, inside):
+    """A commit can no longer add another place's files (403, tests/test_hardening_lows.py), but a
+    registered table may carry them: its purge must skip them."""
     victims = [place.put(f"victim-{i}.avro", b"precious") for i, place in enumerate(outside)]
     neighbour = create(http, ns, "neighbour")
-    doomed = create(http, ns, "doomed")
-    own_file = doomed["metadata-location"]
-    updates = [
-        {"action": "add-snapshot", "snapshot": snapshot(1, victims[0])},
-        {"action": "add-snapshot", "snapshot": snapshot(2, neighbour["metadata-location"], 1, 2)},
-        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 2},
-        statistics(1, victims[-1]),
-        statistics(2, neighbour["metadata-location"]),
-    ]
-    resp = commit(http, ns, "doomed", [], updates)
+    template = create(http, ns, "template")["metadata"]
+
+    def stats(sid: int, path: str) -> dict:
+        return statistics(sid, path)["statistics"]
+
+    metadata = {
+        **template,
+        "table-uuid": str(uuid.uuid4()),
+        "location": inside.uri("doomed"),
+        "last-sequence-number": 2,
+        "last-updated-ms": int(time.time() * 1000),
+        "current-snapshot-id": 2,
+        "snapshots": [snapshot(1, victims[0]), snapshot(2, neighbour["metadata-location"], 1, 2)],
+        "refs": {"main": {"snapshot-id": 2, "type": "branch"}},
+        "statistics": [stats(1, victims[-1]), stats(2, neighbour["metadata-location"])],
+        "snapshot-log": [],
+        "metadata-log": [],
+    }
+    own_file = inside.put("doomed/metadata/00000-doomed.metadata.json", json.dumps(metadata).encode())
+    resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "doomed", "metadata-location": own_file})
     assert resp.status_code == 200, resp.text
     resp = http("DELETE", f"/v1/namespaces/{ns}/tables/doomed?purgeRequested=true")
     assert resp.status_code == 204, resp.text
@@ -202,8 +214,8 @@ def test_another_tables_metadata_cannot_be_registered(http, ns):
     commit(http, ns, "original", [], [{"action": "set-properties", "updates": {"k": "v"}}])
     current = load(http, ns, "original")
     for location, reason in (
-        (current["metadata-location"], "is the current metadata of table"),
-        (original["metadata-location"], "overlaps the location of table"),  # an older file of it
+        (current["metadata-location"], "is the current metadata of another table or view"),
+        (original["metadata-location"], "overlaps the location of another table or view"),  # an older file of it
     ):
         resp = http.post(f"/v1/namespaces/{ns}/register", json={"name": "copy", "metadata-location": location})
         assert_error(resp, 409, "AlreadyExistsException", reason)
@@ -257,14 +269,14 @@ def test_tables_own_their_locations(http, ns):
     parent = home.rsplit("/", 1)[0]
     for location in (home, home + "/", home + "/inside", parent):
         resp = http.post(f"/v1/namespaces/{ns}/tables", json={"name": "b", "schema": JSON_SCHEMA, "location": location})
-        assert_error(resp, 409, "AlreadyExistsException", f"overlaps the location of table {ns}.a")
+        assert_error(resp, 409, "AlreadyExistsException", "overlaps the location of another table or view")
     create(http, ns, "c")
     assert_error(
         commit(http, ns, "c", [], [{"action": "set-location", "location": home}]), 409, "AlreadyExistsException"
     )
     inside_a = {"write.metadata.path": home + "/metadata"}
     resp = commit(http, ns, "c", [], [{"action": "set-properties", "updates": inside_a}])
-    assert_error(resp, 409, "AlreadyExistsException", f"in the location of table {ns}.a")
+    assert_error(resp, 409, "AlreadyExistsException", "in the location of another table or view")
     # A renamed table keeps its directory; a new table of the old name gets a directory of its own.
     rename = {"source": {"namespace": [ns], "name": "a"}, "destination": {"namespace": [ns], "name": "a2"}}
     assert http.post("/v1/tables/rename", json=rename).status_code == 204
@@ -283,7 +295,7 @@ def test_tables_own_their_locations(http, ns):
     resp = http.post(
         f"/v1/namespaces/{ns}/tables", json={"name": "d", "schema": JSON_SCHEMA, "location": parent + "/c-moved"}
     )
-    assert_error(resp, 409, "AlreadyExistsException", f"overlaps the location of table {ns}.c")
+    assert_error(resp, 409, "AlreadyExistsException", "overlaps the location of another table or view")
 
 
 def test_racing_creates_of_overlapping_locations_exactly_one_wins(http, ns):

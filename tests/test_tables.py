@@ -155,7 +155,7 @@ def test_register_table(catalog, ns):
     table = catalog.create_table(f"{ns}.orig", PY_SCHEMA)
     table.append(rows(0, 3))
     location = catalog.load_table(f"{ns}.orig").metadata_location
-    with pytest.raises(TableAlreadyExistsError, match="current metadata of table"):
+    with pytest.raises(TableAlreadyExistsError, match="current metadata of another table or view"):
         catalog.register_table(f"{ns}.copy", location)
     catalog.drop_table(f"{ns}.orig")  # without purge: the files stay, unowned
     registered = catalog.register_table(f"{ns}.copy", location)
@@ -167,7 +167,7 @@ def test_register_table(catalog, ns):
     assert after.scan().to_arrow().num_rows == 4
     with pytest.raises(TableAlreadyExistsError):
         catalog.register_table(f"{ns}.copy", location)
-    with pytest.raises(TableAlreadyExistsError, match="overlaps the location of table"):
+    with pytest.raises(TableAlreadyExistsError, match="overlaps the location of another table or view"):
         catalog.register_table(f"{ns}.again", location)  # an older file of the same table
 
 

@@ -126,7 +126,8 @@ def test_rename_across_namespaces_and_register(http, catalog, ns):
     assert_error(http.post("/v1/views/rename", json=rename), 404, "NoSuchViewException")
     location = http.get(f"/v1/namespaces/{ns}_b/views/w").json()["metadata-location"]
     twice = http.post(f"/v1/namespaces/{ns}/register-view", json={"name": "again", "metadata-location": location})
-    assert_error(twice, 409, "AlreadyExistsException", f"current metadata of view {ns}_b.w")  # a view owns its files
+    # a view owns its files
+    assert_error(twice, 409, "AlreadyExistsException", "current metadata of another table or view")
     assert http("DELETE", f"/v1/namespaces/{ns}_b/views/w").status_code == 204
     registered = http.post(f"/v1/namespaces/{ns}/register-view", json={"name": "again", "metadata-location": location})
     assert registered.status_code == 200 and registered.json()["metadata"]["view-uuid"] == created.metadata.view_uuid

@@ -19,12 +19,29 @@ log = logging.getLogger("catalog")
 def error_response(request: Request, exc: Exception) -> Response:
     err = as_iceberg(exc)
     if err.code == 503:  # an unreachable dependency: expected in operation, no traceback needed
-        log.warning("%s %s -> 503: %s", request.method, request.url.path, err.message)
+        rid = logs.request_id.get() or "none"
+        detail = f" ({err.detail})" if err.detail else ""
+        log.warning("%s %s -> 503 (request id %s): %s%s", request.method, request.url.path, rid, err.message, detail)
+        err = with_request_id(err, rid)
     elif err.code >= 500:  # the details (SQL, stack) go to the log only; the body has the request id
         detail = err.message if err is exc else f"{type(exc).__name__}: {exc}"
+        if err.detail:
+            detail += f" ({err.detail})"
         log.error("%s %s -> %s: %s", request.method, request.url.path, err.code, detail, exc_info=exc)
+    elif err.detail:  # what the client may not be told (another entry, a server path): the log has it
+        log.warning("%s %s -> %s: %s (%s)", request.method, request.url.path, err.code, err.message, err.detail)
     status, headers, body = errors.render(err, head=request.method == "HEAD")
     return Response(content=body or None, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
+
+
+def with_request_id(err: errors.IcebergError, rid: str) -> errors.IcebergError:
+    """A 503 as the client sees it: what kind of dependency failed, and the request id that finds the
+    log line with where and why."""
+    if "request id" in err.message:
+        return err
+    out = errors.ServiceUnavailable(f"{err.message} (request id {rid})")
+    out.type, out.code = err.type, err.code
+    return out
 
 
 def as_iceberg(exc: Exception) -> errors.IcebergError:

@@ -4,9 +4,12 @@ second effect.
 For an operation marked ``opt={"idempotent": True}`` that carries the header (and while
 ``/v1/config`` advertises ``idempotency-key-lifetime``):
 
-1. The request's fingerprint is the SHA-256 of its method, path, principal and body. A key already recorded
-   with another fingerprint is a 400; a recorded key is answered with its recorded response, and
-   the handler does not run.
+1. Keys are scoped per client, as the spec says: with authentication on, the key is recorded as the
+   SHA-256 of the principal and the key (``scoped``), so another principal's use of the same key is
+   a key this one never used: its request runs as its own, and nothing tells it the key was taken.
+   The request's fingerprint is the SHA-256 of its method, path, principal and body. A key already
+   recorded (by this principal) with another fingerprint is a 400; a recorded key is answered with its
+   recorded response, and the handler does not run.
 2. Commits record the key in their own CAS transaction (``key_of``): a commit that landed is
    replayed, never run again, even when the server died before it could answer. Its 200 is stored
    as the new metadata file's location, not as a copy of the metadata, and rebuilt in the shape of
@@ -70,6 +73,14 @@ async def replay(request: Request) -> Response:
     return Response(content=body, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
 
 
+def scoped(key: str, principal: str | None) -> str:
+    """The key as recorded: a principal's own (64 hex characters, within the column's 128), or the
+    key itself without authentication (one client)."""
+    if principal is None:
+        return key
+    return hashlib.sha256(f"{principal}\n{key}".encode()).hexdigest()
+
+
 class _Pending:
     """The key of the request being handled; ``settled`` once its record exists and the response
     is the one it stands for (set by ``settle`` and ``replay``, in this layer only)."""
@@ -113,6 +124,7 @@ class Idempotency:
         who = scope.get("principal")
         head = f"{scope['method']} {scope['path']} {who.name if who is not None else ''}\n"
         digest = hashlib.sha256(head.encode() + body).hexdigest()
+        key_text = scoped(key_text, who.name if who is not None else None)
         try:
             recorded = await wire.blocking(ctx.catalog.recorded, key_text)
         except errors.IcebergError as e:  # the database is away: nothing ran

@@ -34,6 +34,7 @@ from catalog.auth.principals import ANONYMOUS, UNAUTHENTICATED, IdentityProvider
 
 TOKEN_PATH = "/v1/oauth/tokens"
 audit = logging.getLogger("catalog.audit")
+log = logging.getLogger("catalog.auth")
 
 
 @post(TOKEN_PATH, status_code=200)
@@ -117,7 +118,10 @@ class BearerAuth:
                 await _refuse(scope, send, errors.NotAuthorized(f"Not authorized: {e}", invalid_token=True))
                 return
             except IdentityProviderUnavailable as e:
-                await _refuse(scope, send, errors.ServiceUnavailable(str(e)))
+                log.warning("identity provider unavailable: %s", e)
+                await _refuse(
+                    scope, send, errors.ServiceUnavailable("Identity provider unavailable: cannot verify the token")
+                )
                 return
         await self.app(scope, receive, send)
 

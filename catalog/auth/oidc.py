@@ -94,6 +94,10 @@ class OidcVerifier:
             raise InvalidToken(f"token issuer is not {self.raw_issuer!r}") from e
         except jwt.PyJWTError as e:
             raise InvalidToken(f"invalid token: {e}") from e
+        for claim in ("exp", "iat", "nbf"):  # PyJWT takes int("1e10"-like strings): RFC 7519 says a number
+            value = claims.get(claim)
+            if claim in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise InvalidToken(f"token claim {claim!r} is not a NumericDate (a JSON number)")
         return Principal(self._name(claims), self._groups(claims))
 
     def _name(self, claims: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import errors
+from catalog import errors, names
 
 
 class Privilege(enum.StrEnum):
@@ -257,6 +257,10 @@ def parse_target(value: Any) -> Target:
                 and (kind == NAMESPACE or len(levels) >= 2)
                 and len(levels) <= 32
             ):
+                # named like every namespace, table and view: no NUL, control characters, '/', '..'
+                names.check_namespace(tuple(levels) if kind == NAMESPACE else tuple(levels[:-1]))
+                if kind != NAMESPACE:
+                    names.check_name(levels[-1])
                 return Target(kind, tuple(levels))
     raise errors.BadRequest(
         "A grant's object is 'catalog' or one of {namespace: a.b}, {table: a.b.t}, {view: a.b.v} "

@@ -110,7 +110,7 @@ def not_committed(e: errors.IcebergError) -> errors.IcebergError:
     """An error before the CAS: the commit certainly did not happen, so never a 500 (which clients
     read as "state unknown"): what the operator must fix is a 503 too, with its message."""
     if e.code >= 500 and not isinstance(e, errors.ServiceUnavailable):
-        return errors.ServiceUnavailable(e.message)
+        return errors.ServiceUnavailable(e.message, detail=e.detail)
     return e
 
 

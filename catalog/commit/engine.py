@@ -48,6 +48,7 @@ from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_loc
 from catalog.store.entries import Store, name_taken
 from catalog.store.ownership import Ownership
 from catalog.store.pointers import Entry, KeyRecord, PointerOutcomeUnknown, Swap, Swapped
+from catalog.store.sql import what_failed
 
 log = logging.getLogger("catalog.commit")
 
@@ -200,8 +201,11 @@ class CommitEngine:
             try:
                 with _step(change.kind.name, "rebase"):
                     rebased = self.rebaser.rebuild(candidate, base.data, now_ms)
-            except Exception as refused:  # noqa: BLE001 - any refusal or I/O failure: the original 409
-                log.debug("append to %s not rebased: %s", change.ident, refused)
+            except Exception as failed:  # noqa: BLE001 - a refusal (the original 409) or a storage failure (503)
+                if rebase.storage_failed(failed):
+                    log.warning("append to %s not rebased, the storage failed: %s", change.ident, failed)
+                    raise errors.ServiceUnavailable(rebase.REBASE_STORAGE_FAILED) from failed
+                log.debug("append to %s not rebased: %s", change.ident, failed)
                 raise self._conflict(change, e) from None
             try:
                 new = self._apply_updates(change, base, rebased.requirements, rebased.updates, now_ms)
@@ -327,10 +331,12 @@ class CommitEngine:
             return self._won(current, staged, kind, recorded=keyed)
         if now is not None and e.settled and all(p == s.expected for p, s in zip(now, swaps, strict=True)):
             self.discard(staged)
-            raise errors.ServiceUnavailable(f"Database unavailable, nothing was committed: {e}") from e
+            raise errors.ServiceUnavailable(
+                f"Database unavailable, nothing was committed: {what_failed(str(e).lower())}", detail=str(e)
+            ) from e
         metrics.UNKNOWN.inc()
         log.error("commit outcome unknown for %s: %s", [s.new.location for s in staged], e)
-        raise errors.CommitStateUnknown(f"Commit state unknown, the database connection failed: {e}") from e
+        raise errors.CommitStateUnknown("Commit state unknown, the database connection failed", detail=str(e)) from e
 
     # -- lost: rebase ----------------------------------------------------------------------------
 

@@ -98,6 +98,20 @@ TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added -
 )
 
 
+REBASE_STORAGE_FAILED = (
+    "Storage unavailable while rebasing the append onto the branch's new head (nothing was committed); retry later"
+)
+
+
+def storage_failed(e: BaseException) -> bool:
+    """A rebase that failed because the store did (a full disk, a store that does not answer, the
+    server's own error), not because the append cannot be rebased: a 503, nothing committed. A 409
+    would send the client to refresh and retry into the same failure."""
+    if isinstance(e, OSError):
+        return True
+    return isinstance(e, errors.IcebergError) and e.code >= 500
+
+
 class Refused(Exception):
     """This commit cannot be rebased; the caller answers the original 409."""
 
@@ -377,8 +391,8 @@ class GroupFiles:
     member in series): ``fetch`` reads the client lists and the manifests they add before the
     members are rebased, ``flush`` writes the rebased lists before the group's metadata file (which
     names them) is written. Only files inside the table's locations are read; a failed read is left
-    for the rebase to make and refuse; a failed write fails the group's attempt with a 409 and
-    deletes the lists it did write."""
+    for the rebase to make and refuse; a failed write fails the group's attempt, a 503 when the store
+    failed (``storage_failed``), and deletes the lists it did write."""
 
     def __init__(self, rebaser: Rebaser) -> None:
         self.rebaser = rebaser
@@ -409,6 +423,9 @@ class GroupFiles:
                     storage.delete(location)
                 except Exception:  # noqa: BLE001 - an orphan is harmless
                     pass
+            if all(storage_failed(e) for e in failed):
+                log.warning("group commit: could not write %d rebased manifest list(s): %s", len(failed), failed[0])
+                raise errors.ServiceUnavailable(REBASE_STORAGE_FAILED) from failed[0]
             raise errors.CommitFailed(
                 f"Commit failed: could not write {len(failed)} rebased manifest list(s); retry"
             ) from failed[0]

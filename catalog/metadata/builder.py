@@ -8,8 +8,10 @@ the commit changed (the base already passed them), then writes the JSON in Java'
 
 from __future__ import annotations
 
+import heapq
 import re
 import uuid as uuids
+from collections.abc import Callable, Hashable, Iterable
 from operator import itemgetter
 from typing import Any
 
@@ -155,6 +157,139 @@ def remember_index(snapshots: list[dict], index: SnapshotIds) -> None:
     _INDEXES[id(snapshots)] = (snapshots, len(snapshots), index)
 
 
+class Rows:
+    """A list attribute of the builder once a commit removes or replaces in it by id: each removal or
+    replacement costs O(1) whatever the list's length, where filtering the list per update made a commit
+    of N one-id removals O(N²). Order and duplicates stay the list's: the items in their order, new ones
+    at the end, a removal drops every item of its id, a replacement takes the place of the first."""
+
+    __slots__ = ("field", "origin", "changed", "items", "slots", "next")
+
+    def __init__(self, items: list[dict], field: str) -> None:
+        self.field, self.origin, self.changed = field, items, False
+        self.items: dict[int, dict] = {}  # slot -> item, in list order
+        self.slots: dict[Any, list[int]] = {}  # id -> its items' slots
+        self.next = 0
+        for item in items:
+            self.add(item)
+        self.changed = False
+
+    def add(self, item: dict) -> None:
+        self.changed = True
+        slot, self.next = self.next, self.next + 1
+        self.items[slot] = item
+        self.slots.setdefault(item[self.field], []).append(slot)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.slots
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def get(self, key: Any) -> dict | None:
+        slots = self.slots.get(key)
+        return self.items[slots[0]] if slots else None
+
+    def remove(self, key: Any) -> list[dict]:
+        """The items of ``key``, removed."""
+        removed = [self.items.pop(slot) for slot in self.slots.pop(key, ())]
+        self.changed = self.changed or bool(removed)
+        return removed
+
+    def replace(self, item: dict) -> None:
+        """Java's ``put`` into a map by id: in place of the first item of its id, the others dropped."""
+        slots = self.slots.get(item[self.field])
+        if not slots:
+            self.add(item)
+            return
+        self.changed = True
+        self.items[slots[0]] = item
+        for slot in slots[1:]:
+            del self.items[slot]
+        del slots[1:]
+
+    def values(self) -> list[dict]:
+        """The list: the original one itself when nothing changed."""
+        return list(self.items.values()) if self.changed else self.origin
+
+
+class Reuse:
+    """Java's ``reuseOrCreateNew*Id`` indexed: the id of the first item (in list order) equal to a new one
+    by ``key``, else one more than the highest id (at least ``start``). Java scans the list per added
+    item, O(N²) for a commit adding N; the builder scans too for its first few adds of a commit, then
+    builds this index once (``REUSE_INDEX_AFTER``)."""
+
+    __slots__ = ("id_field", "key", "first", "heap", "live")
+
+    def __init__(self, items: Iterable[dict], id_field: str, key: Callable[[dict], Hashable]) -> None:
+        self.id_field, self.key = id_field, key
+        self.first: dict[Hashable, list[int]] = {}  # key -> ids of the items with it, in list order
+        self.heap: list[int] = []  # negated ids; removed ones are dropped lazily
+        self.live: dict[int, int] = {}  # id -> how many items have it
+        for item in items:
+            self.add(item)
+
+    def add(self, item: dict) -> None:
+        item_id = item[self.id_field]
+        self.first.setdefault(self.key(item), []).append(item_id)
+        heapq.heappush(self.heap, -item_id)
+        self.live[item_id] = self.live.get(item_id, 0) + 1
+
+    def remove(self, item: dict) -> None:
+        item_id = item[self.id_field]
+        ids = self.first.get(self.key(item))
+        if ids is not None and item_id in ids:
+            ids.remove(item_id)
+        self.live[item_id] -= 1
+
+    def find(self, key: Hashable, start: int) -> int:
+        ids = self.first.get(key)
+        if ids:
+            return ids[0]
+        while self.heap and not self.live.get(-self.heap[0]):
+            heapq.heappop(self.heap)
+        return max(start, 1 - self.heap[0]) if self.heap else start
+
+
+# A commit scans the existing schemas, specs or sort orders for this many of its adds of each (as Java
+# does, and cheapest for the usual one or two), then indexes them (``Reuse``) for the rest.
+REUSE_INDEX_AFTER = 8
+
+
+def frozen(value: Any) -> Hashable:
+    """A JSON value as a hashable one that is equal exactly when the JSON values are (``==``)."""
+    if isinstance(value, dict):
+        return ("{", *sorted((k, frozen(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return ("[", *(frozen(v) for v in value))
+    return value
+
+
+def schema_key(json: dict) -> Hashable:
+    """What ``Schema.same`` (Java's ``sameSchema``) compares."""
+    return frozen(json.get("fields")), frozenset(json.get("identifier-field-ids") or ())
+
+
+def spec_key(json: dict) -> Hashable:
+    return partitioning.spec_key(json["fields"])
+
+
+def order_key(json: dict) -> Hashable:
+    return partitioning.order_key(json["fields"])
+
+
+_KEYS = {
+    "schemas": "schema-id",
+    "specs": "spec-id",
+    "sort_orders": "order-id",
+    "snapshots": "snapshot-id",
+    "statistics": "snapshot-id",
+    "partition_statistics": "snapshot-id",
+    "encryption_keys": "key-id",
+}
+_REUSE = {"schemas": schema_key, "specs": spec_key, "sort_orders": order_key}
+
+
 class Builder:
     """Java's ``TableMetadata.Builder`` over JSON. Lists start as the base's own objects and are
     copied the first time they change (``_own``); ``changes`` records what Java records."""
@@ -173,6 +308,11 @@ class Builder:
         self._index: SnapshotIds | None = None  # the base's ids, read-only
         self._new_ids: set[int] = set()  # ids added by this commit
         self._schemas: dict[int, dict] | None = None
+        self._rows: dict[str, Rows] = {}  # list attributes being removed from or replaced in by id
+        self._reuse: dict[str, Reuse] = {}  # indexes of schemas, specs, sort orders for many adds
+        self._scans: dict[str, int] = {}  # adds that scanned the list, per list
+        self._added: dict[str, set[int]] = {"add-schema": set(), "add-spec": set(), "add-sort-order": set()}
+        self._refs_at: dict[int, list[str]] | None = None  # ref names by snapshot id, once a removal needs it
         if base is None:
             if not 1 <= format_version <= SUPPORTED_FORMAT_VERSION:
                 raise errors.ValidationFailed(
@@ -232,13 +372,66 @@ class Builder:
 
     def _append(self, name: str, item: dict) -> None:
         """Append to a list attribute; the first append copies the base's list once, item included."""
-        if name in self.owned:
+        rows = self._rows.get(name)
+        if rows is not None:
+            rows.add(item)
+        elif name in self.owned:
             getattr(self, name).append(item)
         else:
             setattr(self, name, [*getattr(self, name), item])
             self.owned.add(name)
 
+    def _keyed(self, name: str) -> Rows:
+        """The list attribute as ``Rows``, for removals and replacements by id (made once per commit)."""
+        rows = self._rows.get(name)
+        if rows is None:
+            rows = self._rows[name] = Rows(getattr(self, name), _KEYS[name])
+            self.owned.add(name)
+        return rows
+
+    def _items(self, name: str) -> Iterable[dict]:
+        rows = self._rows.get(name)
+        return rows.items.values() if rows is not None else getattr(self, name)
+
+    def _size(self, name: str) -> int:
+        rows = self._rows.get(name)
+        return len(rows) if rows is not None else len(getattr(self, name))
+
+    def _reused_id(self, name: str, new: dict, start: int, same: Callable[[dict], bool]) -> int:
+        """Java's ``reuseOrCreateNew*Id`` for ``new`` (JSON with the fields ``_REUSE`` compares): a scan
+        for the commit's first few adds, then an index."""
+        index = self._reuse.get(name)
+        if index is None and self._scans.get(name, 0) >= REUSE_INDEX_AFTER:
+            index = self._reuse[name] = Reuse(self._items(name), _KEYS[name], _REUSE[name])
+        if index is not None:
+            return index.find(_REUSE[name](new), start)
+        self._scans[name] = self._scans.get(name, 0) + 1
+        new_id = start
+        for existing in self._items(name):
+            if same(existing):
+                return existing[_KEYS[name]]
+            if existing[_KEYS[name]] >= new_id:
+                new_id = existing[_KEYS[name]] + 1
+        return new_id
+
+    def _add_reusable(self, name: str, item: dict) -> None:
+        self._append(name, item)
+        index = self._reuse.get(name)
+        if index is not None:
+            index.add(item)
+
+    def _remove_reusable(self, name: str, ids: Iterable[int]) -> None:
+        rows = self._keyed(name)
+        index = self._reuse.get(name)
+        for item_id in ids:
+            for item in rows.remove(item_id):
+                if index is not None:
+                    index.remove(item)
+
     def has_snapshot(self, snapshot_id: int) -> bool:
+        rows = self._rows.get("snapshots")
+        if rows is not None:
+            return snapshot_id in rows
         if snapshot_id in self._new_ids:
             return True
         if self._index is None:
@@ -247,7 +440,7 @@ class Builder:
 
     def schemas_by_id(self) -> dict[int, dict]:
         if self._schemas is None:
-            self._schemas = {schema["schema-id"]: schema for schema in self.schemas}
+            self._schemas = {schema["schema-id"]: schema for schema in self._items("schemas")}
         return self._schemas
 
     def current_schema(self) -> schemas.Schema | None:
@@ -285,24 +478,19 @@ class Builder:
     def u_add_schema(self, schema: schemas.Schema) -> None:
         new_last = max(self.last_column_id, schema.highest_field_id)
         schemas.check_compatibility(schema, self.format_version)
-        new_id = self.current_schema_id
-        for existing in self.schemas:
-            if schema.same(existing):
-                new_id = existing["schema-id"]
-                break
-            if existing["schema-id"] >= new_id:
-                new_id = existing["schema-id"] + 1
+        new_id = self._reused_id("schemas", schema.json, self.current_schema_id, schema.same)
         found = new_id in self.schemas_by_id()
         if found and new_last == self.last_column_id:
-            is_new = self.last_added_schema is not None and ("add-schema", new_id) in self.changes
+            is_new = self.last_added_schema is not None and new_id in self._added["add-schema"]
             self.last_added_schema = new_id if is_new else None
             return
         self.last_column_id = new_last
         if not found:
             added = schema.with_id(new_id).json
-            self._append("schemas", added)
+            self._add_reusable("schemas", added)
             self.schemas_by_id()[new_id] = added
         self.changes.append(("add-schema", new_id))
+        self._added["add-schema"].add(new_id)
         self.last_added_schema = new_id
 
     def u_set_current_schema(self, schema_id: int) -> None:
@@ -326,15 +514,9 @@ class Builder:
             raise errors.ValidationFailed("Cannot add a partition spec before a schema is added")
         bound = partitioning.bind_spec(spec, schema, self.format_version)
         key = partitioning.spec_key(bound.json["fields"])
-        new_id = 0
-        for existing in self.specs:
-            if partitioning.spec_key(existing["fields"]) == key:
-                new_id = existing["spec-id"]
-                break
-            if new_id <= existing["spec-id"]:
-                new_id = existing["spec-id"] + 1
-        if any(existing["spec-id"] == new_id for existing in self.specs):
-            is_new = self.last_added_spec is not None and ("add-spec", self.last_added_spec) in self.changes
+        new_id = self._reused_id("specs", bound.json, 0, lambda existing: spec_key(existing) == key)
+        if new_id in self._keyed("specs"):
+            is_new = self.last_added_spec is not None and self.last_added_spec in self._added["add-spec"]
             self.last_added_spec = new_id if is_new else None
             return
         if self.format_version == 1 and not partitioning.has_sequential_ids(bound.json["fields"]):
@@ -342,8 +524,9 @@ class Builder:
                 f"Spec does not use sequential IDs that are required in v1: {r.show(bound.json['fields'])}"
             )
         self.last_partition_id = max(self.last_partition_id, bound.last_assigned_field_id)
-        self._own("specs").append({"spec-id": new_id, "fields": bound.json["fields"]})
+        self._add_reusable("specs", {"spec-id": new_id, "fields": bound.json["fields"]})
         self.changes.append(("add-spec", new_id))
+        self._added["add-spec"].add(new_id)
         self.last_added_spec = new_id
 
     def u_set_default_spec(self, spec_id: int) -> None:
@@ -366,19 +549,15 @@ class Builder:
         bound = partitioning.bind_order(order, schema, self.format_version)
         new_id = 0
         if bound["fields"]:
-            key, new_id = partitioning.order_key(bound["fields"]), 1
-            for existing in self.sort_orders:
-                if partitioning.order_key(existing["fields"]) == key:
-                    new_id = existing["order-id"]
-                    break
-                if new_id <= existing["order-id"]:
-                    new_id = existing["order-id"] + 1
-        if any(existing["order-id"] == new_id for existing in self.sort_orders):
-            is_new = self.last_added_order is not None and ("add-sort-order", self.last_added_order) in self.changes
+            key = partitioning.order_key(bound["fields"])
+            new_id = self._reused_id("sort_orders", bound, 1, lambda existing: order_key(existing) == key)
+        if new_id in self._keyed("sort_orders"):
+            is_new = self.last_added_order is not None and self.last_added_order in self._added["add-sort-order"]
             self.last_added_order = new_id if is_new else None
             return
-        self._own("sort_orders").append({"order-id": new_id, "fields": bound["fields"]} if bound["fields"] else bound)
+        self._add_reusable("sort_orders", {"order-id": new_id, "fields": bound["fields"]} if bound["fields"] else bound)
         self.changes.append(("add-sort-order", new_id))
+        self._added["add-sort-order"].add(new_id)
         self.last_added_order = new_id
 
     def u_set_default_sort_order(self, order_id: int) -> None:
@@ -395,11 +574,11 @@ class Builder:
         self.changes.append(("set-default-sort-order",))
 
     def u_add_snapshot(self, snapshot: parsing.Snapshot) -> None:
-        if not self.schemas:
+        if not self._size("schemas"):
             raise errors.ValidationFailed("Attempting to add a snapshot before a schema is added")
-        if not self.specs:
+        if not self._size("specs"):
             raise errors.ValidationFailed("Attempting to add a snapshot before a partition spec is added")
-        if not self.sort_orders:
+        if not self._size("sort_orders"):
             raise errors.ValidationFailed("Attempting to add a snapshot before a sort order is added")
         if self.has_snapshot(snapshot.snapshot_id):
             raise errors.ValidationFailed(f"Snapshot already exists for id: {snapshot.snapshot_id}")
@@ -444,6 +623,8 @@ class Builder:
         self._own("refs")[ref.name] = ref.json
         if existing is None:
             self.ref_order.grown_to(len(self.refs))
+        if self._refs_at is not None:
+            self._refs_at.setdefault(ref.snapshot_id, []).append(ref.name)
         self.changes.append(("set-snapshot-ref", ref.name, ref.snapshot_id))
 
     def u_remove_snapshot_ref(self, name: str) -> None:
@@ -454,64 +635,67 @@ class Builder:
             self.changes.append(("remove-snapshot-ref",))
 
     def u_remove_snapshots(self, snapshot_ids: list[int]) -> None:
-        removed = {snapshot_id for snapshot_id in snapshot_ids if self.has_snapshot(snapshot_id)}
+        """Java's ``removeSnapshots``: the snapshots, their statistics, then every ref left dangling. Each
+        costs what it removes: a commit of N one-id removals is O(N), not N list filters."""
+        removed = [snapshot_id for snapshot_id in dict.fromkeys(snapshot_ids) if self.has_snapshot(snapshot_id)]
         if removed:
-            self.snapshots = [s for s in self.snapshots if s["snapshot-id"] not in removed]
-            self.owned.add("snapshots")
-            self._index = SnapshotIds(set(map(itemgetter("snapshot-id"), self.snapshots)))
-            self._new_ids = set()
+            snapshots = self._keyed("snapshots")
+            for snapshot_id in removed:
+                snapshots.remove(snapshot_id)
             self.changes.append(("remove-snapshots",))
             self._drop_statistics("statistics", removed)
             self._drop_statistics("partition_statistics", removed)
-        for name in [name for name, ref in self.refs.items() if not self.has_snapshot(ref["snapshot-id"])]:
-            self.u_remove_snapshot_ref(name)
+        if self._refs_at is None:  # the commit's first removal: every ref (a base's may dangle already)
+            self._refs_at = {}
+            for name, ref in self.refs.items():
+                self._refs_at.setdefault(ref["snapshot-id"], []).append(name)
+            candidates: Iterable[str] = list(self.refs)
+        else:  # since then only a removal makes a ref dangle: the refs of what it removed
+            candidates = [name for snapshot_id in removed for name in self._refs_at.pop(snapshot_id, ())]
+        for name in candidates:
+            ref = self.refs.get(name)
+            if ref is not None and not self.has_snapshot(ref["snapshot-id"]):
+                self.u_remove_snapshot_ref(name)
 
-    def _drop_statistics(self, name: str, snapshot_ids: set[int]) -> None:
-        files = getattr(self, name)
-        kept = [f for f in files if f["snapshot-id"] not in snapshot_ids]
-        if len(kept) != len(files):
-            setattr(self, name, kept)
-            self.owned.add(name)
+    def _drop_statistics(self, name: str, snapshot_ids: Iterable[int]) -> None:
+        if not self._size(name):
+            return
+        files = self._keyed(name)
+        if sum(len(files.remove(snapshot_id)) for snapshot_id in snapshot_ids):
             self.changes.append(("remove-" + name.replace("_", "-"),))
 
     def _set_statistics(self, name: str, file: dict) -> None:
-        files = self._own(name)
-        same = [i for i, existing in enumerate(files) if existing["snapshot-id"] == file["snapshot-id"]]
-        if same:
-            files[same[0]] = file
-            for i in reversed(same[1:]):
-                del files[i]
-        else:
-            files.append(file)
+        """Java keeps statistics in a map by snapshot id: a file replaces the snapshot's others."""
+        self._keyed(name).replace(file)
         self.changes.append(("set-" + name.replace("_", "-"),))
 
     def u_set_statistics(self, file: dict) -> None:
         self._set_statistics("statistics", file)
 
     def u_remove_statistics(self, snapshot_id: int) -> None:
-        self._drop_statistics("statistics", {snapshot_id})
+        self._drop_statistics("statistics", (snapshot_id,))
 
     def u_set_partition_statistics(self, file: dict) -> None:
         self._set_statistics("partition_statistics", file)
 
     def u_remove_partition_statistics(self, snapshot_id: int) -> None:
-        self._drop_statistics("partition_statistics", {snapshot_id})
+        self._drop_statistics("partition_statistics", (snapshot_id,))
 
     def u_remove_partition_specs(self, spec_ids: list[int]) -> None:
         if self.default_spec_id in spec_ids:
             raise errors.ValidationFailed("Cannot remove the default partition spec")
         if spec_ids:
-            self.specs = [spec for spec in self.specs if spec["spec-id"] not in spec_ids]
-            self.owned.add("specs")
+            self._remove_reusable("specs", spec_ids)
             self.changes.append(("remove-partition-specs",))
 
     def u_remove_schemas(self, schema_ids: list[int]) -> None:
         if self.current_schema_id in schema_ids:
             raise errors.ValidationFailed("Cannot remove the current schema")
         if schema_ids:
-            self.schemas = [schema for schema in self.schemas if schema["schema-id"] not in schema_ids]
-            self.owned.add("schemas")
-            self._schemas = None
+            self._remove_reusable("schemas", schema_ids)
+            by_id = self.schemas_by_id()
+            for schema_id in schema_ids:
+                by_id.pop(schema_id, None)
             self.changes.append(("remove-schemas",))
 
     def u_set_location(self, location: str) -> None:
@@ -532,15 +716,12 @@ class Builder:
             self.changes.append(("remove-properties",))
 
     def u_add_encryption_key(self, key: dict) -> None:
-        if all(existing["key-id"] != key["key-id"] for existing in self.encryption_keys):
+        if key["key-id"] not in self._keyed("encryption_keys"):
             self._append("encryption_keys", key)
             self.changes.append(("add-encryption-key",))
 
     def u_remove_encryption_key(self, key_id: str) -> None:
-        kept = [key for key in self.encryption_keys if key["key-id"] != key_id]
-        if len(kept) != len(self.encryption_keys):
-            self.encryption_keys = kept
-            self.owned.add("encryption_keys")
+        if self._keyed("encryption_keys").remove(key_id):
             self.changes.append(("remove-encryption-key",))
 
     # -- build --
@@ -553,6 +734,12 @@ class Builder:
             if base is None:
                 raise errors.ValidationFailed("Invalid table metadata: a create must add a schema, spec and order")
             return base
+        snapshot_rows = self._rows.get("snapshots")
+        if snapshot_rows is not None and snapshot_rows.changed:  # the index of what is left, for the next commit
+            self._index, self._new_ids = SnapshotIds(set(snapshot_rows.slots)), set()
+        for name, rows in self._rows.items():
+            setattr(self, name, rows.values())
+        self._rows = {}
         version = self.format_version
         last_updated = self.last_updated_ms if self.last_updated_ms is not None else self.now_ms
         location = self._location()

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from catalog import errors
 from catalog.metadata import parsing, schemas
 from catalog.metadata import reading as r
-from catalog.metadata.builder import java_int
+from catalog.metadata.builder import REUSE_INDEX_AFTER, Reuse, frozen, java_int, schema_key
 from catalog.metadata.parsing import Update
 
 SUPPORTED_VIEW_FORMAT_VERSION = 1
@@ -155,9 +155,19 @@ def apply(
 
 
 class _Builder:
+    """Java's ``ViewMetadata.Builder``. Each update costs what it changes, whatever the commit's length:
+    lists and the properties are copied once, on their first change; ids are looked up in sets; the
+    reuse of an equal schema or version is a scan for the first few adds, then an index (``Reuse``)."""
+
     def __init__(self, base: dict | None, now_ms: int) -> None:
         self.base, self.now_ms = base, now_ms
         self.changes: list[tuple] = []
+        self.owned: set[str] = set()
+        self.added_versions: set[int] = set()
+        self._versions_by_id: dict[int, dict] | None = None
+        self._schema_ids: set[int] | None = None
+        self._reuse: dict[str, Reuse] = {}
+        self._scans: dict[str, int] = {}
         self.last_added_version: int | None = None
         self.last_added_schema: int | None = None
         self.history_entry: dict | None = None
@@ -202,8 +212,9 @@ class _Builder:
             self.set_properties(value)
         elif action == "remove-properties":
             if value:
-                removals = set(value)
-                self.properties = {k: v for k, v in self.properties.items() if k not in removals}
+                properties = self._own("properties")
+                for key in value:
+                    properties.pop(key, None)
                 self.changes.append((action,))
         elif action == "add-view-version":
             self.add_version(value)
@@ -212,7 +223,7 @@ class _Builder:
 
     def set_properties(self, updates: dict[str, str]) -> None:
         if updates:
-            self.properties = {**self.properties, **updates}
+            self._own("properties").update(updates)
             self.changes.append(("set-properties",))
 
     def set_location(self, location: str | None) -> None:
@@ -222,35 +233,76 @@ class _Builder:
             self.location = location
             self.changes.append(("set-location",))
 
+    def _own(self, name: str) -> Any:
+        """The builder's own copy of a list or dict attribute, made on its first change."""
+        if name not in self.owned:
+            setattr(self, name, getattr(self, name).copy())
+            self.owned.add(name)
+        return getattr(self, name)
+
+    def _reused_id(self, name: str, id_field: str, key: Any, start: int, same: Any) -> int:
+        """Java's reuse of an equal schema's or version's id, else one more than the highest (at least
+        ``start``): a scan for the commit's first few adds, then an index of the list."""
+        index = self._reuse.get(name)
+        if index is None and self._scans.get(name, 0) >= REUSE_INDEX_AFTER:
+            keys = {"schemas": schema_key, "versions": _version_key}
+            index = self._reuse[name] = Reuse(getattr(self, name), id_field, keys[name])
+        if index is not None:
+            return index.find(key(), start)
+        self._scans[name] = self._scans.get(name, 0) + 1
+        new_id = start
+        for existing in getattr(self, name):
+            if same(existing):
+                return existing[id_field]
+            if existing[id_field] >= new_id:
+                new_id = existing[id_field] + 1
+        return new_id
+
+    def _add(self, name: str, item: dict) -> None:
+        self._own(name).append(item)
+        index = self._reuse.get(name)
+        if index is not None:
+            index.add(item)
+
+    def schema_ids(self) -> set[int]:
+        if self._schema_ids is None:
+            self._schema_ids = {schema["schema-id"] for schema in self.schemas}
+        return self._schema_ids
+
+    def versions_by_id(self) -> dict[int, dict]:
+        if self._versions_by_id is None:
+            self._versions_by_id = {}
+            for version in self.versions:
+                self._versions_by_id.setdefault(version["version-id"], version)
+        return self._versions_by_id
+
     def add_schema(self, schema: schemas.Schema) -> int:
-        new_id = 0
-        for existing in self.schemas:
-            if schema.same(existing):
-                return existing["schema-id"]
-            if existing["schema-id"] >= new_id:
-                new_id = existing["schema-id"] + 1
-        self.schemas = [*self.schemas, schema.with_id(new_id).json]
+        new_id = self._reused_id("schemas", "schema-id", lambda: schema_key(schema.json), 0, schema.same)
+        if new_id in self.schema_ids():  # reused
+            return new_id
+        self._add("schemas", schema.with_id(new_id).json)
+        self.schema_ids().add(new_id)
         self.changes.append(("add-schema", new_id))
         self.last_added_schema = new_id
         return new_id
 
     def add_version(self, version: Version) -> int:
-        new_id = version.version_id
-        for existing in self.versions:
-            if _same_version(existing, version.json):
-                new_id = existing["version-id"]
-                break
-            if existing["version-id"] >= new_id:
-                new_id = existing["version-id"] + 1
-        if any(existing["version-id"] == new_id for existing in self.versions):
-            self.last_added_version = new_id if ("add-view-version", new_id) in self.changes else None
+        new_id = self._reused_id(
+            "versions",
+            "version-id",
+            lambda: _version_key(version.json),
+            version.version_id,
+            lambda existing: _same_version(existing, version.json),
+        )
+        if new_id in self.versions_by_id():
+            self.last_added_version = new_id if new_id in self.added_versions else None
             return new_id
         schema_id = version.schema_id
         if schema_id == -1:
             if self.last_added_schema is None:
                 raise errors.ValidationFailed("Cannot set last added schema: no schema has been added")
             schema_id = self.last_added_schema
-        if all(schema["schema-id"] != schema_id for schema in self.schemas):
+        if schema_id not in self.schema_ids():
             raise errors.ValidationFailed(f"Cannot add version with unknown schema: {schema_id}")
         dialects: set[str] = set()
         for representation in version.json["representations"]:
@@ -262,7 +314,10 @@ class _Builder:
                     f"Invalid view version: Cannot add multiple queries for dialect {dialect}"
                 )
             dialects.add(dialect)
-        self.versions = [*self.versions, {**version.json, "version-id": new_id, "schema-id": schema_id}]
+        added = {**version.json, "version-id": new_id, "schema-id": schema_id}
+        self._add("versions", added)
+        self.versions_by_id().setdefault(new_id, added)
+        self.added_versions.add(new_id)
         self.changes.append(("add-view-version", new_id))
         self.last_added_version = new_id
         return new_id
@@ -274,12 +329,12 @@ class _Builder:
             version_id = self.last_added_version
         if version_id == self.current_version_id:
             return
-        version = next((v for v in self.versions if v["version-id"] == version_id), None)
+        version = self.versions_by_id().get(version_id)
         if version is None:
             raise errors.ValidationFailed(f"Cannot set current version to unknown version: {version_id}")
         self.current_version_id = version_id
         self.changes.append(("set-current-view-version",))
-        added = ("add-view-version", version_id) in self.changes
+        added = version_id in self.added_versions
         timestamp = version["timestamp-ms"] if added else self.now_ms
         self.history_entry = {"timestamp-ms": timestamp, "version-id": version_id}
 
@@ -352,6 +407,17 @@ def _same_version(one: dict, two: dict) -> bool:
         and one.get("default-catalog") == two.get("default-catalog")
         and one.get("default-namespace") == two.get("default-namespace")
         and one.get("schema-id") == two.get("schema-id")
+    )
+
+
+def _version_key(version: dict) -> Any:
+    """What ``_same_version`` compares, hashable."""
+    return (
+        frozen(version.get("summary")),
+        tuple(_representations(version)),
+        version.get("default-catalog"),
+        frozen(version.get("default-namespace")),
+        version.get("schema-id"),
     )
 
 

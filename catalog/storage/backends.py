@@ -236,7 +236,7 @@ class LocalStorage(_Bounds):
 
     def ping(self) -> None:
         if not os.access(self.path, os.W_OK):
-            raise errors.ServiceUnavailable(f"Warehouse is not writable: {self.path}")
+            raise errors.ServiceUnavailable("Storage unavailable: the warehouse is not writable", detail=str(self.path))
 
 
 def _file_path(location: str) -> str:
@@ -259,8 +259,8 @@ def _write_error(location: str, e: OSError) -> errors.IcebergError:
     if e.errno in _CLIENT_ERRNOS:
         return errors.BadRequest(f"Cannot write {location}: {reason}")
     if e.errno in _OPERATOR_ERRNOS:
-        return errors.IcebergError(f"The server may not write its warehouse at {location}: {reason}")
-    return errors.ServiceUnavailable(f"Storage error writing {location}: {reason}")  # ENOSPC, EIO...
+        return errors.IcebergError(f"The server may not write its warehouse: {reason}", detail=location)
+    return errors.ServiceUnavailable(f"Storage error writing a file: {reason}", detail=location)  # ENOSPC, EIO...
 
 
 def _drop_cached(fd: int) -> None:
@@ -325,8 +325,13 @@ class S3Storage(_Bounds):
                 return errors.BadRequest(f"Storage refused {doing} {location}: {code}")
             if code in _S3_OPERATOR:
                 return errors.IcebergError(f"Storage refused {doing} {location}: {code} (check the server's S3 setup)")
-            return errors.ServiceUnavailable(f"Storage error {doing} {location}: {code or e}")
-        return errors.ServiceUnavailable(f"Storage unavailable {doing} {location}: {self._unreachable(e)}")
+            return errors.ServiceUnavailable(
+                f"Storage error {doing} a file: {code or type(e).__name__}", detail=f"{location}: {e}"
+            )
+        return errors.ServiceUnavailable(
+            f"Storage unavailable {doing} a file: the S3 endpoint cannot be reached (CATALOG_S3_ENDPOINT)",
+            detail=f"{location}: {self._unreachable(e)}",
+        )
 
     def _unreachable(self, e: Exception) -> str:
         """Where the server tried and which setting says so (never the keys): the operator's next step."""

@@ -8,7 +8,8 @@ The rules, each refused with 403 (``errors.Forbidden``) unless it is malformed (
   none is configured), path-style (``host/bucket/key``) or virtual-hosted (``bucket.host/key``);
   a ``Host`` header, if sent, names the same host: the signature covers it and S3 routes on it;
 - the bucket is the table's, and every key (percent-decoded, as S3 decodes it) lies under the
-  table's location + ``/``, with no ``.``/``..`` segment and no control character; a listing
+  table's location + ``/``, with no ``.``/``..`` segment (also percent-encoded once more: ``%2e%2e``),
+  no backslash and no control character; a listing
   (``GET bucket?list-type=2``) needs a ``prefix`` under the location;
 - only object operations and listings: the query parameters are an allow-list (``?acl``,
   ``?policy``, ``?tagging``, ``?versionId``... are refused), and so are headers that reach beyond
@@ -319,8 +320,12 @@ def _query_part(raw: str) -> str:
 def _checked_key(key: str) -> str:
     if _CONTROL.search(key):
         raise errors.Forbidden("Refused to sign: the key holds a control character")
-    if any(segment in (".", "..") for segment in key.split("/")):
-        raise errors.Forbidden("Refused to sign: '.' and '..' segments are not allowed")
+    # a segment that is '.' or '..' once decoded again (%2e%2e, %2E.: a FileIO or proxy that decodes
+    # once more would climb out), and backslashes (a separator to some tools) are refused as well
+    if any(unquote(segment) in (".", "..") for segment in key.split("/")):
+        raise errors.Forbidden("Refused to sign: '.' and '..' segments are not allowed (also percent-encoded)")
+    if "\\" in key:
+        raise errors.Forbidden("Refused to sign: the key holds a backslash")
     return key
 
 

@@ -35,11 +35,14 @@ class Located:
 
 
 class LocationTaken(errors.AlreadyExists):
-    """409: ``location`` equals, contains or lies inside the location of another entry."""
+    """409: ``location`` equals, contains or lies inside the location of another entry. The message
+    names neither (the caller may not see that entry, and a location may be the server's own path):
+    which entry and where go to ``detail``, for the server log."""
 
     def __init__(self, location: str, other: Located) -> None:
         super().__init__(
-            f"Location {location} overlaps the location of {other.kind} {'.'.join((*other.namespace, other.name))}"
+            "Location overlaps the location of another table or view",
+            detail=f"{location} overlaps {other.kind} {'.'.join((*other.namespace, other.name))} at {other.location}",
         )
 
 
@@ -56,6 +59,12 @@ class Store(Pointers, GrantRows, TaskRows):
                 sa.select(namespaces.c.properties).where(namespaces.c.name == join_namespace(ns))
             ).first()
         return None if row is None else dict(row.properties)
+
+    def namespace_locations(self) -> list[tuple[tuple[str, ...], str | None]]:
+        """Every namespace and its ``location`` property (None: the default, under the warehouse)."""
+        with self._read() as conn:
+            rows = conn.execute(sa.select(namespaces.c.name, namespaces.c.properties)).all()
+        return [(split_namespace(r.name), (r.properties or {}).get("location")) for r in rows]
 
     def list_namespaces(self, parent: tuple[str, ...], after: str | None, limit: int | None) -> list[tuple[str, ...]]:
         q = (

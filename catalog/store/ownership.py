@@ -5,6 +5,12 @@ Every location must lie in the allowed roots (``locations.Locations``, 403 outsi
 entry's location must not equal, contain or lie inside another entry's (409). The ``write.*.path``
 properties put a table's files elsewhere: they must lie in the allowed roots too, and the metadata
 path, where the server itself writes, in no other entry's location.
+
+The files a commit adds must be the table's own too (``check_added_files``): the manifest list of each
+snapshot it adds and each statistics file it sets, refused 403 otherwise. Purge would skip them anyway
+(``Ownership.owned``), but a table that names another table's files, or files outside the allowed
+roots, is refused when it is made, not discovered when it is dropped. Only what the commit adds: the
+snapshots and statistics a table already has (a registered table's foreign paths) still load and commit.
 """
 
 from __future__ import annotations
@@ -42,8 +48,8 @@ class Ownership:
                 for other in self.store.overlapping(normal, exclude_id):
                     if is_within(normal, other.location):
                         raise errors.AlreadyExists(
-                            f"{key} {value} lies in the location of {other.kind} "
-                            f"{'.'.join((*other.namespace, other.name))}"
+                            f"{key} lies in the location of another table or view",
+                            detail=f"{value} lies in {other.kind} {'.'.join((*other.namespace, other.name))}",
                         )
 
     def check_new(self, entry_id: int | None, base: dict[str, Any] | None, new: dict[str, Any]) -> str:
@@ -55,7 +61,26 @@ class Ownership:
         after = new.get("properties") or {}
         if base is None or any(before.get(k) != after.get(k) for k in PATH_PROPERTIES):
             self.check_paths(after, entry_id)
+        self.check_added_files(entry_id, base, new, location)
         return location
+
+    def check_added_files(
+        self, entry_id: int | None, base: dict[str, Any] | None, new: dict[str, Any], location: str
+    ) -> None:
+        """The manifest lists and statistics files ``new`` adds to ``base``: each in the table's own
+        locations (``owned``), else 403 (400 when malformed). A path under the table's location is its
+        own without a query: no other entry may lie inside it (``claim``)."""
+        owned: Callable[[str], bool] | None = None
+        for what, path in added_files(base, new):
+            if is_within(normalise(path, what), location):
+                continue
+            if owned is None:
+                owned = self.owned(new, entry_id)
+            if not owned(path):
+                raise errors.Forbidden(
+                    f"Invalid {what}: not in the table's own locations (its location, or its "
+                    "write.*.path properties inside the allowed locations)"
+                )
 
     def owned(self, doc: dict[str, Any], exclude_id: int | None = None) -> Callable[[str], bool]:
         """Whether a path is the table's own: inside its location or its ``write.*.path`` prefixes
@@ -82,3 +107,26 @@ class Ownership:
             )
 
         return owned
+
+
+def added_files(base: dict[str, Any] | None, new: dict[str, Any]) -> list[tuple[str, str]]:
+    """(what, path) of each manifest list and statistics file ``new`` has that ``base`` has not. The
+    engine shares the base's untouched lists and snapshot objects, so an unchanged list costs nothing
+    and a snapshot is new when it is not one of the base's objects."""
+    base = base or {}
+    out: list[tuple[str, str]] = []
+    before, after = base.get("snapshots") or [], new.get("snapshots") or []
+    if after is not before:
+        known = {id(snapshot) for snapshot in before}
+        for snapshot in after:
+            if id(snapshot) not in known and snapshot.get("manifest-list") is not None:
+                out.append((f"manifest-list of snapshot {snapshot.get('snapshot-id')}", snapshot["manifest-list"]))
+    for key in ("statistics", "partition-statistics"):
+        before, after = base.get(key) or [], new.get(key) or []
+        if after is before:
+            continue
+        files = {(f.get("snapshot-id"), f.get("statistics-path")) for f in before}
+        for f in after:
+            if (f.get("snapshot-id"), f.get("statistics-path")) not in files:
+                out.append((f"statistics-path of {key} for snapshot {f.get('snapshot-id')}", f["statistics-path"]))
+    return out

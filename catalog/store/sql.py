@@ -151,8 +151,26 @@ def translate(e: BaseException) -> errors.IcebergError | None:
     if "DataError" in kinds:  # a value the database cannot hold: the request's fault
         return errors.BadRequest(f"Invalid value: the database refused it ({short(orig)})")
     if kinds & {"OperationalError", "InterfaceError"}:  # unreachable, full, locked, shutting down
-        return errors.ServiceUnavailable(f"Database unavailable: {short(orig)}")
+        return errors.ServiceUnavailable(f"Database unavailable: {what_failed(text)}", detail=short(orig))
     return None
+
+
+# What the client may know of a database failure: its kind, never the driver's text (it names the
+# host, port, user, database and file paths). The text itself goes to the log.
+_FAILURES = (
+    (("full", "no space"), "the database or its disk is full"),
+    (("locked", "lock timeout", "deadlock"), "the database is locked or busy"),
+    (("shutting down", "terminating", "starting up", "recovery mode"), "the database is restarting"),
+    (("too many", "remaining connection slots"), "the database has no free connection"),
+    (("timeout", "timed out"), "the database did not answer in time"),
+)
+
+
+def what_failed(text: str) -> str:
+    for markers, what in _FAILURES:
+        if any(marker in text for marker in markers):
+            return what
+    return "the database cannot be reached or failed"
 
 
 @contextmanager
