@@ -223,11 +223,13 @@ def test_an_unreachable_s3_names_its_endpoint_and_setting(tmp_path):
         resp = requests.post(f"{srv.url}/v1/namespaces/n/tables", json={"name": "t", "schema": schema}, timeout=30)
         assert resp.status_code == 503, resp.text
         message = resp.json()["error"]["message"]
-        assert endpoint in message and "CATALOG_S3_ENDPOINT" in message, message
+        # the body names the setting; where the server tried is in the log and readiness (issue 28:
+        # a 503 body shows no server-side address), under the request id
+        assert "CATALOG_S3_ENDPOINT" in message and endpoint not in message, message
         for secret in ("AKIDEXAMPLE", "wJalrXUtnFEMI"):
             assert secret not in resp.text and secret not in ready.text
         log = srv.log.read_text()
-        assert "503" in log and "CATALOG_S3_ENDPOINT" in log and "wJalrXUtnFEMI" not in log
+        assert "503" in log and "CATALOG_S3_ENDPOINT" in log and endpoint in log and "wJalrXUtnFEMI" not in log
     finally:
         srv.stop()
 
