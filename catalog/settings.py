@@ -311,6 +311,13 @@ class Settings(BaseSettings):
         description="Files no metadata references are removed only once they are older than this (in-flight "
         "writers and staged creates write files before they commit).",
     )
+    maintenance_writer_grace_seconds: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Snapshot expiry never removes a snapshot that was the head of a branch within this time, "
+        "whatever the table's policy: a writer that started from it may still be committing (its validation "
+        "needs it).",
+    )
     maintenance_max_snapshot_age_ms: int = Field(
         default=5 * 24 * 3600 * 1000,
         ge=0,

@@ -316,6 +316,7 @@ def test_the_catalogs_own_expiry_leaves_a_table_spark_and_pyiceberg_read(
     for key, value in server.env.items():
         if key.startswith("CATALOG_"):
             monkeypatch.setenv(key, value)
+    monkeypatch.setenv("CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS", "0")  # the table's policy alone
     local = build_catalog(Settings())
     try:
         workers = Workers(local.care, 1)

@@ -29,14 +29,14 @@ ROWS_SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 CARE_ENV = {
     "CATALOG_MAINTENANCE_WORKERS": "1",
     "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",  # no scheduled work under these tests
+    "CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS": "0",  # the table's policy alone (the race test sets one)
     "CATALOG_LOG_LEVEL": "info",
 }
 
 
-@pytest.fixture(scope="module", params=backends())
-def care(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def _care_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, **env: str) -> Server:
     workdir = tmp_path_factory.mktemp(f"care-{request.param}")
-    env = dict(CARE_ENV)
+    env = {**CARE_ENV, **env}
     if request.param == "postgres-s3":
         services = request.getfixturevalue("services")
         env.update(
@@ -46,6 +46,23 @@ def care(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     if request.param == "postgres-s3":
         srv.io_props = s3_client_props(request.getfixturevalue("services")["s3"])
         srv.s3 = request.getfixturevalue("services")["s3"]  # type: ignore[attr-defined]
+    return srv
+
+
+@pytest.fixture(scope="module", params=backends())
+def care(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = _care_server(request, tmp_path_factory)
+    yield srv
+    srv.stop()
+
+
+GRACE_S = 8
+
+
+@pytest.fixture(params=backends())
+def graced(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Table care with a writer grace: snapshots that were a head within GRACE_S are never expired."""
+    srv = _care_server(request, tmp_path_factory, CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS=str(GRACE_S))
     yield srv
     srv.stop()
 
@@ -231,6 +248,7 @@ def queued_only(tmp_path: Path) -> Iterator[tuple[Server, object]]:
             maintenance_max_attempts=2,
             maintenance_retry_seconds=0,
             maintenance_lease_seconds=5,
+            maintenance_writer_grace_seconds=0,
         )
     )
     yield srv, local
@@ -343,14 +361,22 @@ def test_one_task_per_table_and_kind_is_queued(queued_only) -> None:  # noqa: AN
     assert orphans["id"] != first["id"]
 
 
-def test_appends_racing_expiry_all_land_without_a_409(care: Server) -> None:
-    """Writers keep appending while expiry runs again and again: every append lands exactly once."""
+def test_appends_racing_expiry_all_land_without_a_409(graced: Server) -> None:
+    """Writers keep appending while expiry runs again and again on a table whose policy expires
+    everything at once: every append lands exactly once, and no writer fails because a snapshot it
+    started from was expired under it (the writer grace spares those; pyiceberg validates against its
+    starting snapshot). The snapshots older than the grace do get expired meanwhile."""
     import threading
 
+    care = graced
     catalog = care.catalog()
     ns = f"care_{uuid.uuid4().hex[:8]}"
     catalog.create_namespace(ns)
-    _table(catalog, ns, "t", **{"history.expire.max-snapshot-age-ms": "1"})
+    table = _table(catalog, ns, "t", **{"history.expire.max-snapshot-age-ms": "1"})
+    for i in range(3):
+        table.append(_rows(1, 1000 + i))
+    old = {s.snapshot_id for s in table.refresh().metadata.snapshots}
+    time.sleep(GRACE_S + 1)  # the first two are older than the grace: expirable while the writers run
     errors: list[BaseException] = []
 
     def writer(w: int) -> None:
@@ -377,9 +403,11 @@ def test_appends_racing_expiry_all_land_without_a_409(care: Server) -> None:
         t.join()
     assert not errors, errors
     assert all(r["state"] == "done" for r in runs), runs
+    expired = {i for r in runs for i in r["result"]["expired-snapshots"]}
+    assert len(expired & old) >= 2, (expired, old)  # the race was not vacuous (the third, once past the grace)
     table = catalog.load_table(f"{ns}.t")
     ids = sorted(table.scan().to_arrow().column("id").to_pylist())
-    assert ids == sorted(w * 100 + i for w in range(3) for i in range(6))
+    assert ids == sorted([1000, 1001, 1002, *(w * 100 + i for w in range(3) for i in range(6))])
 
 
 def test_the_scheduler_expires_a_table_by_itself_by_default(tmp_path: Path) -> None:

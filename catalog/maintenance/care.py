@@ -1,6 +1,8 @@
 """The jobs of table care, each one task: ``expire-snapshots`` and ``remove-orphans``.
 
-Snapshot expiry plans with Iceberg's ``ExpireSnapshots`` semantics (``expire.plan``) and commits
+Snapshot expiry plans with Iceberg's ``ExpireSnapshots`` semantics (``expire.plan``), spares the
+snapshots that were a branch's head within the writer grace (a writer may still be committing from
+one: its client validates against it), and commits
 the plan through the commit engine as an ordinary commit: ``assert-table-uuid``, the plan's
 ``remove-snapshot-ref`` and ``remove-snapshots`` updates, and a guard that refuses the result if it
 would lose a ref the plan did not expire (a writer moved a ref onto a planned snapshot meanwhile).
@@ -119,7 +121,7 @@ class Care:
             if not rules.gc_enabled:  # as Java refuses: the table's files may be shared with another
                 return {"skipped": "gc.enabled is false on this table"}, file.location
             now = int(time.time() * 1000)
-            plan = expire.plan(metadata, now, rules)
+            plan = _spare_recent_heads(expire.plan(metadata, now, rules), metadata, now, self.settings)
             updates = plan.updates()
             if not updates:
                 return {"expired-snapshots": [], "removed-refs": [], "deleted-files": 0}, file.location
@@ -225,6 +227,23 @@ class Care:
                 pass
         metrics.MAINTENANCE_FILES_DELETED.labels(kind).inc(len(paths))
         return len(paths)
+
+
+def _spare_recent_heads(
+    plan: expire.Expiry, metadata: dict[str, Any], now_ms: int, settings: Settings
+) -> expire.Expiry:
+    """The plan without the snapshots that were the head of a branch within the writer grace
+    (``CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS``): a snapshot stopped being a head when a child was
+    committed on it, and a writer that loaded the table before that may still be committing from it
+    (clients validate their commit against their starting snapshot, which must still exist)."""
+    grace_ms = int(settings.maintenance_writer_grace_seconds * 1000)
+    if not plan.snapshot_ids or grace_ms == 0:
+        return plan
+    recent_parents = {
+        s.get("parent-snapshot-id") for s in metadata.get("snapshots") or [] if s["timestamp-ms"] >= now_ms - grace_ms
+    }
+    kept = tuple(i for i in plan.snapshot_ids if i not in recent_parents)
+    return plan if kept == plan.snapshot_ids else expire.Expiry(kept, plan.refs)
 
 
 def _keeps_refs(expired: tuple[str, ...]) -> Any:
