@@ -23,7 +23,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from tests.support import Server, backends, s3_client_props, s3_env, start_server
+from tests.support import Server, backends, new_pg_database, s3_client_props, s3_env, start_server
 
 ROWS_SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 CARE_ENV = {
@@ -39,9 +39,10 @@ def _care_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     env = {**CARE_ENV, **env}
     if request.param == "postgres-s3":
         services = request.getfixturevalue("services")
-        env.update(
-            {"CATALOG_DATABASE_URL": services["pg"].url, **s3_env(services["s3"], f"care-{uuid.uuid4().hex[:6]}")}
-        )
+        # its own database: servers sharing one share its task queue, and replicas of one catalog
+        # share their settings (warehouse included), which these test servers do not
+        unique = f"care_{uuid.uuid4().hex[:8]}"
+        env.update({"CATALOG_DATABASE_URL": new_pg_database(services["pg"], unique), **s3_env(services["s3"], unique)})
     srv = start_server(workdir, request.param, env)
     if request.param == "postgres-s3":
         srv.io_props = s3_client_props(request.getfixturevalue("services")["s3"])
