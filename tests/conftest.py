@@ -148,6 +148,19 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="module")
+def java() -> Iterator:
+    """Iceberg Java's builders as an oracle process (tests/java_oracle.py), one per module."""
+    from tests.java_oracle import JavaOracle, classpath
+
+    cp, missing = classpath()
+    if cp is None:
+        skip_or_fail(f"the Java oracle cannot run: {missing}")
+    oracle = JavaOracle(cp)
+    yield oracle
+    oracle.close()
+
+
 @pytest.fixture
 def lake(spark, server: Server) -> str:
     """The Spark catalog name for this backend's server."""

@@ -11,9 +11,6 @@ before and after, on disk or in the bucket) must be exactly our plan.
 
 from __future__ import annotations
 
-import re
-import shutil
-import sys
 import time
 import uuid
 from datetime import UTC, datetime
@@ -24,66 +21,15 @@ import requests
 
 from catalog.maintenance import expire, reachability
 from catalog.metadata import tables
-from tests.support import IN_CI, ROOT, Server
-
-sys.path.insert(0, str(ROOT / "examples" / "spark_pipeline"))
-from spark_conf import spark_conf  # noqa: E402
+from tests.support import Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
-def _spark_unavailable() -> str | None:
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        return "pyspark is not installed"
-    if not shutil.which("java"):
-        return "no java on PATH"
-    return None
-
-
-@pytest.fixture(scope="module")
-def spark():
-    missing = _spark_unavailable()
-    if missing:
-        if IN_CI:
-            pytest.fail(f"CI=true and Spark cannot run: {missing}")
-        pytest.skip(missing)
-    from pyspark.sql import SparkSession
-
-    base = {k: v for k, v in spark_conf("http://unused").items() if not k.startswith("spark.sql.catalog.")}
-    builder = SparkSession.builder.master("local[2]").appName("expire-tests")
-    for key, value in {
-        **base,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.driver.memory": "2g",
-        "spark.sql.session.timeZone": "UTC",
-    }.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-@pytest.fixture
-def lake(spark, server: Server) -> str:
-    """``server`` registered as a Spark catalog of the session."""
-    name = "lake_" + re.sub(r"\W", "_", server.backend)
-    settings: dict = {"warehouse": "local"}
-    if server.backend == "postgres-s3":
-        settings = {
-            "warehouse": "s3",
-            "access_key": server.io_props["s3.access-key-id"],
-            "secret_key": server.io_props["s3.secret-access-key"],
-        }
-    prefix = f"spark.sql.catalog.{name}"
-    for key, value in spark_conf(server.url, catalog=name, **settings).items():
-        if key.startswith(prefix):
-            spark.conf.set(key, value)
-    return name
+@pytest.fixture(autouse=True)
+def utc(spark) -> None:
+    """TIMESTAMP literals (``ms``) are written in UTC."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
 
 
 def metadata(server: Server, ns: str, table: str) -> dict:

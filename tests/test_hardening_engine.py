@@ -313,21 +313,6 @@ def test_set_statistics_for_a_snapshot_that_does_not_exist_is_accepted_as_java_d
 # --- the indexed paths against Java 1.9 itself -----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def java():
-    from tests.java_oracle import JavaOracle, classpath
-    from tests.support import IN_CI
-
-    cp, missing = classpath()
-    if cp is None:
-        if IN_CI:
-            pytest.fail(f"CI=true and the Java oracle cannot run: {missing}")
-        pytest.skip(missing)
-    oracle = JavaOracle(cp)
-    yield oracle
-    oracle.close()
-
-
 def essentials(m: dict) -> dict:
     """What the indexed paths decide (ids, order, reuse, what was removed), without times or uuids."""
     return {

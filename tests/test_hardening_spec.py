@@ -77,21 +77,6 @@ def test_an_encoded_relative_segment_in_a_location_is_refused(server: Server, ht
 # -- 11. the order of refs, as Java writes it --------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def java():
-    from tests.java_oracle import JavaOracle, classpath
-    from tests.support import IN_CI
-
-    cp, missing = classpath()
-    if cp is None:
-        if IN_CI:
-            pytest.fail(f"CI=true and the Java oracle cannot run: {missing}")
-        pytest.skip(missing)
-    oracle = JavaOracle(cp)
-    yield oracle
-    oracle.close()
-
-
 _SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "a", "type": "long", "required": False}]}
 _AT = "s3://warehouse/db/t"
 
