@@ -219,7 +219,7 @@ class Run:
         args = {"url": self.url, "path": wire.table_path("load"), "client": self.args.client}
         for c in LOAD_LEVELS:
             results, cpu = self.scenario(
-                f"load-{c}", clients.load_worker, [args] * c, self.plan.load_s, 10**7, "cpu" if c == 32 else None
+                f"load-{c}", clients.load_worker, [args] * c, self.plan.load_s, 10**7, "gil" if c == 32 else None
             )
             lat = [x for r in results for x in r["lat"]]
             elapsed = max(r["elapsed"] for r in results)
@@ -240,12 +240,12 @@ class Run:
         self.r["commit_single"] = s = self.commits("commit_single", [names], p.single_s, 5000, "wall")
         log(f"[{self.b.name}] commit, 1 writer: {s['rate']:,.0f}/s p50 {s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} ms")
         groups = [names[w::WRITERS] for w in range(WRITERS)]
-        self.r["commit_distinct"] = s = self.commits("commit_distinct", groups, p.distinct_s, 10**6, "cpu")
+        self.r["commit_distinct"] = s = self.commits("commit_distinct", groups, p.distinct_s, 10**6, "gil")
         log(
             f"[{self.b.name}] commit, 16 writers/100 tables: {s['rate']:,.0f}/s p50 {s['p50_ms']:.2f} "
             f"p99 {s['p99_ms']:.2f} ms, 409s {s['conflicts']}"
         )
-        self.r["commit_hot"] = s = self.commits("commit_hot", [["hot"]] * WRITERS, p.hot_s, 10**6, "cpu")
+        self.r["commit_hot"] = s = self.commits("commit_hot", [["hot"]] * WRITERS, p.hot_s, 10**6, "gil")
         log(
             f"[{self.b.name}] commit, 16 writers/1 table: {s['rate']:,.1f}/s, 409 rate {s['rate_409']:.0%}, "
             f"{s['retries_per_commit']:.2f} retries/commit, p50 {s['p50_ms']:.1f} p99 {s['p99_ms']:.1f} ms"
