@@ -240,3 +240,41 @@ def _children(pid: int) -> list[int]:
             return [int(x) for x in f.read().split()]
     except OSError:
         return []
+
+
+# -- set-properties on one table --------------------------------------------------------------------
+
+
+def properties_worker(i: int, args: dict, start: Callable[[], float], duration: float, max_ops: int) -> dict:
+    """Commit ``set-properties`` (this writer's own key, a counter) to one table, with no requirement:
+    every commit lands, so N writers on one table measure the table's serial commit rate (the
+    server's lock, the metadata file write and the CAS, one after the other). A 5xx or a transport
+    error is counted, never retried blindly."""
+    http = wire.client(args["url"], args.get("client", "http"))
+    path = args["path"]
+    http.request("GET", path + "?snapshots=refs")
+    deadline = start()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    lat: list[float] = []
+    statuses: Counter[int] = Counter()
+    errors: list[str] = []
+    n = 0
+    while len(lat) < max_ops and time.perf_counter() < deadline:
+        n += 1
+        body = orjson.dumps({"updates": [{"action": "set-properties", "updates": {f"bench.writer-{i}": str(n)}}]})
+        a = time.perf_counter()
+        status, data = http.request("POST", path, body)
+        statuses[status] += 1
+        if status == 200:
+            lat.append(time.perf_counter() - a)
+        elif len(errors) < 5:
+            errors.append(f"{status}: {data[:300]!r}")
+    elapsed = time.perf_counter() - t0
+    http.close()
+    return {
+        "lat": lat,
+        "statuses": dict(statuses),
+        "errors": errors,
+        "elapsed": elapsed,
+        "cpu": time.process_time() - cpu0,
+    }

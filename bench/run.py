@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short windows (~2 minutes in all)")
     parser.add_argument(
         "--backends",
-        default="sqlite,postgres-s3",
-        help="comma-separated: sqlite, postgres-s3 (default: both; one that cannot start is skipped)",
+        default=None,
+        help="comma-separated: sqlite, postgres-s3 (default: both, sqlite with --compare; one that cannot "
+        "start is skipped)",
     )
     parser.add_argument("--workers", type=int, default=1, help="server processes (CATALOG_WORKERS, default 1)")
     parser.add_argument(
@@ -154,9 +155,26 @@ def main(argv: list[str] | None = None) -> int:
         help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines (default: all)",
     )
     parser.add_argument("--profile", action="store_true", help="record py-spy profiles of the server per scenario")
+    parser.add_argument(
+        "--compare",
+        metavar="GIT_REF",
+        help="measure the headline scenarios on GIT_REF's build and on the working tree, alternately, and "
+        "print the ratios (bench/compare.py; default backend sqlite)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--compare: rounds of alternation (default 3)")
+    parser.add_argument(
+        "--ref-server-env",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="NAME=VALUE",
+        help="--compare: a server setting for the reference side only (e.g. the same ref at another log level)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results directory")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (server logs, databases)")
     args = parser.parse_args(argv)
+    if args.backends is None:
+        args.backends = "sqlite" if args.compare else "sqlite,postgres-s3"
     names = [n.strip() for n in args.backends.split(",") if n.strip()]
     for n in names:
         if n not in backends.NAMES:
@@ -165,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--profile needs py-spy on PATH: pip install py-spy")
 
     plan = QUICK if args.quick else FULL
+    if args.compare:
+        from bench import compare
+
+        return compare.compare(args, plan)
     started = time.perf_counter()
     info = machine()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -248,6 +270,17 @@ def write_profiles(results: dict[str, dict], prof_dir: Path) -> None:
                 lines += [f"## {n} / {scenario}: no profile ({(s or {}).get('error', 'py-spy failed')})", ""]
                 continue
             lines += [f"## {n} / {scenario} ({s['mode']}, {s['samples']} samples)", ""]
+            per_op = _per_op_ms(r, scenario, s["mode"])
+            if s.get("layers"):
+                unit = "latency" if s["mode"] == "wall" else "server CPU"
+                lines += [
+                    f"| layer | % | us per request ({unit} {per_op:.3f} ms/op) |" if per_op else "| layer | % | |",
+                    "|---|---|---|",
+                ]
+                lines += [
+                    f"| {k} | {v} | {v * per_op * 10:.0f} |" if per_op else f"| {k} | {v} | |" for k, v in s["layers"]
+                ]
+                lines += [""]
             for key, head in (
                 ("innermost_catalog_function", "innermost catalog function"),
                 ("leaf_functions", "leaf function (self time)"),
@@ -255,6 +288,16 @@ def write_profiles(results: dict[str, dict], prof_dir: Path) -> None:
             ):
                 lines += [f"| {head} | % |", "|---|---|"] + [f"| `{k}` | {v} |" for k, v in s[key]] + [""]
     (prof_dir / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def _per_op_ms(r: dict, scenario: str, mode: str) -> float | None:
+    """What one operation of ``scenario`` cost: server CPU per op (cpu mode) or mean latency (wall)."""
+    if scenario.startswith("load-"):
+        s = (r.get("load") or {}).get(scenario.split("-", 1)[1]) or {}
+    else:
+        s = r.get(scenario) or {}
+    value = s.get("mean_ms") if mode == "wall" else s.get("server_cpu_ms")
+    return value if isinstance(value, (int, float)) and value == value else None
 
 
 if __name__ == "__main__":
