@@ -74,9 +74,7 @@ def _access(scope: dict[str, Any], route: str, status: int, seconds: float, audi
     who = scope.get("principal")
     if who is not None and who is not ANONYMOUS:  # authentication is on
         fields["principal"] = audit.get("principal") or who.name
-    access_log.log(
-        level, "%s %s -> %s in %.1f ms", scope["method"], route, status, seconds * 1000, extra={"fields": fields}
-    )
+    logs.line(access_log, level, f"{scope['method']} {route} -> {status} in {seconds * 1000:.1f} ms", fields)
 
 
 def _audit(scope: dict[str, Any], handler: Any, audit: dict[str, Any], status: int) -> None:
@@ -91,11 +89,6 @@ def _audit(scope: dict[str, Any], handler: Any, audit: dict[str, Any], status: i
         "method": scope["method"],
         "path": scope.get("path"),
     }
-    audit_log.info(
-        "%s %s %s -> %s",
-        fields["principal"],
-        fields["action"],
-        fields["object"] or "-",
-        status,
-        extra={"fields": fields},
-    )
+    if audit_log.isEnabledFor(logging.INFO):
+        message = f"{fields['principal']} {fields['action']} {fields['object'] or '-'} -> {status}"
+        logs.line(audit_log, logging.INFO, message, fields)
