@@ -105,6 +105,8 @@ class Grouping(Protocol):
 
     def commit(self, change: Change) -> Committed | None: ...
 
+    def note(self, change: Change, data: dict[str, Any]) -> None: ...
+
 
 def not_committed(e: errors.IcebergError) -> errors.IcebergError:
     """An error before the CAS: the commit certainly did not happen, so never a 500 (which clients

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from catalog import errors, metrics
+from catalog import errors, logs, metrics
 from catalog.commit import rebase
 from catalog.commit.changes import (
     TABLE,
@@ -133,6 +133,8 @@ class CommitEngine:
     def _stage_one(self, change: Change, kind: str, alone: bool) -> Staged | MetadataFile:
         with _step(kind, "read"):
             entry, base = self.read(change)
+        if self.groups is not None and base is not None and change.kind is TABLE:
+            self.groups.note(change, base.data)
         with _step(kind, "apply"):
             new, rebased = self.apply(change, base, rebasable=alone)
         if base is not None and new is base.data:
@@ -307,6 +309,8 @@ class CommitEngine:
         metrics.COMMITS.labels(kind).inc(staged[0].commits if len(staged) == 1 else 1)
         for one in staged:
             self.files.remember(one.new)
+            if self.groups is not None and one.change.kind is TABLE:
+                self.groups.note(one.change, one.new.data)
             metrics.APPEND_REBASES.inc(len(one.lists))
             if one.base is not None and one.entry is not None:
                 self._delete_dropped_files(one)
@@ -434,14 +438,6 @@ def log_landed(staged: Sequence[Staged], attempts: int) -> None:
                 fields["snapshot_id"] = now
                 snapshot = f" snapshot {now}"
         verb = "created" if one.entry is None else "committed"
-        log.info(
-            "%s %s %s%s (%d attempt%s%s)",
-            verb,
-            one.change.kind.name,
-            one.change.ident,
-            snapshot,
-            attempts,
-            "s" if attempts > 1 else "",
-            group,
-            extra={"fields": fields},
-        )
+        plural = "s" if attempts > 1 else ""
+        message = f"{verb} {one.change.kind.name} {one.change.ident}{snapshot} ({attempts} attempt{plural}{group})"
+        logs.line(log, logging.INFO, message, fields)

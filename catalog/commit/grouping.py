@@ -34,6 +34,8 @@ from catalog.commit.engine import CommitEngine, backoff, log_landed
 from catalog.storage.metadata_files import MetadataFile
 from catalog.store.pointers import KeyRecord
 
+_REMEMBERED = 100_000  # tables whose rebase is known off
+
 
 @dataclass(eq=False)
 class _Member:
@@ -57,6 +59,11 @@ class GroupCommitter:
         self.settings = engine.settings
         self._tables: dict[tuple, _Table] = {}
         self._lock = threading.Lock()
+        # Tables whose metadata, as this process last read or wrote it, has append rebase off: their
+        # appends take the ordinary path without the pointer read that ``commit`` would make only to
+        # find that out again. A stale entry costs nothing but grouping: the ordinary path reads the
+        # pointer under the lock and rebases (or not) on what it finds, and records it here.
+        self._rebase_off: set[tuple] = set()
 
     def eligible(self, changes: Sequence[Change], key: KeyRecord | None) -> bool:
         if self.settings.group_commit_max_commits <= 1 or key is not None or len(changes) != 1:
@@ -67,10 +74,14 @@ class GroupCommitter:
     def commit(self, change: Change) -> Committed | None:
         """Queue ``change``; lead a group or wait for the leader that takes it. Raises its error.
         None: the table's rebase is off, so the engine commits it alone, as before."""
+        if (change.namespace, change.name) in self._rebase_off:
+            return None
         try:
             _, base = self.engine.read(change)
         except errors.IcebergError:
             return None  # the ordinary path gives the answer (404...)
+        if base is not None:
+            self.note(change, base.data)
         if base is None or not rebase.enabled(base.data, self.settings.append_rebase):
             return None
         start = time.perf_counter()
@@ -78,6 +89,16 @@ class GroupCommitter:
             return self._queue(change)
         finally:
             metrics.COMMIT_SECONDS.labels("table").observe(time.perf_counter() - start)
+
+    def note(self, change: Change, data: dict) -> None:
+        """What the table's metadata (read or just written by the engine) says of append rebase."""
+        key = (change.namespace, change.name)
+        if rebase.enabled(data, self.settings.append_rebase):
+            self._rebase_off.discard(key)
+        elif key not in self._rebase_off:
+            if len(self._rebase_off) >= _REMEMBERED:
+                self._rebase_off.clear()  # forgetting costs one pointer read per table
+            self._rebase_off.add(key)
 
     def _queue(self, change: Change) -> Committed:
         member = _Member(change, len(orjson.dumps(list(change.updates))))
