@@ -61,9 +61,17 @@ def normalise(location: object, what: str = "location") -> str:
     segments = [s for s in path.split("/") if s]
     # A segment that decodes to '.' or '..', or to a path with one ('..%2Fx'): a FileIO that decodes
     # %2F must not be led out of the directory either.
-    if any(part in (".", "..") for s in segments for part in re.split(r"[/\\]", unquote(s))):
+    if any(_dot_segment(s) for s in segments):
         raise errors.BadRequest(f"Invalid {what} {location!r}: '.' and '..' segments are not allowed")
     return f"{scheme}://{authority}/" + "/".join(segments)
+
+
+def _dot_segment(segment: str) -> bool:
+    """Whether ``segment`` is ``.`` or ``..``, or decodes to a path with one. Most segments have no
+    ``%`` and no ``\\``: they are what they read (the split on ``/`` already happened)."""
+    if "%" not in segment and "\\" not in segment:
+        return segment in (".", "..")
+    return any(part in (".", "..") for part in re.split(r"[/\\]", unquote(segment)))
 
 
 def _file_parts(rest: str, location: str, what: str) -> tuple[str, str]:
