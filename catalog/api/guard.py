@@ -79,8 +79,17 @@ async def _policy(request: Request, who: Principal) -> tuple[list[str], Policy] 
 
 
 def _audit(request: Request, who: Principal, needs: list[tuple[Privilege, Target]]) -> None:
+    """What the audit line will say: the principal and what it needed (the line, written only for
+    mutating requests and refusals, spells them out: ``audited``)."""
     record: dict[str, Any] | None = request.scope.get("audit")
     if record is not None:
         record["principal"] = who.name
-        record["object"] = ", ".join(sorted({str(t) for _, t in needs}))
-        record["privileges"] = sorted({str(p) for p, _ in needs})
+        record["needs"] = needs
+
+
+def audited(record: dict[str, Any]) -> tuple[str | None, list[str] | None]:
+    """The audit line's object and privileges from what ``require`` recorded (None: nothing was)."""
+    needs = record.get("needs")
+    if needs is None:
+        return None, None
+    return ", ".join(sorted({str(t) for _, t in needs})), sorted({str(p) for p, _ in needs})

@@ -4,11 +4,12 @@ template and status, its access line, and the audit line of each mutating reques
 from __future__ import annotations
 
 import logging
+import os
 import time
-import uuid
 from typing import Any
 
 from catalog import logs, metrics
+from catalog.api import guard
 from catalog.auth.principals import ANONYMOUS
 
 audit_log = logging.getLogger("catalog.audit")
@@ -33,8 +34,8 @@ class RequestObservation:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        incoming = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1")[:64]
-        rid = incoming or uuid.uuid4().hex[:16]
+        incoming = _header(scope, b"x-request-id").decode("latin-1")[:64]
+        rid = incoming or os.urandom(8).hex()  # 16 hex digits, as random as uuid4's first 16
         token = logs.request_id.set(rid)
         scope["audit"] = audit = {}
         status = 500
@@ -51,14 +52,45 @@ class RequestObservation:
             await self.app(scope, receive, send_with_id)
         finally:
             handler = scope.get("route_handler")
-            route = handler.paths and sorted(handler.paths)[0] if handler is not None else "unmatched"
+            route = _route(handler)
             seconds = time.perf_counter() - start
-            metrics.REQUESTS.labels(scope["method"], route, str(status)).inc()
-            metrics.REQUEST_SECONDS.labels(scope["method"], route).observe(seconds)
+            count, latency = _series(scope["method"], route, status)
+            count.inc()
+            latency.observe(seconds)
             _access(scope, route, status, seconds, audit)
             if scope["method"] in _MUTATING or status in (401, 403):
                 _audit(scope, handler, audit, status)
             logs.request_id.reset(token)
+
+
+def _header(scope: dict[str, Any], name: bytes) -> bytes:
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            return value
+    return b""
+
+
+def _route(handler: Any) -> str:
+    if handler is None:
+        return "unmatched"
+    return handler.paths and min(handler.paths)
+
+
+_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}  # the request metrics' series, looked up once
+
+
+def _series(method: str, route: str, status: int) -> tuple[Any, Any]:
+    """The request counter's and latency histogram's series of (method, route, status)."""
+    key = (method, route, status)
+    found = _children.get(key)
+    if found is None:
+        if len(_children) > 4096:  # methods are the client's to choose: keep the cache bounded
+            _children.clear()
+        found = _children[key] = (
+            metrics.REQUESTS.labels(method, route, str(status)),
+            metrics.REQUEST_SECONDS.labels(method, route),
+        )
+    return found
 
 
 def _access(scope: dict[str, Any], route: str, status: int, seconds: float, audit: dict[str, Any]) -> None:
@@ -79,11 +111,12 @@ def _access(scope: dict[str, Any], route: str, status: int, seconds: float, audi
 
 def _audit(scope: dict[str, Any], handler: Any, audit: dict[str, Any], status: int) -> None:
     who = scope.get("principal")
+    target, privileges = guard.audited(audit)
     fields = {
         "principal": audit.get("principal") or (who.name if who is not None else None),
         "action": handler.handler_name if handler is not None else "unmatched",
-        "object": audit.get("object"),
-        "privileges": audit.get("privileges"),
+        "object": target,
+        "privileges": privileges,
         "outcome": "allowed" if status < 400 else ("denied" if status in (401, 403) else "failed"),
         "status": status,
         "method": scope["method"],
