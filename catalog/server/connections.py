@@ -62,7 +62,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._head_timeout = limits.header_timeout_seconds
         self._body_timeout = limits.body_timeout_seconds
         self._max_head = limits.max_header_bytes
-        self._deadline: TimerHandle | None = None
+        self._deadline: float | None = None  # loop time by which the current phase must end
+        self._timer: TimerHandle | None = None  # fires at or before ``_deadline`` (see ``_arm``)
         self._reading_head = False
         self._head_bytes = 0
         self._draining = False
@@ -76,6 +77,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -109,13 +113,27 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._arm(self._head_timeout)
 
     def _arm(self, seconds: float) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(seconds, self._expired)
+        """The current phase must end within ``seconds``. Each request moves the deadline two or
+        three times: the deadline is a number, and one timer per connection checks it when it fires
+        (re-armed for what is left if the deadline moved later), instead of a timer scheduled and
+        cancelled per phase. A deadline earlier than the timer gets a new timer."""
+        self._deadline = deadline = self.loop.time() + seconds
+        if self._timer is None or self._timer.when() > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_at(deadline, self._check)
 
     def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self._deadline = None  # a pending timer finds nothing due and lapses
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._deadline is None:
+            return
+        if self.loop.time() < self._deadline:  # moved later since: wait for what is left
+            self._timer = self.loop.call_at(self._deadline, self._check)
+            return
+        self._expired()
 
     def _expired(self) -> None:
         self._deadline = None
@@ -134,6 +152,6 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if linger and self.transport.can_write_eof():
             self._draining = True
             self.transport.write_eof()
-            self._deadline = self.loop.call_later(linger, self._expired)
+            self._arm(linger)
         else:
             self.transport.close()
