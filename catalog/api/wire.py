@@ -87,17 +87,38 @@ def describe(e: ValidationError) -> str:
 def decode_namespace(raw: str) -> tuple[str, ...]:
     """A namespace path segment: levels joined by %1F (or a raw 0x1F), each level URL-encoded.
     400 for what no stored namespace can be (see ``catalog.names``), before any SQL."""
+    levels = _namespaces.get(raw)
+    if levels is not None:
+        return levels
     levels = tuple(unquote_plus(level) for level in _LEVEL_SPLIT.split(raw))
     if not levels or any(level == "" for level in levels):
         raise errors.BadRequest(f"Invalid namespace: {names.shown(unquote_plus(raw))}")
     names.check_namespace_fits(levels)
+    _remember(_namespaces, raw, levels)
     return levels
 
 
 def decode_name(raw: str) -> str:
+    name = _names.get(raw)
+    if name is not None:
+        return name
     name = unquote_plus(raw)
     names.check_name_fits(name)
+    _remember(_names, raw, name)
     return name
+
+
+# Every request to a table decodes and checks the same few path segments: the answers (only the
+# valid ones) are kept, a bounded number of them.
+_namespaces: dict[str, tuple[str, ...]] = {}
+_names: dict[str, str] = {}
+_DECODED = 4096
+
+
+def _remember(cache: dict, raw: str, value: Any) -> None:
+    if len(cache) >= _DECODED:
+        cache.clear()
+    cache[raw] = value
 
 
 def decode_parent(value: str | None) -> tuple[str, ...]:

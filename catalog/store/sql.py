@@ -66,8 +66,13 @@ class Database:
             conn.execute(sa.text("SELECT 1"))
 
     def _raw_connection(self) -> PoolProxiedConnection:
-        with translated(driver=(self._dbapi_error,)):
+        try:  # what ``translated(driver=...)`` does, without a generator per hot read
             return self.engine.raw_connection()
+        except (exc.DBAPIError, exc.TimeoutError, self._dbapi_error) as e:
+            translated = translate(e)
+            if translated is None:
+                raise
+            raise translated from e
 
     def _fetch_one(self, query: Compiled, values: dict[str, object]) -> tuple | None:
         """One row of a precompiled query on a pooled DBAPI connection.
