@@ -103,6 +103,11 @@ def _splice(out: _Parts, items: list, previous: bytes, known: Elements | None) -
             out.add(memoryview(previous)[known.start : known.start + known.spans[-1]])
             spans = array("q", known.spans)
             rest = items[n:]
+        elif (k := _dropped_from_front(items, known.items)) is not None:  # a log that keeps its last N
+            low = known.spans[2 * k]
+            out.add(memoryview(previous)[known.start + low : known.start + known.spans[-1]])
+            spans = array("q", [span - low for span in known.spans[2 * k :]])
+            rest = items[n - k :]
         else:  # trimmed or reordered: match elements one by one
             reused = {id(o): (o, i) for i, o in enumerate(known.items)}
     for item in rest:
@@ -121,3 +126,19 @@ def _splice(out: _Parts, items: list, previous: bytes, known: Elements | None) -
         spans.append(out.size - start)
     out.add(b"]")
     return Elements(items, start, spans)
+
+
+def _dropped_from_front(items: list, known: list) -> int | None:
+    """``k`` when ``items`` starts with ``known[k:]`` (the same objects, in order) for some ``k`` >= 1:
+    the first ``k`` were dropped and the rest kept, as a trimmed metadata log is. Their JSON is then
+    one contiguous run of the previous dump. None otherwise."""
+    if not items:
+        return None
+    first = items[0]
+    for k in range(1, len(known)):
+        if known[k] is first:
+            kept = len(known) - k
+            if len(items) >= kept and all(map(operator.is_, items[:kept], known[k:])):
+                return k
+            return None
+    return None
