@@ -64,10 +64,12 @@ class RequestObservation:
 
 
 def _header(scope: dict[str, Any], name: bytes) -> bytes:
+    """The header's value (the last one, if sent twice), without copying the headers into a dict."""
+    found = b""
     for key, value in scope.get("headers") or ():
         if key == name:
-            return value
-    return b""
+            found = value
+    return found
 
 
 def _route(handler: Any) -> str:
