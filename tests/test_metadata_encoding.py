@@ -56,3 +56,24 @@ def test_shared_elements_are_copied_not_serialised_again():
     first["snapshot-id"] = 99
     new = {**doc, "snapshots": [first, {"snapshot-id": 2}]}
     assert orjson.loads(dump(new, dumped).raw)["snapshots"] == [{"snapshot-id": 1}, {"snapshot-id": 2}]
+
+
+def test_a_log_trimmed_at_the_front_is_copied_as_one_run():
+    """A metadata log at its maximum drops its oldest entry and appends one per commit: the entries
+    it keeps are copied from the previous dump (mutated since, they keep their previous bytes), and
+    the next dump still finds them (the spans were shifted right)."""
+    log = [{"metadata-file": f"m{i}"} for i in range(4)]
+    doc = doc_with({"metadata-log": log})
+    dumped = dump(doc)
+    log[2]["metadata-file"] = "changed"
+    trimmed = {**doc, "metadata-log": [*log[1:], {"metadata-file": "m4"}]}
+    dumped = dump(trimmed, dumped)
+    files = [e["metadata-file"] for e in orjson.loads(dumped.raw)["metadata-log"]]
+    assert files == ["m1", "m2", "m3", "m4"]
+    again = {**trimmed, "metadata-log": [*trimmed["metadata-log"][1:], {"metadata-file": "m5"}]}
+    assert [e["metadata-file"] for e in orjson.loads(dump(again, dumped).raw)["metadata-log"]] == [
+        "m2",
+        "m3",
+        "m4",
+        "m5",
+    ]
