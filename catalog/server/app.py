@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 
 import orjson
 from litestar import Litestar
-from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 
@@ -84,6 +83,12 @@ def create_app(settings: Settings | None = None) -> Litestar:
         log.warning("%s", warning)
     authenticator = Authenticator.from_settings(settings)
     limiter = FailureLimiter(parse_trusted_proxies(settings.trusted_proxies))
+    this: list[Litestar] = []  # the app, once built: the `ctx` dependency reads its state
+
+    def ctx() -> AppState:
+        """The handlers' ``ctx``: this app's AppState, set by the lifespan before the first request.
+        No parameters, so that resolving it costs no other injection (a ``State`` per request)."""
+        return this[0].state.ctx
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -125,10 +130,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
             metrics.process_exited()
             catalog.store.engine.dispose()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=handlers,
         dependencies={
-            "ctx": Provide(_ctx, use_cache=True, sync_to_thread=False),
+            "ctx": Provide(ctx, use_cache=False, sync_to_thread=False),
         },
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
@@ -150,6 +155,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
         openapi_config=None,
         debug=False,
     )
+    this.append(app)
+    return app
 
 
 def app_from_env() -> RawPathRouting:
@@ -209,7 +216,3 @@ def _settle_legacy_grants(access: Access) -> None:
         access.settle_legacy()
     except Exception as e:  # noqa: BLE001 - e.g. the schema not migrated yet: they stay marked, settled at a later start
         log.warning("could not settle the grants made before principal kinds (retried at the next start): %s", e)
-
-
-def _ctx(state: State) -> AppState:
-    return state.ctx  # set by the lifespan before the first request
