@@ -17,9 +17,11 @@ import requests
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.support import (
+    PURGES_ONLY,
     Http,
     Server,
     backends,
+    new_pg_database,
     register_catalog,
     s3_client_props,
     s3_env,
@@ -70,7 +72,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         return
     if backend != "sqlite":
         raise ValueError(f"unknown backend {backend}")
-    srv = start_server(workdir)
+    srv = start_server(workdir, extra_env=PURGES_ONLY)
     yield srv
     srv.stop()
 
@@ -97,7 +99,9 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 @pytest.fixture(scope="session")
 def pg_s3_server(services: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     workdir = tmp_path_factory.mktemp("pg-s3")
-    env = {"CATALOG_DATABASE_URL": services["pg"].url, **s3_env(services["s3"], "suite")}
+    # its own database: its maintenance worker claims the queue's tasks (purges), which must be its own
+    url = new_pg_database(services["pg"], "suite")
+    env = {"CATALOG_DATABASE_URL": url, **s3_env(services["s3"], "suite"), **PURGES_ONLY}
     srv = start_server(workdir, "postgres-s3", env)
     srv.io_props = s3_client_props(services["s3"])
     yield srv

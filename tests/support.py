@@ -6,6 +6,7 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
 - environment: ``ROOT``, ``IN_CI``, ``skip_or_fail``, ``backends``, ``free_port``, ``ServiceUnavailable``
 - the server as a process: ``Server``, ``start_server``, ``s3_env``, ``s3_client_props``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
+- dropped tables: ``PURGES_ONLY`` (the shared servers' maintenance), ``purge_now``
 - schemas, named by what they are: ``JSON_SCHEMA`` (REST JSON, id + data), ``JSON_ID_SCHEMA`` (REST
   JSON, one id column), ``PY_SCHEMA`` (pyiceberg, id + name + ts) and ``rows`` (pyarrow rows of it)
 - REST helpers over an ``Http``: ``create``, ``load``, ``commit``, ``add_column``
@@ -112,6 +113,12 @@ class Server:
                 self.proc.wait(5)
 
 
+# The shared test servers run one maintenance worker for the purges of dropped tables, and no table
+# care (``CATALOG_MAINTENANCE_ENABLED=false``): tests write snapshots with old timestamps, which
+# expiry would remove under them. ``purge_now`` ends a dropped table's retention and waits.
+PURGES_ONLY = {"CATALOG_MAINTENANCE_WORKERS": "1", "CATALOG_MAINTENANCE_ENABLED": "false"}
+
+
 def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, str] | None = None) -> Server:
     """Start the server as its own process on a free port and wait until it answers /health/live."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -124,8 +131,8 @@ def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, st
         "CATALOG_HOST": "127.0.0.1",
         "CATALOG_LOG_LEVEL": "warning",
         "CATALOG_LOG_FORMAT": "json",
-        # The shared test servers run no table care (tests/test_maintenance.py starts its own): tests
-        # write snapshots with old timestamps, which expiry would remove under them.
+        # No maintenance worker unless asked (PURGES_ONLY, tests/test_maintenance.py): a worker claims
+        # any task of its database's queue, and test servers sharing a database do not share storage.
         "CATALOG_MAINTENANCE_WORKERS": "0",
         **(extra_env or {}),
     }
@@ -212,6 +219,27 @@ def assert_error(resp: requests.Response, code: int, type_: str, contains: str =
     assert err["code"] == code and err["type"] == type_, err
     assert isinstance(err["message"], str) and contains in err["message"], err
     return err
+
+
+def purge_now(url: str, ident: str, headers: dict[str, str] | None = None, timeout: float = 90) -> dict:
+    """End the retention of the dropped table ``ident`` (``a.b.t``) now and wait until its purge
+    is done (the server needs a maintenance worker: ``PURGES_ONLY``): the dropped entry as it was."""
+    ns, _, name = ident.rpartition(".")
+    found = requests.get(
+        f"{url}/management/v1/dropped", params={"namespace": ns, "name": name}, headers=headers, timeout=30
+    )
+    found.raise_for_status()
+    gone = found.json()["dropped"][0]
+    ended = requests.delete(f"{url}/management/v1/dropped/{gone['id']}", headers=headers, timeout=30)
+    assert ended.status_code == 202, ended.text
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = requests.get(f"{url}/management/v1/dropped", params={"namespace": ns}, headers=headers, timeout=30)
+        if all(d["id"] != gone["id"] for d in left.json()["dropped"]):
+            return gone
+        time.sleep(0.25)
+    tasks = requests.get(f"{url}/management/v1/maintenance/tasks", headers=headers, timeout=30).json()
+    raise AssertionError(f"the purge of {ident} did not finish in {timeout} s: {tasks}")
 
 
 def metric_total(url: str, name: str) -> float:

@@ -323,6 +323,9 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
         ("POST", "/management/v1/maintenance/tables/{namespace}/{table}"): {"json": {"dry-run": True}},
         ("GET", "/management/v1/maintenance/tasks"): None,  # only tasks of tables it may read: none
         ("GET", "/management/v1/maintenance/tasks/{task_id}"): {},
+        ("GET", "/management/v1/dropped"): None,  # only entries it holds a privilege on: none
+        ("POST", "/management/v1/dropped/{dropped_id}/undrop"): {},
+        ("DELETE", "/management/v1/dropped/{dropped_id}"): {},
     }
     open_routes = {
         "/",
@@ -342,7 +345,8 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
             .replace("{table:str}", "{table}")
             .replace("{view:str}", "{view}")
             .replace("{grant_id:str}", "{grant_id}")
-            .replace("{task_id:str}", "{task_id}"),
+            .replace("{task_id:str}", "{task_id}")
+            .replace("{dropped_id:str}", "{dropped_id}"),
         )
         for route in app.routes
         for handler in route.route_handlers
@@ -356,20 +360,25 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
     }
     assert served == set(calls), f"routes without a check here: {served ^ set(calls)}"
 
+    doomed = f"dropme_{uuid.uuid4().hex[:6]}"
+    as_(secured, "admin").create_table(f"raw.{doomed}", PY_SCHEMA)
+    Caller(secured, "admin")("DELETE", f"/v1/namespaces/raw/tables/{doomed}")
+    dropped = Caller(secured, "admin")("GET", "/management/v1/dropped", params={"namespace": "raw", "name": doomed})
+    dropped_id = dropped.json()["dropped"][0]["id"]
     before, files = pointers(secured), warehouse_files(secured)
     http = Caller(secured, "nobody")
     grant_id = Caller(secured, "admin")("GET", "/management/v1/grants").json()["grants"][0]["id"]
     queued = Caller(secured, "admin")("POST", "/management/v1/maintenance/tables/raw/events", json={"dry-run": True})
     task_id = queued.json()["tasks"][0]["id"]  # the secured server runs no task: it stays queued
     for (method, path), kwargs in calls.items():
-        url = path.format(namespace="raw", table="events", view="events", grant_id=grant_id, task_id=task_id)
+        url = path.format(
+            namespace="raw", table="events", view="events", grant_id=grant_id, task_id=task_id, dropped_id=dropped_id
+        )
         resp = http(method, url, **(kwargs or {}))
         if kwargs is None:
             assert resp.status_code == 200, (method, path, resp.text)
             body = resp.json()
-            assert body.get("namespaces", []) == [] and body.get("grants", []) == [] and body.get("tasks", []) == [], (
-                body
-            )
+            assert all(body.get(k, []) == [] for k in ("namespaces", "grants", "tasks", "dropped")), body
         elif method == "HEAD":
             assert resp.status_code == 403, (method, path)
         else:

@@ -485,3 +485,37 @@ def _wait(server: Server, task_id: int) -> dict:
             return task
         assert time.monotonic() < deadline, task
         time.sleep(0.2)
+
+
+def test_expiry_is_due_again_after_n_commits_however_recent_its_last_run(queued_only) -> None:  # noqa: ANN001
+    """``CATALOG_MAINTENANCE_EXPIRE_EVERY_COMMITS``: a hot table is not left to grow for the whole
+    ``..._EXPIRE_EVERY_MINUTES``; a quiet one is not looked at again."""
+    from catalog.maintenance.worker import Scheduler, Workers
+    from catalog.server.app import build_catalog
+
+    srv, queued_local = queued_only
+    update = {"maintenance_expire_every_minutes": 600, "maintenance_expire_every_commits": 5}
+    local = build_catalog(queued_local.settings.model_copy(update=update))
+    try:
+        catalog = srv.catalog()
+        catalog.create_namespace("n")
+        table = _table(catalog, "n", "hot")
+        table.append(_rows(1))
+        scheduler, workers = Scheduler(local.care), Workers(local.care, 1)
+
+        def expiries() -> list:
+            return [t for t in local.store.list_tasks() if t.kind == "expire-snapshots"]
+
+        scheduler.schedule()  # never expired: due
+        assert len(expiries()) == 1
+        while workers.run_one("test"):
+            pass
+        for i in range(4):
+            table.append(_rows(1, i))
+        scheduler.schedule()
+        assert len(expiries()) == 1  # 4 commits since its last run: not yet
+        table.append(_rows(1, 9))
+        scheduler.schedule()
+        assert len(expiries()) == 2 and expiries()[0].state == "queued"  # the 5th commit made it due
+    finally:
+        local.store.engine.dispose()

@@ -1,4 +1,4 @@
-"""The jobs of table care, each one task: ``expire-snapshots`` and ``remove-orphans``.
+"""The jobs of table care, each one task: ``expire-snapshots``, ``remove-orphans`` and ``purge``.
 
 Snapshot expiry plans with Iceberg's ``ExpireSnapshots`` semantics (``expire.plan``), spares the
 snapshots that were a branch's head within the writer grace (a writer may still be committing from
@@ -16,6 +16,11 @@ commit and the deletes leaves orphans, never a dangling reference.
 Orphan removal deletes files under the table's own locations that no metadata of the table
 references and that are older than ``CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS``; it re-reads the pointer
 before deleting and starts over if it moved.
+
+A purge deletes the files of a table dropped with ``purgeRequested`` once its retention ended
+(``store/dropped.py``): it first claims the dropped entry (no undrop from then on), deletes the
+table's own files in an order that is safe to repeat (``storage/purge.py``), and only then forgets
+the entry, which releases its location. A failed or killed purge is run again by the queue.
 
 A task names its entry by identity: a table renamed since is found under its new name; a table
 dropped, or dropped and created again (another table uuid), ends the task as ``skipped``.
@@ -45,10 +50,11 @@ from catalog.store.tasks import Task
 
 log = logging.getLogger("catalog.maintenance")
 
-EXPIRE, ORPHANS = "expire-snapshots", "remove-orphans"
-KINDS = (EXPIRE, ORPHANS)
+EXPIRE, ORPHANS, PURGE = "expire-snapshots", "remove-orphans", "purge"
+KINDS = (EXPIRE, ORPHANS)  # what a live table gets; a purge is for a dropped one
 REPLANS = 5  # an expiry whose guard refused it (a ref moved onto a planned snapshot) plans again
 ORPHANS_PER_RUN = 100_000  # the next run takes the rest
+SWEEP_BATCH = 1000  # files deleted at a time by a purge's sweep of the table's location
 DELETE_THREADS = 8  # deletes in flight per task (the storage's own bound, storage_concurrency, holds too)
 
 
@@ -99,6 +105,8 @@ class Care:
 
     def run(self, task: Task) -> tuple[dict[str, Any], str | None]:
         """Do the task: its result, and the pointer the table was left at (None when skipped)."""
+        if task.kind == PURGE:
+            return self.purge(task), None
         try:
             entry, file = self.current(task)
         except Skipped as e:
@@ -199,6 +207,41 @@ class Care:
             metrics.MAINTENANCE_BYTES_DELETED.labels(ORPHANS).inc(result["bytes"])
             return result, file.location
         raise errors.CommitFailed(f"Orphan removal of {_ident(entry)}: the table kept changing")
+
+    # -- purge -----------------------------------------------------------------------------------
+
+    def purge(self, task: Task) -> dict[str, Any]:
+        """Delete the files of a dropped table whose retention ended, then forget it."""
+        gone = self.store.begin_purge(task.entry_id)
+        if gone is None:
+            return {"skipped": "the table was undropped, or its purge is done"}
+        try:
+            file = self.files.read(gone.metadata_location)
+        except errors.NotFound:  # deleted last, by an earlier attempt: nothing of the table is left
+            self.store.end_purge(gone.id)
+            return {"deleted-files": 0, "metadata-location": gone.metadata_location}
+        io = purge.file_io(self.settings, file.location)
+        owned = self.ownership.owned(file.data, gone.id)
+        gc = expire.policy(file.data.get("properties") or {}).gc_enabled
+        deleted = 0
+        for _, paths in purge.table_files(file.data, file.location, owned, io, data_files=gc):
+            deleted += self._delete(paths, PURGE)
+        # What no metadata named (a failed commit's files, a manifest lost before): the table's own
+        # location is its alone (no other entry overlaps it) and no one can commit to it any more.
+        current = normalise(file.location)
+        batch: list[str] = []
+        for stored in self.storage.listing(file.data["location"]) if gc else ():
+            path = normalise(stored.location)
+            if path != current and owned(path):
+                batch.append(stored.location)
+            if len(batch) >= SWEEP_BATCH:
+                deleted += self._delete(batch, PURGE)
+                batch = []
+        deleted += self._delete(batch, PURGE)
+        deleted += self._delete([file.location], PURGE)  # last: a repeated purge starts from it
+        self.store.end_purge(gone.id)
+        log.info("purged dropped table %s: %d files deleted", gone.ident, deleted)
+        return {"deleted-files": deleted, "metadata-location": gone.metadata_location}
 
     def _prefixes(self, metadata: dict[str, Any]) -> list[str]:
         props = metadata.get("properties") or {}

@@ -13,9 +13,11 @@ concurrency bound, shared with requests, and by the few threads here, so it neve
 ``Scheduler``: every process runs one; only the holder of the database lease ``scheduler`` (one per
 deployment, taken over when its holder stops renewing it) looks for tables due for care and
 enqueues their tasks: snapshot expiry on a table whose pointer moved since its last run, at most
-every ``CATALOG_MAINTENANCE_EXPIRE_EVERY_MINUTES``; orphan removal every
+every ``CATALOG_MAINTENANCE_EXPIRE_EVERY_MINUTES``, or sooner once it took
+``CATALOG_MAINTENANCE_EXPIRE_EVERY_COMMITS`` commits; orphan removal every
 ``CATALOG_MAINTENANCE_ORPHANS_EVERY_HOURS``. Tables whose ``catalog.maintenance.enabled`` is false
-(on the table or a namespace above it) are left alone.
+(on the table or a namespace above it) are left alone. It also ends the retention of dropped
+entries (``CATALOG_DROP_RETENTION``): forgotten, or purged by a ``purge`` task.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 import uuid
 
 from catalog import errors, metrics
-from catalog.maintenance.care import EXPIRE, ORPHANS, Care
+from catalog.maintenance.care import EXPIRE, ORPHANS, PURGE, Care
 from catalog.store.tasks import Task, now_ms
 
 log = logging.getLogger("catalog.maintenance")
@@ -178,10 +180,26 @@ class Scheduler:
     def schedule(self) -> int:
         """Enqueue the due tasks of every kind; the number enqueued."""
         minutes, hours = self.settings.maintenance_expire_every_minutes, self.settings.maintenance_orphans_every_hours
-        enqueued = 0
-        for kind, every_ms, changed_only in ((EXPIRE, minutes * 60_000, True), (ORPHANS, hours * 3_600_000, False)):
-            for entry_id, _, _ in self.store.due_tables(kind, int(every_ms), changed_only, SCHEDULED_PER_SCAN):
+        enqueued = self.settle_dropped()
+        for kind, every_ms, changed_only, commits in (
+            (EXPIRE, minutes * 60_000, True, self.settings.maintenance_expire_every_commits),
+            (ORPHANS, hours * 3_600_000, False, 0),
+        ):
+            for entry_id, _, _ in self.store.due_tables(kind, int(every_ms), changed_only, SCHEDULED_PER_SCAN, commits):
                 enqueued += self.enqueue(entry_id, kind)
+        return enqueued
+
+    def settle_dropped(self) -> int:
+        """Dropped entries whose retention ended: forgotten (dropped without purge, files kept) or
+        given their purge task (whatever ``catalog.maintenance.enabled`` says: the drop asked for
+        it). The number of purges enqueued."""
+        expired = self.store.expired_dropped(SCHEDULED_PER_SCAN)
+        if forgotten := self.store.forget_dropped([d.id for d in expired if not d.purge]):
+            log.info("forgot %d dropped tables and views whose retention ended (their files are kept)", forgotten)
+        enqueued = 0
+        for gone in expired:
+            if gone.purge and gone.purging_ms is None:  # a purge begun has its task (or failed visibly)
+                enqueued += int(self.store.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)[1])
         return enqueued
 
     def enqueue(self, entry_id: int, kind: str) -> int:

@@ -22,6 +22,7 @@ from catalog import logs, metrics
 from catalog.api import config as config_api
 from catalog.api import (
     docs,
+    dropped,
     entries,
     idempotency,
     maintenance,
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         *oauth.ROUTES,
         *management.ROUTES,
         *maintenance.ROUTES,
+        *dropped.ROUTES,
         *unserved.ROUTES,
         *docs.routes(docs.load_spec()),  # /docs and /openapi.json: the spec read and converted once, here
     ]
