@@ -4,7 +4,7 @@ A test module imports from here (or from the other support modules: services.py,
 java_oracle.py, writers.py, corpus/), never from another test module or from conftest.py.
 
 - environment: ``ROOT``, ``IN_CI``, ``skip_or_fail``, ``backends``, ``free_port``, ``ServiceUnavailable``
-- the server as a process: ``Server``, ``start_server``, ``s3_env``, ``s3_client_props``
+- the server as a process: ``Server``, ``start_server``, ``start_worker``, ``s3_env``, ``s3_client_props``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
 - dropped tables: ``PURGES_ONLY`` (the shared servers' maintenance), ``purge_now``
 - schemas, named by what they are: ``JSON_SCHEMA`` (REST JSON, id + data), ``JSON_ID_SCHEMA`` (REST
@@ -155,6 +155,24 @@ def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, st
     proc.kill()
     proc.wait(5)
     raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
+
+
+def start_worker(server: Server, **env: str) -> subprocess.Popen:
+    """A dedicated ``iceberg-catalog maintenance worker`` process on the server's configuration
+    (one thread, a 5 s lease, no scheduled work unless ``env`` says so). Stop it with ``kill()``."""
+    env = {
+        **server.env,
+        "CATALOG_MAINTENANCE_WORKERS": "1",
+        "CATALOG_MAINTENANCE_LEASE_SECONDS": "5",
+        "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "catalog", "maintenance", "worker"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def s3_env(s3, prefix: str) -> dict[str, str]:

@@ -28,6 +28,7 @@ from tests.support import (
     rows,
     scalar,
     start_server,
+    start_worker,
 )
 
 
@@ -184,22 +185,6 @@ def test_the_retention_ends_by_itself_purging_or_forgetting(tmp_path: Path, rete
 # -- kill -9 ---------------------------------------------------------------------------------------
 
 
-def _worker(server: Server) -> subprocess.Popen:
-    """A dedicated maintenance worker process on the server's database (the server runs none)."""
-    env = {
-        **server.env,
-        "CATALOG_MAINTENANCE_WORKERS": "1",
-        "CATALOG_MAINTENANCE_LEASE_SECONDS": "5",
-        "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "catalog", "maintenance", "worker"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 def _files(root: Path) -> int:
     return sum(len(fs) for _, _, fs in os.walk(root))
 
@@ -223,7 +208,7 @@ def test_a_purge_killed_mid_delete_is_finished_by_another_worker(tmp_path: Path)
         catalog.purge_table("k.t")
         (gone,) = _dropped(srv, "k", "t")
         assert requests.delete(f"{srv.url}/management/v1/dropped/{gone['id']}", timeout=30).status_code == 202
-        workers.append(_worker(srv))
+        workers.append(start_worker(srv))
         _wait(lambda: _files(root) < total, "the purge to start deleting", timeout=60)
         os.kill(workers[0].pid, signal.SIGKILL)
         workers[0].wait(10)
@@ -239,7 +224,7 @@ def test_a_purge_killed_mid_delete_is_finished_by_another_worker(tmp_path: Path)
         time.sleep(1)
         assert _files(root) == left  # nothing runs it while the dead worker's lease holds
 
-        workers.append(_worker(srv))  # claims it again once the lease expired
+        workers.append(start_worker(srv))  # claims it again once the lease expired
         _wait(lambda: not _dropped(srv, "k"), "the purge to be finished", timeout=120)
         assert _files(root) == 0
         tasks = requests.get(f"{srv.url}/management/v1/maintenance/tasks", timeout=30).json()["tasks"]

@@ -10,6 +10,7 @@ then fails visibly. Every delete is asserted on the filesystem or the bucket.
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from tests.support import Server, backends, new_pg_database, s3_client_props, s3_env, start_server
+from tests.support import Server, backends, new_pg_database, s3_client_props, s3_env, start_server, start_worker
 
 ROWS_SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 CARE_ENV = {
@@ -519,3 +520,55 @@ def test_expiry_is_due_again_after_n_commits_however_recent_its_last_run(queued_
         assert len(expiries()) == 2 and expiries()[0].state == "queued"  # the 5th commit made it due
     finally:
         local.store.engine.dispose()
+
+
+JUNK = 40_000  # enough old files that the worker is caught half way through deleting them
+
+
+def test_orphan_removal_killed_mid_delete_loses_nothing(tmp_path: Path) -> None:
+    """kill -9 of a dedicated worker process while it deletes orphans: the task is claimed again
+    once its lease expired, finishes the job, and every file the table references is still there."""
+    srv = start_server(tmp_path, "sqlite", {"CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600"})  # runs no task
+    workers = []
+    try:
+        catalog = srv.catalog()
+        catalog.create_namespace("o")
+        table = _table(catalog, "o", "t")
+        for i in range(3):
+            table.append(_rows(2, 10 * i))
+        table = catalog.load_table("o.t")
+        live = _live_files(table)
+        junk = tmp_path / "warehouse" / "o" / "t" / "data" / "junk"
+        junk.mkdir(parents=True)
+        old = time.time() - 100 * 3600  # older than the 72 h orphan age
+        for i in range(JUNK):
+            path = junk / f"{i}.parquet"
+            path.write_bytes(b"x")
+            os.utime(path, (old, old))
+        task = _queue(srv, "o", "t", "remove-orphans")
+        workers.append(start_worker(srv))
+        deadline = time.monotonic() + 60
+        while len(os.listdir(junk)) == JUNK:
+            assert time.monotonic() < deadline, "the worker never started deleting"
+            time.sleep(0.005)
+        os.kill(workers[0].pid, signal.SIGKILL)
+        workers[0].wait(10)
+        left = len(os.listdir(junk))
+        assert 0 < left < JUNK, "the removal was not caught half way: raise JUNK"
+        assert all(os.path.exists(f.removeprefix("file://")) for f in live)
+
+        workers.append(start_worker(srv))  # claims it again once the dead worker's lease expired
+        url = f"{srv.url}/management/v1/maintenance/tasks/{task['id']}"
+        deadline = time.monotonic() + 120
+        while (done := requests.get(url, timeout=30).json())["state"] != "done":
+            assert time.monotonic() < deadline and done["state"] != "failed", done
+            time.sleep(0.2)
+        assert done["attempts"] == 2 and done["result"]["deleted-files"] == left, done
+        assert os.listdir(junk) == []
+        assert all(os.path.exists(f.removeprefix("file://")) for f in live)
+        assert sorted(catalog.load_table("o.t").scan().to_arrow().column("id").to_pylist()) == [0, 1, 10, 11, 20, 21]
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait(10)
+        srv.stop()
