@@ -9,6 +9,7 @@ then fails visibly. Every delete is asserted on the filesystem or the bucket.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -201,6 +202,50 @@ def test_expiry_keeps_what_the_policy_says_and_deletes_only_what_expired_snapsho
     # readable: current, and the tagged snapshot by time travel
     assert table.scan().to_arrow().num_rows == 40
     assert table.scan(snapshot_id=tagged).to_arrow().num_rows == 10
+
+
+def test_expiry_never_deletes_files_outside_the_table_that_hostile_metadata_names(care: Server) -> None:
+    """A registered table whose old snapshot names another table's manifest list: expiring that
+    snapshot makes the neighbour's list, manifests and data files "unreachable" from this table, but
+    they are not its own, so they are kept (and the neighbour still reads)."""
+    catalog = care.catalog()
+    ns = f"care_{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(ns)
+    neighbour = _table(catalog, ns, "neighbour")
+    neighbour.append(_rows(5))
+    neighbour = neighbour.refresh()
+    theirs = _live_files(neighbour)
+    src = _table(catalog, ns, "src", **{"history.expire.max-snapshot-age-ms": "1"})
+    src.append(_rows(1, 100))
+    src = src.refresh()
+    files = Files(care)
+    doc = json.loads(src.io.new_input(src.metadata_location).open().read())
+    catalog.drop_table(f"{ns}.src")
+    gone = requests.get(f"{care.url}/management/v1/dropped", params={"namespace": ns}, timeout=30).json()
+    assert requests.delete(f"{care.url}/management/v1/dropped/{gone['dropped'][0]['id']}", timeout=30).ok  # forget
+    own = doc["snapshots"][0]
+    foreign = {
+        "snapshot-id": 1,
+        "sequence-number": 0,
+        "timestamp-ms": own["timestamp-ms"] - 1000,
+        "manifest-list": neighbour.current_snapshot().manifest_list,
+        "summary": {"operation": "append"},
+        "schema-id": own.get("schema-id", 0),
+    }
+    doc["snapshots"].insert(0, foreign)
+    crafted = f"{doc['location']}/metadata/00009-{uuid.uuid4()}.metadata.json"
+    files.put(crafted, json.dumps(doc).encode())
+    resp = requests.post(
+        f"{care.url}/v1/namespaces/{ns}/register", json={"name": "hostile", "metadata-location": crafted}, timeout=30
+    )
+    assert resp.status_code == 200, resp.text
+
+    task = _run(care, ns, "hostile", kinds=["expire-snapshots"])[0]
+    assert task["state"] == "done" and task["result"]["expired-snapshots"] == [1], task
+    on_disk = {_norm(f) for f in files.under(neighbour.location())}
+    assert theirs <= on_disk, "expiry deleted another table's files"
+    assert neighbour.refresh().scan().to_arrow().num_rows == 5
+    assert catalog.load_table(f"{ns}.hostile").scan().to_arrow().num_rows == 1
 
 
 def test_orphans_older_than_the_age_are_removed_and_fresh_ones_kept(tmp_path: Path) -> None:
