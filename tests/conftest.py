@@ -17,7 +17,7 @@ import requests
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.support import (
-    PURGES_ONLY,
+    CARE_ON_REQUEST,
     Http,
     Server,
     backends,
@@ -72,7 +72,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         return
     if backend != "sqlite":
         raise ValueError(f"unknown backend {backend}")
-    srv = start_server(workdir, extra_env=PURGES_ONLY)
+    srv = start_server(workdir, extra_env=CARE_ON_REQUEST)
     yield srv
     srv.stop()
 
@@ -101,7 +101,7 @@ def pg_s3_server(services: dict, tmp_path_factory: pytest.TempPathFactory) -> It
     workdir = tmp_path_factory.mktemp("pg-s3")
     # its own database: its maintenance worker claims the queue's tasks (purges), which must be its own
     url = new_pg_database(services["pg"], "suite")
-    env = {"CATALOG_DATABASE_URL": url, **s3_env(services["s3"], "suite"), **PURGES_ONLY}
+    env = {"CATALOG_DATABASE_URL": url, **s3_env(services["s3"], "suite"), **CARE_ON_REQUEST}
     srv = start_server(workdir, "postgres-s3", env)
     srv.io_props = s3_client_props(services["s3"])
     yield srv
@@ -177,3 +177,34 @@ def spark_ns(spark, lake: str) -> str:
     name = f"{lake}.sp_{uuid.uuid4().hex[:8]}"
     spark.sql(f"CREATE NAMESPACE {name}")
     return name
+
+
+@pytest.fixture
+def duck(server: Server):
+    """A DuckDB connection with the catalog attached as ``lake`` (on local disk, or on S3 with its own secret)."""
+    from tests.services import duckdb_connection
+
+    try:
+        con = duckdb_connection()
+    except ImportError:
+        skip_or_fail("duckdb is not installed: pip install -e '.[test]'")
+    options = ""
+    if server.backend == "postgres-s3":
+        # The server vends no credentials here: DuckDB is told not to expect them (by default it asks
+        # for them, and then does not use its own secret) and uses the S3 secret given to it.
+        con.execute(
+            "CREATE SECRET (TYPE s3, KEY_ID ?, SECRET ?, ENDPOINT ?, REGION ?, URL_STYLE 'path', USE_SSL false)",
+            [
+                server.io_props["s3.access-key-id"],
+                server.io_props["s3.secret-access-key"],
+                server.env["CATALOG_S3_ENDPOINT"].split("://", 1)[1],
+                server.env.get("CATALOG_S3_REGION", "us-east-1"),
+            ],
+        )
+        options = ", ACCESS_DELEGATION_MODE 'none'"
+    # On local disk DuckDB's defaults are enough.
+    con.execute(
+        f"ATTACH 'warehouse' AS lake (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none'{options})"
+    )
+    yield con
+    con.close()

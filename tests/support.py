@@ -6,7 +6,7 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
 - environment: ``ROOT``, ``IN_CI``, ``skip_or_fail``, ``backends``, ``free_port``, ``ServiceUnavailable``
 - the server as a process: ``Server``, ``start_server``, ``start_worker``, ``s3_env``, ``s3_client_props``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
-- dropped tables: ``PURGES_ONLY`` (the shared servers' maintenance), ``purge_now``
+- maintenance on the shared servers: ``CARE_ON_REQUEST``; dropped tables: ``purge_now``
 - schemas, named by what they are: ``JSON_SCHEMA`` (REST JSON, id + data), ``JSON_ID_SCHEMA`` (REST
   JSON, one id column), ``PY_SCHEMA`` (pyiceberg, id + name + ts) and ``rows`` (pyarrow rows of it)
 - REST helpers over an ``Http``: ``create``, ``load``, ``commit``, ``add_column``
@@ -113,10 +113,15 @@ class Server:
                 self.proc.wait(5)
 
 
-# The shared test servers run one maintenance worker for the purges of dropped tables, and no table
-# care (``CATALOG_MAINTENANCE_ENABLED=false``): tests write snapshots with old timestamps, which
-# expiry would remove under them. ``purge_now`` ends a dropped table's retention and waits.
-PURGES_ONLY = {"CATALOG_MAINTENANCE_WORKERS": "1", "CATALOG_MAINTENANCE_ENABLED": "false"}
+# The shared test servers run one maintenance worker for what a test asks (the purge of a dropped
+# table, a maintenance run), and schedule nothing (``CATALOG_MAINTENANCE_ENABLED=false``): tests
+# write snapshots with old timestamps, which expiry would remove under them. A run a test asks for
+# follows the table's policy alone (no writer grace). ``purge_now`` ends a drop's retention and waits.
+CARE_ON_REQUEST = {
+    "CATALOG_MAINTENANCE_WORKERS": "1",
+    "CATALOG_MAINTENANCE_ENABLED": "false",
+    "CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS": "0",
+}
 
 
 def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, str] | None = None) -> Server:
@@ -131,7 +136,7 @@ def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, st
         "CATALOG_HOST": "127.0.0.1",
         "CATALOG_LOG_LEVEL": "warning",
         "CATALOG_LOG_FORMAT": "json",
-        # No maintenance worker unless asked (PURGES_ONLY, tests/test_maintenance.py): a worker claims
+        # No maintenance worker unless asked (CARE_ON_REQUEST, tests/test_maintenance.py): a worker claims
         # any task of its database's queue, and test servers sharing a database do not share storage.
         "CATALOG_MAINTENANCE_WORKERS": "0",
         **(extra_env or {}),
@@ -241,7 +246,7 @@ def assert_error(resp: requests.Response, code: int, type_: str, contains: str =
 
 def purge_now(url: str, ident: str, headers: dict[str, str] | None = None, timeout: float = 90) -> dict:
     """End the retention of the dropped table ``ident`` (``a.b.t``) now and wait until its purge
-    is done (the server needs a maintenance worker: ``PURGES_ONLY``): the dropped entry as it was."""
+    is done (the server needs a maintenance worker: ``CARE_ON_REQUEST``): the dropped entry as it was."""
     ns, _, name = ident.rpartition(".")
     found = requests.get(
         f"{url}/management/v1/dropped", params={"namespace": ns, "name": name}, headers=headers, timeout=30

@@ -20,8 +20,8 @@ import requests
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
 from tests.support import (
+    CARE_ON_REQUEST,
     JSON_SCHEMA,
-    PURGES_ONLY,
     PY_SCHEMA,
     Server,
     purge_now,
@@ -156,7 +156,7 @@ def test_a_purge_keeps_the_data_files_of_a_table_whose_gc_is_off(server: Server,
 
 @pytest.mark.parametrize("retention", ["0", "2s"])
 def test_the_retention_ends_by_itself_purging_or_forgetting(tmp_path: Path, retention: str):
-    env = {**PURGES_ONLY, "CATALOG_DROP_RETENTION": retention, "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "0.5"}
+    env = {**CARE_ON_REQUEST, "CATALOG_DROP_RETENTION": retention, "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "0.5"}
     srv = start_server(tmp_path, "sqlite", env)
     try:
         catalog = srv.catalog()

@@ -18,7 +18,7 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 from pyiceberg.types import DoubleType
 
-from tests.support import PURGES_ONLY, PY_SCHEMA, purge_now, rows, start_server  # noqa: E402
+from tests.support import CARE_ON_REQUEST, PY_SCHEMA, purge_now, rows, start_server  # noqa: E402
 
 
 def test_create_append_read_back(catalog, ns):
@@ -214,7 +214,7 @@ def test_drop_without_and_with_purge(server, catalog, ns):
 def test_local_locations_are_literal_paths_like_the_clients_read_them(tmp_path):
     """A warehouse path with a space, a name with ``%41``: metadata and data in one directory."""
     workdir = tmp_path / "my lake"
-    srv = start_server(workdir, extra_env=PURGES_ONLY)
+    srv = start_server(workdir, extra_env=CARE_ON_REQUEST)
     try:
         catalog = srv.catalog()
         catalog.create_namespace("n s")
