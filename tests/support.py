@@ -6,14 +6,14 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
 - environment: ``ROOT``, ``IN_CI``, ``skip_or_fail``, ``backends``, ``free_port``, ``ServiceUnavailable``
 - the server as a process: ``Server``, ``start_server``, ``start_worker``, ``s3_env``, ``s3_client_props``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
-- maintenance on the shared servers: ``CARE_ON_REQUEST``; dropped tables: ``purge_now``
+- maintenance on the shared servers: ``CARE_ON_REQUEST``, ``wait_task``; dropped tables: ``purge_now``
 - schemas, named by what they are: ``JSON_SCHEMA`` (REST JSON, id + data), ``JSON_ID_SCHEMA`` (REST
   JSON, one id column), ``PY_SCHEMA`` (pyiceberg, id + name + ts) and ``rows`` (pyarrow rows of it)
 - REST helpers over an ``Http``: ``create``, ``load``, ``commit``, ``add_column``
 - commit bodies for the in-process engine: ``append_updates``
 - races: ``race(n, fn)``
 - the catalog in process: ``local_catalog``
-- tokens: ``TOKEN_SECRET``, ``CLIENTS``, ``token``, ``as_``, ``builtin_token``
+- tokens: ``TOKEN_SECRET``, ``CLIENTS``, ``auth_env`` (``ADMIN_ONLY``), ``token``, ``as_``, ``builtin_token``
 - PostgreSQL: ``new_pg_database``, ``check_migrations_round_trip``, ``commit_with_its_connection_killed``
 - Spark (plain helpers; the session is conftest's ``spark`` fixture): ``spark_unavailable``,
   ``spark_conf``, ``register_catalog``, ``create_events``, ``insert_events``, ``sql_rows``, ``scalar``
@@ -265,6 +265,17 @@ def purge_now(url: str, ident: str, headers: dict[str, str] | None = None, timeo
     raise AssertionError(f"the purge of {ident} did not finish in {timeout} s: {tasks}")
 
 
+def wait_task(url: str, task_id: int, headers: dict[str, str] | None = None, timeout: float = 120) -> dict:
+    """The maintenance task once it is neither queued nor running (done or failed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        task = requests.get(f"{url}/management/v1/maintenance/tasks/{task_id}", headers=headers, timeout=30).json()
+        if task["state"] not in ("queued", "running"):
+            return task
+        assert time.monotonic() < deadline, task
+        time.sleep(0.2)
+
+
 def metric_total(url: str, name: str) -> float:
     """The unlabelled series ``name`` on the server's /metrics."""
     text = requests.get(f"{url}/metrics", timeout=10).text
@@ -412,6 +423,23 @@ def local_catalog(path: Path, **settings: Any) -> Iterator[Any]:
 # the modules that reuse its principals).
 TOKEN_SECRET = "test-signing-key-" + "k" * 32
 CLIENTS = {"admin": "admin-secret", "ingest": "ingest-secret", "analyst": "analyst-secret", "nobody": "nobody-secret"}
+
+
+ADMIN_ONLY = "grants:\n  - {principal: client:admin, privileges: [admin], on: catalog}\n"
+
+
+def auth_env(tmp: Path, bootstrap: str = ADMIN_ONLY, cache_seconds: str = "1") -> dict[str, str]:
+    """A server's settings with authentication required, the built-in ``CLIENTS`` and the grants of
+    ``bootstrap`` (a bootstrap file written into ``tmp``)."""
+    policy = tmp / "grants.yaml"
+    policy.write_text(bootstrap)
+    return {
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in CLIENTS.items()),
+        "CATALOG_TOKEN_SECRET": TOKEN_SECRET,
+        "CATALOG_AUTHZ_BOOTSTRAP": str(policy),
+        "CATALOG_AUTHZ_CACHE_SECONDS": cache_seconds,
+    }
 
 
 def token(server: Server, client: str) -> str:

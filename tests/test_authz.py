@@ -22,12 +22,11 @@ from catalog.auth import policy as authz
 from catalog.auth.policy import Grant, Policy, Privilege, Target, commit_privileges, parse_grants, principal_keys
 from catalog.errors import BadRequest
 from tests.support import (
-    CLIENTS,
     PY_SCHEMA,
-    TOKEN_SECRET,
     Server,
     as_,
     assert_error,
+    auth_env,
     backends,
     rows,
     s3_client_props,
@@ -45,22 +44,10 @@ grants:
 ROWS = rows(0, 3)
 
 
-def auth_env(tmp: Path, bootstrap: str = BOOTSTRAP, cache_seconds: str = "1") -> dict[str, str]:
-    policy = tmp / "grants.yaml"
-    policy.write_text(bootstrap)
-    return {
-        "CATALOG_AUTH_REQUIRED": "true",
-        "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in CLIENTS.items()),
-        "CATALOG_TOKEN_SECRET": TOKEN_SECRET,
-        "CATALOG_AUTHZ_BOOTSTRAP": str(policy),
-        "CATALOG_AUTHZ_CACHE_SECONDS": cache_seconds,
-    }
-
-
 @pytest.fixture(scope="module", params=backends())
 def secured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     workdir = tmp_path_factory.mktemp("authz")
-    env = auth_env(workdir)
+    env = auth_env(workdir, BOOTSTRAP)
     io: dict[str, str] = {}
     if request.param == "postgres-s3":
         services = request.getfixturevalue("services")
@@ -510,7 +497,7 @@ def test_two_replicas_of_two_workers_accept_every_valid_token_and_honour_a_revok
         for i in range(2):
             workdir = tmp_path_factory.mktemp(f"replica{i}")
             env = {
-                **auth_env(workdir, cache_seconds="2"),
+                **auth_env(workdir, BOOTSTRAP, cache_seconds="2"),
                 "CATALOG_WORKERS": "2",
                 "CATALOG_DATABASE_URL": services["pg"].url,
                 "CATALOG_OIDC_ISSUER": idp.issuer,

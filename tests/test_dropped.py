@@ -24,11 +24,14 @@ from tests.support import (
     JSON_SCHEMA,
     PY_SCHEMA,
     Server,
+    as_,
+    auth_env,
     purge_now,
     rows,
     scalar,
     start_server,
     start_worker,
+    token,
 )
 
 
@@ -241,31 +244,17 @@ def test_a_purge_killed_mid_delete_is_finished_by_another_worker(tmp_path: Path)
 
 
 def test_dropped_entries_are_seen_and_restored_by_those_with_grants(tmp_path: Path):
-    grants = tmp_path / "grants.yaml"
-    grants.write_text("grants:\n  - {principal: client:admin, privileges: [admin], on: catalog}\n")
-    env = {
-        "CATALOG_AUTHZ_BOOTSTRAP": str(grants),
-        "CATALOG_AUTH_REQUIRED": "true",
-        "CATALOG_OAUTH_CLIENTS": "admin:adm1n,reader:r3ad,dropper:dr0p",
-        "CATALOG_TOKEN_SECRET": "x" * 40,
-    }
-    srv = start_server(tmp_path, "sqlite", env)
+    srv = start_server(tmp_path, "sqlite", auth_env(tmp_path))
     try:
-
-        def headers(client: str, secret: str) -> dict[str, str]:
-            form = {"grant_type": "client_credentials", "client_id": client, "client_secret": secret}
-            token = requests.post(f"{srv.url}/v1/oauth/tokens", data=form, timeout=10).json()["access_token"]
-            return {"Authorization": f"Bearer {token}"}
-
-        admin, reader, dropper = headers("admin", "adm1n"), headers("reader", "r3ad"), headers("dropper", "dr0p")
-        catalog = srv.catalog(token=admin["Authorization"].split()[1])
+        admin, reader, dropper = ({"Authorization": f"Bearer {token(srv, c)}"} for c in ("admin", "analyst", "ingest"))
+        catalog = as_(srv, "admin")
         catalog.create_namespace("g")
         for name in ("t", "hidden"):
             catalog.create_table(f"g.{name}", PY_SCHEMA)
-        for principal, privileges in (("client:reader", ["read"]), ("client:dropper", ["drop"])):
+        for principal, privileges in (("client:analyst", ["read"]), ("client:ingest", ["drop"])):
             grant = {"principal": principal, "privileges": privileges, "on": {"table": ["g", "t"]}}
             assert requests.post(f"{srv.url}/management/v1/grants", json=grant, headers=admin, timeout=10).ok
-        grant = {"principal": "client:dropper", "privileges": ["create"], "on": {"namespace": ["g"]}}
+        grant = {"principal": "client:ingest", "privileges": ["create"], "on": {"namespace": ["g"]}}
         assert requests.post(f"{srv.url}/management/v1/grants", json=grant, headers=admin, timeout=10).ok
         catalog.drop_table("g.t")
         catalog.drop_table("g.hidden")
@@ -274,10 +263,8 @@ def test_dropped_entries_are_seen_and_restored_by_those_with_grants(tmp_path: Pa
         (gone,) = _dropped(srv, "g", "t", headers=admin)
         undrop = f"{srv.url}/management/v1/dropped/{gone['id']}/undrop"
         assert requests.post(undrop, headers=reader, timeout=10).status_code == 403
-        assert (
-            requests.delete(f"{srv.url}/management/v1/dropped/{gone['id']}", headers=reader, timeout=10).status_code
-            == 403
-        )
+        end = requests.delete(f"{srv.url}/management/v1/dropped/{gone['id']}", headers=reader, timeout=10)
+        assert end.status_code == 403
         assert requests.post(undrop, headers=dropper, timeout=10).status_code == 200
         assert catalog.table_exists("g.t")
         assert requests.get(f"{srv.url}/management/v1/dropped", timeout=10).status_code == 401

@@ -21,7 +21,7 @@ import requests
 
 from catalog.maintenance import expire, reachability
 from catalog.metadata import tables
-from tests.support import Server
+from tests.support import Server, wait_task
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -256,12 +256,7 @@ def test_the_catalogs_own_expiry_leaves_a_table_spark_pyiceberg_and_duckdb_read(
     queued = requests.post(f"{server.url}/management/v1/maintenance/tables/{ns}/t", json={}, timeout=30)
     assert queued.status_code == 202, queued.text
     for task in queued.json()["tasks"]:  # run by the server's own worker (CARE_ON_REQUEST)
-        deadline = time.monotonic() + 120
-        url = f"{server.url}/management/v1/maintenance/tasks/{task['id']}"
-        while (task := requests.get(url, timeout=30).json())["state"] in ("queued", "running"):
-            assert time.monotonic() < deadline, task
-            time.sleep(0.2)
-        assert task["state"] == "done", task
+        assert (done := wait_task(server.url, task["id"]))["state"] == "done", done
     after = metadata(server, ns, "t")
     assert len(after["snapshots"]) < len(before["snapshots"])
     assert set(after["refs"]) == set(before["refs"])  # the tag and the branch stay

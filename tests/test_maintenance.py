@@ -25,7 +25,19 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from tests.support import Server, backends, new_pg_database, s3_client_props, s3_env, start_server, start_worker
+from tests.support import (
+    Server,
+    as_,
+    auth_env,
+    backends,
+    new_pg_database,
+    s3_client_props,
+    s3_env,
+    start_server,
+    start_worker,
+    token,
+    wait_task,
+)
 
 ROWS_SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 CARE_ENV = {
@@ -124,15 +136,7 @@ def _run(server: Server, ns: str, table: str, **body: object) -> list[dict]:
     url = f"{server.url}/management/v1/maintenance/tables/{quote(ns)}/{quote(table)}"
     resp = requests.post(url, json=body, timeout=30)
     assert resp.status_code == 202, resp.text
-    tasks = resp.json()["tasks"]
-    deadline = time.monotonic() + 120
-    while any(t["state"] in ("queued", "running") for t in tasks):
-        assert time.monotonic() < deadline, tasks
-        time.sleep(0.2)
-        tasks = [
-            requests.get(f"{server.url}/management/v1/maintenance/tasks/{t['id']}", timeout=30).json() for t in tasks
-        ]
-    return tasks
+    return [wait_task(server.url, t["id"]) for t in resp.json()["tasks"]]
 
 
 def _table(catalog: RestCatalog, ns: str, name: str, **props: str):  # noqa: ANN202
@@ -482,30 +486,14 @@ def test_the_scheduler_expires_a_table_by_itself_by_default(tmp_path: Path) -> N
 
 
 def test_maintenance_needs_alter_to_run_and_read_to_see(tmp_path: Path) -> None:
-    grants = tmp_path / "grants.yaml"
-    grants.write_text("grants:\n  - {principal: client:admin, privileges: [admin], on: catalog}\n")
-    env = {
-        **CARE_ENV,
-        "CATALOG_AUTHZ_BOOTSTRAP": str(grants),
-        "CATALOG_AUTH_REQUIRED": "true",
-        "CATALOG_OAUTH_CLIENTS": "admin:adm1n,reader:r3ad",
-        "CATALOG_TOKEN_SECRET": "x" * 40,
-    }
-    srv = start_server(tmp_path, "sqlite", env)
+    srv = start_server(tmp_path, "sqlite", {**CARE_ENV, **auth_env(tmp_path)})
     try:
-        admin = RestCatalog(
-            "a", uri=srv.url, credential="admin:adm1n", **{"oauth2-server-uri": f"{srv.url}/v1/oauth/tokens"}
-        )
+        admin = as_(srv, "admin")
         admin.create_namespace("g")
         _table(admin, "g", "t").append(_rows(1))
-        token = lambda c: requests.post(  # noqa: E731
-            f"{srv.url}/v1/oauth/tokens",
-            data={"grant_type": "client_credentials", "client_id": c[0], "client_secret": c[1]},
-            timeout=10,
-        ).json()["access_token"]
-        grant = {"principal": "client:reader", "privileges": ["read"], "on": {"table": ["g", "t"]}}
-        admin_h = {"Authorization": f"Bearer {token(('admin', 'adm1n'))}"}
-        reader_h = {"Authorization": f"Bearer {token(('reader', 'r3ad'))}"}
+        grant = {"principal": "client:analyst", "privileges": ["read"], "on": {"table": ["g", "t"]}}
+        admin_h = {"Authorization": f"Bearer {token(srv, 'admin')}"}
+        reader_h = {"Authorization": f"Bearer {token(srv, 'analyst')}"}
         assert (
             requests.post(f"{srv.url}/management/v1/grants", json=grant, headers=admin_h, timeout=10).status_code == 201
         )
@@ -518,19 +506,6 @@ def test_maintenance_needs_alter_to_run_and_read_to_see(tmp_path: Path) -> None:
         assert nobody.status_code == 401
     finally:
         srv.stop()
-
-
-# -- helpers -----------------------------------------------------------------------------------------
-
-
-def _wait(server: Server, task_id: int) -> dict:
-    deadline = time.monotonic() + 120
-    while True:
-        task = requests.get(f"{server.url}/management/v1/maintenance/tasks/{task_id}", timeout=30).json()
-        if task["state"] not in ("queued", "running"):
-            return task
-        assert time.monotonic() < deadline, task
-        time.sleep(0.2)
 
 
 def test_expiry_is_due_again_after_n_commits_however_recent_its_last_run(queued_only) -> None:  # noqa: ANN001
@@ -603,12 +578,8 @@ def test_orphan_removal_killed_mid_delete_loses_nothing(tmp_path: Path) -> None:
         assert all(os.path.exists(f.removeprefix("file://")) for f in live)
 
         workers.append(start_worker(srv))  # claims it again once the dead worker's lease expired
-        url = f"{srv.url}/management/v1/maintenance/tasks/{task['id']}"
-        deadline = time.monotonic() + 120
-        while (done := requests.get(url, timeout=30).json())["state"] != "done":
-            assert time.monotonic() < deadline and done["state"] != "failed", done
-            time.sleep(0.2)
-        assert done["attempts"] == 2 and done["result"]["deleted-files"] == left, done
+        done = wait_task(srv.url, task["id"])
+        assert done["state"] == "done" and done["attempts"] == 2 and done["result"]["deleted-files"] == left, done
         assert os.listdir(junk) == []
         assert all(os.path.exists(f.removeprefix("file://")) for f in live)
         assert sorted(catalog.load_table("o.t").scan().to_arrow().column("id").to_pylist()) == [0, 1, 10, 11, 20, 21]
