@@ -457,8 +457,7 @@ def expiry(http: wire.Http, store: Store, table: Table, pid: int, every: float) 
 # -- the care rows --------------------------------------------------------------------------------
 
 
-def run(backend: Any, quick: bool, server_env: dict[str, str], log: Any) -> dict:
-    appends = 2_000 if quick else 10_000
+def run(backend: Any, quick: bool, appends: int, server_env: dict[str, str], log: Any) -> dict:
     rounds = 30 if quick else 100
     out: dict[str, Any] = {"appends": appends, "policy": POLICY, "server_env": SERVER_ENV, "raw": {}}
     t_group = time.perf_counter()

@@ -69,10 +69,11 @@ def _tail(path: Path) -> str:
 def _count_errors(path: Path) -> int:
     if not path.exists():
         return 0
+    # the server's JSON log writes "level":"error" (lower case, no space)
     return sum(
         1
         for line in path.read_text(errors="replace").splitlines()
-        if '"level": "ERROR"' in line or '"level":"ERROR"' in line
+        if '"level":"error"' in line.replace(" ", "").lower()
     )
 
 
@@ -153,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         type=_parts,
         help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, care-scale "
         "(default: all but care-scale)",
+    )
+    parser.add_argument(
+        "--care-appends",
+        type=int,
+        default=None,
+        metavar="N",
+        help="appends of the care group's tables (default 10,000; 2,000 with --quick)",
     )
     parser.add_argument("--profile", action="store_true", help="record py-spy profiles of the server per scenario")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results directory")

@@ -440,7 +440,8 @@ class Run:
 
     def care(self) -> None:
         """Table care on vs off after many appends, its CPU and delete rate (``bench/care.py``)."""
-        self.r["care"] = c = care.run(self.b, self.args.quick, dict(self.args.server_env), log)
+        appends = getattr(self.args, "care_appends", None) or (2_000 if self.args.quick else 10_000)
+        self.r["care"] = c = care.run(self.b, self.args.quick, appends, dict(self.args.server_env), log)
         self.r["raw"]["care"] = c.pop("raw")
 
     def care_scale(self) -> None:
