@@ -322,6 +322,7 @@ class Table:
 
 def task(http: wire.Http, name: str, kinds: list[str], timeout: float = 900) -> dict:
     """Queue ``kinds`` on table ``name`` now and wait for the task(s) to end: the last one's JSON."""
+    http.close()  # a fresh connection: the server drops keep-alive connections left idle for long
     status, data = http.request(
         "POST", f"{MAINTENANCE}/tables/{wire.NS}/{name}", orjson.dumps({"kinds": kinds, "dry-run": False})
     )
@@ -628,12 +629,14 @@ def _errors(path: Path) -> int:
 # -- the scale probe ------------------------------------------------------------------------------
 
 
-def scale(backend: Any, quick: bool, server_env: dict[str, str], log: Any) -> dict:
-    """100,000 snapshots expired in one task, then orphan removal over 1,000,000 files (local disk)."""
+def scale(backend: Any, quick: bool, server_env: dict[str, str], log: Any, out: dict[str, Any]) -> dict:
+    """100,000 snapshots expired in one task, then orphan removal over 1,000,000 files (local disk).
+    Fills ``out`` as it goes (a failure keeps what was measured)."""
     if backend.storage["kind"] != "local":
-        return {"skipped": "local disk only"}
+        out["skipped"] = "local disk only"
+        return out
     snapshots, orphan_files = (20_000, 200_000) if quick else (100_000, 1_000_000)
-    out: dict[str, Any] = {"snapshots": snapshots, "files": orphan_files}
+    out.update({"snapshots": snapshots, "files": orphan_files})
     server = backend.own_server("care-scale", {**server_env, **SERVER_ENV})
     pid = server.proc.pid
     http = wire.Http(server.url, timeout=600)

@@ -446,7 +446,8 @@ class Run:
 
     def care_scale(self) -> None:
         """100,000 snapshots expired, 1,000,000 files listed by orphan removal (``bench/care.py``)."""
-        self.r["care_scale"] = care.scale(self.b, self.args.quick, dict(self.args.server_env), log)
+        self.r["care_scale"] = out = {}
+        care.scale(self.b, self.args.quick, dict(self.args.server_env), log, out)
 
     def baselines(self) -> None:
         p, b = self.plan, {}
