@@ -588,3 +588,46 @@ def test_orphan_removal_killed_mid_delete_loses_nothing(tmp_path: Path) -> None:
             worker.kill()
             worker.wait(10)
         srv.stop()
+
+
+def test_orphan_removal_finishes_on_a_table_under_continuous_appends(queued_only) -> None:  # noqa: ANN001
+    """Each commit that lands while it looks is read (only what it added) and the pointer checked
+    again: a hot table still gets its orphans removed, and nothing a commit references goes."""
+    import threading
+
+    from catalog.maintenance.worker import Workers
+
+    srv, local = queued_only
+    catalog = srv.catalog()
+    catalog.create_namespace("h")
+    table = _table(catalog, "h", "t")
+    table.append(_rows(1))
+    location = table.location().removeprefix("file://")
+    old = time.time() - 100 * 3600
+    for i in range(200):
+        path = Path(location) / "data" / f"orphan-{i}.parquet"
+        path.write_bytes(b"x")
+        os.utime(path, (old, old))
+    stop, landed = threading.Event(), []
+
+    def append() -> None:
+        writer = srv.catalog().load_table("h.t")
+        while not stop.is_set():
+            writer.append(_rows(1, 100 + len(landed)))
+            landed.append(1)
+
+    appender = threading.Thread(target=append)
+    appender.start()
+    try:
+        while len(landed) < 3:
+            time.sleep(0.05)
+        queued = _queue(srv, "h", "t", "remove-orphans")
+        assert Workers(local.care, 1).run_one("test")
+    finally:
+        stop.set()
+        appender.join(60)
+    task = local.store.get_task(queued["id"])
+    assert task.state == "done" and task.result["deleted-files"] == 200, (task.state, task.last_error, task.result)
+    table = catalog.load_table("h.t")
+    assert all(os.path.exists(f.removeprefix("file://")) for f in _live_files(table))
+    assert table.scan().to_arrow().num_rows == 1 + len(landed)

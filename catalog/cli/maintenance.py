@@ -124,11 +124,11 @@ def _what(task: dict[str, Any]) -> str:
         return f"skipped: {result['skipped']}"
     parts = []
     if "expired-snapshots" in result:
-        parts.append(f"{len(result['expired-snapshots'])} snapshots expired")
+        parts.append(f"{result.get('expired-snapshots-count', len(result['expired-snapshots']))} snapshots expired")
     if "orphans" in result:
         parts.append(f"{result['orphans']} orphans")
     if result.get("dry-run"):
-        parts.append(f"would delete {len(result.get('files-to-delete') or [])} files")
+        parts.append(f"would delete {result.get('files-to-delete-count', 0)} files")
     elif "deleted-files" in result:
         parts.append(f"{result['deleted-files']} files deleted")
     return ", ".join(parts)

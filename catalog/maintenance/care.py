@@ -54,6 +54,8 @@ EXPIRE, ORPHANS, PURGE = "expire-snapshots", "remove-orphans", "purge"
 KINDS = (EXPIRE, ORPHANS)  # what a live table gets; a purge is for a dropped one
 REPLANS = 5  # an expiry whose guard refused it (a ref moved onto a planned snapshot) plans again
 ORPHANS_PER_RUN = 100_000  # the next run takes the rest
+ORPHAN_PASSES = 50  # commits an orphan removal catches up with before it gives up (each pass is cheap)
+RESULT_ITEMS = 1000  # snapshot ids or paths a task's result lists (with the full count beside them)
 SWEEP_BATCH = 1000  # files deleted at a time by a purge's sweep of the table's location
 DELETE_THREADS = 8  # deletes in flight per task (the storage's own bound, storage_concurrency, holds too)
 
@@ -132,7 +134,7 @@ class Care:
             plan = _spare_recent_heads(expire.plan(metadata, now, rules), metadata, now, self.settings)
             updates = plan.updates()
             if not updates:
-                return {"expired-snapshots": [], "removed-refs": [], "deleted-files": 0}, file.location
+                return {**_capped("expired-snapshots", []), "removed-refs": [], "deleted-files": 0}, file.location
             # Every file the plan would leave unreachable is found BEFORE the commit: a manifest that
             # cannot be read fails the task with the table unchanged, never half-cleaned.
             planned = tables.apply(metadata, [], updates, base_location=file.location, now_ms=now)
@@ -141,9 +143,9 @@ class Care:
                 gone = self._owned(entry, metadata, planned_gone.all())
                 return {
                     "dry-run": True,
-                    "expired-snapshots": list(plan.snapshot_ids),
+                    **_capped("expired-snapshots", list(plan.snapshot_ids)),
                     "removed-refs": list(plan.refs),
-                    "files-to-delete": sorted(gone),
+                    **_capped("files-to-delete", sorted(gone)),
                 }, file.location
             change = Change(
                 TABLE,
@@ -169,7 +171,7 @@ class Care:
             gone = self._owned(entry, after_file.data, [*unreachable, *dropped_logs])
             deleted = self._delete(gone, EXPIRE)
             return {
-                "expired-snapshots": list(plan.snapshot_ids),
+                **_capped("expired-snapshots", list(plan.snapshot_ids)),
                 "removed-refs": list(plan.refs),
                 "deleted-files": deleted,
                 "metadata-location": after_file.location,
@@ -183,30 +185,35 @@ class Care:
         if not expire.policy(file.data.get("properties") or {}).gc_enabled:
             return {"skipped": "gc.enabled is false on this table"}, file.location
         cutoff = int(time.time() * 1000 - self.settings.maintenance_orphan_age_hours * 3600 * 1000)
-        for _ in range(3):
-            io = purge.file_io(self.settings, file.location)
-            known = orphans.referenced(file.data, file.location, io)
-            owned = self.ownership.owned(file.data, entry.id)
-            found = orphans.find(self.storage, self._prefixes(file.data), known, owned, cutoff, ORPHANS_PER_RUN)
+        known = orphans.Referenced(purge.file_io(self.settings, file.location))
+        known.add(file.data, file.location)
+        owned = self.ownership.owned(file.data, entry.id)
+        found = orphans.find(self.storage, self._prefixes(file.data), known.paths, owned, cutoff, ORPHANS_PER_RUN)
+        # A commit landing meanwhile may reference a candidate: what it added is read (only that),
+        # the candidates it references are dropped, and the pointer is checked again.
+        for _ in range(ORPHAN_PASSES):
             latest = self.store.get_entry_by_id(entry.id)
             if latest is None:
                 raise Skipped("the table was dropped")
-            if latest.metadata_location != file.location:  # a commit landed: it may reference a candidate
-                entry, file = self.current(task)
-                continue
-            result: dict[str, Any] = {
-                "scanned": found.scanned,
-                "kept-younger-than-age": found.kept_young,
-                "orphans": len(found.files),
-                "bytes": sum(f.size for f in found.files),
-            }
-            if dry:
-                result.update({"dry-run": True, "files-to-delete": sorted(f.location for f in found.files)})
-                return result, file.location
-            result["deleted-files"] = self._delete([f.location for f in found.files], ORPHANS)
-            metrics.MAINTENANCE_BYTES_DELETED.labels(ORPHANS).inc(result["bytes"])
+            if latest.metadata_location == file.location:
+                break
+            entry, file = self.current(task)
+            known.add(file.data, file.location)
+            found.files = [f for f in found.files if normalise(f.location) not in known.paths]
+        else:
+            raise errors.CommitFailed(f"Orphan removal of {_ident(entry)}: the table kept changing")
+        result: dict[str, Any] = {
+            "scanned": found.scanned,
+            "kept-younger-than-age": found.kept_young,
+            "orphans": len(found.files),
+            "bytes": sum(f.size for f in found.files),
+        }
+        if dry:
+            result.update({"dry-run": True, **_capped("files-to-delete", sorted(f.location for f in found.files))})
             return result, file.location
-        raise errors.CommitFailed(f"Orphan removal of {_ident(entry)}: the table kept changing")
+        result["deleted-files"] = self._delete([f.location for f in found.files], ORPHANS)
+        metrics.MAINTENANCE_BYTES_DELETED.labels(ORPHANS).inc(result["bytes"])
+        return result, file.location
 
     # -- purge -----------------------------------------------------------------------------------
 
@@ -309,6 +316,12 @@ def _dropped_metadata(before: dict[str, Any], before_location: str, after: dict[
 
 def _snapshot_ids(metadata: dict[str, Any]) -> set[int]:
     return {s["snapshot-id"] for s in metadata.get("snapshots") or []}
+
+
+def _capped(key: str, items: list) -> dict[str, Any]:
+    """``key``: the first ``RESULT_ITEMS`` items, ``key-count``: how many there are (a result is a
+    row in the queue: at 100,000 snapshots the whole list would be megabytes)."""
+    return {key: items[:RESULT_ITEMS], f"{key}-count": len(items)}
 
 
 def _ident(entry: Entry) -> str:

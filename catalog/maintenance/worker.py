@@ -223,11 +223,11 @@ def _summary(result: dict) -> str:
         return result["skipped"]
     parts = []
     for key in ("expired-snapshots", "removed-refs"):
-        if result.get(key):
-            parts.append(f"{len(result[key])} {key.replace('-', ' ')}")
+        if count := result.get(f"{key}-count", len(result.get(key) or [])):
+            parts.append(f"{count} {key.replace('-', ' ')}")
     for key in ("orphans", "deleted-files"):
         if key in result:
             parts.append(f"{result[key]} {key.replace('-', ' ')}")
     if result.get("dry-run"):
-        parts.append(f"dry run: {len(result.get('files-to-delete') or [])} files would be deleted")
+        parts.append(f"dry run: {result.get('files-to-delete-count', 0)} files would be deleted")
     return ", ".join(parts) or "nothing to do"
