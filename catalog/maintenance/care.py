@@ -14,8 +14,9 @@ only when it lies inside the table's own locations (``Ownership.owned``). A cras
 commit and the deletes leaves orphans, never a dangling reference.
 
 Orphan removal deletes files under the table's own locations that no metadata of the table
-references and that are older than ``CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS``; it re-reads the pointer
-before deleting and starts over if it moved.
+references and that are older than ``CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS``. It checks the pointer
+again before deleting; when commits landed meanwhile it reads what they added (only that:
+lists and manifests never change), drops the candidates they reference and checks again.
 
 A purge deletes the files of a table dropped with ``purgeRequested`` once its retention ended
 (``store/dropped.py``): it first claims the dropped entry (no undrop from then on), deletes the
