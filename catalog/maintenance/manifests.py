@@ -279,7 +279,7 @@ class Rewriter:
             if too_big:
                 result["left-too-large"] = [{"spec-id": g.spec_id, "manifests": len(g.manifests)} for g in too_big]
             if not groups:
-                return {**result, "manifests-replaced": 0, "manifests-created": 0}, file.location
+                return {**result, "manifests-replaced": 0, "manifests-created": 0, "replanned": replans}, file.location
             if dry:
                 return {
                     **result,
