@@ -397,6 +397,7 @@ class Rewriter:
                 "manifests-kept": str(len(kept)),
                 "manifests-replaced": str(len(written.replaced)),
                 "entries-processed": str(written.entries),
+                "changed-partition-count": "0",  # Java's summary builder: no partition changed
             }
         )
         snapshot: dict[str, Any] = {
@@ -467,8 +468,11 @@ def _live(m: ManifestFile, entries: tuple[ManifestEntry, ...]) -> list[ManifestE
 
 
 def _copy(m: ManifestFile, version: int) -> ManifestFile:
-    """A copy the list writer may change (it assigns sequence numbers and v3 row ids in place)."""
-    return ManifestFile(*(m._data if version >= 3 else m._data[:FIRST_ROW_ID]))
+    """A copy the list writer may change (it assigns sequence numbers and v3 row ids in place); a
+    manifest pyiceberg's writer made has no first_row_id field yet: v3 gives it one, unassigned."""
+    if version < 3:
+        return ManifestFile(*m._data[:FIRST_ROW_ID])
+    return ManifestFile(*m._data, *([None] * (FIRST_ROW_ID + 1 - len(m._data))))
 
 
 def _spec_and_schema(metadata: dict[str, Any], spec_id: int) -> tuple[PartitionSpec, Schema]:
