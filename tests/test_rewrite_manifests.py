@@ -210,6 +210,26 @@ def test_appends_racing_the_rewrite_all_land_without_a_409(care: Server) -> None
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(expected)
 
 
+def test_an_append_that_started_before_the_rewrite_is_rebased_over_it(care: Server) -> None:
+    """A writer loaded the table before the rewrite landed and commits after it: the server rebases
+    its append over the catalog's replace snapshot (its new manifest first, then the merged one)."""
+    catalog, ns, table = _table(care, **REBASE)
+    for i in range(5):
+        table.append(_batch(i))
+    stale = care.catalog().load_table(f"{ns}.t")
+    [task] = run_care(care, ns, "t", kinds=["rewrite-manifests"])
+    replace_id = task["result"]["snapshot-id"]
+    stale.append(_batch(5))  # asserts main is still the last append: rebased, never a 409
+    table = catalog.load_table(f"{ns}.t")
+    head = table.current_snapshot()
+    assert head.summary.operation.value == "append" and head.parent_snapshot_id == replace_id
+    assert head.sequence_number == table.snapshot_by_id(replace_id).sequence_number + 1
+    assert len(head.manifests(table.io)) == 2
+    assert head.summary.additional_properties["total-records"] == str(len(_ids(range(6))))
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids(range(6))
+    _assert_entries_kept(table)
+
+
 # -- a moved head, deterministically: the job in this process, the server as the other writer -----
 
 
