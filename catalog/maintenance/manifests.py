@@ -60,7 +60,7 @@ from pyiceberg.manifest import (
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 
-from catalog import errors
+from catalog import errors, metrics
 from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
 from catalog.storage.backends import Storage
@@ -305,20 +305,26 @@ class Rewriter:
                             }
                         )
                         written.paths.clear()  # committed: nothing to delete
+                        metrics.MAINTENANCE_MANIFEST_REWRITES.labels("landed").inc()
+                        metrics.MAINTENANCE_MANIFESTS_REPLACED.inc(len(written.replaced))
                         return result, after.location
                     entry, file = reread()
-                    metadata = file.data
+                    version, metadata = metadata["format-version"], file.data
                     head = _head(metadata)
-                    if head is None or not head.get("manifest-list"):
-                        break
+                    if head is None or not head.get("manifest-list") or metadata["format-version"] != version:
+                        break  # gone, or upgraded: its manifests were written for the old format
                     now = {m.manifest_path for m in read_records(self.storage.read(head["manifest-list"]))[0]}
                     if not written.replaced <= now:
                         break  # what it replaced was rewritten or removed: plan again
                     landed_on_moved += 1
+                    metrics.MAINTENANCE_MANIFEST_REWRITES.labels("landed-on-moved-head").inc()
             finally:
                 self._delete(written.paths)
             replans += 1
+            metrics.MAINTENANCE_MANIFEST_REWRITES.labels("replanned").inc()
             log.info("manifest rewrite of %s planned again: the table's manifests changed", _ident(entry))
+        metrics.MAINTENANCE_MANIFEST_REWRITES.labels("yielded").inc()
+        log.warning("manifest rewrite of %s yielded after %d plans: the table kept changing", _ident(entry), replans)
         return {
             "yielded": "the table's manifests kept changing under the rewrite; nothing was committed",
             "replanned": replans,
@@ -434,6 +440,11 @@ class Rewriter:
             written.paths.remove(location)
             self._delete([location])
             return None
+        except errors.ServiceUnavailable:  # before the swap: certainly not committed, the files go
+            raise
+        except BaseException:  # the commit may have landed (CommitStateUnknown): its files are kept
+            written.paths.clear()  # (orphans for orphan removal when it did not)
+            raise
         return committed.files[0], summary  # type: ignore[union-attr]  # no key: never Replayed
 
     def _delete(self, paths: list[str]) -> None:
