@@ -64,7 +64,15 @@ from catalog import errors, metrics
 from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
 from catalog.storage.backends import Storage
-from catalog.storage.manifests import ENTRY_READ, FILE_ROW_ID, FIRST_ROW_ID, BufferOutput, list_writer, read_records
+from catalog.storage.manifests import (
+    ENTRY_READ,
+    FILE_ROW_ID,
+    FIRST_ROW_ID,
+    BufferOutput,
+    body_of,
+    list_writer,
+    read_records,
+)
 from catalog.store.pointers import Entry
 
 log = logging.getLogger("catalog.maintenance")
@@ -113,7 +121,7 @@ def due(metadata: dict[str, Any], storage: Storage) -> bool:
     head = _head(metadata)
     if head is None or not head.get("manifest-list"):
         return False
-    count = read_records(storage.read(head["manifest-list"]))[1].count
+    count = body_of(storage.read(head["manifest-list"])).count  # the blocks' counts: nothing decoded
     return count > _int(metadata.get("properties") or {}, MIN_COUNT, MIN_COUNT_DEFAULT)
 
 
