@@ -433,3 +433,54 @@ def test_a_v3_rewrite_keeps_every_rows_row_id(care: Server, spark) -> None:  # n
     assert head.summary.operation.value == "replace"
     assert head.first_row_id == next_row_id and table.metadata.next_row_id == next_row_id + head.added_rows
     assert head.added_rows == 24  # the existing rows of the new manifest, as Java's V3 writer counts them
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_delete_manifests_are_rewritten_apart_from_data_manifests_as_spark_does(care: Server, spark) -> None:  # noqa: ANN001
+    """A merge-on-read table (Spark's position deletes, v2) and its twin: the catalog's rewrite and
+    Spark's rewrite_manifests leave the same data and delete manifests, the same live files with the
+    same sequence numbers, and every engine reads the same rows (the deletes still apply: their data
+    sequence numbers are kept)."""
+    lake = register_catalog(spark, care)
+    ns = f"mr_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
+    for name in ("t", "twin"):
+        t = f"{lake}.{ns}.{name}"
+        spark.sql(
+            f"CREATE TABLE {t} (id BIGINT, part STRING) USING iceberg PARTITIONED BY (part) TBLPROPERTIES "
+            f"('format-version' = '2', 'write.delete.mode' = 'merge-on-read', '{manifests.MERGE_ENABLED}' = 'false')"
+        )
+        for i in range(6):
+            spark.sql(f"INSERT INTO {t} VALUES ({i * 10}, 'p{i % 2}'), ({i * 10 + 1}, 'p{i % 2}')")
+        for i in range(4):
+            spark.sql(f"DELETE FROM {t} WHERE id = {i * 10 + 1}")
+    [task] = run_care(care, ns, "t", kinds=["rewrite-manifests"])
+    assert task["state"] == "done", task
+    spark.sql(f"CALL {lake}.system.rewrite_manifests('{ns}.twin')").collect()
+
+    catalog = care.catalog()
+    ours, theirs = catalog.load_table(f"{ns}.t"), catalog.load_table(f"{ns}.twin")
+
+    def contents(table) -> list[str]:  # noqa: ANN001
+        return sorted(m.content.name for m in table.current_snapshot().manifests(table.io))
+
+    assert contents(ours) == contents(theirs) == ["DATA", "DELETES"]
+    assert task["result"]["manifests-replaced"] == 10 and task["result"]["manifests-created"] == 2, task
+
+    def shape(table) -> list[tuple]:  # noqa: ANN001
+        order = {s.snapshot_id: n for n, s in enumerate(table.metadata.snapshots)}
+        return sorted(
+            (order[sid], seq, fseq, content, count) for sid, seq, fseq, content, count in live_entries(table).values()
+        )
+
+    assert shape(ours) == shape(theirs)
+    expected = sorted(i * 10 + k for i in range(6) for k in range(2) if not (k == 1 and i < 4))
+    assert sorted(ours.scan().to_arrow()["id"].to_pylist()) == expected
+    spark.sql(f"REFRESH TABLE {lake}.{ns}.t")
+    assert sorted(r[0] for r in sql_rows(spark, f"SELECT id FROM {lake}.{ns}.t")) == expected
+    duck = duckdb_attached(care)
+    try:
+        assert sorted(r[0] for r in duck.execute(f"SELECT id FROM lake.{ns}.t").fetchall()) == expected
+    finally:
+        duck.close()
