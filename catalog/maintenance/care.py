@@ -38,6 +38,7 @@ from catalog.metadata import tables
 from catalog.settings import Settings
 from catalog.storage import purge
 from catalog.storage.backends import Storage
+from catalog.storage.manifests import Unreadable
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store.entries import Store
 from catalog.store.ownership import PATH_PROPERTIES, Ownership
@@ -180,6 +181,8 @@ class Care:
             return rewriter.run(entry, file, bool(task.options.get("dry-run")), lambda: self.current(task))
         except Skipped as e:
             return {"skipped": str(e)}, None
+        except Unreadable as e:  # another codec, a broken file: retrying would not help
+            return {"skipped": f"a manifest or manifest list this catalog does not read: {e}"}, file.location
 
     # -- orphans ---------------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ import uuid
 from catalog import errors, metrics
 from catalog.maintenance import manifests
 from catalog.maintenance.care import EXPIRE, ORPHANS, REWRITE_MANIFESTS, Care
+from catalog.storage.metadata_files import MetadataFile
 from catalog.store.tasks import Task, now_ms
 
 log = logging.getLogger("catalog.maintenance")
@@ -205,12 +206,12 @@ class Scheduler:
         _, created = self.store.enqueue(kind, entry.id, file.data.get("table-uuid"), entry.namespace, entry.name)
         return int(created)
 
-    def _due(self, kind: str, file: object) -> bool:
+    def _due(self, kind: str, file: MetadataFile) -> bool:
         """A kind's own test of whether the table needs it (only manifest rewrite has one)."""
         if kind != REWRITE_MANIFESTS:
             return True
         try:
-            return manifests.due(file.data, self.care.storage)  # type: ignore[attr-defined]
+            return manifests.due(file.data, self.care.storage)
         except Exception as e:  # noqa: BLE001 - an unreadable list: not scheduled, looked at again later
             log.warning("manifest rewrite not scheduled: %s", e)
             return False
