@@ -308,6 +308,12 @@ class Settings(BaseSettings):
         description="Snapshot expiry also runs on a table that took this many commits since its last run, "
         "however recent that was (0: only the time above counts).",
     )
+    maintenance_manifests_every_minutes: float = Field(
+        default=10.0,
+        ge=0,
+        description="Manifest rewrite is considered on a table whose pointer moved, at most this often; it runs "
+        "when the main branch has more manifests than the table's commit.manifest.min-count-to-merge (100).",
+    )
     maintenance_orphans_every_hours: float = Field(
         default=24.0, ge=0, description="Orphan removal runs on each table this often."
     )

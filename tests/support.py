@@ -17,6 +17,9 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
 - PostgreSQL: ``new_pg_database``, ``check_migrations_round_trip``, ``commit_with_its_connection_killed``
 - Spark (plain helpers; the session is conftest's ``spark`` fixture): ``spark_unavailable``,
   ``spark_conf``, ``register_catalog``, ``create_events``, ``insert_events``, ``sql_rows``, ``scalar``
+- table care: ``CARE_ENV``, ``care_server`` (a server of its own that runs maintenance), ``run_care``
+  (run it now and wait), ``live_entries`` (a snapshot's live manifest entries), ``duckdb_attached``
+  (also behind conftest's ``duck``)
 """
 
 from __future__ import annotations
@@ -615,3 +618,80 @@ def create_events(spark, table: str, **props: str) -> None:
 def insert_events(spark, table: str, ids: range) -> None:
     values = ", ".join(f"({i}, timestamp'2026-01-0{1 + i % 3} 10:00:00', 'c{i % 4}', {i}.5)" for i in ids)
     spark.sql(f"INSERT INTO {table} VALUES {values}")
+
+
+# --- table care --------------------------------------------------------------------------------------
+
+CARE_ENV = {
+    "CATALOG_MAINTENANCE_WORKERS": "1",
+    "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",  # no scheduled work unless a test asks for it
+    "CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS": "0",  # the table's policy alone (a race test sets one)
+    "CATALOG_LOG_LEVEL": "info",
+}
+
+
+def care_server(backend: str, workdir: Path, services: dict | None = None, **env: str) -> Server:
+    """A server of its own that runs table care (``CARE_ENV`` + ``env``). On PostgreSQL it gets its
+    own database and bucket prefix: servers sharing a database share its task queue."""
+    env = {**CARE_ENV, **env}
+    if backend == "postgres-s3":
+        assert services is not None
+        unique = f"care_{uuid.uuid4().hex[:8]}"
+        env.update({"CATALOG_DATABASE_URL": new_pg_database(services["pg"], unique), **s3_env(services["s3"], unique)})
+    srv = start_server(workdir, backend, env)
+    if backend == "postgres-s3":
+        srv.io_props = s3_client_props(services["s3"])
+        srv.s3 = services["s3"]  # type: ignore[attr-defined]
+    return srv
+
+
+def run_care(server: Server, ns: str, table: str, timeout: float = 180, **body: object) -> list[dict]:
+    """Run table care on ``ns.table`` now (the management API, as the CLI's ``run --wait``) and wait
+    for its tasks to finish."""
+    from urllib.parse import quote
+
+    url = f"{server.url}/management/v1/maintenance/tables/{quote(ns)}/{quote(table)}"
+    resp = requests.post(url, json=body, timeout=30)
+    assert resp.status_code == 202, resp.text
+    return [wait_task(server.url, t["id"], timeout=timeout) for t in resp.json()["tasks"]]
+
+
+def live_entries(table: Any, snapshot_id: int | None = None) -> dict[str, tuple]:
+    """A snapshot's live data and delete files, as pyiceberg reads them: path -> (snapshot id, data
+    sequence number, file sequence number, content, record count)."""
+    snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+    found = {}
+    for manifest in snapshot.manifests(table.io):
+        for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            f = e.data_file
+            found[f.file_path] = (
+                e.snapshot_id,
+                e.sequence_number,
+                e.file_sequence_number,
+                int(f.content),
+                f.record_count,
+            )
+    return found
+
+
+def duckdb_attached(server: Server) -> Any:
+    """A DuckDB connection with ``server`` attached as ``lake`` (the iceberg extension, read/write)."""
+    from tests.services import duckdb_connection
+
+    con = duckdb_connection()
+    options = ""
+    if server.backend == "postgres-s3":  # no vended credentials: DuckDB uses the secret given here
+        con.execute(
+            "CREATE SECRET (TYPE s3, KEY_ID ?, SECRET ?, ENDPOINT ?, REGION ?, URL_STYLE 'path', USE_SSL false)",
+            [
+                server.io_props["s3.access-key-id"],
+                server.io_props["s3.secret-access-key"],
+                server.env["CATALOG_S3_ENDPOINT"].split("://", 1)[1],
+                server.env.get("CATALOG_S3_REGION", "us-east-1"),
+            ],
+        )
+        options = ", ACCESS_DELEGATION_MODE 'none'"
+    con.execute(
+        f"ATTACH 'warehouse' AS lake (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none'{options})"
+    )
+    return con

@@ -26,13 +26,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from tests.support import (
+    CARE_ENV,
     Server,
     as_,
     auth_env,
     backends,
-    new_pg_database,
-    s3_client_props,
-    s3_env,
+    care_server,
+    run_care,
     start_server,
     start_worker,
     token,
@@ -40,28 +40,11 @@ from tests.support import (
 )
 
 ROWS_SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
-CARE_ENV = {
-    "CATALOG_MAINTENANCE_WORKERS": "1",
-    "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",  # no scheduled work under these tests
-    "CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS": "0",  # the table's policy alone (the race test sets one)
-    "CATALOG_LOG_LEVEL": "info",
-}
 
 
 def _care_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, **env: str) -> Server:
-    workdir = tmp_path_factory.mktemp(f"care-{request.param}")
-    env = {**CARE_ENV, **env}
-    if request.param == "postgres-s3":
-        services = request.getfixturevalue("services")
-        # its own database: servers sharing one share its task queue, and replicas of one catalog
-        # share their settings (warehouse included), which these test servers do not
-        unique = f"care_{uuid.uuid4().hex[:8]}"
-        env.update({"CATALOG_DATABASE_URL": new_pg_database(services["pg"], unique), **s3_env(services["s3"], unique)})
-    srv = start_server(workdir, request.param, env)
-    if request.param == "postgres-s3":
-        srv.io_props = s3_client_props(request.getfixturevalue("services")["s3"])
-        srv.s3 = request.getfixturevalue("services")["s3"]  # type: ignore[attr-defined]
-    return srv
+    services = request.getfixturevalue("services") if request.param == "postgres-s3" else None
+    return care_server(request.param, tmp_path_factory.mktemp(f"care-{request.param}"), services, **env)
 
 
 @pytest.fixture(scope="module", params=backends())
@@ -131,14 +114,6 @@ def _norm(path: str) -> str:
     return "file://" + path.removeprefix("file:").removeprefix("//") if not path.startswith("s3") else path
 
 
-def _run(server: Server, ns: str, table: str, **body: object) -> list[dict]:
-    """Run maintenance now and wait for its tasks (the CLI's --wait, over HTTP)."""
-    url = f"{server.url}/management/v1/maintenance/tables/{quote(ns)}/{quote(table)}"
-    resp = requests.post(url, json=body, timeout=30)
-    assert resp.status_code == 202, resp.text
-    return [wait_task(server.url, t["id"]) for t in resp.json()["tasks"]]
-
-
 def _table(catalog: RestCatalog, ns: str, name: str, **props: str):  # noqa: ANN202
     return catalog.create_table(f"{ns}.{name}", ROWS_SCHEMA, properties=props)
 
@@ -186,12 +161,12 @@ def test_expiry_keeps_what_the_policy_says_and_deletes_only_what_expired_snapsho
     before_on_disk = files.under(table.location())
     expected_kept = {snapshots[-1], snapshots[-2], tagged}
 
-    dry = _run(care, ns, "t", kinds=["expire-snapshots"], **{"dry-run": True})[0]
+    dry = run_care(care, ns, "t", kinds=["expire-snapshots"], **{"dry-run": True})[0]
     assert dry["state"] == "done" and dry["result"]["dry-run"], dry
     assert set(dry["result"]["expired-snapshots"]) == set(snapshots) - expected_kept
     assert files.under(table.location()) == before_on_disk, "a dry run deleted files"
 
-    task = _run(care, ns, "t", kinds=["expire-snapshots"])[0]
+    task = run_care(care, ns, "t", kinds=["expire-snapshots"])[0]
     assert task["state"] == "done", task
     table = table.refresh()
     assert {s.snapshot_id for s in table.metadata.snapshots} == expected_kept
@@ -244,7 +219,7 @@ def test_expiry_never_deletes_files_outside_the_table_that_hostile_metadata_name
     )
     assert resp.status_code == 200, resp.text
 
-    task = _run(care, ns, "hostile", kinds=["expire-snapshots"])[0]
+    task = run_care(care, ns, "hostile", kinds=["expire-snapshots"])[0]
     assert task["state"] == "done" and task["result"]["expired-snapshots"] == [1], task
     on_disk = {_norm(f) for f in files.under(neighbour.location())}
     assert theirs <= on_disk, "expiry deleted another table's files"
@@ -270,11 +245,11 @@ def test_orphans_older_than_the_age_are_removed_and_fresh_ones_kept(tmp_path: Pa
         files.put(str(outside), b"z", age_s=2 * 3600)
         live = _live_files(table)
 
-        dry = _run(srv, "o", "t", kinds=["remove-orphans"], **{"dry-run": True})[0]
+        dry = run_care(srv, "o", "t", kinds=["remove-orphans"], **{"dry-run": True})[0]
         assert dry["result"]["files-to-delete"] == [f"file://{old}"], dry
         assert os.path.exists(old)
 
-        task = _run(srv, "o", "t", kinds=["remove-orphans"])[0]
+        task = run_care(srv, "o", "t", kinds=["remove-orphans"])[0]
         assert task["state"] == "done" and task["result"]["orphans"] == 1, task
         assert not os.path.exists(old)
         assert os.path.exists(fresh) and outside.exists()
@@ -449,7 +424,7 @@ def test_appends_racing_expiry_all_land_without_a_409(graced: Server) -> None:
         t.start()
     runs = []
     while any(t.is_alive() for t in threads):
-        runs.append(_run(care, ns, "t", kinds=["expire-snapshots"])[0])
+        runs.append(run_care(care, ns, "t", kinds=["expire-snapshots"])[0])
     for t in threads:
         t.join()
     assert not errors, errors
@@ -508,7 +483,7 @@ def test_maintenance_needs_alter_to_run_and_read_to_see(tmp_path: Path) -> None:
         srv.stop()
 
 
-def test_expiry_is_due_again_after_n_commits_however_recent_its_last_run(queued_only) -> None:  # noqa: ANN001
+def test_expiry_is_due_again_after_n_commits_however_recent_its_lastrun_care(queued_only) -> None:  # noqa: ANN001
     """``CATALOG_MAINTENANCE_EXPIRE_EVERY_COMMITS``: a hot table is not left to grow for the whole
     ``..._EXPIRE_EVERY_MINUTES``; a quiet one is not looked at again."""
     from catalog.maintenance.worker import Scheduler, Workers

@@ -1,4 +1,5 @@
-"""The jobs of table care, each one task: ``expire-snapshots``, ``remove-orphans`` and ``purge``.
+"""The jobs of table care, each one task: ``expire-snapshots``, ``remove-orphans``,
+``rewrite-manifests`` (its job is ``manifests.py``) and ``purge``.
 
 Snapshot expiry plans with Iceberg's ``ExpireSnapshots`` semantics (``expire.plan``), spares the
 snapshots that were a branch's head within the writer grace (a writer may still be committing from
@@ -38,11 +39,12 @@ from catalog import errors, metrics
 from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
 from catalog.locations import normalise
-from catalog.maintenance import expire, orphans, policy, reachability
+from catalog.maintenance import expire, manifests, orphans, policy, reachability
 from catalog.metadata import tables
 from catalog.settings import Settings
 from catalog.storage import purge
 from catalog.storage.backends import Storage
+from catalog.storage.manifests import Unreadable
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store.entries import Store
 from catalog.store.ownership import PATH_PROPERTIES, Ownership
@@ -52,7 +54,8 @@ from catalog.store.tasks import Task
 log = logging.getLogger("catalog.maintenance")
 
 EXPIRE, ORPHANS, PURGE = "expire-snapshots", "remove-orphans", "purge"
-KINDS = (EXPIRE, ORPHANS)  # what a live table gets; a purge is for a dropped one
+REWRITE_MANIFESTS = manifests.KIND
+KINDS = (EXPIRE, ORPHANS, REWRITE_MANIFESTS)  # what a live table gets; a purge is for a dropped one
 REPLANS = 5  # an expiry whose guard refused it (a ref moved onto a planned snapshot) plans again
 ORPHANS_PER_RUN = 100_000  # the next run takes the rest
 ORPHAN_PASSES = 50  # commits an orphan removal catches up with before it gives up (each pass is cheap)
@@ -118,6 +121,8 @@ class Care:
             return self.expire_snapshots(task, entry, file)
         if task.kind == ORPHANS:
             return self.remove_orphans(task, entry, file)
+        if task.kind == REWRITE_MANIFESTS:
+            return self.rewrite_manifests(task, entry, file)
         raise errors.BadRequest(f"Unknown maintenance task kind: {task.kind}")
 
     # -- snapshot expiry -------------------------------------------------------------------------
@@ -178,6 +183,17 @@ class Care:
                 "metadata-location": after_file.location,
             }, after_file.location
         raise errors.CommitFailed(f"Snapshot expiry of {_ident(entry)}: the table kept changing its refs")
+
+    # -- manifest rewrite (catalog/maintenance/manifests.py) ------------------------------------------
+
+    def rewrite_manifests(self, task: Task, entry: Entry, file: MetadataFile) -> tuple[dict[str, Any], str | None]:
+        rewriter = manifests.Rewriter(self.storage, self.engine)
+        try:
+            return rewriter.run(entry, file, bool(task.options.get("dry-run")), lambda: self.current(task))
+        except Skipped as e:
+            return {"skipped": str(e)}, None
+        except Unreadable as e:  # another codec, a broken file: retrying would not help
+            return {"skipped": f"a manifest or manifest list this catalog does not read: {e}"}, file.location
 
     # -- orphans ---------------------------------------------------------------------------------
 

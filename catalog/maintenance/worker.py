@@ -15,9 +15,12 @@ deployment, taken over when its holder stops renewing it) looks for tables due f
 enqueues their tasks: snapshot expiry on a table whose pointer moved since its last run, at most
 every ``CATALOG_MAINTENANCE_EXPIRE_EVERY_MINUTES``, or sooner once it took
 ``CATALOG_MAINTENANCE_EXPIRE_EVERY_COMMITS`` commits; orphan removal every
-``CATALOG_MAINTENANCE_ORPHANS_EVERY_HOURS``. Tables whose ``catalog.maintenance.enabled`` is false
-(on the table or a namespace above it) are left alone. It also ends the retention of dropped
-entries (``CATALOG_DROP_RETENTION``): forgotten, or purged by a ``purge`` task.
+``CATALOG_MAINTENANCE_ORPHANS_EVERY_HOURS``; manifest rewrite on a table whose pointer moved, at most
+every ``CATALOG_MAINTENANCE_MANIFESTS_EVERY_MINUTES``, when its main branch has more manifests than
+its ``commit.manifest.min-count-to-merge`` (and it did not set ``commit.manifest-merge.enabled`` to
+false). Tables whose ``catalog.maintenance.enabled`` is false (on the table or a namespace above it)
+are left alone. It also ends the retention of dropped entries (``CATALOG_DROP_RETENTION``):
+forgotten, or purged by a ``purge`` task.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import time
 import uuid
 
 from catalog import errors, metrics
-from catalog.maintenance.care import EXPIRE, ORPHANS, PURGE, Care
+from catalog.maintenance import manifests
+from catalog.maintenance.care import EXPIRE, ORPHANS, PURGE, REWRITE_MANIFESTS, Care
+from catalog.storage.metadata_files import MetadataFile
 from catalog.store.tasks import Task, now_ms
 
 log = logging.getLogger("catalog.maintenance")
@@ -184,6 +189,7 @@ class Scheduler:
         for kind, every_ms, changed_only, commits in (
             (EXPIRE, minutes * 60_000, True, self.settings.maintenance_expire_every_commits),
             (ORPHANS, hours * 3_600_000, False, 0),
+            (REWRITE_MANIFESTS, self.settings.maintenance_manifests_every_minutes * 60_000, True, 0),
         ):
             for entry_id, _, _ in self.store.due_tables(kind, int(every_ms), changed_only, SCHEDULED_PER_SCAN, commits):
                 enqueued += self.enqueue(entry_id, kind)
@@ -211,11 +217,21 @@ class Scheduler:
         except errors.IcebergError as e:
             log.warning("maintenance of %s not scheduled: %s", ".".join((*entry.namespace, entry.name)), e.message)
             return 0
-        if not self.care.enabled(entry, file):  # opted out: looked at again when it is due again
+        if not self.care.enabled(entry, file) or not self._due(kind, file):  # looked at again when due again
             self.store.record_run(entry.id, kind, entry.metadata_location)
             return 0
         _, created = self.store.enqueue(kind, entry.id, file.data.get("table-uuid"), entry.namespace, entry.name)
         return int(created)
+
+    def _due(self, kind: str, file: MetadataFile) -> bool:
+        """A kind's own test of whether the table needs it (only manifest rewrite has one)."""
+        if kind != REWRITE_MANIFESTS:
+            return True
+        try:
+            return manifests.due(file.data, self.care.storage)
+        except Exception as e:  # noqa: BLE001 - an unreadable list: not scheduled, looked at again later
+            log.warning("manifest rewrite not scheduled: %s", e)
+            return False
 
 
 def _summary(result: dict) -> str:
@@ -225,6 +241,10 @@ def _summary(result: dict) -> str:
     for key in ("expired-snapshots", "removed-refs"):
         if count := result.get(f"{key}-count", len(result.get(key) or [])):
             parts.append(f"{count} {key.replace('-', ' ')}")
+    if result.get("manifests-replaced"):
+        parts.append(f"{result['manifests-replaced']} manifests merged into {result['manifests-created']}")
+    if result.get("yielded"):
+        parts.append(result["yielded"])
     for key in ("orphans", "deleted-files"):
         if key in result:
             parts.append(f"{result[key]} {key.replace('-', ' ')}")
