@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests import services
-from tests.support import Server, s3_env, start_server
+from tests.support import Server, new_pg_database, s3_env, start_server
 
 ServiceUnavailable = services.ServiceUnavailable
 NAMES = ("sqlite", "postgres-s3")
@@ -28,10 +28,26 @@ class Backend:
     sqlcatalog: dict  # pyiceberg SqlCatalog properties
     versions: dict[str, str] = field(default_factory=dict)
     handles: list[Any] = field(default_factory=list)
+    workdir: Path | None = None
+    pg: Any = None  # postgres-s3: the PostgreSQL and SeaweedFS handles, for servers of their own
+    s3: Any = None
 
     @property
     def pid(self) -> int:
         return self.server.proc.pid
+
+    def own_server(self, name: str, env: dict[str, str]) -> Server:
+        """Another server on this backend's services with a catalog database and a warehouse of its
+        own: a deployment of its own (processes sharing a catalog database share its maintenance
+        queue). The caller stops it."""
+        assert self.workdir is not None
+        env = {"CATALOG_WORKERS": "1", "CATALOG_LOG_LEVEL": "warning", **env}
+        if self.name == "sqlite":
+            return start_server(self.workdir / name, "sqlite", env)
+        url = new_pg_database(self.pg, name)
+        return start_server(
+            self.workdir / name, "postgres-s3", {**env, "CATALOG_DATABASE_URL": url, **s3_env(self.s3, name)}
+        )
 
     def stop(self) -> None:
         self.server.stop()
@@ -57,6 +73,7 @@ def start(name: str, workdir: Path, workers: int, server_env: dict[str, str] | N
                 "warehouse": (workdir / "sqlcatalog-warehouse").as_uri(),
             },
             versions={"sqlite": _sqlite_version()},
+            workdir=workdir,
         )
     if name == "postgres-s3":
         handles: list[Any] = []
@@ -94,6 +111,9 @@ def start(name: str, workdir: Path, workers: int, server_env: dict[str, str] | N
             sqlcatalog={"uri": pg.url, "warehouse": f"s3://{s3.bucket}/sqlcatalog", **s3_props},
             versions={"postgresql": _pg_version(pg.dsn), "s3": "SeaweedFS (weed mini)"},
             handles=handles,
+            workdir=workdir,
+            pg=pg,
+            s3=s3,
         )
     raise ValueError(f"unknown backend {name!r}; choose from {', '.join(NAMES)}")
 

@@ -335,6 +335,9 @@ def _rss(r: dict) -> tuple[str, bool | None]:
         "growth": "after growth",
         "baselines": "at end",
     }
+    m = {k: v for k, v in m.items() if k not in ("care", "care_scale")}  # those run on servers of their own
+    if not m:
+        return "n/a", None
     return ", ".join(f"{names.get(k, k)} {v:,.0f} MB" for k, v in m.items()), None
 
 
@@ -357,6 +360,115 @@ def _sqlcat_multi(r: dict) -> tuple[str, bool | None]:
     if not m:
         return "n/a", None
     return f"{_num(m['rate'])}/s; p50 {_ms(m['p50_ms'])}, p99 {_ms(m['p99_ms'])} ms", None
+
+
+def _care_table(key: str) -> Callable[[dict], tuple[str, bool | None]]:
+    def cell(r: dict) -> tuple[str, bool | None]:
+        c = _get(r, "care")
+        t = _get(c, "window", "tables", key)
+        if not t:
+            return "n/a", None
+        text = (
+            f"{t['snapshots']:,} snapshots, metadata file {t['metadata_file_kb']:,.0f} KB; "
+            f"commit p50 {_ms(t['commit']['p50_ms'])}, p99 {_ms(t['commit']['p99_ms'])} ms; "
+            f"load p50 {_ms(t['load']['p50_ms'])}, p99 {_ms(t['load']['p99_ms'])} ms"
+        )
+        a = c.get("on_appends") or {}
+        if key == "on" and a:
+            text += (
+                f"; during the {c['appends']:,} appends: {_num(a['rate'])}/s, commit p50 {_ms(a['p50_ms'])} ms "
+                f"(first 1,000 {_ms(a['first_1000']['p50_ms'])}, last 1,000 {_ms(a['last_1000']['p50_ms'])}), "
+                f"p99 {_ms(a['p99_ms'])} ms, at most {max(n for _, n in a['trajectory']):,} snapshots at the "
+                f"10% marks, {a['snapshots_right_after']:,} right after"
+            )
+        if key == "off" and c.get("off_build_s") is not None:
+            text += f"; history built in {c['off_build_s']:,.1f} s (commits of 500 snapshots)"
+        return text, None
+
+    return cell
+
+
+def _care_ratio(r: dict) -> tuple[str, bool | None]:
+    t = _get(r, "care", "window", "tables")
+    if not t:
+        return "n/a", None
+    on, fresh = t["on"]["commit"]["p50_ms"], t["fresh"]["commit"]["p50_ms"]
+    off = t["off"]["commit"]["p50_ms"]
+    text = f"{on / fresh:.2f}x ({_ms(on)} vs {_ms(fresh)} ms); off / fresh {off / fresh:.2f}x"
+    return text, on <= 1.5 * fresh
+
+
+def _care_during(r: dict) -> tuple[str, bool | None]:
+    a = _get(r, "care", "on_appends")
+    if not a:
+        return "n/a", None
+    m = a["maintenance"]
+    text = (
+        f"{m['expire_tasks']:.0f} expiry tasks ({m['expire_task_s']:.1f} s in all), {m['snapshots_expired']:,.0f} "
+        f"snapshots expired, {m['files_deleted']:,.0f} files deleted; server CPU {a['server_cpu_ms_per_append']:.2f} "
+        f"ms per append (commits and care together)"
+    )
+    if m["failed_or_retried"]:
+        text += f"; {m['failed_or_retried']:.0f} task attempts failed (retried later)"
+    put_off = _get(r, "care", "tasks_put_off") or []
+    if put_off:
+        first = put_off[0]
+        text += (
+            f"; {len(put_off)} tasks put off after a failed attempt, e.g. {first['kind']} of {first['table']}: "
+            f"{first['last-error']}"
+        )
+    left = _get(r, "care", "on_leftovers")
+    if left:
+        text += f"; manifest lists of expired snapshots left on storage: {left['left_behind']:,}"
+    return text, None
+
+
+def _care_cpu(r: dict) -> tuple[str, bool | None]:
+    e = _get(r, "care", "expiry")
+    if not e:
+        return "n/a", None
+    return (
+        f"{_num(e['cpu_ms_per_1000_expired'])} ms ({e['server_cpu_s']:.1f} s of server CPU for {e['expired']:,} "
+        f"snapshots expired, {e['deleted_files']:,} files deleted; task {e['task_s']:.1f} s)"
+    ), None
+
+
+def _care_deletes(r: dict) -> tuple[str, bool | None]:
+    e = _get(r, "care", "expiry")
+    if not e:
+        return "n/a", None
+    return (
+        f"{_num(e['files_per_s'])} files/s ({e['delete_phase_files']:,} files in {e['delete_phase_s']:.2f} s; "
+        f"the task read for {e['before_delete_s']:.1f} s before its first delete)"
+    ), None
+
+
+def _care_scale_expiry(r: dict) -> tuple[str, bool | None]:
+    s = _get(r, "care_scale")
+    if not s:
+        return "n/a", None
+    if "skipped" in s:
+        return s["skipped"], None
+    e = s.get("expiry")
+    if not e:
+        return "n/a", None
+    return (
+        f"{e['expired']:,} of {e['snapshots_before']:,} snapshots expired ({e['metadata_kb_before'] / 1024:,.0f} MB "
+        f"metadata), {e['deleted_files']:,} files deleted: task {e['task_s']:,.1f} s, server CPU "
+        f"{e['server_cpu_s']:,.1f} s, peak RSS {_num(e['peak_rss_mb'])} MB (from {_num(e['rss_before_mb'])}); "
+        f"delete phase {_num(e['files_per_s'])} files/s; history built in {s['build_s']:,.0f} s"
+    ), None
+
+
+def _care_scale_orphans(r: dict) -> tuple[str, bool | None]:
+    o = _get(r, "care_scale", "orphans")
+    if not o:
+        return "n/a", None
+    return (
+        f"{o['scanned']:,} files listed ({o['kept_young']:,} unreferenced but young, {o['orphans']:,} orphans): "
+        f"task {o['task_s']:,.1f} s, server CPU {o['server_cpu_s']:,.1f} s, peak RSS {_num(o['peak_rss_mb'])} MB "
+        f"(from {_num(o['rss_before_mb'])})"
+    ), None
 
 
 ROWS: list[Row] = [
@@ -395,6 +507,15 @@ ROWS: list[Row] = [
     ("commit steps (server /metrics), 50,000 snapshots", "", _server_steps("50k")),
     ("CPU: parse metadata file (orjson.loads, median)", "", _cpu_step("parse_metadata")),
     ("CPU: engine apply of one append (median)", "", _cpu_step("apply")),
+    ("table care: after the appends, maintenance ON (keep 100 snapshots)", "", _care_table("on")),
+    ("table care: after the appends, maintenance OFF", "", _care_table("off")),
+    ("table care: fresh table, maintenance on", "", _care_table("fresh")),
+    ("table care: commit p50, maintenance on / fresh", "<= 1.5x", _care_ratio),
+    ("table care: the server's own care during the appends", "", _care_during),
+    ("table care: server CPU per 1,000 expired snapshots (maintenance-off table expired)", "", _care_cpu),
+    ("table care: files deleted per second (that expiry's cleanup)", "", _care_deletes),
+    ("table care at scale: expiry of a 100,000-snapshot table", "", _care_scale_expiry),
+    ("table care at scale: orphan listing over 1,000,000 files", "", _care_scale_orphans),
     ("baseline raw CAS, 1 writer", "", _stat(("baselines", "raw_cas_1"), with_rate=True)),
     ("baseline raw CAS, 16 writers on one row", "", _cas_multi),
     ("baseline metadata write (hot table size)", "", _write),

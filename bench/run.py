@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` as well as `python -m ben
 
 
 from bench import backends, chart, clients, profiling, report  # noqa: E402
-from bench.scenarios import FULL, PARTS, QUICK, SHORT, Plan, Run, log  # noqa: E402
+from bench.scenarios import DEFAULT, FULL, PARTS, QUICK, SHORT, Plan, Run, log  # noqa: E402
 
 
 def run_backend(name: str, plan: Plan, args: argparse.Namespace, workdir: Path, prof_dir: Path) -> dict:
@@ -69,10 +69,11 @@ def _tail(path: Path) -> str:
 def _count_errors(path: Path) -> int:
     if not path.exists():
         return 0
+    # the server's JSON log writes "level":"error" (lower case, no space)
     return sum(
         1
         for line in path.read_text(errors="replace").splitlines()
-        if '"level": "ERROR"' in line or '"level":"ERROR"' in line
+        if '"level":"error"' in line.replace(" ", "").lower()
     )
 
 
@@ -150,9 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        default=",".join(SHORT),
+        default=",".join(DEFAULT),
         type=_parts,
-        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines (default: all)",
+        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, care-scale "
+        "(default: all but care-scale)",
+    )
+    parser.add_argument(
+        "--care-appends",
+        type=int,
+        default=None,
+        metavar="N",
+        help="appends of the care group's tables (default 10,000; 2,000 with --quick)",
     )
     parser.add_argument("--profile", action="store_true", help="record py-spy profiles of the server per scenario")
     parser.add_argument(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from . import backends, baselines, clients, cpu, hot, metrics, profiling, wire
+from . import backends, baselines, care, clients, cpu, hot, metrics, profiling, wire
 from .report import lat_stats, sample
 
 LOAD_LEVELS = (1, 8, 32)
@@ -45,14 +45,17 @@ GROWTH = {
 HISTORY_BATCH = 5_000  # add-snapshot updates per commit while building history
 
 
-PARTS = ("load", "commit_scenarios", "hot_appends", "growth", "baselines")
+PARTS = ("load", "commit_scenarios", "hot_appends", "growth", "baselines", "care", "care_scale")
 SHORT = {
     "load": "load",
     "commits": "commit_scenarios",
     "hot": "hot_appends",
     "growth": "growth",
     "baselines": "baselines",
+    "care": "care",
+    "care-scale": "care_scale",
 }
+DEFAULT = tuple(k for k in SHORT if k != "care-scale")  # the scale probe is opt-in (minutes)
 
 
 @dataclass(frozen=True)
@@ -434,6 +437,17 @@ class Run:
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
         }
         log(f"[{self.b.name}] integrity: {self.r['integrity']}")
+
+    def care(self) -> None:
+        """Table care on vs off after many appends, its CPU and delete rate (``bench/care.py``)."""
+        appends = getattr(self.args, "care_appends", None) or (2_000 if self.args.quick else 10_000)
+        self.r["care"] = c = care.run(self.b, self.args.quick, appends, dict(self.args.server_env), log)
+        self.r["raw"]["care"] = c.pop("raw")
+
+    def care_scale(self) -> None:
+        """100,000 snapshots expired, 1,000,000 files listed by orphan removal (``bench/care.py``)."""
+        self.r["care_scale"] = out = {}
+        care.scale(self.b, self.args.quick, dict(self.args.server_env), log, out)
 
     def baselines(self) -> None:
         p, b = self.plan, {}

@@ -1,5 +1,6 @@
 """Command line: ``iceberg-catalog serve``, ``migrate``, ``grants``, and the commands for people of
-``catalog/cli/`` (``namespaces``, ``tables``, ``views``: ``browse.py``; ``doctor``: ``doctor.py``);
+``catalog/cli/`` (``namespaces``, ``tables``, ``views``: ``browse.py``; ``tables dropped|undrop|end-retention``:
+``dropped.py``; ``doctor``: ``doctor.py``; ``maintenance``: ``maintenance.py``);
 also ``python -m catalog``.
 
 Flags override ``CATALOG_*`` environment variables; they are passed to the server processes through
@@ -16,7 +17,7 @@ import sys
 from pydantic import ValidationError
 
 from catalog import __version__, logs
-from catalog.cli import browse, doctor, maintenance
+from catalog.cli import browse, doctor, dropped, maintenance
 from catalog.cli import migrate as migrate_cli
 from catalog.server import startup
 from catalog.settings import Settings
@@ -46,10 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     grants.add_argument("--on", help="catalog | namespace=a.b | table=a.b.t | view=a.b.v")
     grants.add_argument("--id", type=int, help="the grant to remove")
     grants.add_argument("--file", help="a bootstrap file to check (check-bootstrap)")
-    browse.register(sub)
+    tables, client = browse.register(sub)
+    dropped.register(tables, client)
     doctor.register(sub)
     maintenance.register(sub)
     args = parser.parse_args(argv)
+    if args.command == "tables" and args.action in dropped.ACTIONS:
+        return dropped.run(args)
     if args.command in browse.COMMANDS:
         return browse.run(args)
     if args.command == "doctor":

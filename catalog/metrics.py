@@ -87,7 +87,8 @@ VENDED_CREDENTIALS = Counter(
 )
 MAINTENANCE_TASKS = Counter(
     "catalog_maintenance_tasks_total",
-    "Maintenance task attempts by kind (expire-snapshots | remove-orphans), outcome (done | skipped | retry | failed)",
+    "Maintenance task attempts by kind (expire-snapshots | remove-orphans | rewrite-manifests), "
+    "outcome (done | skipped | retry | failed)",
     ["kind", "outcome"],
     registry=REGISTRY,
 )
@@ -109,6 +110,16 @@ MAINTENANCE_BYTES_DELETED = Counter(
 )
 MAINTENANCE_SNAPSHOTS_EXPIRED = Counter(
     "catalog_maintenance_snapshots_expired_total", "Snapshots removed by snapshot expiry", registry=REGISTRY
+)
+MAINTENANCE_MANIFEST_REWRITES = Counter(
+    "catalog_maintenance_manifest_rewrites_total",
+    "Manifest rewrites by outcome: landed, landed-on-moved-head (a writer committed first; kept its manifests), "
+    "replanned (what it replaced changed), yielded (nothing committed)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+MAINTENANCE_MANIFESTS_REPLACED = Counter(
+    "catalog_maintenance_manifests_replaced_total", "Manifests replaced by manifest rewrites", registry=REGISTRY
 )
 SIGN_REQUESTS = Counter(
     "catalog_s3_sign_requests_total",

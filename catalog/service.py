@@ -18,14 +18,14 @@ from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
 from catalog.locations import is_within, normalise, overlaps, segment
 from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
-from catalog.maintenance.care import Care
+from catalog.maintenance.care import PURGE, Care
 from catalog.metadata import registered, tables, views
 from catalog.names import check_name, check_namespace
 from catalog.settings import Settings
-from catalog.storage import purge
 from catalog.storage.backends import Storage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store import migrate
+from catalog.store.dropped import Dropped
 from catalog.store.entries import Store, name_taken
 from catalog.store.ownership import Ownership
 from catalog.store.pointers import Entry, KeyRecord
@@ -242,27 +242,47 @@ class Catalog:
             self.store.insert_entry(ns, name, kind.name, location, own)
         return file
 
-    def drop(self, kind: Kind, ns: Namespace, name: str, purge_requested: bool = False) -> None:
-        """Drop the entry; with ``purge_requested`` (tables), then delete the table's files.
-
-        The purge runs after the drop committed and deletes only what lies in the table's own
-        locations (``Ownership.owned``). It never turns the completed drop into an error: what it
-        could not delete is logged, for an operator or a later purge of the prefix.
-        """
+    def drop(
+        self, kind: Kind, ns: Namespace, name: str, purge_requested: bool = False, by: str | None = None
+    ) -> Dropped | None:
+        """Drop the entry: its name is free at once; the entry itself is kept, restorable, for
+        ``CATALOG_DROP_RETENTION`` (``store/dropped.py``), then forgotten or, with
+        ``purge_requested`` (tables), purged by a maintenance worker. No file I/O here: a purge due
+        now is queued (``maintenance/care.py``), durable, and retried until the files are gone."""
         entry = self.entry(kind, ns, name)
-        if not self.store.delete_entry(entry):
-            raise kind.missing(f"{kind.noun} does not exist: {ident(ns, name)}")
-        if not (purge_requested and kind is TABLE):
-            return
-        try:
-            doomed = self.files.read(entry.metadata_location)
-            purge.delete_table_files(doomed, self.ownership.owned(doomed.data), self.files, self.settings)
-        except Exception as e:  # noqa: BLE001 - the drop stands; the leftovers are reported
-            log.warning(
-                "purge of dropped table %s incomplete, files left under its location: %s",
-                ident(ns, name),
-                getattr(e, "message", str(e)) or type(e).__name__,
-            )
+        purge = purge_requested and kind is TABLE
+        gone = self.store.drop_entry(entry, purge, int(self.settings.drop_retention * 1000), by)
+        if gone is not None and purge and gone.expires_ms <= gone.dropped_ms:
+            self.store.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)
+        return gone
+
+    def dropped(self, ns: Namespace | None, name: str | None, limit: int) -> list[Dropped]:
+        return self.store.list_dropped(ns, name, limit)
+
+    def dropped_entry(self, dropped_id: int) -> Dropped:
+        gone = self.store.get_dropped(dropped_id)
+        if gone is None:
+            raise errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
+        return gone
+
+    def undrop(self, dropped_id: int) -> Entry:
+        """Restore a dropped table or view under its name (409 when the name or its location was
+        taken since, or its purge has begun)."""
+        entry = self.store.undrop_entry(dropped_id)
+        log.info("%s %s undropped: %s", entry.kind, ident(entry.namespace, entry.name), entry.metadata_location)
+        return entry
+
+    def end_retention(self, dropped_id: int) -> Dropped:
+        """End a dropped entry's retention now: a purge is queued (dropped with purge) or the entry
+        is forgotten, its files kept (without)."""
+        gone = self.store.end_retention(dropped_id)
+        if gone is None:
+            raise errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
+        if gone.purge:
+            self.store.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)
+        else:
+            self.store.forget_dropped([gone.id])
+        return gone
 
     def unregister(self, ns: Namespace, name: str) -> MetadataFile:
         """unregisterTable: remove the table's entry and keep every file, the opposite of register.

@@ -302,6 +302,18 @@ class Settings(BaseSettings):
         ge=0,
         description="Snapshot expiry runs on a table whose pointer moved, at most this often.",
     )
+    maintenance_expire_every_commits: int = Field(
+        default=1000,
+        ge=0,
+        description="Snapshot expiry also runs on a table that took this many commits since its last run, "
+        "however recent that was (0: only the time above counts).",
+    )
+    maintenance_manifests_every_minutes: float = Field(
+        default=10.0,
+        ge=0,
+        description="Manifest rewrite is considered on a table whose pointer moved, at most this often; it runs "
+        "when the main branch has more manifests than the table's commit.manifest.min-count-to-merge (100).",
+    )
     maintenance_orphans_every_hours: float = Field(
         default=24.0, ge=0, description="Orphan removal runs on each table this often."
     )
@@ -339,6 +351,20 @@ class Settings(BaseSettings):
         ge=0,
         description="The wait after a task's first failed attempt, doubled after each (at most 1 h).",
     )
+
+    drop_retention: float = Field(
+        default=7 * 24 * 3600.0,
+        ge=0,
+        description="Seconds a dropped table or view is kept, restorable with undrop, its location still "
+        "owned (a number of seconds, or with a unit: 30m, 12h, 7d); then it is purged (if its drop asked "
+        "for it) or forgotten, its files kept. 0: at once (a requested purge is still queued, never done "
+        "in the request).",
+    )
+
+    @field_validator("drop_retention", mode="before")
+    @classmethod
+    def _drop_retention(cls, value: object) -> object:
+        return duration_seconds(value)
 
     @field_validator("database_url")
     @classmethod
@@ -387,3 +413,15 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
         hint = f"did you mean {close[0]}?" if close else "docs/configuration.md lists the settings"
         warnings.append(f"{variable} is not a setting and is ignored ({hint})")
     return warnings
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(value: object) -> object:
+    """``7d``, ``12h``, ``30m``, ``45s`` or a number of seconds: seconds (others left to the field)."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text[-1:] in _UNITS and text[:-1].replace(".", "", 1).isdigit():
+            return float(text[:-1]) * _UNITS[text[-1]]
+    return value

@@ -17,9 +17,12 @@ import requests
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.support import (
+    CARE_ON_REQUEST,
     Http,
     Server,
     backends,
+    duckdb_attached,
+    new_pg_database,
     register_catalog,
     s3_client_props,
     s3_env,
@@ -70,7 +73,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         return
     if backend != "sqlite":
         raise ValueError(f"unknown backend {backend}")
-    srv = start_server(workdir)
+    srv = start_server(workdir, extra_env=CARE_ON_REQUEST)
     yield srv
     srv.stop()
 
@@ -97,7 +100,9 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 @pytest.fixture(scope="session")
 def pg_s3_server(services: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     workdir = tmp_path_factory.mktemp("pg-s3")
-    env = {"CATALOG_DATABASE_URL": services["pg"].url, **s3_env(services["s3"], "suite")}
+    # its own database: its maintenance worker claims the queue's tasks (purges), which must be its own
+    url = new_pg_database(services["pg"], "suite")
+    env = {"CATALOG_DATABASE_URL": url, **s3_env(services["s3"], "suite"), **CARE_ON_REQUEST}
     srv = start_server(workdir, "postgres-s3", env)
     srv.io_props = s3_client_props(services["s3"])
     yield srv
@@ -173,3 +178,14 @@ def spark_ns(spark, lake: str) -> str:
     name = f"{lake}.sp_{uuid.uuid4().hex[:8]}"
     spark.sql(f"CREATE NAMESPACE {name}")
     return name
+
+
+@pytest.fixture
+def duck(server: Server):
+    """A DuckDB connection with the catalog attached as ``lake`` (on local disk, or on S3 with its own secret)."""
+    try:
+        con = duckdb_attached(server)
+    except ImportError:
+        skip_or_fail("duckdb is not installed: pip install -e '.[test]'")
+    yield con
+    con.close()

@@ -4,18 +4,22 @@ A test module imports from here (or from the other support modules: services.py,
 java_oracle.py, writers.py, corpus/), never from another test module or from conftest.py.
 
 - environment: ``ROOT``, ``IN_CI``, ``skip_or_fail``, ``backends``, ``free_port``, ``ServiceUnavailable``
-- the server as a process: ``Server``, ``start_server``, ``s3_env``, ``s3_client_props``
+- the server as a process: ``Server``, ``start_server``, ``start_worker``, ``s3_env``, ``s3_client_props``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
+- maintenance on the shared servers: ``CARE_ON_REQUEST``, ``wait_task``; dropped tables: ``purge_now``
 - schemas, named by what they are: ``JSON_SCHEMA`` (REST JSON, id + data), ``JSON_ID_SCHEMA`` (REST
   JSON, one id column), ``PY_SCHEMA`` (pyiceberg, id + name + ts) and ``rows`` (pyarrow rows of it)
 - REST helpers over an ``Http``: ``create``, ``load``, ``commit``, ``add_column``
 - commit bodies for the in-process engine: ``append_updates``
 - races: ``race(n, fn)``
 - the catalog in process: ``local_catalog``
-- tokens: ``TOKEN_SECRET``, ``CLIENTS``, ``token``, ``as_``, ``builtin_token``
+- tokens: ``TOKEN_SECRET``, ``CLIENTS``, ``auth_env`` (``ADMIN_ONLY``), ``token``, ``as_``, ``builtin_token``
 - PostgreSQL: ``new_pg_database``, ``check_migrations_round_trip``, ``commit_with_its_connection_killed``
 - Spark (plain helpers; the session is conftest's ``spark`` fixture): ``spark_unavailable``,
   ``spark_conf``, ``register_catalog``, ``create_events``, ``insert_events``, ``sql_rows``, ``scalar``
+- table care: ``CARE_ENV``, ``care_server`` (a server of its own that runs maintenance), ``run_care``
+  (run it now and wait), ``live_entries`` (a snapshot's live manifest entries), ``duckdb_attached``
+  (also behind conftest's ``duck``)
 """
 
 from __future__ import annotations
@@ -112,6 +116,17 @@ class Server:
                 self.proc.wait(5)
 
 
+# The shared test servers run one maintenance worker for what a test asks (the purge of a dropped
+# table, a maintenance run), and schedule nothing (``CATALOG_MAINTENANCE_ENABLED=false``): tests
+# write snapshots with old timestamps, which expiry would remove under them. A run a test asks for
+# follows the table's policy alone (no writer grace). ``purge_now`` ends a drop's retention and waits.
+CARE_ON_REQUEST = {
+    "CATALOG_MAINTENANCE_WORKERS": "1",
+    "CATALOG_MAINTENANCE_ENABLED": "false",
+    "CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS": "0",
+}
+
+
 def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, str] | None = None) -> Server:
     """Start the server as its own process on a free port and wait until it answers /health/live."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -124,8 +139,8 @@ def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, st
         "CATALOG_HOST": "127.0.0.1",
         "CATALOG_LOG_LEVEL": "warning",
         "CATALOG_LOG_FORMAT": "json",
-        # The shared test servers run no table care (tests/test_maintenance.py starts its own): tests
-        # write snapshots with old timestamps, which expiry would remove under them.
+        # No maintenance worker unless asked (CARE_ON_REQUEST, tests/test_maintenance.py): a worker claims
+        # any task of its database's queue, and test servers sharing a database do not share storage.
         "CATALOG_MAINTENANCE_WORKERS": "0",
         **(extra_env or {}),
     }
@@ -148,6 +163,24 @@ def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, st
     proc.kill()
     proc.wait(5)
     raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
+
+
+def start_worker(server: Server, **env: str) -> subprocess.Popen:
+    """A dedicated ``iceberg-catalog maintenance worker`` process on the server's configuration
+    (one thread, a 5 s lease, no scheduled work unless ``env`` says so). Stop it with ``kill()``."""
+    env = {
+        **server.env,
+        "CATALOG_MAINTENANCE_WORKERS": "1",
+        "CATALOG_MAINTENANCE_LEASE_SECONDS": "5",
+        "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "catalog", "maintenance", "worker"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def s3_env(s3, prefix: str) -> dict[str, str]:
@@ -212,6 +245,38 @@ def assert_error(resp: requests.Response, code: int, type_: str, contains: str =
     assert err["code"] == code and err["type"] == type_, err
     assert isinstance(err["message"], str) and contains in err["message"], err
     return err
+
+
+def purge_now(url: str, ident: str, headers: dict[str, str] | None = None, timeout: float = 90) -> dict:
+    """End the retention of the dropped table ``ident`` (``a.b.t``) now and wait until its purge
+    is done (the server needs a maintenance worker: ``CARE_ON_REQUEST``): the dropped entry as it was."""
+    ns, _, name = ident.rpartition(".")
+    found = requests.get(
+        f"{url}/management/v1/dropped", params={"namespace": ns, "name": name}, headers=headers, timeout=30
+    )
+    found.raise_for_status()
+    gone = found.json()["dropped"][0]
+    ended = requests.delete(f"{url}/management/v1/dropped/{gone['id']}", headers=headers, timeout=30)
+    assert ended.status_code == 202, ended.text
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = requests.get(f"{url}/management/v1/dropped", params={"namespace": ns}, headers=headers, timeout=30)
+        if all(d["id"] != gone["id"] for d in left.json()["dropped"]):
+            return gone
+        time.sleep(0.25)
+    tasks = requests.get(f"{url}/management/v1/maintenance/tasks", headers=headers, timeout=30).json()
+    raise AssertionError(f"the purge of {ident} did not finish in {timeout} s: {tasks}")
+
+
+def wait_task(url: str, task_id: int, headers: dict[str, str] | None = None, timeout: float = 120) -> dict:
+    """The maintenance task once it is neither queued nor running (done or failed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        task = requests.get(f"{url}/management/v1/maintenance/tasks/{task_id}", headers=headers, timeout=30).json()
+        if task["state"] not in ("queued", "running"):
+            return task
+        assert time.monotonic() < deadline, task
+        time.sleep(0.2)
 
 
 def metric_total(url: str, name: str) -> float:
@@ -361,6 +426,23 @@ def local_catalog(path: Path, **settings: Any) -> Iterator[Any]:
 # the modules that reuse its principals).
 TOKEN_SECRET = "test-signing-key-" + "k" * 32
 CLIENTS = {"admin": "admin-secret", "ingest": "ingest-secret", "analyst": "analyst-secret", "nobody": "nobody-secret"}
+
+
+ADMIN_ONLY = "grants:\n  - {principal: client:admin, privileges: [admin], on: catalog}\n"
+
+
+def auth_env(tmp: Path, bootstrap: str = ADMIN_ONLY, cache_seconds: str = "1") -> dict[str, str]:
+    """A server's settings with authentication required, the built-in ``CLIENTS`` and the grants of
+    ``bootstrap`` (a bootstrap file written into ``tmp``)."""
+    policy = tmp / "grants.yaml"
+    policy.write_text(bootstrap)
+    return {
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in CLIENTS.items()),
+        "CATALOG_TOKEN_SECRET": TOKEN_SECRET,
+        "CATALOG_AUTHZ_BOOTSTRAP": str(policy),
+        "CATALOG_AUTHZ_CACHE_SECONDS": cache_seconds,
+    }
 
 
 def token(server: Server, client: str) -> str:
@@ -536,3 +618,80 @@ def create_events(spark, table: str, **props: str) -> None:
 def insert_events(spark, table: str, ids: range) -> None:
     values = ", ".join(f"({i}, timestamp'2026-01-0{1 + i % 3} 10:00:00', 'c{i % 4}', {i}.5)" for i in ids)
     spark.sql(f"INSERT INTO {table} VALUES {values}")
+
+
+# --- table care --------------------------------------------------------------------------------------
+
+CARE_ENV = {
+    "CATALOG_MAINTENANCE_WORKERS": "1",
+    "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",  # no scheduled work unless a test asks for it
+    "CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS": "0",  # the table's policy alone (a race test sets one)
+    "CATALOG_LOG_LEVEL": "info",
+}
+
+
+def care_server(backend: str, workdir: Path, services: dict | None = None, **env: str) -> Server:
+    """A server of its own that runs table care (``CARE_ENV`` + ``env``). On PostgreSQL it gets its
+    own database and bucket prefix: servers sharing a database share its task queue."""
+    env = {**CARE_ENV, **env}
+    if backend == "postgres-s3":
+        assert services is not None
+        unique = f"care_{uuid.uuid4().hex[:8]}"
+        env.update({"CATALOG_DATABASE_URL": new_pg_database(services["pg"], unique), **s3_env(services["s3"], unique)})
+    srv = start_server(workdir, backend, env)
+    if backend == "postgres-s3":
+        srv.io_props = s3_client_props(services["s3"])
+        srv.s3 = services["s3"]  # type: ignore[attr-defined]
+    return srv
+
+
+def run_care(server: Server, ns: str, table: str, timeout: float = 180, **body: object) -> list[dict]:
+    """Run table care on ``ns.table`` now (the management API, as the CLI's ``run --wait``) and wait
+    for its tasks to finish."""
+    from urllib.parse import quote
+
+    url = f"{server.url}/management/v1/maintenance/tables/{quote(ns)}/{quote(table)}"
+    resp = requests.post(url, json=body, timeout=30)
+    assert resp.status_code == 202, resp.text
+    return [wait_task(server.url, t["id"], timeout=timeout) for t in resp.json()["tasks"]]
+
+
+def live_entries(table: Any, snapshot_id: int | None = None) -> dict[str, tuple]:
+    """A snapshot's live data and delete files, as pyiceberg reads them: path -> (snapshot id, data
+    sequence number, file sequence number, content, record count)."""
+    snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+    found = {}
+    for manifest in snapshot.manifests(table.io):
+        for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            f = e.data_file
+            found[f.file_path] = (
+                e.snapshot_id,
+                e.sequence_number,
+                e.file_sequence_number,
+                int(f.content),
+                f.record_count,
+            )
+    return found
+
+
+def duckdb_attached(server: Server) -> Any:
+    """A DuckDB connection with ``server`` attached as ``lake`` (the iceberg extension, read/write)."""
+    from tests.services import duckdb_connection
+
+    con = duckdb_connection()
+    options = ""
+    if server.backend == "postgres-s3":  # no vended credentials: DuckDB uses the secret given here
+        con.execute(
+            "CREATE SECRET (TYPE s3, KEY_ID ?, SECRET ?, ENDPOINT ?, REGION ?, URL_STYLE 'path', USE_SSL false)",
+            [
+                server.io_props["s3.access-key-id"],
+                server.io_props["s3.secret-access-key"],
+                server.env["CATALOG_S3_ENDPOINT"].split("://", 1)[1],
+                server.env.get("CATALOG_S3_REGION", "us-east-1"),
+            ],
+        )
+        options = ", ACCESS_DELEGATION_MODE 'none'"
+    con.execute(
+        f"ATTACH 'warehouse' AS lake (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none'{options})"
+    )
+    return con

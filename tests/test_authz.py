@@ -22,12 +22,11 @@ from catalog.auth import policy as authz
 from catalog.auth.policy import Grant, Policy, Privilege, Target, commit_privileges, parse_grants, principal_keys
 from catalog.errors import BadRequest
 from tests.support import (
-    CLIENTS,
     PY_SCHEMA,
-    TOKEN_SECRET,
     Server,
     as_,
     assert_error,
+    auth_env,
     backends,
     rows,
     s3_client_props,
@@ -45,22 +44,10 @@ grants:
 ROWS = rows(0, 3)
 
 
-def auth_env(tmp: Path, bootstrap: str = BOOTSTRAP, cache_seconds: str = "1") -> dict[str, str]:
-    policy = tmp / "grants.yaml"
-    policy.write_text(bootstrap)
-    return {
-        "CATALOG_AUTH_REQUIRED": "true",
-        "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in CLIENTS.items()),
-        "CATALOG_TOKEN_SECRET": TOKEN_SECRET,
-        "CATALOG_AUTHZ_BOOTSTRAP": str(policy),
-        "CATALOG_AUTHZ_CACHE_SECONDS": cache_seconds,
-    }
-
-
 @pytest.fixture(scope="module", params=backends())
 def secured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     workdir = tmp_path_factory.mktemp("authz")
-    env = auth_env(workdir)
+    env = auth_env(workdir, BOOTSTRAP)
     io: dict[str, str] = {}
     if request.param == "postgres-s3":
         services = request.getfixturevalue("services")
@@ -323,6 +310,9 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
         ("POST", "/management/v1/maintenance/tables/{namespace}/{table}"): {"json": {"dry-run": True}},
         ("GET", "/management/v1/maintenance/tasks"): None,  # only tasks of tables it may read: none
         ("GET", "/management/v1/maintenance/tasks/{task_id}"): {},
+        ("GET", "/management/v1/dropped"): None,  # only entries it holds a privilege on: none
+        ("POST", "/management/v1/dropped/{dropped_id}/undrop"): {},
+        ("DELETE", "/management/v1/dropped/{dropped_id}"): {},
     }
     open_routes = {
         "/",
@@ -342,7 +332,8 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
             .replace("{table:str}", "{table}")
             .replace("{view:str}", "{view}")
             .replace("{grant_id:str}", "{grant_id}")
-            .replace("{task_id:str}", "{task_id}"),
+            .replace("{task_id:str}", "{task_id}")
+            .replace("{dropped_id:str}", "{dropped_id}"),
         )
         for route in app.routes
         for handler in route.route_handlers
@@ -356,20 +347,25 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
     }
     assert served == set(calls), f"routes without a check here: {served ^ set(calls)}"
 
+    doomed = f"dropme_{uuid.uuid4().hex[:6]}"
+    as_(secured, "admin").create_table(f"raw.{doomed}", PY_SCHEMA)
+    Caller(secured, "admin")("DELETE", f"/v1/namespaces/raw/tables/{doomed}")
+    dropped = Caller(secured, "admin")("GET", "/management/v1/dropped", params={"namespace": "raw", "name": doomed})
+    dropped_id = dropped.json()["dropped"][0]["id"]
     before, files = pointers(secured), warehouse_files(secured)
     http = Caller(secured, "nobody")
     grant_id = Caller(secured, "admin")("GET", "/management/v1/grants").json()["grants"][0]["id"]
     queued = Caller(secured, "admin")("POST", "/management/v1/maintenance/tables/raw/events", json={"dry-run": True})
     task_id = queued.json()["tasks"][0]["id"]  # the secured server runs no task: it stays queued
     for (method, path), kwargs in calls.items():
-        url = path.format(namespace="raw", table="events", view="events", grant_id=grant_id, task_id=task_id)
+        url = path.format(
+            namespace="raw", table="events", view="events", grant_id=grant_id, task_id=task_id, dropped_id=dropped_id
+        )
         resp = http(method, url, **(kwargs or {}))
         if kwargs is None:
             assert resp.status_code == 200, (method, path, resp.text)
             body = resp.json()
-            assert body.get("namespaces", []) == [] and body.get("grants", []) == [] and body.get("tasks", []) == [], (
-                body
-            )
+            assert all(body.get(k, []) == [] for k in ("namespaces", "grants", "tasks", "dropped")), body
         elif method == "HEAD":
             assert resp.status_code == 403, (method, path)
         else:
@@ -501,7 +497,7 @@ def test_two_replicas_of_two_workers_accept_every_valid_token_and_honour_a_revok
         for i in range(2):
             workdir = tmp_path_factory.mktemp(f"replica{i}")
             env = {
-                **auth_env(workdir, cache_seconds="2"),
+                **auth_env(workdir, BOOTSTRAP, cache_seconds="2"),
                 "CATALOG_WORKERS": "2",
                 "CATALOG_DATABASE_URL": services["pg"].url,
                 "CATALOG_OIDC_ISSUER": idp.issuer,

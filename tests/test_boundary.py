@@ -28,6 +28,7 @@ from tests.support import (
     create,
     load,
     new_pg_database,
+    purge_now,
     race,
     rows,
     s3_env,
@@ -122,7 +123,7 @@ def no_leak(resp: requests.Response) -> None:
 # -- purge -----------------------------------------------------------------------------------------
 
 
-def test_purge_deletes_only_the_tables_own_files(http, ns, outside, inside):
+def test_purge_deletes_only_the_tables_own_files(server, http, ns, outside, inside):
     """A commit can no longer add another place's files (403, tests/test_hardening_lows.py), but a
     registered table may carry them: its purge must skip them."""
     victims = [place.put(f"victim-{i}.avro", b"precious") for i, place in enumerate(outside)]
@@ -150,6 +151,7 @@ def test_purge_deletes_only_the_tables_own_files(http, ns, outside, inside):
     assert resp.status_code == 200, resp.text
     resp = http("DELETE", f"/v1/namespaces/{ns}/tables/doomed?purgeRequested=true")
     assert resp.status_code == 204, resp.text
+    purge_now(server.url, f"{ns}.doomed")
     for place, victim in zip(outside, victims, strict=True):
         assert victim.rsplit("/", 1)[1] in place.names()  # never deleted
     assert load(http, ns, "neighbour")["metadata-location"] == neighbour["metadata-location"]
@@ -161,9 +163,9 @@ def test_purge_deletes_only_the_tables_own_files(http, ns, outside, inside):
     )  # the table's own files did go
 
 
-def test_a_failing_purge_still_drops_the_table(catalog, ns):
-    """A manifest gone missing stops the purge half way; the drop had already happened, so the
-    answer is still 204 (a 500 made clients retry into a 404)."""
+def test_a_purge_missing_a_manifest_still_deletes_the_whole_table(server, catalog, ns):
+    """A manifest gone missing hides its data files from the metadata; the drop answers 204 at once
+    (no file I/O in it), and the purge, after the references, sweeps the table's own location."""
     table = catalog.create_table(f"{ns}.t", PY_SCHEMA)
     table.append(rows(0, 3))
     table = catalog.load_table(f"{ns}.t")
@@ -172,7 +174,8 @@ def test_a_failing_purge_still_drops_the_table(catalog, ns):
         table.io.delete(manifest.manifest_path)
     catalog.purge_table(f"{ns}.t")  # raises on any error status
     assert not catalog.table_exists(f"{ns}.t")
-    assert all(table.io.new_input(p).exists() for p in data_files)  # what could not be found is left, and logged
+    purge_now(server.url, f"{ns}.t")
+    assert not any(table.io.new_input(p).exists() for p in [*data_files, table.metadata_location])
 
 
 # -- register ----------------------------------------------------------------------------------------

@@ -1478,12 +1478,14 @@ def test_a_maintenance_worker_deployment_takes_table_care_off_the_servers(chart:
     assert worker["args"] == ["maintenance", "worker"] and worker_spec["replicas"] == 2
     env = resolve_env(worker, rendered.chart_secrets())
     assert env["CATALOG_MAINTENANCE_WORKERS"] == "2" and env["CATALOG_DATABASE_URL"].startswith("postgresql")
+    assert env["CATALOG_DROP_RETENTION"] == "7d"  # configured alike: one queue, one catalog
     assert worker_spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == "maintenance"
     for version in kube_versions(kv):
         kv.validate({k: v for k, v in deployments["maintenance"].items() if k != "__file__"}, version, strict=True)
     # by default the servers run it themselves
     default = Rendered(chart.render({"database": {"password": "pw"}}, name=RELEASE, namespace=NAMESPACE))
-    assert resolve_env(server_container(default), default.chart_secrets())["CATALOG_MAINTENANCE_WORKERS"] == "1"
+    server_env = resolve_env(server_container(default), default.chart_secrets())
+    assert server_env["CATALOG_MAINTENANCE_WORKERS"] == "1" and server_env["CATALOG_DROP_RETENTION"] == "7d"
 
 
 def test_a_maintenance_worker_with_sqlite_is_refused(chart: Any, helm: ModuleType) -> None:

@@ -19,39 +19,9 @@ import pyarrow as pa
 import pytest
 import requests
 
-from tests.services import duckdb_connection
-from tests.support import Server, skip_or_fail
+from tests.support import Server
 
 ARROW_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-
-
-@pytest.fixture
-def duck(server: Server):
-    """A DuckDB connection with the catalog attached as ``lake``."""
-    try:
-        con = duckdb_connection()
-    except ImportError:
-        skip_or_fail("duckdb is not installed: pip install -e '.[test]'")
-    options = ""
-    if server.backend == "postgres-s3":
-        # The server vends no credentials here: DuckDB is told not to expect them (by default it asks
-        # for them, and then does not use its own secret) and uses the S3 secret given to it.
-        con.execute(
-            "CREATE SECRET (TYPE s3, KEY_ID ?, SECRET ?, ENDPOINT ?, REGION ?, URL_STYLE 'path', USE_SSL false)",
-            [
-                server.io_props["s3.access-key-id"],
-                server.io_props["s3.secret-access-key"],
-                server.env["CATALOG_S3_ENDPOINT"].split("://", 1)[1],
-                server.env.get("CATALOG_S3_REGION", "us-east-1"),
-            ],
-        )
-        options = ", ACCESS_DELEGATION_MODE 'none'"
-    # On local disk DuckDB's defaults are enough.
-    con.execute(
-        f"ATTACH 'warehouse' AS lake (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none'{options})"
-    )
-    yield con
-    con.close()
 
 
 def pyiceberg_rows(catalog, table: str) -> list[tuple]:

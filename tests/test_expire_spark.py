@@ -21,7 +21,7 @@ import requests
 
 from catalog.maintenance import expire, reachability
 from catalog.metadata import tables
-from tests.support import Server
+from tests.support import Server, wait_task
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -239,16 +239,12 @@ def test_unreferenced_snapshots_after_a_rollback_and_a_dropped_branch_like_spark
     assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
 
 
-def test_the_catalogs_own_expiry_leaves_a_table_spark_and_pyiceberg_read(
-    spark, server: Server, lake: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+def test_the_catalogs_own_expiry_leaves_a_table_spark_pyiceberg_and_duckdb_read(
+    spark, duck, server: Server, lake: str, request: pytest.FixtureRequest
 ) -> None:
-    """The catalog's expiry task (queued over HTTP, run by a worker on the server's own database and
-    storage) on a Spark-written table: Spark and pyiceberg read the current rows and the tag's by
-    time travel afterwards, and every file a kept snapshot references is still there."""
-    from catalog.maintenance.worker import Workers
-    from catalog.server.app import build_catalog
-    from catalog.settings import Settings
-
+    """The catalog's expiry task (queued over HTTP, run by the server's own worker) on a Spark-written
+    table: Spark, pyiceberg and DuckDB read the current rows and the tag's by time travel afterwards,
+    and every file a kept snapshot references is still there."""
     ns = f"ex_{uuid.uuid4().hex[:8]}"
     spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
     history(spark, server, lake, ns)
@@ -259,17 +255,8 @@ def test_the_catalogs_own_expiry_leaves_a_table_spark_and_pyiceberg_read(
     before = metadata(server, ns, "t")
     queued = requests.post(f"{server.url}/management/v1/maintenance/tables/{ns}/t", json={}, timeout=30)
     assert queued.status_code == 202, queued.text
-    for key, value in server.env.items():
-        if key.startswith("CATALOG_"):
-            monkeypatch.setenv(key, value)
-    monkeypatch.setenv("CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS", "0")  # the table's policy alone
-    local = build_catalog(Settings())
-    try:
-        workers = Workers(local.care, 1)
-        while workers.run_one("spark-test"):
-            pass
-    finally:
-        local.store.engine.dispose()
+    for task in queued.json()["tasks"]:  # run by the server's own worker (CARE_ON_REQUEST)
+        assert (done := wait_task(server.url, task["id"]))["state"] == "done", done
     after = metadata(server, ns, "t")
     assert len(after["snapshots"]) < len(before["snapshots"])
     assert set(after["refs"]) == set(before["refs"])  # the tag and the branch stay
@@ -280,6 +267,9 @@ def test_the_catalogs_own_expiry_leaves_a_table_spark_and_pyiceberg_read(
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == current
     tag_id = after["refs"]["keep"]["snapshot-id"]
     assert sorted(table.scan(snapshot_id=tag_id).to_arrow().column("id").to_pylist()) == tagged
+    assert [r[0] for r in duck.execute(f"SELECT id FROM lake.{ns}.t ORDER BY id").fetchall()] == current
+    duck_tagged = duck.execute(f"SELECT id FROM lake.{ns}.t AT (VERSION => {tag_id}) ORDER BY id").fetchall()
+    assert [r[0] for r in duck_tagged] == tagged
     listed = files_under(before["location"], request)
     for snapshot in table.metadata.snapshots:
         assert normal(snapshot.manifest_list) in listed

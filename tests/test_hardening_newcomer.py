@@ -127,7 +127,7 @@ def test_serve_warns_of_a_misspelt_setting_naming_the_real_one(tmp_path):
         seen = []
         for line in proc.stderr:
             seen.append(line.rstrip())
-            if "table care:" in line:  # the summary's last line; the warnings follow it
+            if "dropped tables:" in line:  # the summary's last line; the warnings follow it
                 break
         for line in proc.stderr:
             seen.append(line.rstrip())

@@ -9,7 +9,9 @@ then fails visibly. Every delete is asserted on the filesystem or the bucket.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,31 +25,26 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from tests.support import Server, backends, new_pg_database, s3_client_props, s3_env, start_server
+from tests.support import (
+    CARE_ENV,
+    Server,
+    as_,
+    auth_env,
+    backends,
+    care_server,
+    run_care,
+    start_server,
+    start_worker,
+    token,
+    wait_task,
+)
 
 ROWS_SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
-CARE_ENV = {
-    "CATALOG_MAINTENANCE_WORKERS": "1",
-    "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",  # no scheduled work under these tests
-    "CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS": "0",  # the table's policy alone (the race test sets one)
-    "CATALOG_LOG_LEVEL": "info",
-}
 
 
 def _care_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, **env: str) -> Server:
-    workdir = tmp_path_factory.mktemp(f"care-{request.param}")
-    env = {**CARE_ENV, **env}
-    if request.param == "postgres-s3":
-        services = request.getfixturevalue("services")
-        # its own database: servers sharing one share its task queue, and replicas of one catalog
-        # share their settings (warehouse included), which these test servers do not
-        unique = f"care_{uuid.uuid4().hex[:8]}"
-        env.update({"CATALOG_DATABASE_URL": new_pg_database(services["pg"], unique), **s3_env(services["s3"], unique)})
-    srv = start_server(workdir, request.param, env)
-    if request.param == "postgres-s3":
-        srv.io_props = s3_client_props(request.getfixturevalue("services")["s3"])
-        srv.s3 = request.getfixturevalue("services")["s3"]  # type: ignore[attr-defined]
-    return srv
+    services = request.getfixturevalue("services") if request.param == "postgres-s3" else None
+    return care_server(request.param, tmp_path_factory.mktemp(f"care-{request.param}"), services, **env)
 
 
 @pytest.fixture(scope="module", params=backends())
@@ -117,22 +114,6 @@ def _norm(path: str) -> str:
     return "file://" + path.removeprefix("file:").removeprefix("//") if not path.startswith("s3") else path
 
 
-def _run(server: Server, ns: str, table: str, **body: object) -> list[dict]:
-    """Run maintenance now and wait for its tasks (the CLI's --wait, over HTTP)."""
-    url = f"{server.url}/management/v1/maintenance/tables/{quote(ns)}/{quote(table)}"
-    resp = requests.post(url, json=body, timeout=30)
-    assert resp.status_code == 202, resp.text
-    tasks = resp.json()["tasks"]
-    deadline = time.monotonic() + 120
-    while any(t["state"] in ("queued", "running") for t in tasks):
-        assert time.monotonic() < deadline, tasks
-        time.sleep(0.2)
-        tasks = [
-            requests.get(f"{server.url}/management/v1/maintenance/tasks/{t['id']}", timeout=30).json() for t in tasks
-        ]
-    return tasks
-
-
 def _table(catalog: RestCatalog, ns: str, name: str, **props: str):  # noqa: ANN202
     return catalog.create_table(f"{ns}.{name}", ROWS_SCHEMA, properties=props)
 
@@ -180,12 +161,12 @@ def test_expiry_keeps_what_the_policy_says_and_deletes_only_what_expired_snapsho
     before_on_disk = files.under(table.location())
     expected_kept = {snapshots[-1], snapshots[-2], tagged}
 
-    dry = _run(care, ns, "t", kinds=["expire-snapshots"], **{"dry-run": True})[0]
+    dry = run_care(care, ns, "t", kinds=["expire-snapshots"], **{"dry-run": True})[0]
     assert dry["state"] == "done" and dry["result"]["dry-run"], dry
     assert set(dry["result"]["expired-snapshots"]) == set(snapshots) - expected_kept
     assert files.under(table.location()) == before_on_disk, "a dry run deleted files"
 
-    task = _run(care, ns, "t", kinds=["expire-snapshots"])[0]
+    task = run_care(care, ns, "t", kinds=["expire-snapshots"])[0]
     assert task["state"] == "done", task
     table = table.refresh()
     assert {s.snapshot_id for s in table.metadata.snapshots} == expected_kept
@@ -200,6 +181,50 @@ def test_expiry_keeps_what_the_policy_says_and_deletes_only_what_expired_snapsho
     # readable: current, and the tagged snapshot by time travel
     assert table.scan().to_arrow().num_rows == 40
     assert table.scan(snapshot_id=tagged).to_arrow().num_rows == 10
+
+
+def test_expiry_never_deletes_files_outside_the_table_that_hostile_metadata_names(care: Server) -> None:
+    """A registered table whose old snapshot names another table's manifest list: expiring that
+    snapshot makes the neighbour's list, manifests and data files "unreachable" from this table, but
+    they are not its own, so they are kept (and the neighbour still reads)."""
+    catalog = care.catalog()
+    ns = f"care_{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(ns)
+    neighbour = _table(catalog, ns, "neighbour")
+    neighbour.append(_rows(5))
+    neighbour = neighbour.refresh()
+    theirs = _live_files(neighbour)
+    src = _table(catalog, ns, "src", **{"history.expire.max-snapshot-age-ms": "1"})
+    src.append(_rows(1, 100))
+    src = src.refresh()
+    files = Files(care)
+    doc = json.loads(src.io.new_input(src.metadata_location).open().read())
+    catalog.drop_table(f"{ns}.src")
+    gone = requests.get(f"{care.url}/management/v1/dropped", params={"namespace": ns}, timeout=30).json()
+    assert requests.delete(f"{care.url}/management/v1/dropped/{gone['dropped'][0]['id']}", timeout=30).ok  # forget
+    own = doc["snapshots"][0]
+    foreign = {
+        "snapshot-id": 1,
+        "sequence-number": 0,
+        "timestamp-ms": own["timestamp-ms"] - 1000,
+        "manifest-list": neighbour.current_snapshot().manifest_list,
+        "summary": {"operation": "append"},
+        "schema-id": own.get("schema-id", 0),
+    }
+    doc["snapshots"].insert(0, foreign)
+    crafted = f"{doc['location']}/metadata/00009-{uuid.uuid4()}.metadata.json"
+    files.put(crafted, json.dumps(doc).encode())
+    resp = requests.post(
+        f"{care.url}/v1/namespaces/{ns}/register", json={"name": "hostile", "metadata-location": crafted}, timeout=30
+    )
+    assert resp.status_code == 200, resp.text
+
+    task = run_care(care, ns, "hostile", kinds=["expire-snapshots"])[0]
+    assert task["state"] == "done" and task["result"]["expired-snapshots"] == [1], task
+    on_disk = {_norm(f) for f in files.under(neighbour.location())}
+    assert theirs <= on_disk, "expiry deleted another table's files"
+    assert neighbour.refresh().scan().to_arrow().num_rows == 5
+    assert catalog.load_table(f"{ns}.hostile").scan().to_arrow().num_rows == 1
 
 
 def test_orphans_older_than_the_age_are_removed_and_fresh_ones_kept(tmp_path: Path) -> None:
@@ -220,11 +245,11 @@ def test_orphans_older_than_the_age_are_removed_and_fresh_ones_kept(tmp_path: Pa
         files.put(str(outside), b"z", age_s=2 * 3600)
         live = _live_files(table)
 
-        dry = _run(srv, "o", "t", kinds=["remove-orphans"], **{"dry-run": True})[0]
+        dry = run_care(srv, "o", "t", kinds=["remove-orphans"], **{"dry-run": True})[0]
         assert dry["result"]["files-to-delete"] == [f"file://{old}"], dry
         assert os.path.exists(old)
 
-        task = _run(srv, "o", "t", kinds=["remove-orphans"])[0]
+        task = run_care(srv, "o", "t", kinds=["remove-orphans"])[0]
         assert task["state"] == "done" and task["result"]["orphans"] == 1, task
         assert not os.path.exists(old)
         assert os.path.exists(fresh) and outside.exists()
@@ -399,7 +424,7 @@ def test_appends_racing_expiry_all_land_without_a_409(graced: Server) -> None:
         t.start()
     runs = []
     while any(t.is_alive() for t in threads):
-        runs.append(_run(care, ns, "t", kinds=["expire-snapshots"])[0])
+        runs.append(run_care(care, ns, "t", kinds=["expire-snapshots"])[0])
     for t in threads:
         t.join()
     assert not errors, errors
@@ -436,30 +461,14 @@ def test_the_scheduler_expires_a_table_by_itself_by_default(tmp_path: Path) -> N
 
 
 def test_maintenance_needs_alter_to_run_and_read_to_see(tmp_path: Path) -> None:
-    grants = tmp_path / "grants.yaml"
-    grants.write_text("grants:\n  - {principal: client:admin, privileges: [admin], on: catalog}\n")
-    env = {
-        **CARE_ENV,
-        "CATALOG_AUTHZ_BOOTSTRAP": str(grants),
-        "CATALOG_AUTH_REQUIRED": "true",
-        "CATALOG_OAUTH_CLIENTS": "admin:adm1n,reader:r3ad",
-        "CATALOG_TOKEN_SECRET": "x" * 40,
-    }
-    srv = start_server(tmp_path, "sqlite", env)
+    srv = start_server(tmp_path, "sqlite", {**CARE_ENV, **auth_env(tmp_path)})
     try:
-        admin = RestCatalog(
-            "a", uri=srv.url, credential="admin:adm1n", **{"oauth2-server-uri": f"{srv.url}/v1/oauth/tokens"}
-        )
+        admin = as_(srv, "admin")
         admin.create_namespace("g")
         _table(admin, "g", "t").append(_rows(1))
-        token = lambda c: requests.post(  # noqa: E731
-            f"{srv.url}/v1/oauth/tokens",
-            data={"grant_type": "client_credentials", "client_id": c[0], "client_secret": c[1]},
-            timeout=10,
-        ).json()["access_token"]
-        grant = {"principal": "client:reader", "privileges": ["read"], "on": {"table": ["g", "t"]}}
-        admin_h = {"Authorization": f"Bearer {token(('admin', 'adm1n'))}"}
-        reader_h = {"Authorization": f"Bearer {token(('reader', 'r3ad'))}"}
+        grant = {"principal": "client:analyst", "privileges": ["read"], "on": {"table": ["g", "t"]}}
+        admin_h = {"Authorization": f"Bearer {token(srv, 'admin')}"}
+        reader_h = {"Authorization": f"Bearer {token(srv, 'analyst')}"}
         assert (
             requests.post(f"{srv.url}/management/v1/grants", json=grant, headers=admin_h, timeout=10).status_code == 201
         )
@@ -474,14 +483,126 @@ def test_maintenance_needs_alter_to_run_and_read_to_see(tmp_path: Path) -> None:
         srv.stop()
 
 
-# -- helpers -----------------------------------------------------------------------------------------
+def test_expiry_is_due_again_after_n_commits_however_recent_its_lastrun_care(queued_only) -> None:  # noqa: ANN001
+    """``CATALOG_MAINTENANCE_EXPIRE_EVERY_COMMITS``: a hot table is not left to grow for the whole
+    ``..._EXPIRE_EVERY_MINUTES``; a quiet one is not looked at again."""
+    from catalog.maintenance.worker import Scheduler, Workers
+    from catalog.server.app import build_catalog
+
+    srv, queued_local = queued_only
+    update = {"maintenance_expire_every_minutes": 600, "maintenance_expire_every_commits": 5}
+    local = build_catalog(queued_local.settings.model_copy(update=update))
+    try:
+        catalog = srv.catalog()
+        catalog.create_namespace("n")
+        table = _table(catalog, "n", "hot")
+        table.append(_rows(1))
+        scheduler, workers = Scheduler(local.care), Workers(local.care, 1)
+
+        def expiries() -> list:
+            return [t for t in local.store.list_tasks() if t.kind == "expire-snapshots"]
+
+        scheduler.schedule()  # never expired: due
+        assert len(expiries()) == 1
+        while workers.run_one("test"):
+            pass
+        for i in range(4):
+            table.append(_rows(1, i))
+        scheduler.schedule()
+        assert len(expiries()) == 1  # 4 commits since its last run: not yet
+        table.append(_rows(1, 9))
+        scheduler.schedule()
+        assert len(expiries()) == 2 and expiries()[0].state == "queued"  # the 5th commit made it due
+    finally:
+        local.store.engine.dispose()
 
 
-def _wait(server: Server, task_id: int) -> dict:
-    deadline = time.monotonic() + 120
-    while True:
-        task = requests.get(f"{server.url}/management/v1/maintenance/tasks/{task_id}", timeout=30).json()
-        if task["state"] not in ("queued", "running"):
-            return task
-        assert time.monotonic() < deadline, task
-        time.sleep(0.2)
+JUNK = 40_000  # enough old files that the worker is caught half way through deleting them
+
+
+def test_orphan_removal_killed_mid_delete_loses_nothing(tmp_path: Path) -> None:
+    """kill -9 of a dedicated worker process while it deletes orphans: the task is claimed again
+    once its lease expired, finishes the job, and every file the table references is still there."""
+    srv = start_server(tmp_path, "sqlite", {"CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600"})  # runs no task
+    workers = []
+    try:
+        catalog = srv.catalog()
+        catalog.create_namespace("o")
+        table = _table(catalog, "o", "t")
+        for i in range(3):
+            table.append(_rows(2, 10 * i))
+        table = catalog.load_table("o.t")
+        live = _live_files(table)
+        junk = tmp_path / "warehouse" / "o" / "t" / "data" / "junk"
+        junk.mkdir(parents=True)
+        old = time.time() - 100 * 3600  # older than the 72 h orphan age
+        for i in range(JUNK):
+            path = junk / f"{i}.parquet"
+            path.write_bytes(b"x")
+            os.utime(path, (old, old))
+        task = _queue(srv, "o", "t", "remove-orphans")
+        workers.append(start_worker(srv))
+        deadline = time.monotonic() + 60
+        while len(os.listdir(junk)) == JUNK:
+            assert time.monotonic() < deadline, "the worker never started deleting"
+            time.sleep(0.005)
+        os.kill(workers[0].pid, signal.SIGKILL)
+        workers[0].wait(10)
+        left = len(os.listdir(junk))
+        assert 0 < left < JUNK, "the removal was not caught half way: raise JUNK"
+        assert all(os.path.exists(f.removeprefix("file://")) for f in live)
+
+        workers.append(start_worker(srv))  # claims it again once the dead worker's lease expired
+        done = wait_task(srv.url, task["id"])
+        assert done["state"] == "done" and done["attempts"] == 2 and done["result"]["deleted-files"] == left, done
+        assert os.listdir(junk) == []
+        assert all(os.path.exists(f.removeprefix("file://")) for f in live)
+        assert sorted(catalog.load_table("o.t").scan().to_arrow().column("id").to_pylist()) == [0, 1, 10, 11, 20, 21]
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait(10)
+        srv.stop()
+
+
+def test_orphan_removal_finishes_on_a_table_under_continuous_appends(queued_only) -> None:  # noqa: ANN001
+    """Each commit that lands while it looks is read (only what it added) and the pointer checked
+    again: a hot table still gets its orphans removed, and nothing a commit references goes."""
+    import threading
+
+    from catalog.maintenance.worker import Workers
+
+    srv, local = queued_only
+    catalog = srv.catalog()
+    catalog.create_namespace("h")
+    table = _table(catalog, "h", "t")
+    table.append(_rows(1))
+    location = table.location().removeprefix("file://")
+    old = time.time() - 100 * 3600
+    for i in range(200):
+        path = Path(location) / "data" / f"orphan-{i}.parquet"
+        path.write_bytes(b"x")
+        os.utime(path, (old, old))
+    stop, landed = threading.Event(), []
+
+    def append() -> None:
+        writer = srv.catalog().load_table("h.t")
+        while not stop.is_set():
+            writer.append(_rows(1, 100 + len(landed)))
+            landed.append(1)
+
+    appender = threading.Thread(target=append)
+    appender.start()
+    try:
+        while len(landed) < 3:
+            time.sleep(0.05)
+        queued = _queue(srv, "h", "t", "remove-orphans")
+        assert Workers(local.care, 1).run_one("test")
+    finally:
+        stop.set()
+        appender.join(60)
+    task = local.store.get_task(queued["id"])
+    assert task.state == "done" and task.result["deleted-files"] == 200, (task.state, task.last_error, task.result)
+    table = catalog.load_table("h.t")
+    assert all(os.path.exists(f.removeprefix("file://")) for f in _live_files(table))
+    assert table.scan().to_arrow().num_rows == 1 + len(landed)

@@ -26,6 +26,7 @@ from tests.support import (
     client_settings,
     create_events,
     insert_events,
+    purge_now,
     register_catalog,
     scalar,
     skip_or_fail,
@@ -269,7 +270,8 @@ def test_rename_and_drop(spark, ns: str, lake: str, server: Server):
     insert_events(spark, f"{ns}.b", range(5))
     purged = pyi.load_table(f"{ns.split('.', 1)[1]}.b")
     purged_files = [task.file.file_path for task in purged.scan().plan_files()]
-    spark.sql(f"DROP TABLE {ns}.b PURGE")
+    spark.sql(f"DROP TABLE {ns}.b PURGE")  # kept for the retention, then purged by the server
+    purge_now(server.url, f"{ns.split('.', 1)[1]}.b")
     assert purged_files and not any(purged.io.new_input(path).exists() for path in purged_files)
     assert not purged.io.new_input(purged.metadata_location).exists()
 
@@ -289,6 +291,7 @@ def test_names_with_spaces_and_percent_signs(spark, lake: str, server: Server):
     assert data and all(pyi.io.new_input(path).exists() for path in [*data, pyi.metadata_location])
     assert pyi.scan().to_arrow().num_rows == 6
     spark.sql(f"DROP TABLE {table} PURGE")
+    purge_now(server.url, f"{short}.t%41 x")
     assert not any(pyi.io.new_input(path).exists() for path in [*data, pyi.metadata_location])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+import requests
 from pyiceberg.exceptions import (
     CommitFailedException,
     NoSuchNamespaceError,
@@ -17,7 +18,7 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 from pyiceberg.types import DoubleType
 
-from tests.support import PY_SCHEMA, rows  # noqa: E402
+from tests.support import CARE_ON_REQUEST, PY_SCHEMA, purge_now, rows, start_server  # noqa: E402
 
 
 def test_create_append_read_back(catalog, ns):
@@ -149,15 +150,19 @@ def test_rename_within_and_across_namespaces(catalog, ns):
         catalog.rename_table(f"{ns}_other.moved", f"{ns}_nowhere.x")
 
 
-def test_register_table(catalog, ns):
+def test_register_table(server, catalog, ns):
     """Register moves a table's files into the catalog under a name; a table owns its files, so a
-    live table's metadata cannot be registered a second time (one purge would destroy both)."""
+    live table's metadata cannot be registered a second time (one purge would destroy both), nor a
+    dropped one's while it is kept (it may be restored)."""
     table = catalog.create_table(f"{ns}.orig", PY_SCHEMA)
     table.append(rows(0, 3))
     location = catalog.load_table(f"{ns}.orig").metadata_location
     with pytest.raises(TableAlreadyExistsError, match="current metadata of another table or view"):
         catalog.register_table(f"{ns}.copy", location)
-    catalog.drop_table(f"{ns}.orig")  # without purge: the files stay, unowned
+    catalog.drop_table(f"{ns}.orig")  # without purge: the files stay, owned while the drop is kept
+    with pytest.raises(TableAlreadyExistsError, match="location of a dropped table or view"):
+        catalog.register_table(f"{ns}.copy", location)
+    purge_now(server.url, f"{ns}.orig")  # dropped without purge: forgotten, its files unowned
     registered = catalog.register_table(f"{ns}.copy", location)
     assert registered.metadata_location == location
     assert registered.scan().to_arrow().num_rows == 3
@@ -172,6 +177,8 @@ def test_register_table(catalog, ns):
 
 
 def test_drop_without_and_with_purge(server, catalog, ns):
+    """A drop frees the name at once and keeps the table, restorable, for the retention (7 days by
+    default); a purge deletes the files only when the retention ends, in a maintenance task."""
     table = catalog.create_table(f"{ns}.keep_files", PY_SCHEMA)
     table.append(rows(0, 2))
     kept = catalog.load_table(f"{ns}.keep_files")
@@ -179,29 +186,35 @@ def test_drop_without_and_with_purge(server, catalog, ns):
     assert not catalog.table_exists(f"{ns}.keep_files")
     with pytest.raises(NoSuchTableError):
         catalog.load_table(f"{ns}.keep_files")
-    # Without purge the files stay: the table can be registered again from its metadata file.
-    again = catalog.register_table(f"{ns}.keep_files", kept.metadata_location)
-    assert again.scan().to_arrow().num_rows == 2
+    # Without purge the files stay, and the dropped table is kept: it can be restored.
+    listed = requests.get(f"{server.url}/management/v1/dropped", params={"namespace": ns}, timeout=30).json()
+    (gone,) = [d for d in listed["dropped"] if d["name"] == "keep_files"]
+    assert gone["purge"] is False and gone["state"] == "retained" and gone["expires-ms"] > gone["dropped-ms"]
+    resp = requests.post(f"{server.url}/management/v1/dropped/{gone['id']}/undrop", timeout=30)
+    assert resp.status_code == 200, resp.text
+    again = catalog.load_table(f"{ns}.keep_files")
+    assert again.metadata_location == kept.metadata_location and again.scan().to_arrow().num_rows == 2
 
     doomed = catalog.create_table(f"{ns}.purged", PY_SCHEMA)
     doomed.append(rows(0, 2))
     doomed = catalog.load_table(f"{ns}.purged")
     data_files = [task.file.file_path for task in doomed.scan().plan_files()]
     io = doomed.io
-    assert all(io.new_input(p).exists() for p in [*data_files, doomed.metadata_location])
+    everything = [*data_files, doomed.metadata_location]
+    assert all(io.new_input(p).exists() for p in everything)
     catalog.purge_table(f"{ns}.purged")
     assert not catalog.table_exists(f"{ns}.purged")
-    assert not any(io.new_input(p).exists() for p in [*data_files, doomed.metadata_location])
     with pytest.raises(NoSuchTableError):
         catalog.drop_table(f"{ns}.purged")
+    assert all(io.new_input(p).exists() for p in everything)  # kept until the retention ends
+    purge_now(server.url, f"{ns}.purged")
+    assert not any(io.new_input(p).exists() for p in everything)
 
 
 def test_local_locations_are_literal_paths_like_the_clients_read_them(tmp_path):
     """A warehouse path with a space, a name with ``%41``: metadata and data in one directory."""
-    from .conftest import start_server
-
     workdir = tmp_path / "my lake"
-    srv = start_server(workdir)
+    srv = start_server(workdir, extra_env=CARE_ON_REQUEST)
     try:
         catalog = srv.catalog()
         catalog.create_namespace("n s")
@@ -215,6 +228,7 @@ def test_local_locations_are_literal_paths_like_the_clients_read_them(tmp_path):
         assert table.io.new_input(table.metadata_location).exists()  # where a client reads it
         assert table.scan().to_arrow().num_rows == 3
         catalog.purge_table(("n s", "t%41"))
+        purge_now(srv.url, "n s.t%41")
         assert not [p for p in workdir.joinpath("warehouse").rglob("*") if p.is_file()]
     finally:
         srv.stop()

@@ -9,7 +9,7 @@ import requests
 from pyiceberg.exceptions import NoSuchViewError, ViewAlreadyExistsError
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
-from tests.support import JSON_SCHEMA, PY_SCHEMA, assert_error, race
+from tests.support import JSON_SCHEMA, PY_SCHEMA, assert_error, purge_now, race
 
 
 def version(ns: str, sql: str = "SELECT 1 AS id") -> ViewVersion:
@@ -117,7 +117,7 @@ def test_replace_adds_version_and_schema(http, ns):
     assert_error(http.post(f"/v1/namespaces/{ns}/views/v", json=unknown), 400, "BadRequestException")
 
 
-def test_rename_across_namespaces_and_register(http, catalog, ns):
+def test_rename_across_namespaces_and_register(server, http, catalog, ns):
     catalog.create_namespace(f"{ns}_b")
     created = catalog.create_view(f"{ns}.v", PY_SCHEMA, version(ns))
     rename = {"source": {"namespace": [ns], "name": "v"}, "destination": {"namespace": [f"{ns}_b"], "name": "w"}}
@@ -129,6 +129,8 @@ def test_rename_across_namespaces_and_register(http, catalog, ns):
     # a view owns its files
     assert_error(twice, 409, "AlreadyExistsException", "current metadata of another table or view")
     assert http("DELETE", f"/v1/namespaces/{ns}_b/views/w").status_code == 204
+    # a dropped view is kept, its location owned, until its retention ends (now: forgotten, files kept)
+    purge_now(server.url, f"{ns}_b.w")
     registered = http.post(f"/v1/namespaces/{ns}/register-view", json={"name": "again", "metadata-location": location})
     assert registered.status_code == 200 and registered.json()["metadata"]["view-uuid"] == created.metadata.view_uuid
     head = http("HEAD", f"/v1/namespaces/{ns}/views/again")

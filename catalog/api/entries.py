@@ -237,8 +237,10 @@ async def drop_view(namespace: FromPath[str], view: FromPath[str], request: Requ
 async def _drop(kind: Kind, namespace: str, name: str, request: Request, ctx: AppState) -> None:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(name)
     purge = kind is TABLE and wire.is_true(request.query_params.get("purgeRequested"))
-    await guard.require(request, [(Privilege.PURGE if purge else Privilege.DROP, policy.entry(kind.name, ns, name))])
-    await wire.blocking(ctx.catalog.drop, kind, ns, name, purge)
+    who = await guard.require(
+        request, [(Privilege.PURGE if purge else Privilege.DROP, policy.entry(kind.name, ns, name))]
+    )
+    await wire.blocking(ctx.catalog.drop, kind, ns, name, purge, who.name)
 
 
 @post(TABLE_PATH + "/unregister", status_code=200, opt=wire.IDEMPOTENT)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from catalog.cli.common import first_line
+from catalog.cli.common import CliError, first_line
 
 DEFAULT_URI = "http://127.0.0.1:8181"
 REST_COMMANDS = ("namespaces", "tables", "views")
@@ -35,21 +35,14 @@ _HIGHLIGHTS = (
 )
 
 
-class CliError(Exception):
-    """One line for the user, and the exit status."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 # ---------------------------------------------------------------------------------------------
 # Registration (called by catalog/__main__.py)
 # ---------------------------------------------------------------------------------------------
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``namespaces``, ``tables`` and ``views`` to the top-level parser."""
+def register(sub: argparse._SubParsersAction) -> tuple[argparse._SubParsersAction, argparse.ArgumentParser]:
+    """Add ``namespaces``, ``tables`` and ``views`` to the top-level parser; returns the actions of
+    ``tables`` and the connection options, for the commands of other modules under ``tables``."""
     client = argparse.ArgumentParser(add_help=False)
     group = client.add_argument_group("connection (a running server)")
     group.add_argument(
@@ -92,6 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("namespace")
     p = v_sub.add_parser("show", parents=[client], help="schema, SQL, versions and properties of a view")
     p.add_argument("view", help="namespace.view")
+    return t_sub, client
 
 
 def run(args: argparse.Namespace) -> int:

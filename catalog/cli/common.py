@@ -1,9 +1,67 @@
-"""What the commands share."""
+"""What the commands share: the one-line error with its exit status, and the client of the
+management API (``/management/v1``) that ``maintenance`` and ``tables dropped|undrop|purge-now`` use."""
 
 from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+class CliError(Exception):
+    """One line for the user, and the exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def first_line(e: BaseException) -> str:
     """An error as one line for the user (at most 300 characters)."""
     text = str(e).strip() or type(e).__name__
     return text.splitlines()[0][:300]
+
+
+class Management:
+    """Requests to a running server's management API, with the caller's token."""
+
+    def __init__(self, uri: str, token: str | None) -> None:
+        import requests
+
+        self.uri = uri.rstrip("/")
+        self.http = requests.Session()
+        if token:
+            self.http.headers["Authorization"] = f"Bearer {token}"
+
+    @classmethod
+    def connect(cls, args: argparse.Namespace) -> Management:
+        """With ``--token``, or a token for ``--credential`` from the server's token endpoint."""
+        token = args.token
+        if args.credential and not token:
+            import requests
+
+            client_id, _, secret = args.credential.partition(":")
+            form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret}
+            try:
+                response = requests.post(f"{args.uri.rstrip('/')}/v1/oauth/tokens", data=form, timeout=30)
+            except requests.exceptions.RequestException:
+                raise CliError(f"cannot reach the catalog at {args.uri} (is the server running? set --uri)") from None
+            if response.status_code != 200:
+                raise CliError(f"not authenticated at {args.uri}: {response.text[:200]}", 2)
+            token = response.json()["access_token"]
+        return cls(args.uri, token)
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import requests
+
+        try:
+            response = self.http.request(method, self.uri + path, timeout=30, **kwargs)
+        except requests.exceptions.RequestException:
+            raise CliError(f"cannot reach the catalog at {self.uri} (is the server running? set --uri)") from None
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except Exception:  # noqa: BLE001 - not an Iceberg error body
+                message = response.text[:200]
+            status = 2 if response.status_code in (400, 401, 403) else 1
+            raise CliError(f"{response.status_code}: {message}", status)
+        return response.json()

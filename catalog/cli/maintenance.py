@@ -22,10 +22,10 @@ from typing import Any
 from urllib.parse import quote
 
 from catalog import logs
-from catalog.cli.browse import DEFAULT_URI, CliError, Output
-from catalog.cli.common import first_line
+from catalog.cli.browse import DEFAULT_URI, Output
+from catalog.cli.common import CliError, Management, first_line
 
-KINDS = ("expire-snapshots", "remove-orphans")
+KINDS = ("expire-snapshots", "remove-orphans", "rewrite-manifests")
 WAIT_SECONDS = 600.0
 
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         return _worker()
     out = Output(args.json)
     try:
-        session = _session(args)
+        session = Management.connect(args)
         if args.action == "run":
             return _run(session, args, out)
         return _list(session, args, out, ("queued", "running") if args.action == "status" else ("done", "failed"))
@@ -73,52 +73,7 @@ def _split(name: str) -> tuple[tuple[str, ...], str]:
     return tuple(parts[:-1]), parts[-1]
 
 
-class _Session:
-    """Requests to the management API with the caller's token."""
-
-    def __init__(self, uri: str, token: str | None) -> None:
-        import requests
-
-        self.uri = uri.rstrip("/")
-        self.http = requests.Session()
-        if token:
-            self.http.headers["Authorization"] = f"Bearer {token}"
-
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        import requests
-
-        try:
-            response = self.http.request(method, self.uri + path, timeout=30, **kwargs)
-        except requests.exceptions.RequestException:
-            raise CliError(f"cannot reach the catalog at {self.uri} (is the server running? set --uri)") from None
-        if response.status_code >= 400:
-            try:
-                message = response.json()["error"]["message"]
-            except Exception:  # noqa: BLE001 - not an Iceberg error body
-                message = response.text[:200]
-            status = 2 if response.status_code in (400, 401, 403) else 1
-            raise CliError(f"{response.status_code}: {message}", status)
-        return response.json()
-
-
-def _session(args: argparse.Namespace) -> _Session:
-    token = args.token
-    if args.credential and not token:
-        import requests
-
-        client_id, _, secret = args.credential.partition(":")
-        form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret}
-        try:
-            response = requests.post(f"{args.uri.rstrip('/')}/v1/oauth/tokens", data=form, timeout=30)
-        except requests.exceptions.RequestException:
-            raise CliError(f"cannot reach the catalog at {args.uri} (is the server running? set --uri)") from None
-        if response.status_code != 200:
-            raise CliError(f"not authenticated at {args.uri}: {response.text[:200]}", 2)
-        token = response.json()["access_token"]
-    return _Session(args.uri, token)
-
-
-def _run(session: _Session, args: argparse.Namespace, out: Output) -> int:
+def _run(session: Management, args: argparse.Namespace, out: Output) -> int:
     ns, name = _split(args.table)
     path = f"/management/v1/maintenance/tables/{quote(chr(0x1F).join(ns), safe='')}/{quote(name, safe='')}"
     body = {"kinds": args.kind or list(KINDS), "dry-run": args.dry_run}
@@ -134,7 +89,7 @@ def _run(session: _Session, args: argparse.Namespace, out: Output) -> int:
     return 1 if any(t["state"] == "failed" for t in tasks) else 0
 
 
-def _list(session: _Session, args: argparse.Namespace, out: Output, states: tuple[str, ...]) -> int:
+def _list(session: Management, args: argparse.Namespace, out: Output, states: tuple[str, ...]) -> int:
     params: dict[str, Any] = {"state": ",".join(states), "limit": args.limit}
     if args.table:
         ns, name = _split(args.table)
@@ -169,11 +124,11 @@ def _what(task: dict[str, Any]) -> str:
         return f"skipped: {result['skipped']}"
     parts = []
     if "expired-snapshots" in result:
-        parts.append(f"{len(result['expired-snapshots'])} snapshots expired")
+        parts.append(f"{result.get('expired-snapshots-count', len(result['expired-snapshots']))} snapshots expired")
     if "orphans" in result:
         parts.append(f"{result['orphans']} orphans")
     if result.get("dry-run"):
-        parts.append(f"would delete {len(result.get('files-to-delete') or [])} files")
+        parts.append(f"would delete {result.get('files-to-delete-count', 0)} files")
     elif "deleted-files" in result:
         parts.append(f"{result['deleted-files']} files deleted")
     return ", ".join(parts)

@@ -1,4 +1,5 @@
-"""The jobs of table care, each one task: ``expire-snapshots`` and ``remove-orphans``.
+"""The jobs of table care, each one task: ``expire-snapshots``, ``remove-orphans``,
+``rewrite-manifests`` (its job is ``manifests.py``) and ``purge``.
 
 Snapshot expiry plans with Iceberg's ``ExpireSnapshots`` semantics (``expire.plan``), spares the
 snapshots that were a branch's head within the writer grace (a writer may still be committing from
@@ -14,8 +15,14 @@ only when it lies inside the table's own locations (``Ownership.owned``). A cras
 commit and the deletes leaves orphans, never a dangling reference.
 
 Orphan removal deletes files under the table's own locations that no metadata of the table
-references and that are older than ``CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS``; it re-reads the pointer
-before deleting and starts over if it moved.
+references and that are older than ``CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS``. It checks the pointer
+again before deleting; when commits landed meanwhile it reads what they added (only that:
+lists and manifests never change), drops the candidates they reference and checks again.
+
+A purge deletes the files of a table dropped with ``purgeRequested`` once its retention ended
+(``store/dropped.py``): it first claims the dropped entry (no undrop from then on), deletes the
+table's own files in an order that is safe to repeat (``storage/purge.py``), and only then forgets
+the entry, which releases its location. A failed or killed purge is run again by the queue.
 
 A task names its entry by identity: a table renamed since is found under its new name; a table
 dropped, or dropped and created again (another table uuid), ends the task as ``skipped``.
@@ -32,11 +39,12 @@ from catalog import errors, metrics
 from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
 from catalog.locations import normalise
-from catalog.maintenance import expire, orphans, policy, reachability
+from catalog.maintenance import expire, manifests, orphans, policy, reachability
 from catalog.metadata import tables
 from catalog.settings import Settings
 from catalog.storage import purge
 from catalog.storage.backends import Storage
+from catalog.storage.manifests import Unreadable
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store.entries import Store
 from catalog.store.ownership import PATH_PROPERTIES, Ownership
@@ -45,10 +53,14 @@ from catalog.store.tasks import Task
 
 log = logging.getLogger("catalog.maintenance")
 
-EXPIRE, ORPHANS = "expire-snapshots", "remove-orphans"
-KINDS = (EXPIRE, ORPHANS)
+EXPIRE, ORPHANS, PURGE = "expire-snapshots", "remove-orphans", "purge"
+REWRITE_MANIFESTS = manifests.KIND
+KINDS = (EXPIRE, ORPHANS, REWRITE_MANIFESTS)  # what a live table gets; a purge is for a dropped one
 REPLANS = 5  # an expiry whose guard refused it (a ref moved onto a planned snapshot) plans again
 ORPHANS_PER_RUN = 100_000  # the next run takes the rest
+ORPHAN_PASSES = 50  # commits an orphan removal catches up with before it gives up (each pass is cheap)
+RESULT_ITEMS = 1000  # snapshot ids or paths a task's result lists (with the full count beside them)
+SWEEP_BATCH = 1000  # files deleted at a time by a purge's sweep of the table's location
 DELETE_THREADS = 8  # deletes in flight per task (the storage's own bound, storage_concurrency, holds too)
 
 
@@ -99,6 +111,8 @@ class Care:
 
     def run(self, task: Task) -> tuple[dict[str, Any], str | None]:
         """Do the task: its result, and the pointer the table was left at (None when skipped)."""
+        if task.kind == PURGE:
+            return self.purge(task), None
         try:
             entry, file = self.current(task)
         except Skipped as e:
@@ -107,6 +121,8 @@ class Care:
             return self.expire_snapshots(task, entry, file)
         if task.kind == ORPHANS:
             return self.remove_orphans(task, entry, file)
+        if task.kind == REWRITE_MANIFESTS:
+            return self.rewrite_manifests(task, entry, file)
         raise errors.BadRequest(f"Unknown maintenance task kind: {task.kind}")
 
     # -- snapshot expiry -------------------------------------------------------------------------
@@ -124,7 +140,7 @@ class Care:
             plan = _spare_recent_heads(expire.plan(metadata, now, rules), metadata, now, self.settings)
             updates = plan.updates()
             if not updates:
-                return {"expired-snapshots": [], "removed-refs": [], "deleted-files": 0}, file.location
+                return {**_capped("expired-snapshots", []), "removed-refs": [], "deleted-files": 0}, file.location
             # Every file the plan would leave unreachable is found BEFORE the commit: a manifest that
             # cannot be read fails the task with the table unchanged, never half-cleaned.
             planned = tables.apply(metadata, [], updates, base_location=file.location, now_ms=now)
@@ -133,9 +149,9 @@ class Care:
                 gone = self._owned(entry, metadata, planned_gone.all())
                 return {
                     "dry-run": True,
-                    "expired-snapshots": list(plan.snapshot_ids),
+                    **_capped("expired-snapshots", list(plan.snapshot_ids)),
                     "removed-refs": list(plan.refs),
-                    "files-to-delete": sorted(gone),
+                    **_capped("files-to-delete", sorted(gone)),
                 }, file.location
             change = Change(
                 TABLE,
@@ -161,12 +177,23 @@ class Care:
             gone = self._owned(entry, after_file.data, [*unreachable, *dropped_logs])
             deleted = self._delete(gone, EXPIRE)
             return {
-                "expired-snapshots": list(plan.snapshot_ids),
+                **_capped("expired-snapshots", list(plan.snapshot_ids)),
                 "removed-refs": list(plan.refs),
                 "deleted-files": deleted,
                 "metadata-location": after_file.location,
             }, after_file.location
         raise errors.CommitFailed(f"Snapshot expiry of {_ident(entry)}: the table kept changing its refs")
+
+    # -- manifest rewrite (catalog/maintenance/manifests.py) ------------------------------------------
+
+    def rewrite_manifests(self, task: Task, entry: Entry, file: MetadataFile) -> tuple[dict[str, Any], str | None]:
+        rewriter = manifests.Rewriter(self.storage, self.engine)
+        try:
+            return rewriter.run(entry, file, bool(task.options.get("dry-run")), lambda: self.current(task))
+        except Skipped as e:
+            return {"skipped": str(e)}, None
+        except Unreadable as e:  # another codec, a broken file: retrying would not help
+            return {"skipped": f"a manifest or manifest list this catalog does not read: {e}"}, file.location
 
     # -- orphans ---------------------------------------------------------------------------------
 
@@ -175,30 +202,70 @@ class Care:
         if not expire.policy(file.data.get("properties") or {}).gc_enabled:
             return {"skipped": "gc.enabled is false on this table"}, file.location
         cutoff = int(time.time() * 1000 - self.settings.maintenance_orphan_age_hours * 3600 * 1000)
-        for _ in range(3):
-            io = purge.file_io(self.settings, file.location)
-            known = orphans.referenced(file.data, file.location, io)
-            owned = self.ownership.owned(file.data, entry.id)
-            found = orphans.find(self.storage, self._prefixes(file.data), known, owned, cutoff, ORPHANS_PER_RUN)
+        known = orphans.Referenced(purge.file_io(self.settings, file.location))
+        known.add(file.data, file.location)
+        owned = self.ownership.owned(file.data, entry.id)
+        found = orphans.find(self.storage, self._prefixes(file.data), known.paths, owned, cutoff, ORPHANS_PER_RUN)
+        # A commit landing meanwhile may reference a candidate: what it added is read (only that),
+        # the candidates it references are dropped, and the pointer is checked again.
+        for _ in range(ORPHAN_PASSES):
             latest = self.store.get_entry_by_id(entry.id)
             if latest is None:
                 raise Skipped("the table was dropped")
-            if latest.metadata_location != file.location:  # a commit landed: it may reference a candidate
-                entry, file = self.current(task)
-                continue
-            result: dict[str, Any] = {
-                "scanned": found.scanned,
-                "kept-younger-than-age": found.kept_young,
-                "orphans": len(found.files),
-                "bytes": sum(f.size for f in found.files),
-            }
-            if dry:
-                result.update({"dry-run": True, "files-to-delete": sorted(f.location for f in found.files)})
-                return result, file.location
-            result["deleted-files"] = self._delete([f.location for f in found.files], ORPHANS)
-            metrics.MAINTENANCE_BYTES_DELETED.labels(ORPHANS).inc(result["bytes"])
+            if latest.metadata_location == file.location:
+                break
+            entry, file = self.current(task)
+            known.add(file.data, file.location)
+            found.files = [f for f in found.files if normalise(f.location) not in known.paths]
+        else:
+            raise errors.CommitFailed(f"Orphan removal of {_ident(entry)}: the table kept changing")
+        result: dict[str, Any] = {
+            "scanned": found.scanned,
+            "kept-younger-than-age": found.kept_young,
+            "orphans": len(found.files),
+            "bytes": sum(f.size for f in found.files),
+        }
+        if dry:
+            result.update({"dry-run": True, **_capped("files-to-delete", sorted(f.location for f in found.files))})
             return result, file.location
-        raise errors.CommitFailed(f"Orphan removal of {_ident(entry)}: the table kept changing")
+        result["deleted-files"] = self._delete([f.location for f in found.files], ORPHANS)
+        metrics.MAINTENANCE_BYTES_DELETED.labels(ORPHANS).inc(result["bytes"])
+        return result, file.location
+
+    # -- purge -----------------------------------------------------------------------------------
+
+    def purge(self, task: Task) -> dict[str, Any]:
+        """Delete the files of a dropped table whose retention ended, then forget it."""
+        gone = self.store.begin_purge(task.entry_id)
+        if gone is None:
+            return {"skipped": "the table was undropped, or its purge is done"}
+        try:
+            file = self.files.read(gone.metadata_location)
+        except errors.NotFound:  # deleted last, by an earlier attempt: nothing of the table is left
+            self.store.end_purge(gone.id)
+            return {"deleted-files": 0, "metadata-location": gone.metadata_location}
+        io = purge.file_io(self.settings, file.location)
+        owned = self.ownership.owned(file.data, gone.id)
+        gc = expire.policy(file.data.get("properties") or {}).gc_enabled
+        deleted = 0
+        for _, paths in purge.table_files(file.data, file.location, owned, io, data_files=gc):
+            deleted += self._delete(paths, PURGE)
+        # What no metadata named (a failed commit's files, a manifest lost before): the table's own
+        # location is its alone (no other entry overlaps it) and no one can commit to it any more.
+        current = normalise(file.location)
+        batch: list[str] = []
+        for stored in self.storage.listing(file.data["location"]) if gc else ():
+            path = normalise(stored.location)
+            if path != current and owned(path):
+                batch.append(stored.location)
+            if len(batch) >= SWEEP_BATCH:
+                deleted += self._delete(batch, PURGE)
+                batch = []
+        deleted += self._delete(batch, PURGE)
+        deleted += self._delete([file.location], PURGE)  # last: a repeated purge starts from it
+        self.store.end_purge(gone.id)
+        log.info("purged dropped table %s: %d files deleted", gone.ident, deleted)
+        return {"deleted-files": deleted, "metadata-location": gone.metadata_location}
 
     def _prefixes(self, metadata: dict[str, Any]) -> list[str]:
         props = metadata.get("properties") or {}
@@ -266,6 +333,12 @@ def _dropped_metadata(before: dict[str, Any], before_location: str, after: dict[
 
 def _snapshot_ids(metadata: dict[str, Any]) -> set[int]:
     return {s["snapshot-id"] for s in metadata.get("snapshots") or []}
+
+
+def _capped(key: str, items: list) -> dict[str, Any]:
+    """``key``: the first ``RESULT_ITEMS`` items, ``key-count``: how many there are (a result is a
+    row in the queue: at 100,000 snapshots the whole list would be megabytes)."""
+    return {key: items[:RESULT_ITEMS], f"{key}-count": len(items)}
 
 
 def _ident(entry: Entry) -> str:

@@ -21,25 +21,39 @@ from catalog.locations import normalise
 from catalog.storage.backends import Storage, StoredFile
 
 
-def referenced(metadata: dict[str, Any], metadata_location: str, io: FileIO) -> set[str]:
-    """Every file the table's current metadata references, normalised. Raises when a manifest list
-    or manifest cannot be read: never a guess."""
-    found = {metadata_location, *(e["metadata-file"] for e in metadata.get("metadata-log") or [])}
-    manifests: dict[str, ManifestFile] = {}
-    for snapshot in metadata.get("snapshots") or []:
-        listing = snapshot.get("manifest-list")
-        if listing:
-            found.add(listing)
-            for manifest in read_manifest_list(io.new_input(listing)):
-                manifests.setdefault(manifest.manifest_path, manifest)
-        found.update(snapshot.get("manifests") or [])  # v1 snapshots may list manifests inline
-    for path, manifest in manifests.items():
-        found.add(path)
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-            found.add(entry.data_file.file_path)
-    for key in ("statistics", "partition-statistics"):
-        found.update(f["statistics-path"] for f in metadata.get(key) or [] if f.get("statistics-path"))
-    return {normalise(p) for p in found}
+class Referenced:
+    """Every file a table's metadata references, normalised (``paths``), grown by ``add`` as the
+    table moves on: manifest lists and manifests are immutable, so one read once is never read
+    again, and a table under continuous commits costs each pass only what the commits added.
+    Raises when a manifest list or manifest cannot be read: never a guess."""
+
+    def __init__(self, io: FileIO) -> None:
+        self.io = io
+        self.paths: set[str] = set()
+        self._lists: set[str] = set()
+        self._manifests: set[str] = set()
+
+    def add(self, metadata: dict[str, Any], metadata_location: str) -> set[str]:
+        found = {metadata_location, *(e["metadata-file"] for e in metadata.get("metadata-log") or [])}
+        manifests: dict[str, ManifestFile] = {}
+        for snapshot in metadata.get("snapshots") or []:
+            listing = snapshot.get("manifest-list")
+            if listing and listing not in self._lists:
+                found.add(listing)
+                for manifest in read_manifest_list(self.io.new_input(listing)):
+                    if manifest.manifest_path not in self._manifests:
+                        manifests.setdefault(manifest.manifest_path, manifest)
+                self._lists.add(listing)
+            found.update(snapshot.get("manifests") or [])  # v1 snapshots may list manifests inline
+        for path, manifest in manifests.items():
+            found.add(path)
+            for entry in manifest.fetch_manifest_entry(self.io, discard_deleted=False):
+                found.add(entry.data_file.file_path)
+            self._manifests.add(path)
+        for key in ("statistics", "partition-statistics"):
+            found.update(f["statistics-path"] for f in metadata.get(key) or [] if f.get("statistics-path"))
+        self.paths.update(normalise(p) for p in found)
+        return self.paths
 
 
 @dataclass

@@ -13,9 +13,14 @@ concurrency bound, shared with requests, and by the few threads here, so it neve
 ``Scheduler``: every process runs one; only the holder of the database lease ``scheduler`` (one per
 deployment, taken over when its holder stops renewing it) looks for tables due for care and
 enqueues their tasks: snapshot expiry on a table whose pointer moved since its last run, at most
-every ``CATALOG_MAINTENANCE_EXPIRE_EVERY_MINUTES``; orphan removal every
-``CATALOG_MAINTENANCE_ORPHANS_EVERY_HOURS``. Tables whose ``catalog.maintenance.enabled`` is false
-(on the table or a namespace above it) are left alone.
+every ``CATALOG_MAINTENANCE_EXPIRE_EVERY_MINUTES``, or sooner once it took
+``CATALOG_MAINTENANCE_EXPIRE_EVERY_COMMITS`` commits; orphan removal every
+``CATALOG_MAINTENANCE_ORPHANS_EVERY_HOURS``; manifest rewrite on a table whose pointer moved, at most
+every ``CATALOG_MAINTENANCE_MANIFESTS_EVERY_MINUTES``, when its main branch has more manifests than
+its ``commit.manifest.min-count-to-merge`` (and it did not set ``commit.manifest-merge.enabled`` to
+false). Tables whose ``catalog.maintenance.enabled`` is false (on the table or a namespace above it)
+are left alone. It also ends the retention of dropped entries (``CATALOG_DROP_RETENTION``):
+forgotten, or purged by a ``purge`` task.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import time
 import uuid
 
 from catalog import errors, metrics
-from catalog.maintenance.care import EXPIRE, ORPHANS, Care
+from catalog.maintenance import manifests
+from catalog.maintenance.care import EXPIRE, ORPHANS, PURGE, REWRITE_MANIFESTS, Care
+from catalog.storage.metadata_files import MetadataFile
 from catalog.store.tasks import Task, now_ms
 
 log = logging.getLogger("catalog.maintenance")
@@ -178,10 +185,27 @@ class Scheduler:
     def schedule(self) -> int:
         """Enqueue the due tasks of every kind; the number enqueued."""
         minutes, hours = self.settings.maintenance_expire_every_minutes, self.settings.maintenance_orphans_every_hours
-        enqueued = 0
-        for kind, every_ms, changed_only in ((EXPIRE, minutes * 60_000, True), (ORPHANS, hours * 3_600_000, False)):
-            for entry_id, _, _ in self.store.due_tables(kind, int(every_ms), changed_only, SCHEDULED_PER_SCAN):
+        enqueued = self.settle_dropped()
+        for kind, every_ms, changed_only, commits in (
+            (EXPIRE, minutes * 60_000, True, self.settings.maintenance_expire_every_commits),
+            (ORPHANS, hours * 3_600_000, False, 0),
+            (REWRITE_MANIFESTS, self.settings.maintenance_manifests_every_minutes * 60_000, True, 0),
+        ):
+            for entry_id, _, _ in self.store.due_tables(kind, int(every_ms), changed_only, SCHEDULED_PER_SCAN, commits):
                 enqueued += self.enqueue(entry_id, kind)
+        return enqueued
+
+    def settle_dropped(self) -> int:
+        """Dropped entries whose retention ended: forgotten (dropped without purge, files kept) or
+        given their purge task (whatever ``catalog.maintenance.enabled`` says: the drop asked for
+        it). The number of purges enqueued."""
+        expired = self.store.expired_dropped(SCHEDULED_PER_SCAN)
+        if forgotten := self.store.forget_dropped([d.id for d in expired if not d.purge]):
+            log.info("forgot %d dropped tables and views whose retention ended (their files are kept)", forgotten)
+        enqueued = 0
+        for gone in expired:
+            if gone.purge and gone.purging_ms is None:  # a purge begun has its task (or failed visibly)
+                enqueued += int(self.store.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)[1])
         return enqueued
 
     def enqueue(self, entry_id: int, kind: str) -> int:
@@ -193,11 +217,21 @@ class Scheduler:
         except errors.IcebergError as e:
             log.warning("maintenance of %s not scheduled: %s", ".".join((*entry.namespace, entry.name)), e.message)
             return 0
-        if not self.care.enabled(entry, file):  # opted out: looked at again when it is due again
+        if not self.care.enabled(entry, file) or not self._due(kind, file):  # looked at again when due again
             self.store.record_run(entry.id, kind, entry.metadata_location)
             return 0
         _, created = self.store.enqueue(kind, entry.id, file.data.get("table-uuid"), entry.namespace, entry.name)
         return int(created)
+
+    def _due(self, kind: str, file: MetadataFile) -> bool:
+        """A kind's own test of whether the table needs it (only manifest rewrite has one)."""
+        if kind != REWRITE_MANIFESTS:
+            return True
+        try:
+            return manifests.due(file.data, self.care.storage)
+        except Exception as e:  # noqa: BLE001 - an unreadable list: not scheduled, looked at again later
+            log.warning("manifest rewrite not scheduled: %s", e)
+            return False
 
 
 def _summary(result: dict) -> str:
@@ -205,11 +239,15 @@ def _summary(result: dict) -> str:
         return result["skipped"]
     parts = []
     for key in ("expired-snapshots", "removed-refs"):
-        if result.get(key):
-            parts.append(f"{len(result[key])} {key.replace('-', ' ')}")
+        if count := result.get(f"{key}-count", len(result.get(key) or [])):
+            parts.append(f"{count} {key.replace('-', ' ')}")
+    if result.get("manifests-replaced"):
+        parts.append(f"{result['manifests-replaced']} manifests merged into {result['manifests-created']}")
+    if result.get("yielded"):
+        parts.append(result["yielded"])
     for key in ("orphans", "deleted-files"):
         if key in result:
             parts.append(f"{result[key]} {key.replace('-', ' ')}")
     if result.get("dry-run"):
-        parts.append(f"dry run: {len(result.get('files-to-delete') or [])} files would be deleted")
+        parts.append(f"dry run: {result.get('files-to-delete-count', 0)} files would be deleted")
     return ", ".join(parts) or "nothing to do"

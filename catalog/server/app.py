@@ -21,6 +21,7 @@ from catalog import logs, metrics
 from catalog.api import config as config_api
 from catalog.api import (
     docs,
+    dropped,
     entries,
     idempotency,
     maintenance,
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         *oauth.ROUTES,
         *management.ROUTES,
         *maintenance.ROUTES,
+        *dropped.ROUTES,
         *unserved.ROUTES,
         *docs.routes(docs.load_spec()),  # /docs and /openapi.json: the spec read and converted once, here
     ]

@@ -132,6 +132,18 @@ def auth_mode(settings: Settings) -> str:
     return f"on ({', '.join(ways)}; authorization: {settings.authorization})"
 
 
+def dropped_mode(settings: Settings) -> str:
+    seconds = settings.drop_retention
+    if seconds == 0:
+        kept = "not kept (CATALOG_DROP_RETENTION=0): forgotten at once, a requested purge queued at once"
+    else:
+        span = f"{seconds / 86400:g} days" if seconds >= 86400 else f"{seconds / 3600:g} h"
+        kept = f"kept {span}, restorable (`iceberg-catalog tables undrop`), then purged or forgotten"
+    if settings.maintenance_workers == 0:
+        kept += "; purges need a maintenance worker (none in this process)"
+    return kept
+
+
 def care_mode(settings: Settings) -> str:
     if not settings.maintenance_enabled:
         return "off (CATALOG_MAINTENANCE_ENABLED=false; a table or namespace may still turn it on)"
@@ -201,6 +213,7 @@ def summary(settings: Settings) -> tuple[list[str], dict[str, Any]]:
         "auth": auth_mode(settings),
         "workers": settings.workers,
         "maintenance": care_mode(settings),
+        "dropped": dropped_mode(settings),
     }
     lines = [
         f"iceberg-catalog {__version__} listening on {fields['url']} (GET / lists the routes)",
@@ -209,6 +222,7 @@ def summary(settings: Settings) -> tuple[list[str], dict[str, Any]]:
         f"  auth:      {fields['auth']}",
         f"  workers:   {settings.workers}",
         f"  table care: {fields['maintenance']}",
+        f"  dropped tables: {fields['dropped']}",
     ]
     return lines, fields
 

@@ -211,8 +211,10 @@ class LocalStorage(_Bounds):
                     raise _write_error(location, e) from e
 
     def listing(self, prefix: str) -> Iterator[StoredFile]:
-        """Every regular file under the directory of ``prefix``, one directory at a time (memory
-        bounded by the widest directory). Symbolic links are neither followed nor listed."""
+        """Every regular file under the directory of ``prefix``, streamed as the directory is read
+        (memory: the directories still to visit, never a whole directory: a table's data directory
+        may hold millions of files). Symbolic links are neither followed nor listed. The storage's
+        concurrency slot is taken per directory opened, not held while the caller consumes."""
         root = self._path(prefix)
         self._confined(os.path.realpath(root), prefix)
         base = prefix.rstrip("/")
@@ -220,19 +222,26 @@ class LocalStorage(_Bounds):
         while pending:
             directory, location = pending.pop()
             try:
-                with self._slot(), os.scandir(directory) as found:
-                    children = list(found)
+                with self._slot():
+                    found = os.scandir(directory)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             except OSError as e:
                 raise errors.ServiceUnavailable(f"Storage error listing {location}: {e.strerror}") from e
-            for child in children:
-                child_location = f"{location}/{child.name}"
-                if child.is_dir(follow_symlinks=False):
-                    pending.append((Path(child.path), child_location))
-                elif child.is_file(follow_symlinks=False):
-                    info = child.stat(follow_symlinks=False)
-                    yield StoredFile(child_location, int(info.st_mtime * 1000), info.st_size)
+            with found:
+                try:
+                    for child in found:
+                        child_location = f"{location}/{child.name}"
+                        if child.is_dir(follow_symlinks=False):
+                            pending.append((Path(child.path), child_location))
+                        elif child.is_file(follow_symlinks=False):
+                            try:
+                                info = child.stat(follow_symlinks=False)
+                            except FileNotFoundError:  # deleted since the directory was read
+                                continue
+                            yield StoredFile(child_location, int(info.st_mtime * 1000), info.st_size)
+                except OSError as e:
+                    raise errors.ServiceUnavailable(f"Storage error listing {location}: {e.strerror}") from e
 
     def ping(self) -> None:
         if not os.access(self.path, os.W_OK):

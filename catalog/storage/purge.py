@@ -1,25 +1,31 @@
-"""``purgeRequested``: delete the files of a dropped table that are the table's own.
+"""``purgeRequested``: which files of a dropped table a purge deletes, and in what order.
 
-Like the reference implementation, this deletes what the metadata references (data and delete
+Like the reference implementation, a purge deletes what the metadata references (data and delete
 files, manifests, manifest lists, statistics, previous and current metadata files), not the whole
 directory. Unlike it, every path is checked first: the metadata is the client's word, and a
 snapshot's manifest list or a statistics file may name any path, another table's files included.
 Only paths the caller's ``owned`` predicate accepts (the table's own locations, see
-``ownership.Ownership.owned``) are read or deleted; the rest are skipped and logged. Runs after the
-catalog row is gone, so a failure here leaves orphan files, never a broken table.
+``ownership.Ownership.owned``) are read or deleted; the rest are skipped and logged.
+
+The order makes a purge safe to repeat after a crash at any point (the maintenance queue runs it
+again): the data and delete files of each manifest, then the manifests, then the manifest lists,
+then statistics and old metadata files; the caller then sweeps what is left under the table's
+location and deletes the current metadata file last. A file already gone is one an earlier attempt
+deleted after everything it leads to; any other read error stops the purge before it deletes what
+it could not read through. Memory holds the manifest paths, and one manifest's data files at a time.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from pyiceberg.io import S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT, FileIO, load_file_io
 from pyiceberg.manifest import ManifestFile, read_manifest_list
 
 from catalog.settings import Settings
 from catalog.storage import vending
-from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 
 log = logging.getLogger("catalog.purge")
 
@@ -44,13 +50,13 @@ def file_io(settings: Settings, location: str) -> FileIO:
     return load_file_io(props, location)
 
 
-def delete_table_files(
-    file: MetadataFile, owned: Callable[[str], bool], files: MetadataFiles, settings: Settings
-) -> None:
-    """Delete every file of ``file``'s table that ``owned`` accepts; skip and log the others.
-    Deletes go through ``files``, so no deleted metadata file stays in its cache."""
-    metadata = file.data
-    io = file_io(settings, file.location)
+def table_files(
+    metadata: dict[str, Any], location: str, owned: Callable[[str], bool], io: FileIO, data_files: bool = True
+) -> Iterator[tuple[str, list[str]]]:
+    """(kind, paths) batches in the order a purge deletes them (see above), all but the current
+    metadata file; only owned paths. Paths skipped for lying outside the table are logged once.
+    Without ``data_files`` (the table's ``gc.enabled`` is false: its data files may be another
+    table's too, as Java's purge assumes), only the metadata: manifests, lists, statistics."""
     skipped: list[str] = []
     mine = _Filter(owned, skipped)
     manifests: dict[str, ManifestFile] = {}
@@ -59,32 +65,28 @@ def delete_table_files(
         try:
             for manifest in read_manifest_list(io.new_input(manifest_list)):
                 manifests.setdefault(manifest.manifest_path, manifest)
-        except Exception:  # noqa: BLE001 - a missing manifest list must not stop the rest
-            log.warning("purge: cannot read manifest list %s", manifest_list)
-    data: set[str] = set()
-    for path in mine(manifests):
+        except FileNotFoundError:  # an earlier attempt deleted it, after its manifests
+            continue
+    own_manifests = mine(manifests)
+    for path in own_manifests if data_files else ():
         try:
-            data.update(e.data_file.file_path for e in manifests[path].fetch_manifest_entry(io, discard_deleted=False))
-        except Exception:  # noqa: BLE001
-            log.warning("purge: cannot read manifest %s", path)
+            data = {e.data_file.file_path for e in manifests[path].fetch_manifest_entry(io, discard_deleted=False)}
+        except FileNotFoundError:  # an earlier attempt deleted it, after its data files
+            continue
+        yield "data file", mine(data)
+    yield "manifest", own_manifests
+    yield "manifest list", manifest_lists
     statistics = {s["statistics-path"] for s in metadata.get("statistics") or []} | {
         s["statistics-path"] for s in metadata.get("partition-statistics") or []
     }
-    metadata_files = {entry["metadata-file"] for entry in metadata.get("metadata-log") or []} | {file.location}
-    for kind, paths in (
-        ("data file", mine(data)),
-        ("manifest", mine(manifests)),
-        ("manifest list", manifest_lists),
-        ("statistics file", mine(statistics)),
-        ("metadata file", mine(metadata_files)),
-    ):
-        _delete(files, kind, paths)
+    yield "statistics file", mine(statistics)
+    yield "metadata file", mine({e["metadata-file"] for e in metadata.get("metadata-log") or []} - {location})
     if skipped:
         log.warning(
             "purge of %s skipped %d path(s) outside the table's own location, e.g. %s",
             metadata.get("location"),
             len(skipped),
-            sorted(skipped)[:3],
+            sorted(set(skipped))[:3],
         )
 
 
@@ -97,11 +99,3 @@ class _Filter:
         for path in paths:
             (kept if self.owned(path) else self.skipped).append(path)
         return sorted(kept)
-
-
-def _delete(files: MetadataFiles, kind: str, paths: Iterable[str]) -> None:
-    for path in paths:
-        try:
-            files.delete(path)
-        except Exception as e:  # noqa: BLE001 - keep going: delete as much as possible
-            log.warning("purge: cannot delete %s %s: %s", kind, path, getattr(e, "message", e))

@@ -83,10 +83,13 @@ catalog_entries = sa.Table(
     # The entry's normalised location (catalog.locations): no two entries' locations may overlap.
     # NULL only for rows from before migration 0003 until the server fills them in at start-up.
     sa.Column("location", sa.Text, nullable=True),
+    # Pointer moves since the entry was made (the CAS counts them): "expiry due after N commits".
+    sa.Column("commits", sa.BigInteger, nullable=False, server_default="0"),
     sa.UniqueConstraint("namespace", "name", name="uq_entries_namespace_name"),
     # Serves the overlap lookup (store.overlapping): equality with each ancestor and, on PostgreSQL
     # where text_pattern_ops lets a btree answer it, the prefix LIKE.
     sa.Index("ix_entries_location", "location", postgresql_ops={"location": "text_pattern_ops"}),
+    sqlite_autoincrement=True,  # ids are never reused: a dropped entry keeps its own (0007)
 )
 
 idempotency_keys = sa.Table(
@@ -162,6 +165,28 @@ maintenance_runs = sa.Table(
     sa.Column("kind", sa.String(32), primary_key=True),
     sa.Column("metadata_location", sa.Text, nullable=True),  # the pointer the last run saw
     sa.Column("finished_ms", sa.BigInteger, nullable=False),
+    sa.Column("commits", sa.BigInteger, nullable=True),  # the entry's commit count the last run saw
+)
+
+# Dropped tables and views, kept for CATALOG_DROP_RETENTION (catalog/store/dropped.py): the row left
+# catalog_entries (its name is free) but keeps its id, pointer and location (still owned).
+dropped_entries = sa.Table(
+    "dropped_entries",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),  # the entry's own id
+    sa.Column("namespace", sa.String(1024), nullable=False),
+    sa.Column("name", sa.String(1024), nullable=False),
+    sa.Column("kind", sa.String(8), nullable=False),
+    sa.Column("metadata_location", sa.Text, nullable=False),
+    sa.Column("location", sa.Text, nullable=True),
+    sa.Column("purge", sa.Boolean, nullable=False),  # the drop asked for its files to be deleted
+    sa.Column("dropped_ms", sa.BigInteger, nullable=False),
+    sa.Column("expires_ms", sa.BigInteger, nullable=False),  # then purged (purge) or forgotten
+    sa.Column("purging_ms", sa.BigInteger, nullable=True),  # set once a purge began: no undrop since
+    sa.Column("dropped_by", sa.String(256), nullable=True),
+    sa.Index("ix_dropped_entries_name", "namespace", "name"),
+    sa.Index("ix_dropped_entries_expires", "expires_ms"),
+    sa.Index("ix_dropped_entries_location", "location", postgresql_ops={"location": "text_pattern_ops"}),
 )
 
 leases = sa.Table(

@@ -1,6 +1,7 @@
 """Namespaces, entries (tables and views) and the locations they own: the catalog's rows apart
-from the pointers (``pointers.py``) and the grants (``grant_rows.py``). Database errors are
-translated by ``sql.translate``.
+from the pointers (``pointers.py``), the grants (``grant_rows.py``), the maintenance queue
+(``tasks.py``) and the dropped entries (``dropped.py``; a drop and an undrop move a row between
+the two tables here). Database errors are translated by ``sql.translate``.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from sqlalchemy.engine import Connection
 from catalog import errors
 from catalog.locations import ancestors, overlaps
 from catalog.store.db import catalog_entries as entries
+from catalog.store.db import dropped_entries as dropped
 from catalog.store.db import idempotency_keys as keys
 from catalog.store.db import join_namespace, namespaces, split_namespace
+from catalog.store.dropped import COLUMNS as DROPPED_COLUMNS
+from catalog.store.dropped import Dropped, DroppedRows, as_dropped
 from catalog.store.grant_rows import GrantRows
 from catalog.store.pointers import Entry, KeyRecord, Pointers, Swapped, key_row
 from catalog.store.sql import exists
-from catalog.store.tasks import TaskRows
+from catalog.store.tasks import TaskRows, now_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,7 @@ class Located:
     name: str
     kind: str
     location: str
+    dropped: bool = False
 
 
 class LocationTaken(errors.AlreadyExists):
@@ -40,16 +45,22 @@ class LocationTaken(errors.AlreadyExists):
     which entry and where go to ``detail``, for the server log."""
 
     def __init__(self, location: str, other: Located) -> None:
-        super().__init__(
-            "Location overlaps the location of another table or view",
-            detail=f"{location} overlaps {other.kind} {'.'.join((*other.namespace, other.name))} at {other.location}",
-        )
+        if other.dropped:
+            message = (
+                "Location overlaps the location of a dropped table or view, which keeps it until its "
+                "retention ends (undrop it, or end its retention: see the catalog's dropped entries)"
+            )
+        else:
+            message = "Location overlaps the location of another table or view"
+        which = f"{'dropped ' if other.dropped else ''}{other.kind} {'.'.join((*other.namespace, other.name))}"
+        super().__init__(message, detail=f"{location} overlaps {which} at {other.location}")
 
 
-class Store(Pointers, GrantRows, TaskRows):
+class Store(Pointers, GrantRows, TaskRows, DroppedRows):
     """The catalog's database: namespaces, entries and their locations here; the pointers and the
     Idempotency-Keys in ``pointers.py``; the grants in ``grant_rows.py``; the maintenance queue in
-    ``tasks.py``. One object, so that one engine and one SQLite writer lock serve them all."""
+    ``tasks.py``; the dropped entries in ``dropped.py``. One object, so that one engine and one
+    SQLite writer lock serve them all."""
 
     # -- namespaces ------------------------------------------------------------------------------
 
@@ -252,6 +263,79 @@ class Store(Pointers, GrantRows, TaskRows):
             row = conn.execute(q.where(entries.c.id == entry_id)).first()
         return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
 
+    def drop_entry(self, entry: Entry, purge: bool, retention_ms: int, by: str | None) -> Dropped | None:
+        """Drop the entry: keep it as a dropped entry until ``retention_ms`` from now (its name free,
+        its id, pointer and location kept), or, with no retention and no purge, forget it at once.
+        The dropped entry (None when forgotten); ``NoSuchTable``/``NoSuchView`` when it is gone."""
+        if retention_ms <= 0 and not purge:
+            if not self.delete_entry(entry):
+                raise _missing(entry.kind, ".".join((*entry.namespace, entry.name)))
+            return None
+        now = now_ms()
+        with self._write() as conn:
+            row = conn.execute(
+                sa.select(entries.c.metadata_location, entries.c.location).where(entries.c.id == entry.id)
+            ).first()
+            if row is None or conn.execute(entries.delete().where(entries.c.id == entry.id)).rowcount != 1:
+                raise _missing(entry.kind, ".".join((*entry.namespace, entry.name)))
+            conn.execute(
+                dropped.insert().values(
+                    id=entry.id,
+                    namespace=join_namespace(entry.namespace),
+                    name=entry.name,
+                    kind=entry.kind,
+                    metadata_location=row.metadata_location,
+                    location=row.location,
+                    purge=purge,
+                    dropped_ms=now,
+                    expires_ms=now + max(0, retention_ms),
+                    dropped_by=by[:256] if by else None,
+                )
+            )
+            return as_dropped(conn.execute(sa.select(*DROPPED_COLUMNS).where(dropped.c.id == entry.id)).one())
+
+    def undrop_entry(self, dropped_id: int) -> Entry:
+        """Bring a dropped entry back under its name, with its id and pointer (so its history, its
+        grants, which name it, and its maintenance record come back too). 409 when its name or
+        location has been taken since, or its purge has begun; 404 when there is no such entry."""
+        try:
+            return self._undrop(dropped_id)
+        except exc.IntegrityError as e:  # a create of the same name committed in between
+            raise errors.AlreadyExists(f"Cannot undrop {dropped_id}: its name was taken meanwhile") from e
+
+    def _undrop(self, dropped_id: int) -> Entry:
+        with self._write() as conn:
+            row = conn.execute(sa.select(*DROPPED_COLUMNS).where(dropped.c.id == dropped_id)).first()
+            if row is None:
+                raise errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
+            gone = as_dropped(row)
+            if gone.purging_ms is not None:
+                raise errors.AlreadyExists(f"Cannot undrop {gone.ident}: its purge has begun")
+            taken = _holder_of(conn, gone.namespace, gone.name)
+            if taken is not None:
+                raise errors.AlreadyExists(
+                    f"Cannot undrop {gone.ident}: a {taken} of that name exists (rename or drop it first)"
+                )
+            if gone.location is not None:
+                self._location_free(conn, gone.location, gone.id)
+            # the purge claims the row with a conditional UPDATE: whichever of the two writes it first wins
+            if (
+                conn.execute(dropped.delete().where(dropped.c.id == gone.id, dropped.c.purging_ms.is_(None))).rowcount
+                != 1
+            ):
+                raise errors.AlreadyExists(f"Cannot undrop {gone.ident}: its purge has begun")
+            conn.execute(
+                entries.insert().values(
+                    id=gone.id,
+                    namespace=join_namespace(gone.namespace),
+                    name=gone.name,
+                    kind=gone.kind,
+                    metadata_location=gone.metadata_location,
+                    location=gone.location,
+                )
+            )
+        return Entry(gone.id, gone.namespace, gone.name, gone.kind, gone.metadata_location)
+
     def delete_entry(self, entry: Entry, at: str | None = None) -> bool:
         """Delete the entry (only while its pointer is still ``at``, when given): whether it was."""
         where = [entries.c.id == entry.id]
@@ -283,16 +367,23 @@ class Store(Pointers, GrantRows, TaskRows):
 
 
 def _overlapping(conn: Connection, location: str, exclude_id: int | None) -> list[Located]:
-    q = sa.select(entries.c.id, entries.c.namespace, entries.c.name, entries.c.kind, entries.c.location).where(
-        sa.or_(
-            entries.c.location.in_(ancestors(location)), entries.c.location.startswith(location + "/", autoescape=True)
+    """Live and dropped entries (a dropped entry keeps its location until it is purged or forgotten)."""
+    found: list[Located] = []
+    for table, is_dropped in ((entries, False), (dropped, True)):
+        q = sa.select(table.c.id, table.c.namespace, table.c.name, table.c.kind, table.c.location).where(
+            sa.or_(
+                table.c.location.in_(ancestors(location)), table.c.location.startswith(location + "/", autoescape=True)
+            )
         )
-    )
-    if exclude_id is not None:
-        q = q.where(entries.c.id != exclude_id)
-    rows = conn.execute(q).all()
-    # LIKE is case-insensitive on SQLite: keep only exact overlaps
-    return [Located(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in rows if overlaps(r[4], location)]
+        if exclude_id is not None:
+            q = q.where(table.c.id != exclude_id)
+        # LIKE is case-insensitive on SQLite: keep only exact overlaps
+        found.extend(
+            Located(r[0], split_namespace(r[1]), r[2], r[3], r[4], is_dropped)
+            for r in conn.execute(q)
+            if overlaps(r[4], location)
+        )
+    return found
 
 
 # The advisory lock key that serialises location claims on PostgreSQL (any constant the catalog owns).
@@ -306,6 +397,12 @@ def _holder_of(conn: Connection, ns: tuple[str, ...], name: str) -> str | None:
     return conn.execute(
         sa.select(entries.c.kind).where(entries.c.namespace == join_namespace(ns), entries.c.name == name)
     ).scalar()
+
+
+def _missing(kind: str, ident: str) -> errors.IcebergError:
+    if kind == "view":
+        return errors.NoSuchView(f"View does not exist: {ident}")
+    return errors.NoSuchTable(f"Table does not exist: {ident}")
 
 
 def name_taken(creating: str, existing: str, ident: str) -> errors.AlreadyExists:

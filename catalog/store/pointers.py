@@ -88,6 +88,7 @@ class Pointers(Database):
                 metadata_location=sa.bindparam("new"),
                 previous_metadata_location=sa.bindparam("expected"),
                 location=sa.bindparam("location"),
+                commits=sa.literal_column("commits + 1"),  # no bound parameter: see Compiled
             ),
             engine.dialect,
         )

@@ -2,8 +2,9 @@
 
 A task is for an entry by identity (its row id and its table's uuid, so a rename never loses it
 and a re-created table is never mistaken for it), of one kind (``expire-snapshots``,
-``remove-orphans``), in one state: ``queued`` -> ``running`` -> ``done`` | ``failed`` (or back to
-``queued`` with a later ``not_before_ms`` after a failed attempt). At most one task per entry and
+``remove-orphans``, or ``purge``, whose entry is a dropped one), in one state: ``queued`` ->
+``running`` -> ``done`` | ``failed`` (or back to ``queued`` with a later ``not_before_ms`` after a
+failed attempt). At most one task per entry and
 kind is queued or running (a partial unique index). A claim takes the oldest due task: a queued one
 whose ``not_before_ms`` has passed, or a running one whose lease expired (its worker was killed or
 lost the database). On PostgreSQL the claim is ``SELECT ... FOR UPDATE SKIP LOCKED``, so replicas
@@ -104,10 +105,14 @@ def _task(row: sa.Row) -> Task:
 
 
 def _record_run(conn: sa.Connection, entry_id: int, kind: str, pointer: str | None, now: int) -> None:
+    """The entry's last run of ``kind``: the pointer it left and the entry's commit count then."""
     key = (maintenance_runs.c.entry_id == entry_id, maintenance_runs.c.kind == kind)
+    commits = conn.execute(sa.select(entries.c.commits).where(entries.c.id == entry_id)).scalar()
     conn.execute(maintenance_runs.delete().where(*key))
     conn.execute(
-        maintenance_runs.insert().values(entry_id=entry_id, kind=kind, metadata_location=pointer, finished_ms=now)
+        maintenance_runs.insert().values(
+            entry_id=entry_id, kind=kind, metadata_location=pointer, finished_ms=now, commits=commits
+        )
     )
 
 
@@ -214,7 +219,8 @@ class TaskRows(Database):
 
     def finish(self, task: Task, owner: str, result: dict[str, Any], pointer: str | None) -> bool:
         """Done, with its result; the entry's last run of this kind is recorded (``pointer``: the
-        metadata it left), unless the task was a dry run. False: the lease was lost."""
+        metadata it left), unless the task was a dry run or left no table (None: skipped, or a
+        purge). False: the lease was lost."""
         now = now_ms()
         with self._write() as conn:
             done = conn.execute(
@@ -222,7 +228,7 @@ class TaskRows(Database):
                 .where(maintenance_tasks.c.id == task.id, maintenance_tasks.c.lease_owner == owner)
                 .values(state="done", result=result, finished_ms=now, lease_owner=None, lease_expires_ms=None)
             ).rowcount
-            if done and not task.options.get("dry-run"):
+            if done and pointer is not None and not task.options.get("dry-run"):
                 _record_run(conn, task.entry_id, task.kind, pointer, now)
         return done == 1
 
@@ -275,10 +281,13 @@ class TaskRows(Database):
         depth["oldest_queued_age_ms"] = 0 if oldest is None else max(0, now_ms() - oldest)
         return depth
 
-    def due_tables(self, kind: str, every_ms: int, changed_only: bool, limit: int) -> list[tuple[int, tuple, str]]:
+    def due_tables(
+        self, kind: str, every_ms: int, changed_only: bool, limit: int, every_commits: int = 0
+    ) -> list[tuple[int, tuple, str]]:
         """Tables whose last ``kind`` run is older than ``every_ms`` (or that never had one), and,
-        with ``changed_only``, whose pointer moved since: (entry id, namespace, name), oldest
-        first, skipping those with a task queued or running."""
+        with ``changed_only``, whose pointer moved since; or (``every_commits`` > 0) that took that
+        many commits since: (entry id, namespace, name), oldest first, skipping those with a task
+        queued or running."""
         runs = maintenance_runs
         cutoff = now_ms() - every_ms
         joined = entries.outerjoin(runs, sa.and_(runs.c.entry_id == entries.c.id, runs.c.kind == kind))
@@ -288,6 +297,8 @@ class TaskRows(Database):
                 stale,
                 sa.or_(runs.c.metadata_location.is_(None), runs.c.metadata_location != entries.c.metadata_location),
             )
+        if every_commits > 0:
+            stale = sa.or_(stale, entries.c.commits - sa.func.coalesce(runs.c.commits, 0) >= every_commits)
         active = sa.select(maintenance_tasks.c.entry_id).where(
             maintenance_tasks.c.kind == kind, maintenance_tasks.c.state.in_(ACTIVE)
         )

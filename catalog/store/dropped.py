@@ -1,0 +1,165 @@
+"""Dropped tables and views, kept for ``CATALOG_DROP_RETENTION`` before they go for good.
+
+A drop moves the entry's row from ``catalog_entries`` to ``dropped_entries`` in one transaction
+(``Store.drop_entry``): its name is free at once, but it keeps its id, its pointer and its
+location, which stays owned (``Store.overlapping`` sees dropped entries too), so no new table can
+move into files a purge will delete or an undrop will bring back. ``Store.undrop_entry`` moves it
+back when its name and location are free. When the retention ends, an entry dropped without purge
+is forgotten (its files stay, as the spec says) and one dropped with ``purgeRequested`` gets a
+durable ``purge`` task (``catalog/maintenance/care.py``).
+
+A purge and an undrop exclude each other by the row itself: the purge sets ``purging_ms`` with a
+conditional UPDATE before deleting anything, an undrop deletes the row only while ``purging_ms`` is
+NULL. The database serialises writes of one row, so exactly one of them wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from catalog.store.db import dropped_entries as dropped
+from catalog.store.db import join_namespace, maintenance_runs, split_namespace
+from catalog.store.sql import Database
+from catalog.store.tasks import now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    id: int
+    namespace: tuple[str, ...]
+    name: str
+    kind: str
+    metadata_location: str
+    location: str | None
+    purge: bool
+    dropped_ms: int
+    expires_ms: int
+    purging_ms: int | None
+    dropped_by: str | None
+
+    @property
+    def ident(self) -> str:
+        return ".".join((*self.namespace, self.name))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "namespace": list(self.namespace),
+            "name": self.name,
+            "purge": self.purge,
+            "state": "purging" if self.purging_ms is not None else "retained",
+            "dropped-ms": self.dropped_ms,
+            "expires-ms": self.expires_ms,
+            "dropped-by": self.dropped_by,
+            "metadata-location": self.metadata_location,
+        }
+
+
+COLUMNS = (
+    dropped.c.id,
+    dropped.c.namespace,
+    dropped.c.name,
+    dropped.c.kind,
+    dropped.c.metadata_location,
+    dropped.c.location,
+    dropped.c.purge,
+    dropped.c.dropped_ms,
+    dropped.c.expires_ms,
+    dropped.c.purging_ms,
+    dropped.c.dropped_by,
+)
+
+
+def as_dropped(row: sa.Row) -> Dropped:
+    values = list(row)
+    values[1] = split_namespace(values[1])
+    values[6] = bool(values[6])
+    return Dropped(*values)
+
+
+class DroppedRows(Database):
+    def get_dropped(self, dropped_id: int) -> Dropped | None:
+        with self._read() as conn:
+            row = conn.execute(sa.select(*COLUMNS).where(dropped.c.id == dropped_id)).first()
+        return None if row is None else as_dropped(row)
+
+    def list_dropped(
+        self, ns: tuple[str, ...] | None = None, name: str | None = None, limit: int = 100
+    ) -> list[Dropped]:
+        """The most recently dropped first; of one namespace (and name) when given."""
+        q = sa.select(*COLUMNS).order_by(dropped.c.dropped_ms.desc(), dropped.c.id.desc()).limit(limit)
+        if ns is not None:
+            q = q.where(dropped.c.namespace == join_namespace(ns))
+        if name is not None:
+            q = q.where(dropped.c.name == name)
+        with self._read() as conn:
+            return [as_dropped(r) for r in conn.execute(q)]
+
+    def end_retention(self, dropped_id: int) -> Dropped | None:
+        """Make the entry's retention end now (the scheduler purges or forgets it next): the entry as
+        it is now, None when there is no such dropped entry."""
+        now = now_ms()
+        with self._write() as conn:
+            conn.execute(
+                dropped.update().where(dropped.c.id == dropped_id, dropped.c.expires_ms > now).values(expires_ms=now)
+            )
+            row = conn.execute(sa.select(*COLUMNS).where(dropped.c.id == dropped_id)).first()
+        return None if row is None else as_dropped(row)
+
+    def expired_dropped(self, limit: int) -> list[Dropped]:
+        """Entries whose retention ended, the oldest first."""
+        q = sa.select(*COLUMNS).where(dropped.c.expires_ms <= now_ms()).order_by(dropped.c.expires_ms).limit(limit)
+        with self._read() as conn:
+            return [as_dropped(r) for r in conn.execute(q)]
+
+    def forget_dropped(self, ids: Sequence[int]) -> int:
+        """Forget entries dropped without purge whose retention ended (their files stay)."""
+        if not ids:
+            return 0
+        with self._write() as conn:
+            forgotten = conn.execute(
+                dropped.delete()
+                .where(dropped.c.id.in_(list(ids)), dropped.c.purge.is_(False), dropped.c.expires_ms <= now_ms())
+                .returning(dropped.c.id)
+            ).all()
+            _forget_runs(conn, [r.id for r in forgotten])
+        return len(forgotten)
+
+    def begin_purge(self, dropped_id: int) -> Dropped | None:
+        """Claim the entry for its purge (no undrop from now on): the entry, or None when it is gone
+        (undropped, or already purged) or its retention has not ended."""
+        now = now_ms()
+        with self._write() as conn:
+            conn.execute(
+                dropped.update()
+                .where(
+                    dropped.c.id == dropped_id,
+                    dropped.c.purge.is_(True),
+                    dropped.c.expires_ms <= now,
+                    dropped.c.purging_ms.is_(None),
+                )
+                .values(purging_ms=now)
+            )
+            row = conn.execute(
+                sa.select(*COLUMNS).where(dropped.c.id == dropped_id, dropped.c.purging_ms.is_not(None))
+            ).first()
+        return None if row is None else as_dropped(row)
+
+    def end_purge(self, dropped_id: int) -> None:
+        """The purge deleted the entry's files: forget it (its location is free again)."""
+        with self._write() as conn:
+            if conn.execute(
+                dropped.delete().where(dropped.c.id == dropped_id, dropped.c.purging_ms.is_not(None))
+            ).rowcount:
+                _forget_runs(conn, [dropped_id])
+
+
+def _forget_runs(conn: sa.Connection, ids: Sequence[int]) -> None:
+    """The maintenance record of entries that are gone for good."""
+    if ids:
+        conn.execute(maintenance_runs.delete().where(maintenance_runs.c.entry_id.in_(list(ids))))
