@@ -95,6 +95,25 @@ def our_plan(server: Server, ns: str, before: dict, cut_off: int) -> tuple[dict,
     return after, reachability.after_expiry(before, after, io)
 
 
+def spark_agrees(
+    spark, server: Server, lake: str, ns: str, request: pytest.FixtureRequest, before: dict, ours: tuple, cut_off=None
+) -> dict:
+    """Run Spark's ``expire_snapshots`` on the table (older than ``cut_off``, keeping 1, or by the
+    table's own policy without one) and assert it kept the snapshots and refs our plan ``ours``
+    (metadata after, unreachable files) keeps and deleted exactly the files our plan names. Spark's
+    metadata after."""
+    ours_after, unreachable = ours
+    listed_before = files_under(before["location"], request)
+    assert {normal(p) for p in unreachable.all()} <= listed_before  # we name real files
+    when = f", older_than => TIMESTAMP '{ms(cut_off)}', retain_last => 1" if cut_off is not None else ""
+    spark.sql(f"CALL {lake}.system.expire_snapshots(table => '{ns}.t'{when})")
+    spark_after = metadata(server, ns, "t")
+    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
+    assert spark_after["refs"] == ours_after["refs"]
+    assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
+    return spark_after
+
+
 def test_expire_snapshots_matches_spark(spark, server: Server, lake: str, request: pytest.FixtureRequest) -> None:
     ns = f"ex_{uuid.uuid4().hex[:8]}"
     spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
@@ -107,18 +126,7 @@ def test_expire_snapshots_matches_spark(spark, server: Server, lake: str, reques
     assert any(p.endswith("-deletes.parquet") for p in unreachable.content_files)
     assert unreachable.manifests and len(unreachable.manifest_lists) == 4
 
-    listed_before = files_under(before["location"], request)
-    assert {normal(p) for p in unreachable.all()} <= listed_before  # we name real files
-    spark.sql(
-        f"CALL {lake}.system.expire_snapshots(table => '{ns}.t', "
-        f"older_than => TIMESTAMP '{ms(cut_off)}', retain_last => 1)"
-    )
-    spark_after = metadata(server, ns, "t")
-    listed_after = files_under(before["location"], request)
-
-    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
-    assert spark_after["refs"] == ours_after["refs"]
-    assert listed_before - listed_after == {normal(p) for p in unreachable.all()}
+    spark_after = spark_agrees(spark, server, lake, ns, request, before, (ours_after, unreachable), cut_off)
     # planned again now, the removed snapshots' manifest lists are gone: it refuses, it never guesses
     with pytest.raises(reachability.Unreadable):
         reachability.after_expiry(before, spark_after, server.catalog().load_table(f"{ns}.t").io)
@@ -151,15 +159,7 @@ def test_a_ref_past_its_max_ref_age_expires_like_spark(
         s["snapshot-id"] for s in ours_after["snapshots"]
     }
 
-    listed_before = files_under(before["location"], request)
-    spark.sql(
-        f"CALL {lake}.system.expire_snapshots(table => '{ns}.t', "
-        f"older_than => TIMESTAMP '{ms(cut_off)}', retain_last => 1)"
-    )
-    spark_after = metadata(server, ns, "t")
-    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
-    assert spark_after["refs"] == ours_after["refs"]
-    assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
+    spark_agrees(spark, server, lake, ns, request, before, (ours_after, unreachable), cut_off)
 
 
 def test_table_retention_and_a_branch_s_own_retention_like_spark(
@@ -191,12 +191,7 @@ def test_table_retention_and_a_branch_s_own_retention_like_spark(
     assert len(ours_after["snapshots"]) == 2 + 4  # main's last two, the branch's last four (none shared)
     assert unreachable.content_files
 
-    listed_before = files_under(before["location"], request)
-    spark.sql(f"CALL {lake}.system.expire_snapshots(table => '{ns}.t')")
-    spark_after = metadata(server, ns, "t")
-    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
-    assert spark_after["refs"] == ours_after["refs"]
-    assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
+    spark_agrees(spark, server, lake, ns, request, before, (ours_after, unreachable))
 
 
 def test_unreferenced_snapshots_after_a_rollback_and_a_dropped_branch_like_spark(
@@ -228,15 +223,7 @@ def test_unreferenced_snapshots_after_a_rollback_and_a_dropped_branch_like_spark
     assert {s["snapshot-id"] for s in ours_after["snapshots"]} == {by_seq[4], by_seq[5]}
     assert len(unreachable.content_files) == 1  # s3's file; s2's stays reachable from s4, s1's from s5
 
-    listed_before = files_under(before["location"], request)
-    spark.sql(
-        f"CALL {lake}.system.expire_snapshots(table => '{ns}.t', "
-        f"older_than => TIMESTAMP '{ms(cut_off)}', retain_last => 1)"
-    )
-    spark_after = metadata(server, ns, "t")
-    assert {s["snapshot-id"] for s in spark_after["snapshots"]} == {s["snapshot-id"] for s in ours_after["snapshots"]}
-    assert spark_after["refs"] == ours_after["refs"]
-    assert listed_before - files_under(before["location"], request) == {normal(p) for p in unreachable.all()}
+    spark_agrees(spark, server, lake, ns, request, before, (ours_after, unreachable), cut_off)
 
 
 def test_the_catalogs_own_expiry_leaves_a_table_spark_pyiceberg_and_duckdb_read(
