@@ -169,19 +169,8 @@ class Files:
         import tempfile
 
         from pyiceberg.io import load_file_io
-        from pyiceberg.manifest import (
-            DataFile,
-            DataFileContent,
-            FileFormat,
-            ManifestEntry,
-            ManifestEntryStatus,
-            ManifestFile,
-            write_manifest,
-            write_manifest_list,
-        )
-        from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+        from pyiceberg.manifest import ManifestFile, write_manifest_list
         from pyiceberg.schema import Schema
-        from pyiceberg.typedef import Record
 
         self.store, self.location = store, location.rstrip("/")
         parquet = hot.parquet_row()
@@ -191,26 +180,8 @@ class Files:
         with tempfile.TemporaryDirectory() as tmp:
             fio = load_file_io({}, tmp)
             sid = wire.new_snapshot_id()
-            with write_manifest(
-                2, UNPARTITIONED_PARTITION_SPEC, schema, fio.new_output(f"{tmp}/m.avro"), sid, "null"
-            ) as writer:
-                writer.add(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=sid,
-                        sequence_number=None,
-                        file_sequence_number=None,
-                        data_file=DataFile.from_args(
-                            content=DataFileContent.DATA,
-                            file_path=self.data_file,
-                            file_format=FileFormat.PARQUET,
-                            partition=Record(),
-                            record_count=1,
-                            file_size_in_bytes=len(parquet),
-                        ),
-                    )
-                )
-            manifest = writer.to_manifest_file()
+            output = fio.new_output(f"{tmp}/m.avro")
+            manifest = hot.one_file_manifest(output, 2, schema, sid, self.data_file, len(parquet), "null")
             self.manifest_bytes = Path(f"{tmp}/m.avro").read_bytes()
             named = ManifestFile.from_args(
                 **{f: getattr(manifest, f) for f in hot.MANIFEST_FIELDS} | {"manifest_path": self.manifest(TOKEN)}

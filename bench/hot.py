@@ -97,6 +97,42 @@ class Head:
         self.next_row_id = metadata.get("next-row-id")
 
 
+def one_file_manifest(
+    output: Any, format_version: int, schema: Any, sid: int, data_path: str, size: int, codec: str = "deflate"
+) -> Any:
+    """Write a manifest (unpartitioned) adding one 1-row Parquet data file to ``output``: its
+    ``ManifestFile``. What an append writes, for the hot-table and table-care rows alike."""
+    from pyiceberg.manifest import (
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestEntry,
+        ManifestEntryStatus,
+        write_manifest,
+    )
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.typedef import Record
+
+    with write_manifest(format_version, UNPARTITIONED_PARTITION_SPEC, schema, output, sid, codec) as writer:
+        writer.add(
+            ManifestEntry.from_args(
+                status=ManifestEntryStatus.ADDED,
+                snapshot_id=sid,
+                sequence_number=None,
+                file_sequence_number=None,
+                data_file=DataFile.from_args(
+                    content=DataFileContent.DATA,
+                    file_path=data_path,
+                    file_format=FileFormat.PARQUET,
+                    partition=Record(),
+                    record_count=1,
+                    file_size_in_bytes=size,
+                ),
+            )
+        )
+    return writer.to_manifest_file()
+
+
 def _summary(previous: dict, data_size: int) -> dict:
     """pyiceberg's summary of a 1-file, 1-row append on top of ``previous``'s totals."""
 
@@ -146,18 +182,7 @@ class Appender:
 
     def attempt_body(self, head: Head, sid: int, data_path: str) -> bytes:
         """One attempt's files (a manifest and a manifest list on ``head``) and its commit body."""
-        from pyiceberg.manifest import (
-            DataFile,
-            DataFileContent,
-            FileFormat,
-            ManifestEntry,
-            ManifestEntryStatus,
-            read_manifest_list,
-            write_manifest,
-            write_manifest_list,
-        )
-        from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-        from pyiceberg.typedef import Record
+        from pyiceberg.manifest import read_manifest_list, write_manifest_list
 
         existing = []
         if head.manifest_list:
@@ -166,26 +191,7 @@ class Appender:
             self.counts["manifests_listed"] += len(existing)
         commit_uuid = uuid.uuid4()
         output = self.fio.new_output(f"{self.location}/metadata/{commit_uuid}-m0.avro")
-        with write_manifest(
-            head.format_version, UNPARTITIONED_PARTITION_SPEC, self.schema, output, sid, "deflate"
-        ) as writer:
-            writer.add(
-                ManifestEntry.from_args(
-                    status=ManifestEntryStatus.ADDED,
-                    snapshot_id=sid,
-                    sequence_number=None,
-                    file_sequence_number=None,
-                    data_file=DataFile.from_args(
-                        content=DataFileContent.DATA,
-                        file_path=data_path,
-                        file_format=FileFormat.PARQUET,
-                        partition=Record(),
-                        record_count=1,
-                        file_size_in_bytes=len(self.data),
-                    ),
-                )
-            )
-        new_manifest = writer.to_manifest_file()
+        new_manifest = one_file_manifest(output, head.format_version, self.schema, sid, data_path, len(self.data))
         self.counts["manifests_written"] += 1
         seq = head.seq + 1
         list_path = f"{self.location}/metadata/snap-{sid}-{self.counts['lists_written']}-{commit_uuid}.avro"
