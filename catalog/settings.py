@@ -314,6 +314,19 @@ class Settings(BaseSettings):
         description="Manifest rewrite is considered on a table whose pointer moved, at most this often; it runs "
         "when the main branch has more manifests than the table's commit.manifest.min-count-to-merge (100).",
     )
+    maintenance_compaction_every_minutes: float = Field(
+        default=30.0,
+        ge=0,
+        description="Data compaction (rewrite-data-files) is considered on a table whose pointer moved, at most this "
+        "often; it runs when the main branch has at least 5 data files averaging below 75% of the table's "
+        "write.target-file-size-bytes.",
+    )
+    maintenance_compaction_max_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of data and delete files one in-process compaction reads (into memory, one partition's "
+        "group at a time); the next run takes the rest.",
+    )
     maintenance_orphans_every_hours: float = Field(
         default=24.0, ge=0, description="Orphan removal runs on each table this often."
     )
