@@ -117,6 +117,7 @@ MAINTENANCE_COMPACTIONS = Counter(
     "replanned (a writer changed the files it rewrote), yielded (nothing committed), rolled-back (a writer "
     "whose base was older landed instead)",
     ["outcome"],
+    registry=REGISTRY,
 )
 WRITERS_MET_MAINTENANCE = Counter(
     "catalog_writer_commits_met_maintenance_total",
@@ -124,6 +125,7 @@ WRITERS_MET_MAINTENANCE = Counter(
     "server did: rebased (an append, over them), rolled-back (a row-level write landed on its base; the "
     "catalog's snapshots were removed)",
     ["action"],
+    registry=REGISTRY,
 )
 MAINTENANCE_MANIFEST_REWRITES = Counter(
     "catalog_maintenance_manifest_rewrites_total",

@@ -163,3 +163,159 @@ def test_a_sorted_table_is_compacted_in_its_sort_order(care: Server) -> None:
         with ids.open() as f:
             column = pq.read_table(f)["id"].to_pylist()
         assert column == sorted(column)
+
+
+def test_an_append_from_before_the_compaction_is_rebased_over_it_with_rebase_off(care: Server) -> None:
+    """Rebase is off (the default): an append whose parent is older than the catalog's compaction
+    lands anyway; the compaction is the only thing between them."""
+    catalog, ns, table = _table(care)
+    for i in range(6):
+        table.append(_batch(i))
+    stale = catalog.load_table(f"{ns}.t")  # a writer that read the table before the compaction
+    assert _compact(care, ns)["rewritten-data-files"] == 12
+    stale.append(_batch(77))  # asserts main is at its parent: the server rebases it
+    table = catalog.load_table(f"{ns}.t")
+    head = table.current_snapshot()
+    assert head.summary.operation.value == "append"
+    assert table.snapshot_by_id(head.parent_snapshot_id).summary.operation.value == "replace"
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids([*range(6), 77])
+    metrics = requests.get(f"{care.url}/metrics", timeout=10).text
+    assert 'catalog_writer_commits_met_maintenance_total{action="rebased"}' in metrics
+
+
+def test_a_row_level_write_from_before_the_compaction_lands_and_the_compaction_is_rolled_back(care: Server) -> None:
+    """pyiceberg's copy-on-write delete (an ``overwrite`` that removes a file the compaction also
+    rewrote) planned before the compaction landed: without the rollback its commit is a 409 and its
+    retry fails validation; the catalog lands it on its base and removes the compaction."""
+    catalog, ns, table = _table(care)
+    for i in range(6):
+        table.append(_batch(i))
+    table = catalog.load_table(f"{ns}.t")
+    base = table.current_snapshot().snapshot_id
+    tx = table.transaction()
+    tx.delete("id = 31")
+    result = _compact(care, ns)
+    assert result["rewritten-data-files"] == 12, result
+    tx.commit_transaction()
+    table = catalog.load_table(f"{ns}.t")
+    head = table.current_snapshot()
+    assert head.summary.operation.value in ("overwrite", "delete")
+    assert head.parent_snapshot_id == base
+    assert result["snapshot-id"] not in {s.snapshot_id for s in table.metadata.snapshots}
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [i for i in _ids(range(6)) if i != 31]
+    metrics = requests.get(f"{care.url}/metrics", timeout=10).text
+    assert 'catalog_writer_commits_met_maintenance_total{action="rolled-back"}' in metrics
+    # the next compaction compacts again, on the writer's result
+    assert _compact(care, ns)["rewritten-data-files"] >= 10
+    assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == [
+        i for i in _ids(range(6)) if i != 31
+    ]
+
+
+def test_a_client_cannot_mark_its_snapshot_as_the_catalogs(care: Server) -> None:
+    """Only the catalog's own snapshots may be rolled back for a writer: a client that marks its
+    snapshot as maintenance is refused (400), so nobody's data can be made to look disposable."""
+    catalog, ns, table = _table(care)
+    table.append(_batch(1))
+    table = catalog.load_table(f"{ns}.t")
+    head = table.current_snapshot()
+    forged = {
+        "snapshot-id": 4242,
+        "parent-snapshot-id": head.snapshot_id,
+        "sequence-number": head.sequence_number + 1,
+        "timestamp-ms": head.timestamp_ms + 1,
+        "manifest-list": head.manifest_list,
+        "summary": {"operation": "replace", "catalog.maintenance-job": "rewrite-data-files"},
+        "schema-id": 0,
+    }
+    body = {
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head.snapshot_id}],
+        "updates": [
+            {"action": "add-snapshot", "snapshot": forged},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 4242},
+        ],
+    }
+    resp = requests.post(f"{care.url}/v1/namespaces/{ns}/tables/t", json=body, timeout=30)
+    assert resp.status_code == 400, resp.text
+    assert "catalog.maintenance-job" in resp.json()["error"]["message"]
+    assert catalog.load_table(f"{ns}.t").current_snapshot().snapshot_id == head.snapshot_id
+
+
+@pytest.fixture
+def two_processes(tmp_path: Path) -> Iterator[tuple[Server, object]]:
+    """A server (the writers' catalog) and the catalog service in this process on the same SQLite
+    database and warehouse (the compaction's side: its commits race the server's through the CAS)."""
+    from catalog.server.app import build_catalog
+    from catalog.settings import Settings
+
+    srv = start_server(tmp_path / "srv", "sqlite")
+    local = build_catalog(
+        Settings(database_url=srv.env["CATALOG_DATABASE_URL"], warehouse=srv.env["CATALOG_WAREHOUSE"]), migrated=True
+    )
+    yield srv, local
+    local.store.engine.dispose()
+    srv.stop()
+
+
+def _compact_with(local, ns: str, before_commit) -> dict:  # noqa: ANN001
+    """Run the job in this process; ``before_commit()`` runs once, before its first commit."""
+    entry = local.store.get_entry((ns,), "t")
+    commit, calls = local.engine.commit, []
+
+    def racing(changes, key=None):  # noqa: ANN001, ANN202
+        if not calls:
+            calls.append(1)
+            before_commit()
+        return commit(changes, key)
+
+    local.engine.commit = racing
+    reread = lambda: (e := local.store.get_entry((ns,), "t"), local.files.read(e.metadata_location))  # noqa: E731
+    result, _ = compaction.Compactor(local.storage, local.engine, 2**30).run(
+        entry, local.files.read(entry.metadata_location), False, reread
+    )
+    return result
+
+
+def test_a_compaction_whose_head_moved_by_an_append_lands_on_the_new_head(two_processes) -> None:  # noqa: ANN001
+    srv, local = two_processes
+    catalog, ns, table = _table(srv)
+    for i in range(6):
+        table.append(_batch(i))
+    result = _compact_with(local, ns, lambda: catalog.load_table(f"{ns}.t").append(_batch(99)))
+    assert result["landed-on-moved-head"] == 1 and result["replanned"] == 0, result
+    table = catalog.load_table(f"{ns}.t")
+    head = table.current_snapshot()
+    assert head.summary.operation.value == "replace"
+    assert table.snapshot_by_id(head.parent_snapshot_id).summary.operation.value == "append"  # the writer's
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids([*range(6), 99])
+    assert len(_data_files(table)) == 4  # the two compacted files and the append's two
+
+
+def test_a_compaction_whose_files_a_writer_deleted_yields_and_leaves_nothing(two_processes) -> None:  # noqa: ANN001
+    srv, local = two_processes
+    catalog, ns, table = _table(srv)
+    for i in range(6):
+        table.append(_batch(i))
+    data_dir = Path(table.location().removeprefix("file://")) / "data"
+    files_before = set(data_dir.rglob("*.parquet"))
+    result = _compact_with(local, ns, lambda: catalog.load_table(f"{ns}.t").delete("id = 31"))
+    # its plan was invalid on the new head (a file it rewrote was removed): it planned again on it
+    assert result["replanned"] >= 1, result
+    table = catalog.load_table(f"{ns}.t")
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [i for i in _ids(range(6)) if i != 31]
+    ops = [s.summary.operation.value for s in table.metadata.snapshots]
+    assert ops[:6] == ["append"] * 6 and ops[6] in ("overwrite", "delete")  # the writer's landed first
+    # the first plan's files were deleted: the data files are the appends', the writer's, and
+    # those of the compaction that landed after planning again
+    live = set(_data_files(table))
+    left = {str(p) for p in set(data_dir.rglob("*.parquet")) - files_before}
+    written_by_writer = {p for p in left if f"file://{p}" not in live}
+    assert all(f"file://{p}" in live or _referenced_anywhere(table, f"file://{p}") for p in left), written_by_writer
+
+
+def _referenced_anywhere(table, path: str) -> bool:  # noqa: ANN001
+    for snapshot in table.metadata.snapshots:
+        for m in snapshot.manifests(table.io):
+            if any(e.data_file.file_path == path for e in m.fetch_manifest_entry(table.io, discard_deleted=False)):
+                return True
+    return False
