@@ -104,9 +104,7 @@ def test_small_files_are_compacted_per_partition_and_read_the_same(care: Server)
     # the new files keep the data sequence number of the snapshot the compaction started from
     for task in table.scan().plan_files():
         assert task.file.partition is not None
-    entries = [
-        e for m in head.manifests(table.io) for e in m.fetch_manifest_entry(table.io, discard_deleted=True)
-    ]
+    entries = [e for m in head.manifests(table.io) for e in m.fetch_manifest_entry(table.io, discard_deleted=True)]
     added = [e for e in entries if e.snapshot_id == head.snapshot_id]
     assert len(added) == 2 and {e.sequence_number for e in added} == {before.sequence_number}
 
@@ -319,3 +317,64 @@ def _referenced_anywhere(table, path: str) -> bool:  # noqa: ANN001
             if any(e.data_file.file_path == path for e in m.fetch_manifest_entry(table.io, discard_deleted=False)):
                 return True
     return False
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("version", [2, 3])
+def test_merge_on_read_deletes_are_applied_and_agree_with_sparks_rewrite_data_files(
+    care: Server,
+    spark,
+    version: int,  # noqa: ANN001
+) -> None:
+    """Spark's merge-on-read deletes (v2 position delete files, v3 deletion vectors) on small files:
+    the catalog's compaction and Spark's ``rewrite_data_files`` on a twin leave the same rows and the
+    same number of data files, and the delete files go (every row they delete is applied). v3: every
+    row keeps its ``_row_id`` and ``_last_updated_sequence_number``."""
+    lake = register_catalog(spark, care)
+    ns = f"dc_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
+    for name in ("t", "twin"):
+        t = f"{lake}.{ns}.{name}"
+        spark.sql(
+            f"CREATE TABLE {t} (id BIGINT, part STRING) USING iceberg PARTITIONED BY (part) TBLPROPERTIES "
+            f"('format-version' = '{version}', 'write.delete.mode' = 'merge-on-read', "
+            "'write.update.mode' = 'merge-on-read')"
+        )
+        for i in range(6):
+            spark.sql(f"INSERT INTO {t} VALUES ({i * 10}, 'p{i % 2}'), ({i * 10 + 1}, 'p{i % 2}')")
+        for i in range(3):
+            spark.sql(f"DELETE FROM {t} WHERE id = {i * 10 + 1}")
+        spark.sql(f"UPDATE {t} SET id = id + 1000 WHERE id = 50")
+    t = f"{lake}.{ns}.t"
+    spark.conf.set("spark.sql.iceberg.vectorization.enabled", "false")  # _row_id reads (tests/test_v3.py)
+    try:
+        lineage = f"SELECT id, _row_id, _last_updated_sequence_number FROM {t}" if version >= 3 else None
+        before = sorted(sql_rows(spark, lineage)) if lineage else None
+        result = _compact(care, ns)
+        spark.sql(
+            f"CALL {lake}.system.rewrite_data_files(table => '{ns}.twin', options => map('min-input-files', '2'))"
+        )
+        spark.sql(f"REFRESH TABLE {t}")
+        if lineage:
+            assert sorted(sql_rows(spark, lineage)) == before
+            assert len({r[1] for r in before}) == len(before)
+    finally:
+        spark.conf.unset("spark.sql.iceberg.vectorization.enabled")
+    assert result["removed-delete-files"] >= 1, result
+    expected = sorted(
+        [i * 10 + k for i in range(6) for k in range(2) if not (k == 1 and i < 3) and i * 10 + k != 50] + [1050]
+    )
+    catalog = care.catalog()
+    ours, theirs = catalog.load_table(f"{ns}.t"), catalog.load_table(f"{ns}.twin")
+    assert sorted(ours.scan().to_arrow()["id"].to_pylist()) == expected
+    assert sorted(theirs.scan().to_arrow()["id"].to_pylist()) == expected
+    assert sorted(r[0] for r in sql_rows(spark, f"SELECT id FROM {t}")) == expected
+    duck = duckdb_attached(care)
+    try:
+        assert sorted(r[0] for r in duck.execute(f"SELECT id FROM lake.{ns}.t").fetchall()) == expected
+    finally:
+        duck.close()
+    tasks = list(ours.scan().plan_files())
+    assert len(tasks) == len(list(theirs.scan().plan_files())) == 2  # one file per partition
+    assert all(not task.delete_files for task in tasks)  # no delete applies any more

@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.io.pyarrow import ArrowScan, _combine_positional_deletes, _read_deletes, write_file
-from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestEntry, ManifestFile
+from pyiceberg.manifest import DATA_FILE_TYPE, DataFile, DataFileContent, ManifestContent, ManifestEntry, ManifestFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, WriteTask
@@ -79,7 +79,7 @@ from catalog.maintenance.manifests import (
     spec_and_schema,
 )
 from catalog.storage.backends import Storage
-from catalog.storage.manifests import ENTRY_READ, BufferOutput, BytesInput, list_writer, read_records
+from catalog.storage.manifests import ENTRY_READ, FILE_ROW_ID, BufferOutput, BytesInput, list_writer, read_records
 from catalog.store.pointers import Entry
 
 log = logging.getLogger("catalog.maintenance")
@@ -96,6 +96,7 @@ LINEAGE = (
     NestedField(ROW_ID, "_row_id", LongType(), required=False),
     NestedField(LAST_UPDATED, "_last_updated_sequence_number", LongType(), required=False),
 )
+V3_FIELDS = len(DATA_FILE_TYPE[3].fields)
 STATS = ("column_sizes", "value_counts", "null_value_counts", "nan_value_counts", "lower_bounds", "upper_bounds")
 
 
@@ -410,7 +411,8 @@ class Compactor:
                     out = io.outputs.pop(data_file.file_path)
                     self.storage.write_new(data_file.file_path, out.value)
                     written.paths.append(data_file.file_path)
-                    if version >= 3:
+                    if version >= 3:  # pyiceberg's DataFile is v2's: v3's fields, unassigned (the list assigns)
+                        data_file._data.extend([None] * (V3_FIELDS - len(data_file._data)))
                         for name in STATS:  # no metrics for the lineage columns (not table columns)
                             values = getattr(data_file, name) or {}
                             values.pop(ROW_ID, None)
@@ -692,7 +694,7 @@ def _with_lineage(rows: pa.Table, raw: bytes, e: ManifestEntry) -> pa.Table:
     f = e.data_file
     n = rows.num_rows
     physical = _lineage_columns(raw)
-    first = f.first_row_id
+    first = f[FILE_ROW_ID] if len(f._data) > FILE_ROW_ID else None
     inherited_ids = pa.array(range(first, first + n), pa.int64()) if first is not None else pa.nulls(n, pa.int64())
     row_id = physical.get(ROW_ID)
     row_id = inherited_ids if row_id is None else pc.coalesce(row_id, inherited_ids)
