@@ -321,6 +321,14 @@ class Settings(BaseSettings):
         "often; it runs when the main branch has at least 5 data files averaging below 75% of the table's "
         "write.target-file-size-bytes.",
     )
+    maintenance_compaction_quiet_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="Compaction leaves a table alone while a writer's row-level commit (overwrite, delete, or a "
+        "replace it made) landed on main within this time, and rewrites only files added before it: a Spark "
+        "MERGE/UPDATE/DELETE validates against the table as it is when it commits and fails if a file it changes "
+        "was compacted while it ran. A table's catalog.compaction.quiet-seconds property overrides it.",
+    )
     maintenance_compaction_max_bytes: int = Field(
         default=512 * 1024 * 1024,
         ge=1024,

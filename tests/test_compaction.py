@@ -42,7 +42,12 @@ SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "part"))
 @pytest.fixture(scope="module", params=backends())
 def care(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     services = request.getfixturevalue("services") if request.param == "postgres-s3" else None
-    srv = care_server(request.param, tmp_path_factory.mktemp(f"compaction-{request.param}"), services)
+    srv = care_server(
+        request.param,
+        tmp_path_factory.mktemp(f"compaction-{request.param}"),
+        services,
+        CATALOG_MAINTENANCE_COMPACTION_QUIET_SECONDS="0",  # a test that wants the quiet period sets it on its table
+    )
     yield srv
     srv.stop()
 
@@ -268,7 +273,7 @@ def _compact_with(local, ns: str, before_commit) -> dict:  # noqa: ANN001
 
     local.engine.commit = racing
     reread = lambda: (e := local.store.get_entry((ns,), "t"), local.files.read(e.metadata_location))  # noqa: E731
-    result, _ = compaction.Compactor(local.storage, local.engine, 2**30).run(
+    result, _ = compaction.Compactor(local.storage, local.engine, 2**30, 0).run(
         entry, local.files.read(entry.metadata_location), False, reread
     )
     return result
@@ -378,3 +383,131 @@ def test_merge_on_read_deletes_are_applied_and_agree_with_sparks_rewrite_data_fi
     tasks = list(ours.scan().plan_files())
     assert len(tasks) == len(list(theirs.scan().plan_files())) == 2  # one file per partition
     assert all(not task.delete_files for task in tasks)  # no delete applies any more
+
+
+class _Compacting:
+    """Compaction run again and again on one table (through the management API, as an operator or
+    the scheduler would) until stopped: the writers under test never wait for it."""
+
+    def __init__(self, server: Server, ns: str) -> None:
+        self.server, self.ns = server, ns
+        self.results: list[dict] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> _Compacting:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(300)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                [task] = run_care(self.server, self.ns, "t", kinds=[compaction.KIND])
+                assert task["state"] == "done", task
+                self.results.append(task["result"])
+                self._stop.wait(0.3)
+            except BaseException as e:  # noqa: BLE001 - reported by the test
+                self.errors.append(e)
+                return
+
+    @property
+    def landed(self) -> int:
+        return sum(1 for r in self.results if r.get("snapshot-id"))
+
+    @property
+    def deferred(self) -> int:
+        return sum(1 for r in self.results if r.get("deferred"))
+
+
+def test_an_appender_never_fails_while_compaction_runs_continuously(care: Server) -> None:
+    """pyiceberg fast appends, rebase off (the default), while the catalog compacts the same table
+    over and over: every append lands at its first try and every row is there once."""
+    catalog, ns, table = _table(care)
+    with _Compacting(care, ns) as compacting:
+        for i in range(40):
+            catalog.load_table(f"{ns}.t").append(_batch(i))  # a 409 would raise here
+    assert not compacting.errors, compacting.errors
+    assert compacting.landed >= 1, compacting.results
+    assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == _ids(range(40))
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(("version", "mode"), [(2, "copy-on-write"), (2, "merge-on-read"), (3, "merge-on-read")])
+def test_spark_writers_never_fail_while_compaction_runs_continuously(
+    care: Server,
+    spark,
+    version: int,
+    mode: str,  # noqa: ANN001
+) -> None:
+    """Spark on defaults (its own commit retries) while the catalog compacts the table over and over.
+    INSERTs (appends) land whatever the compaction does: it lands between them. UPDATE, DELETE and
+    MERGE (row-level, validated by Spark against the table as it is when they commit) keep the
+    compaction off while they keep coming (the quiet period), and it lands once they pause. No
+    statement fails; the table holds exactly the rows the statements imply, in Spark, pyiceberg and
+    DuckDB; v3 row ids stay unique."""
+    lake = register_catalog(spark, care)
+    ns = f"dc_{uuid.uuid4().hex[:8]}"
+    t = f"{lake}.{ns}.t"
+    spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
+    modes = ", ".join(f"'write.{op}.mode' = '{mode}'" for op in ("delete", "update", "merge"))
+    spark.sql(
+        f"CREATE TABLE {t} (id BIGINT, part STRING) USING iceberg PARTITIONED BY (part) "
+        f"TBLPROPERTIES ('format-version' = '{version}', {modes}, '{compaction.QUIET}' = '0')"
+    )
+    expected: dict[int, str] = {}
+    with _Compacting(care, ns) as appending:
+        for i in range(12):
+            spark.sql(f"INSERT INTO {t} VALUES ({i * 10}, 'p{i % 2}'), ({i * 10 + 1}, 'p{i % 2}')")
+            expected.update({i * 10: f"p{i % 2}", i * 10 + 1: f"p{i % 2}"})
+    assert not appending.errors, appending.errors
+    assert appending.landed >= 1, appending.results  # compactions landed between the INSERTs
+    spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('{compaction.QUIET}' = '120')")
+    spark.sql(f"DELETE FROM {t} WHERE id = 1")  # the first row-level write: the quiet period starts
+    expected.pop(1)
+    with _Compacting(care, ns) as compacting:
+        for round_ in range(1, 4):
+            base = 1000 * round_
+            spark.sql(f"UPDATE {t} SET id = id + 100000 WHERE id = {round_ * 10}")
+            expected[round_ * 10 + 100000] = expected.pop(round_ * 10)
+            spark.sql(f"DELETE FROM {t} WHERE id = {round_ * 10 + 1}")
+            expected.pop(round_ * 10 + 1)
+            spark.sql(
+                f"MERGE INTO {t} AS target USING (SELECT {base} AS id, 'p9' AS part UNION ALL "
+                f"SELECT 20 AS id, 'p7' AS part) AS source ON target.id = source.id "
+                "WHEN MATCHED THEN UPDATE SET part = source.part WHEN NOT MATCHED THEN INSERT *"
+            )
+            expected[base] = "p9"
+            expected[20] = "p7"  # matched: updated; once UPDATE moved it away: inserted again
+    assert not compacting.errors, compacting.errors
+    assert compacting.landed == 0 and compacting.deferred >= 1, compacting.results
+    # the writers paused: with the quiet period over, the compaction lands
+    spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('{compaction.QUIET}' = '0')")
+    for k in range(3):
+        spark.sql(f"INSERT INTO {t} VALUES ({50000 + k}, 'p9')")
+        expected[50000 + k] = "p9"
+    result = _compact(care, ns)
+    assert "deferred" not in result and result["rewritten-data-files"] >= 5, result
+    want = sorted(expected.items())
+    spark.sql(f"REFRESH TABLE {t}")
+    assert sorted(sql_rows(spark, f"SELECT id, part FROM {t}")) == want
+    table = care.catalog().load_table(f"{ns}.t")
+    got = table.scan().to_arrow()
+    assert sorted(zip(got["id"].to_pylist(), got["part"].to_pylist(), strict=True)) == want
+    duck = duckdb_attached(care)
+    try:
+        assert sorted(duck.execute(f"SELECT id, part FROM lake.{ns}.t").fetchall()) == want
+    finally:
+        duck.close()
+    if version >= 3:
+        spark.conf.set("spark.sql.iceberg.vectorization.enabled", "false")
+        try:
+            ids = [r[0] for r in sql_rows(spark, f"SELECT _row_id FROM {t}")]
+        finally:
+            spark.conf.unset("spark.sql.iceberg.vectorization.enabled")
+        assert len(set(ids)) == len(ids) == len(want)

@@ -201,7 +201,12 @@ class Care:
     # -- data compaction (catalog/maintenance/compaction.py) ---------------------------------------
 
     def compact(self, task: Task, entry: Entry, file: MetadataFile) -> tuple[dict[str, Any], str | None]:
-        compactor = compaction.Compactor(self.storage, self.engine, self.settings.maintenance_compaction_max_bytes)
+        compactor = compaction.Compactor(
+            self.storage,
+            self.engine,
+            self.settings.maintenance_compaction_max_bytes,
+            self.settings.maintenance_compaction_quiet_seconds,
+        )
         try:
             return compactor.run(entry, file, bool(task.options.get("dry-run")), lambda: self.current(task))
         except Skipped as e:

@@ -88,6 +88,7 @@ KIND = "rewrite-data-files"
 TARGET, TARGET_DEFAULT = "write.target-file-size-bytes", 512 * 2**20  # Java's TableProperties
 MIN_RATIO = 0.75  # Java: min-file-size-bytes = 75% of the target
 MIN_INPUT_FILES = 5  # Java: min-input-files
+QUIET = "catalog.compaction.quiet-seconds"
 REPLANS = 5
 LANDINGS = 20
 READ_THREADS = 8
@@ -105,6 +106,42 @@ def target_bytes(metadata: dict[str, Any]) -> int:
         return max(1, int((metadata.get("properties") or {}).get(TARGET, TARGET_DEFAULT)))
     except (TypeError, ValueError):
         return TARGET_DEFAULT
+
+
+def quiet_ms(metadata: dict[str, Any], default_seconds: float) -> int:
+    """The table's quiet period (``catalog.compaction.quiet-seconds``, else the server's setting)."""
+    value = (metadata.get("properties") or {}).get(QUIET)
+    try:
+        seconds = float(value) if value is not None else default_seconds
+    except (TypeError, ValueError):
+        seconds = default_seconds
+    return int(max(0.0, seconds) * 1000)
+
+
+def row_level(snapshot: dict[str, Any]) -> bool:
+    """A writer's commit that changes rows in place (what a compaction can make fail): ``overwrite``,
+    ``delete``, or a ``replace`` that is not the catalog's own (a user's own rewrite)."""
+    summary = snapshot.get("summary") or {}
+    operation = summary.get("operation")
+    return operation in ("overwrite", "delete") or (operation == "replace" and MAINTENANCE_JOB not in summary)
+
+
+def deferred(metadata: dict[str, Any], now_ms: int, quiet: int) -> str:
+    """Why compaction leaves the table alone now ('' when it does not): a row-level commit on main
+    within the quiet period. Walks main back from its head only as far as the period reaches."""
+    if quiet <= 0:
+        return ""
+    by_id = {s.get("snapshot-id"): s for s in metadata.get("snapshots") or []}
+    at = main_head(metadata)
+    while at is not None and int(at.get("timestamp-ms", 0)) >= now_ms - quiet:
+        if row_level(at):
+            ago = max(0, now_ms - int(at["timestamp-ms"])) // 1000
+            return (
+                f"a row-level commit (snapshot {at['snapshot-id']}, {at['summary']['operation']}) landed "
+                f"{ago} s ago, within the quiet period of {quiet // 1000} s"
+            )
+        at = by_id.get(at.get("parent-snapshot-id"))
+    return ""
 
 
 def due(metadata: dict[str, Any]) -> bool:
@@ -150,9 +187,11 @@ class Live:
     deletes: list[ManifestEntry]
 
 
-def plan(metadata: dict[str, Any], live: Live, max_bytes: int) -> Plan:
-    """The groups to rewrite (pure: no I/O)."""
+def plan(metadata: dict[str, Any], live: Live, max_bytes: int, added_before_ms: int | None = None) -> Plan:
+    """The groups to rewrite (pure: no I/O). ``added_before_ms``: only files whose snapshot is older
+    (a snapshot expired since is older still)."""
     spec_id = metadata.get("default-spec-id", 0)
+    added_ms = {s.get("snapshot-id"): int(s.get("timestamp-ms", 0)) for s in metadata.get("snapshots") or []}
     target = target_bytes(metadata)
     index, equality = DeleteFileIndex(), []
     for e in live.deletes:
@@ -166,6 +205,9 @@ def plan(metadata: dict[str, Any], live: Live, max_bytes: int) -> Plan:
     for e in live.data:
         f = e.data_file
         if f.spec_id != spec_id or f.file_size_in_bytes >= MIN_RATIO * target:
+            continue
+        if added_before_ms is not None and added_ms.get(e.snapshot_id, 0) >= added_before_ms:
+            left["added-within-quiet-period"] = left.get("added-within-quiet-period", 0) + 1
             continue
         if not _inside(f.file_path, roots):
             left["outside-table-location"] = left.get("outside-table-location", 0) + 1
@@ -279,20 +321,27 @@ class _Key:
 class Compactor:
     """Compacts one table's small data files (``run``), through the server's storage and engine."""
 
-    def __init__(self, storage: Storage, engine: CommitEngine, max_bytes: int) -> None:
+    def __init__(self, storage: Storage, engine: CommitEngine, max_bytes: int, quiet_seconds: float) -> None:
         self.storage = storage
         self.engine = engine
         self.max_bytes = max_bytes
+        self.quiet_seconds = quiet_seconds
 
-    def run(self, entry: Entry, file: Any, dry: bool, reread: Any) -> tuple[dict[str, Any], str]:
+    def run(self, entry: Entry, file: Any, dry: bool, reread: Any) -> tuple[dict[str, Any], str | None]:
+        """Compact ``entry`` (at ``file``); ``reread()`` gives the table as it is now. The task's result
+        and the pointer the table was left at (None when deferred: looked at again at the next scan)."""
         replans = landed_on_moved = 0
         for _ in range(REPLANS):
             metadata = file.data
             head = main_head(metadata)
             if head is None or not head.get("manifest-list"):
                 return {"skipped": "the table has no snapshot with a manifest list on main"}, file.location
+            quiet, now = quiet_ms(metadata, self.quiet_seconds), int(time.time() * 1000)
+            if reason := deferred(metadata, now, quiet):
+                metrics.MAINTENANCE_COMPACTIONS.labels("deferred").inc()
+                return {"engine": "in-process", "deferred": reason}, None
             live = self._live(head)
-            the_plan = plan(metadata, live, self.max_bytes)
+            the_plan = plan(metadata, live, self.max_bytes, now - quiet if quiet else None)
             result: dict[str, Any] = {"engine": "in-process", "data-files-before": len(live.data)}
             if the_plan.left:
                 result["left"] = the_plan.left
@@ -341,6 +390,11 @@ class Compactor:
                     head = main_head(metadata)
                     if head is None or not head.get("manifest-list") or metadata["format-version"] != version:
                         break
+                    if writer := _row_level_since(metadata, head, start):
+                        reason = f"a row-level writer committed while it ran (snapshot {writer})"
+                        metrics.MAINTENANCE_COMPACTIONS.labels("yielded").inc()
+                        log.info("compaction of %s yields: %s", ident(entry), reason)
+                        return {"engine": "in-process", "yielded": reason, "replanned": replans}, file.location
                     landed_on_moved += 1
                     metrics.MAINTENANCE_COMPACTIONS.labels("landed-on-moved-head").inc()
             finally:
@@ -652,6 +706,17 @@ def _removed(e: ManifestEntry, written: Rewritten) -> bool:
     if f.content == DataFileContent.DATA:
         return f.file_path in written.replaced
     return _delete_key(f) in written.removed_deletes
+
+
+def _row_level_since(metadata: dict[str, Any], head: dict[str, Any], start: dict[str, Any]) -> int | None:
+    """A row-level commit on main between ``start`` (excluded) and ``head``: its id, else None."""
+    by_id = {s.get("snapshot-id"): s for s in metadata.get("snapshots") or []}
+    at: dict[str, Any] | None = head
+    while at is not None and at.get("snapshot-id") != start.get("snapshot-id"):
+        if row_level(at):
+            return at["snapshot-id"]
+        at = by_id.get(at.get("parent-snapshot-id"))
+    return None
 
 
 def _delete_key(f: DataFile) -> tuple[str, str | None]:

@@ -220,6 +220,9 @@ class Scheduler:
         except errors.IcebergError as e:
             log.warning("maintenance of %s not scheduled: %s", ".".join((*entry.namespace, entry.name)), e.message)
             return 0
+        quiet = compaction.quiet_ms(file.data, self.settings.maintenance_compaction_quiet_seconds)
+        if kind == COMPACT and compaction.deferred(file.data, int(time.time() * 1000), quiet):
+            return 0  # writers are active: looked at again at the next scan, no run recorded
         if not self.care.enabled(entry, file) or not self._due(kind, file):  # looked at again when due again
             self.store.record_run(entry.id, kind, entry.metadata_location)
             return 0
