@@ -1,4 +1,5 @@
-"""Bytes in, bytes out: metadata files on local disk or in S3/MinIO (boto3), confined and bounded.
+"""Bytes in, bytes out: metadata files on local disk or in S3/MinIO (boto3), confined and bounded
+(Azure and Google Cloud Storage: ``azure.py``, ``gcs.py``, on the same ``_Bounds``).
 
 Every call is checked against the location policy first (``locations.Locations``): nothing outside
 the warehouse and the allow-list is read, written or deleted, whatever a request names. On local
@@ -56,14 +57,23 @@ class Storage(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StoredFile:
-    location: str  # in the form the table's metadata uses (file:///... or s3://bucket/key)
+    location: str  # in the form the table's metadata uses (file:///..., s3://bucket/key, abfss://..., gs://...)
     modified_ms: int
     size: int
 
 
 def create_storage(settings: Settings) -> Storage:
-    if settings.warehouse.startswith(("s3://", "s3a://")):
+    kind = settings.storage_kind
+    if kind == "s3":
         return S3Storage(settings)
+    if kind == "azure":
+        from catalog.storage.azure import AzureStorage
+
+        return AzureStorage(settings)
+    if kind == "gcs":
+        from catalog.storage.gcs import GcsStorage
+
+        return GcsStorage(settings)
     return LocalStorage(settings)
 
 
