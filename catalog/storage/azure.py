@@ -21,7 +21,7 @@ from typing import Any
 from catalog import errors
 from catalog.locations import azure_parts
 from catalog.settings import ConfigurationError, Settings
-from catalog.storage.backends import USER_AGENT, StoredFile, _Bounds, _not_found
+from catalog.storage.bounds import USER_AGENT, Bounds, StoredFile, not_found
 
 # Error codes (x-ms-error-code) by who must act.
 _CLIENT = {"InvalidResourceName", "InvalidUri", "OutOfRangeInput", "InvalidQueryParameterValue"}
@@ -71,7 +71,7 @@ def check_settings(settings: Settings) -> None:
             raise ConfigurationError(f"CATALOG_{name.upper()} must be an http:// or https:// URL, got {value!r}")
 
 
-class AzureStorage(_Bounds):
+class AzureStorage(Bounds):
     """Blobs in one storage account through ``azure-storage-blob``, with the account's shared key."""
 
     def __init__(self, settings: Settings) -> None:
@@ -111,7 +111,7 @@ class AzureStorage(_Bounds):
     def _error(self, e: Exception, doing: str, location: str) -> errors.IcebergError:
         exc = self._exc
         if isinstance(e, exc.ResourceNotFoundError) and getattr(e, "error_code", None) != "ContainerNotFound":
-            return _not_found(location)
+            return not_found(location)
         if isinstance(e, exc.HttpResponseError) and e.status_code is not None:
             code = str(getattr(e, "error_code", None) or e.status_code)
             if code in _OPERATOR or e.status_code in (401, 403) or code == "ContainerNotFound":
@@ -121,9 +121,7 @@ class AzureStorage(_Bounds):
             if code in _CLIENT or e.status_code == 400:
                 return errors.BadRequest(f"Storage refused {doing} {location}: {code}")
             return errors.ServiceUnavailable(f"Storage error {doing} a file: {code}", detail=location)
-        return errors.ServiceUnavailable(
-            f"Storage unavailable {doing} a file: {self._unreachable(e)}", detail=location
-        )
+        return errors.ServiceUnavailable(f"Storage unavailable {doing} a file: {self._unreachable(e)}", detail=location)
 
     def _unreachable(self, e: Exception) -> str:
         return f"cannot reach the Azure blob endpoint {self.endpoint} (CATALOG_AZURE_BLOB_ENDPOINT): {type(e).__name__}"
@@ -196,9 +194,11 @@ class AzureStorage(_Bounds):
         start = name.rstrip("/") + "/" if name else ""
         scheme, _, rest = prefix.partition("://")
         base = f"{scheme}://{rest.partition('/')[0]}/"
-        pages: Any = self.client.get_container_client(container).list_blobs(
-            name_starts_with=start, results_per_page=1000, timeout=self._timeout
-        ).by_page()
+        pages: Any = (
+            self.client.get_container_client(container)
+            .list_blobs(name_starts_with=start, results_per_page=1000, timeout=self._timeout)
+            .by_page()
+        )
         while True:
             with self._slot():
                 try:

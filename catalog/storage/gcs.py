@@ -23,9 +23,10 @@ from typing import Any
 from catalog import errors
 from catalog.locations import gcs_parts, normalise
 from catalog.settings import ConfigurationError, Settings
-from catalog.storage.backends import USER_AGENT, StoredFile, _Bounds, _not_found
+from catalog.storage.bounds import USER_AGENT, Bounds, StoredFile, not_found
 
 SCOPE = "https://www.googleapis.com/auth/devstorage.full_control"
+EMULATOR_TOKEN = "emulator-ignores-this-token"  # pyarrow's GCS client needs a token and its expiry
 
 
 def bucket_of(settings: Settings) -> str:
@@ -97,7 +98,24 @@ class TokenSource:
             return self.credentials.token, expiry.timestamp() if expiry else time.time() + 3600
 
 
-class GcsStorage(_Bounds):
+_shared: dict[tuple[bool, str | None], TokenSource] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_token(settings: Settings) -> tuple[str, float]:
+    """(token, expiry) of the server's credentials for its own FileIO (purges, maintenance), one
+    token source per process; a placeholder the emulator ignores with ``gcs_no_auth``."""
+    if settings.gcs_no_auth:
+        return EMULATOR_TOKEN, time.time() + 3600
+    key = (settings.gcs_no_auth, settings.gcs_credentials_file)
+    with _shared_lock:
+        source = _shared.get(key)
+        if source is None:
+            source = _shared[key] = TokenSource(server_credentials(settings), settings.storage_timeout_seconds)
+    return source.token()
+
+
+class GcsStorage(Bounds):
     """Objects in one bucket (and allowed others) through ``google-cloud-storage``."""
 
     def __init__(self, settings: Settings) -> None:
@@ -137,7 +155,7 @@ class GcsStorage(_Bounds):
     def _error(self, e: Exception, doing: str, location: str) -> errors.IcebergError:
         exc = self._exc
         if isinstance(e, exc.NotFound):
-            return _not_found(location)
+            return not_found(location)
         if isinstance(e, exc.GoogleAPICallError) and e.code is not None:
             code = int(e.code)
             if code in (401, 403):
@@ -158,7 +176,7 @@ class GcsStorage(_Bounds):
             try:
                 blob = self.client.bucket(bucket).get_blob(name, timeout=self._timeout, retry=self._retry)
                 if blob is None:
-                    raise _not_found(location)
+                    raise not_found(location)
                 size = int(blob.size or 0)
                 if size > self.max_bytes:
                     raise self._too_large(location, size)
