@@ -11,7 +11,7 @@ Normalisation (``normalise``) makes one spelling per place, so that a prefix com
 four spellings of one container (``abfs``, ``abfss``, ``wasb``, ``wasbs``; the ``blob`` and ``dfs``
 hosts) are ``abfss://container@account.dfs.<suffix>``, host lower-cased; ``gs://bucket``. Their
 container, account and bucket names must be valid ones (lower-case; refused, not lower-cased), and
-their paths hold no backslash (Azure reads it as ``/``). What
+their paths hold no backslash, not even percent-encoded (Azure reads it as ``/``). What
 cannot be compared safely is refused rather than repaired: relative and empty locations, ``.`` and
 ``..`` segments (also percent-encoded, since some FileIOs decode them), control characters, and
 anything over ``MAX_LOCATION_BYTES``. ``segment`` is how a name becomes a segment (``/`` as ``%2F``,
@@ -71,7 +71,7 @@ def normalise(location: object, what: str = "location") -> str:
                 authority = _azure_authority(authority, location, what)
             elif scheme == "gs" and not _BUCKET.match(authority):
                 raise errors.BadRequest(f"Invalid {what} {location!r}: not a valid Cloud Storage bucket name")
-            if scheme in ("abfss", "gs") and "\\" in path:
+            if scheme in ("abfss", "gs") and "\\" in unquote(path):  # also %5C: some FileIOs decode
                 raise errors.BadRequest(f"Invalid {what} {location!r}: backslashes are not allowed")
         else:
             raise errors.BadRequest(f"Invalid {what} {location!r}: expected scheme://bucket/path")
