@@ -239,3 +239,14 @@ def test_the_container_scope_is_warned_about() -> None:
     s = Settings(warehouse=f"{AZ}/wh", azure_account_key=KEY, azure_vend_credentials=True, azure_sas_scope="container")
     assert any("whole container lake" in w for w in startup.risky(s))
     assert not any("whole container" in w for w in startup.risky(Settings(warehouse=f"{AZ}/wh", azure_account_key=KEY)))
+
+
+def test_a_plain_http_cloud_endpoint_off_this_machine_is_warned_about() -> None:
+    from catalog.server import startup
+
+    remote = Settings(warehouse=f"{AZ}/wh", azure_account_key=KEY, azure_blob_endpoint="http://azurite:10000/acct")
+    local = Settings(warehouse="gs://lake/wh", gcs_endpoint="http://127.0.0.1:9023")
+    assert any(
+        "CATALOG_AZURE_BLOB_ENDPOINT http://azurite:10000/acct is plain HTTP" in w for w in startup.risky(remote)
+    )
+    assert not any("plain HTTP" in w for w in startup.risky(local))

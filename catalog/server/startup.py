@@ -190,6 +190,13 @@ def risky(settings: Settings) -> list[str]:
                 f"CATALOG_S3_ENDPOINT {endpoint} is plain HTTP: keys, request signatures and data cross the network "
                 "unencrypted (fine on a private network; use https:// elsewhere)"
             )
+    cloud_endpoint = {"azure": "azure_blob_endpoint", "gcs": "gcs_endpoint"}.get(settings.storage_kind)
+    value = getattr(settings, cloud_endpoint) or "" if cloud_endpoint else ""
+    if value.startswith("http://") and not _loopback(make_url(value.replace("http://", "s3://", 1)).host or ""):
+        warnings.append(
+            f"CATALOG_{cloud_endpoint.upper()} {value} is plain HTTP: requests and data cross the network "
+            "unencrypted (fine for an emulator on a private network; use https:// elsewhere)"
+        )
     if settings.storage_kind == "azure" and settings.azure_vend_credentials and settings.azure_sas_scope == "container":
         warnings.append(
             "CATALOG_AZURE_SAS_SCOPE is container: every vended SAS reaches the whole container "
