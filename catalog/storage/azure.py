@@ -76,7 +76,7 @@ class AzureStorage(Bounds):
 
     def __init__(self, settings: Settings) -> None:
         from azure.core import exceptions
-        from azure.storage.blob import BlobServiceClient
+        from azure.storage.blob import BlobServiceClient, LinearRetry
 
         check_settings(settings)
         self.warehouse = settings.warehouse.rstrip("/")
@@ -90,7 +90,9 @@ class AzureStorage(Bounds):
             credential={"account_name": self.account, "account_key": settings.azure_account_key},
             connection_timeout=min(timeout, 5.0),
             read_timeout=timeout,
-            retry_total=2,
+            # Two retries half a second apart: the SDK's default backoff (15 s, then more) would hold
+            # a request far longer than the storage timeout when the store is down.
+            retry_policy=LinearRetry(backoff=0.5, retry_total=2, random_jitter_range=0.25),
             user_agent=USER_AGENT,
         )
         self._timeout = timeout
