@@ -2,7 +2,8 @@
 server process, real emulators, pyiceberg as the client.
 
 Azure: the client holds no account key, only what the catalog vends (a container SAS: Azurite has no
-hierarchical namespace, so no directory SAS); hostile locations are refused and nothing lands outside
+hierarchical namespace, so no directory SAS), read-only for a reader and read-write for a writer,
+as their grants say; hostile locations are refused and nothing lands outside
 the warehouse (asserted on Azurite's own listing); a purge deletes the table's files and nothing
 else; orphan removal lists the table's directory and removes only what no metadata references.
 GCS: the same table life through the emulator, with the vended endpoint and placeholder token.
@@ -312,3 +313,65 @@ def test_the_storage_backend_against_the_gcs_emulator(gcs_emulator) -> None:
     down = GcsStorage(Settings(**base, gcs_endpoint="http://127.0.0.1:9", storage_timeout_seconds=1))
     with pytest.raises(errors.ServiceUnavailable, match="CATALOG_GCS_ENDPOINT"):
         down.read(f"{where}/big.json")
+
+
+@pytest.mark.azure
+def test_the_sas_follows_the_callers_grant(azurite, tmp_path: Path) -> None:
+    """With authentication: a reader of the table gets a read-only SAS (Azurite refuses its writes),
+    its refresh route too; a writer a read-write one; a caller without a grant gets nothing."""
+    from azure.core.exceptions import HttpResponseError
+    from azure.storage.blob import ContainerClient
+
+    from tests.support import as_, auth_env, token
+
+    grants = (
+        "grants:\n"
+        "  - {principal: client:admin, privileges: [admin], on: catalog}\n"
+        "  - {principal: client:analyst, privileges: [read], on: {namespace: granted}}\n"
+    )
+    env = {
+        "CATALOG_WAREHOUSE": azurite.location(f"auth-{uuid.uuid4().hex[:8]}"),
+        "CATALOG_AZURE_ACCOUNT_KEY": azurite.key,
+        "CATALOG_AZURE_BLOB_ENDPOINT": azurite.endpoint,
+        "CATALOG_AZURE_VEND_CREDENTIALS": "true",
+        "CATALOG_AZURE_SAS_SCOPE": "container",
+        **auth_env(tmp_path, grants),
+    }
+    server = start_server(tmp_path / "server", "azure", env)
+    try:
+        admin = as_(server, "admin")
+        admin.create_namespace("granted")
+        table = admin.create_table("granted.t", PY_SCHEMA)
+        table.append(rows(0, 2))
+        sas_key = f"adls.sas-token.{azurite.host}"
+
+        def load(client: str) -> requests.Response:
+            return requests.get(
+                f"{server.url}/v1/namespaces/granted/tables/t",
+                headers={
+                    "Authorization": f"Bearer {token(server, client)}",
+                    "X-Iceberg-Access-Delegation": "vended-credentials",
+                },
+                timeout=30,
+            )
+
+        reader = load("analyst").json()
+        read_sas = reader["storage-credentials"][0]["config"][sas_key]
+        assert "sp=rl&" in read_sas and reader["config"][sas_key] == read_sas
+        blob = reader["metadata-location"].split(azurite.host + "/", 1)[1]
+        client = ContainerClient(azurite.endpoint, azurite.container, credential=read_sas, retry_total=0)
+        assert client.download_blob(blob).readall().startswith(b"{")
+        with pytest.raises(HttpResponseError) as refused:
+            client.upload_blob(blob.rsplit("/", 2)[0] + "/data/by-a-reader", b"x")
+        assert refused.value.status_code == 403
+
+        refresh = server.url + reader["config"]["client.refresh-credentials-endpoint"]
+        fresh = requests.get(refresh, headers={"Authorization": f"Bearer {token(server, 'analyst')}"}, timeout=30)
+        assert "sp=rl&" in fresh.json()["storage-credentials"][0]["config"][sas_key]
+
+        writer = load("admin").json()["storage-credentials"][0]["config"][sas_key]
+        assert "sp=racwdl&" in writer
+        assert load("nobody").status_code in (403, 404)
+        assert azurite.key not in str(reader) + writer
+    finally:
+        server.stop()
