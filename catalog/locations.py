@@ -7,7 +7,11 @@ warehouse root or under one of the operator's ``CATALOG_ALLOWED_LOCATIONS``.
 
 Normalisation (``normalise``) makes one spelling per place, so that a prefix comparison means
 "inside": the scheme is lower-cased (``s3a``/``s3n`` are ``s3``); ``file:/p``, ``file:///p``,
-``file://localhost/p`` and a bare ``/p`` are ``file:///p``; repeated and trailing ``/`` go. What
+``file://localhost/p`` and a bare ``/p`` are ``file:///p``; repeated and trailing ``/`` go. Azure's
+four spellings of one container (``abfs``, ``abfss``, ``wasb``, ``wasbs``; the ``blob`` and ``dfs``
+hosts) are ``abfss://container@account.dfs.<suffix>``, host lower-cased; ``gs://bucket``. Their
+container, account and bucket names must be valid ones (lower-case; refused, not lower-cased), and
+their paths hold no backslash, not even percent-encoded (Azure reads it as ``/``). What
 cannot be compared safely is refused rather than repaired: relative and empty locations, ``.`` and
 ``..`` segments (also percent-encoded, since some FileIOs decode them), control characters, and
 anything over ``MAX_LOCATION_BYTES``. ``segment`` is how a name becomes a segment (``/`` as ``%2F``,
@@ -31,7 +35,14 @@ from catalog import errors
 MAX_LOCATION_BYTES = 2000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
-_ALIASES = {"s3a": "s3", "s3n": "s3"}
+_ALIASES = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "abfss", "wasbs": "abfss"}
+AZURE_SCHEMES = ("abfss://", "abfs://", "wasbs://", "wasb://")
+GCS_SCHEMES = ("gs://",)
+# Azure: container names (3-63: lower-case letters, digits, single hyphens; $root) and the account's
+# host (DNS labels); GCS: bucket names (3-222: lower-case letters, digits, '-', '_', '.').
+_CONTAINER = re.compile(r"^(?:[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}|\$root)$")
+_HOST = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 
 def normalise(location: object, what: str = "location") -> str:
@@ -56,6 +67,12 @@ def normalise(location: object, what: str = "location") -> str:
             if not authority:
                 raise errors.BadRequest(f"Invalid {what} {location!r}: no bucket or host")
             path = "/" + path
+            if scheme == "abfss":
+                authority = _azure_authority(authority, location, what)
+            elif scheme == "gs" and not _BUCKET.match(authority):
+                raise errors.BadRequest(f"Invalid {what} {location!r}: not a valid Cloud Storage bucket name")
+            if scheme in ("abfss", "gs") and "\\" in unquote(path):  # also %5C: some FileIOs decode
+                raise errors.BadRequest(f"Invalid {what} {location!r}: backslashes are not allowed")
         else:
             raise errors.BadRequest(f"Invalid {what} {location!r}: expected scheme://bucket/path")
     segments = [s for s in path.split("/") if s]
@@ -64,6 +81,35 @@ def normalise(location: object, what: str = "location") -> str:
     if any(_dot_segment(s) for s in segments):
         raise errors.BadRequest(f"Invalid {what} {location!r}: '.' and '..' segments are not allowed")
     return f"{scheme}://{authority}/" + "/".join(segments)
+
+
+def _azure_authority(authority: str, location: str, what: str) -> str:
+    """``container@account.dfs.<suffix>``: the one spelling of an Azure container (``blob`` hosts are
+    the same account's ``dfs`` ones), or ``BadRequest``."""
+    container, at, host = authority.partition("@")
+    host = host.lower()
+    if not at or not _CONTAINER.match(container) or not _HOST.match(host):
+        raise errors.BadRequest(
+            f"Invalid {what} {location!r}: expected abfss://container@account.dfs.core.windows.net/path "
+            "(a valid container name and account host)"
+        )
+    labels = host.split(".")
+    if labels[1] == "blob":
+        labels[1] = "dfs"
+    return f"{container}@{'.'.join(labels)}"
+
+
+def azure_parts(normal: str) -> tuple[str, str, str, str]:
+    """(container, account name, account host, blob path) of a normalised ``abfss://`` location."""
+    authority, _, path = normal[len("abfss://") :].partition("/")
+    container, _, host = authority.partition("@")
+    return container, host.partition(".")[0], host, path
+
+
+def gcs_parts(normal: str) -> tuple[str, str]:
+    """(bucket, object path) of a normalised ``gs://`` location."""
+    bucket, _, path = normal[len("gs://") :].partition("/")
+    return bucket, path
 
 
 def _dot_segment(segment: str) -> bool:

@@ -39,7 +39,8 @@ class Settings(BaseSettings):
     )
     warehouse: str = Field(
         default="./warehouse",
-        description="Where new tables live: a local directory or s3://bucket/prefix.",
+        description="Where new tables live: a local directory, s3://bucket/prefix, "
+        "abfss://container@account.dfs.core.windows.net/prefix (Azure) or gs://bucket/prefix (Google Cloud Storage).",
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8181, ge=1, le=65535)
@@ -265,6 +266,86 @@ class Settings(BaseSettings):
         "SeaweedFS does not, and a signed bulk delete there could be sent with any keys.",
     )
 
+    # Azure Blob Storage / ADLS Gen2 (used when the warehouse is abfss:// or wasbs://; catalog/storage/azure.py).
+    # Named like the S3 settings, so that a per-warehouse storage profile can take the same keys.
+    azure_account_key: str | None = Field(
+        default=None,
+        description="The storage account's shared key: the server's own access, and what signs vended SAS tokens. "
+        "Required for an Azure warehouse (Microsoft Entra ID and user-delegation SAS are not supported yet).",
+    )
+    azure_blob_endpoint: str | None = Field(
+        default=None,
+        description="Blob endpoint the server itself uses, with the account for path-style endpoints (Azurite: "
+        "http://127.0.0.1:10000/devstoreaccount1); defaults to https://<account>.blob.core.windows.net.",
+    )
+    azure_client_blob_endpoint: str | None = Field(
+        default=None,
+        description="Blob endpoint clients are told (with vended credentials); defaults to azure_blob_endpoint.",
+    )
+    azure_vend_credentials: bool = Field(
+        default=False,
+        description="Vend SAS tokens for the table's location (read-only rl for readers, racwdl for writers) in "
+        "loadTable when the client asks with X-Iceberg-Access-Delegation: vended-credentials, and at the credentials "
+        "endpoint. The account key is never vended.",
+    )
+    azure_sas_scope: Literal["directory", "container"] = Field(
+        default="directory",
+        description="directory: a directory SAS (sr=d) on the table's location, which needs an account with a "
+        "hierarchical namespace (ADLS Gen2); container: a container SAS (sr=c), for accounts without one (and "
+        "Azurite): each token then reaches the whole container, so give each warehouse its own container.",
+    )
+    azure_sas_duration_seconds: int = Field(
+        default=3600, ge=300, le=86400, description="Lifetime of vended SAS tokens."
+    )
+
+    # Google Cloud Storage (used when the warehouse is gs://; catalog/storage/gcs.py)
+    gcs_project: str | None = Field(default=None, description="Project of the server's client (billing, quotas).")
+    gcs_credentials_file: str | None = Field(
+        default=None,
+        description="Service account key file of the server; unset: Application Default Credentials.",
+    )
+    gcs_endpoint: str | None = Field(
+        default=None,
+        description="JSON API endpoint the server itself uses (an emulator: http://127.0.0.1:9023); Google if unset.",
+    )
+    gcs_client_endpoint: str | None = Field(
+        default=None, description="Endpoint clients are told (gcs.service.host); defaults to gcs_endpoint."
+    )
+    gcs_no_auth: bool = Field(
+        default=False,
+        description="No credentials at all (an emulator): the server's requests are anonymous and vended tokens are "
+        "placeholders the emulator ignores. Never for Google Cloud Storage itself.",
+    )
+    gcs_vend_credentials: bool = Field(
+        default=False,
+        description="Vend downscoped OAuth2 tokens (Google STS token exchange with a credential access boundary on "
+        "the table's prefix; objectViewer for readers, objectAdmin for writers) when the client asks with "
+        "X-Iceberg-Access-Delegation: vended-credentials. The server's own credentials are never vended.",
+    )
+    gcs_sts_endpoint: str = Field(
+        default="https://sts.googleapis.com/v1/token", description="Google STS token exchange endpoint."
+    )
+
+    @property
+    def client_azure_blob_endpoint(self) -> str | None:
+        return self.azure_client_blob_endpoint or self.azure_blob_endpoint
+
+    @property
+    def client_gcs_endpoint(self) -> str | None:
+        return self.gcs_client_endpoint or self.gcs_endpoint
+
+    @property
+    def storage_kind(self) -> str:
+        """Which store the warehouse is on: local, s3, azure or gcs."""
+        scheme = self.warehouse.partition("://")[0].lower() if "://" in self.warehouse else "file"
+        if scheme in ("s3", "s3a", "s3n"):
+            return "s3"
+        if scheme in ("abfs", "abfss", "wasb", "wasbs"):
+            return "azure"
+        if scheme == "gs":
+            return "gcs"
+        return "local"
+
     # The storage boundary (see catalog/locations.py)
     allowed_locations: str = Field(
         default="",
@@ -277,7 +358,9 @@ class Settings(BaseSettings):
         description="Largest metadata file the server reads (a 10,000-snapshot table's is about 5 MB).",
     )
     storage_timeout_seconds: float = Field(
-        default=10.0, gt=0, description="Timeout of one storage call (S3 connect/read); a stalled store is a 503."
+        default=10.0,
+        gt=0,
+        description="Timeout of one storage call (S3, Azure or GCS connect/read); a stalled store is a 503.",
     )
     storage_concurrency: int = Field(
         default=16,

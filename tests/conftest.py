@@ -35,8 +35,8 @@ from tests.support import (
 # The fast tier (``pytest -m fast``, with CATALOG_TEST_BACKENDS=sqlite): what runs on SQLite and a
 # local warehouse in this process's own servers, without a Spark session, PostgreSQL, S3 or a soak.
 # The Java differential check (marker ``java``: a plain JVM, no Spark) is in it.
-NOT_FAST_MARKERS = frozenset({"spark", "soak", "postgres", "s3", "slow"})
-NOT_FAST_FIXTURES = frozenset({"spark", "services", "pg_s3_server"})
+NOT_FAST_MARKERS = frozenset({"spark", "soak", "postgres", "s3", "azure", "gcs", "slow"})
+NOT_FAST_FIXTURES = frozenset({"spark", "services", "pg_s3_server", "azurite", "gcs_emulator"})
 
 
 # PySpark's DataFrame.collect() (pyspark.rdd._load_from_socket) leaves its local socket to the
@@ -95,6 +95,33 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     yield started
     for handle in started.values():
         handle.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Azurite's blob service for the session, containers ``lake`` and ``other`` (skipped locally,
+    fatal in CI, when it cannot start)."""
+    from tests import services as svc
+
+    try:
+        handle = svc.start_azurite(tmp_path_factory.mktemp("azurite"))
+    except svc.ServiceUnavailable as e:
+        skip_or_fail(f"Azurite is unavailable: {e}")
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """The GCS emulator for the session, buckets ``lake`` and ``other`` (skipped locally, fatal in CI)."""
+    from tests import services as svc
+
+    try:
+        handle = svc.start_gcs_emulator(tmp_path_factory.mktemp("gcs"))
+    except svc.ServiceUnavailable as e:
+        skip_or_fail(f"the GCS emulator is unavailable: {e}")
+    yield handle
+    handle.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,11 @@
-"""Throwaway PostgreSQL and SeaweedFS (S3) servers for the test suite, on 127.0.0.1 only.
+"""Throwaway PostgreSQL, SeaweedFS (S3), Azurite (Azure Blob) and GCS emulator servers for the test
+suite, on 127.0.0.1 only.
 
     pg = start_postgres(workdir)     # pg.url for SQLAlchemy, pg.stop() / pg.start() to test outages
     s3 = start_seaweedfs(workdir)    # s3.endpoint, s3.bucket, s3.client()
     s3 = start_seaweedfs(workdir, sts=True)  # also STS AssumeRole of s3.sts_role_arn
+    az = start_azurite(workdir)      # az.endpoint (blob), az.account, az.key, az.container, az.service()
+    gcs = start_gcs_emulator(workdir)  # gcs.endpoint, gcs.bucket, gcs.client()
 
 Every process runs in its own process group; ``stop()`` ends the group. Logs go to ``workdir``.
 ``ServiceUnavailable`` means the binaries are missing or the service would not come up.
@@ -318,3 +321,144 @@ def duckdb_connection():
         )
         con.execute(f"LOAD '{found[0]}'" if found else f"INSTALL {ext}; LOAD {ext}")
     return con
+
+
+class AzuriteHandle:
+    """A running ``azurite-blob``: the well-known development account, container ``container`` made."""
+
+    # Azurite's published development account and key (the same in every Azurite).
+    account = "devstoreaccount1"
+    key = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+    container = "lake"
+
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+        self.endpoint = f"http://127.0.0.1:{port}/{self.account}"
+        self.host = f"{self.account}.dfs.core.windows.net"
+
+    def location(self, path: str = "", container: str | None = None) -> str:
+        return f"abfss://{container or self.container}@{self.host}/{path}".rstrip("/")
+
+    def service(self):
+        """An ``azure-storage-blob`` client with the account key (the test's own view of the store)."""
+        from azure.storage.blob import BlobServiceClient
+
+        return BlobServiceClient(
+            self.endpoint, credential={"account_name": self.account, "account_key": self.key}, retry_total=0
+        )
+
+    def names(self, container: str | None = None) -> list[str]:
+        """Every blob name in the container, as Azurite lists it."""
+        return sorted(b.name for b in self.service().get_container_client(container or self.container).list_blobs())
+
+    def stop(self) -> None:
+        _end(self.proc, signal.SIGTERM, 15)
+
+
+def azurite_binary() -> str | None:
+    """``azurite-blob`` from npm (``npm install azurite@3`` in ``$AZURITE_DIR``, default ~/.cache/azurite,
+    as .ci/install-services.sh does), else one on PATH."""
+    home = Path(os.environ.get("AZURITE_DIR", Path.home() / ".cache" / "azurite"))
+    local = home / "node_modules" / ".bin" / "azurite-blob"
+    return str(local) if local.exists() else shutil.which("azurite-blob")
+
+
+def start_azurite(workdir: Path, timeout: float = 60, containers: tuple[str, ...] = ("lake", "other")) -> AzuriteHandle:
+    """Start Azurite's blob service on a free port and wait until it answers; create ``containers``."""
+    binary = azurite_binary()
+    if not binary:
+        raise ServiceUnavailable(
+            "azurite-blob not found: npm install azurite@3 in ~/.cache/azurite (.ci/install-services.sh)"
+        )
+    data = workdir / "azurite"
+    data.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    cmd = [
+        binary,
+        "--blobHost",
+        "127.0.0.1",
+        "--blobPort",
+        str(port),
+        "--location",
+        str(data),
+        "--skipApiVersionCheck",
+        "--loose",
+        "--disableTelemetry",
+        "--silent",
+    ]
+    log = workdir / "azurite.log"
+    handle = AzuriteHandle(_spawn(cmd, log, cwd=data), port, log)
+    deadline, error = time.monotonic() + timeout, None
+    while True:
+        try:
+            service = handle.service()
+            existing = {c.name for c in service.list_containers(timeout=2)}
+            for name in containers:
+                if name not in existing:
+                    service.create_container(name)
+            return handle
+        except Exception as e:  # noqa: BLE001 - not up yet; the log tells why if it never is
+            error = e
+        if handle.proc.poll() is not None or time.monotonic() > deadline:
+            handle.stop()
+            raise ServiceUnavailable(f"Azurite did not start ({type(error).__name__}):\n{_tail(log)}")
+        time.sleep(0.2)
+
+
+class GcsEmulatorHandle:
+    """A running ``gcp-storage-emulator`` (JSON API), buckets ``lake`` and ``other`` made."""
+
+    bucket = "lake"
+
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+        self.endpoint = f"http://127.0.0.1:{port}"
+
+    def client(self):
+        from google.api_core.client_options import ClientOptions
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        return storage.Client(
+            project="emulator",
+            credentials=AnonymousCredentials(),
+            client_options=ClientOptions(api_endpoint=self.endpoint),
+        )
+
+    def names(self, bucket: str | None = None) -> list[str]:
+        return sorted(b.name for b in self.client().list_blobs(bucket or self.bucket, timeout=10))
+
+    def stop(self) -> None:
+        _end(self.proc, signal.SIGTERM, 15)
+
+
+def start_gcs_emulator(
+    workdir: Path, timeout: float = 60, buckets: tuple[str, ...] = ("lake", "other")
+) -> GcsEmulatorHandle:
+    """Start ``gcp-storage-emulator`` (PyPI, in the test extra) on a free port, in memory; create ``buckets``."""
+    binary = shutil.which("gcp-storage-emulator") or shutil.which(
+        "gcp-storage-emulator", path=str(Path(sys.executable).parent)
+    )
+    if not binary:
+        raise ServiceUnavailable("gcp-storage-emulator not found: pip install gcp-storage-emulator (in '.[test]')")
+    data = workdir / "gcs"
+    data.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = workdir / "gcs-emulator.log"
+    cmd = [binary, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "--quiet"]
+    handle = GcsEmulatorHandle(_spawn(cmd, log, cwd=data), port, log)
+    deadline, error = time.monotonic() + timeout, None
+    while True:
+        try:
+            client = handle.client()
+            existing = {b.name for b in client.list_buckets(timeout=2)}
+            for name in buckets:
+                if name not in existing:
+                    client.create_bucket(name, timeout=5)
+            return handle
+        except Exception as e:  # noqa: BLE001
+            error = e
+        if handle.proc.poll() is not None or time.monotonic() > deadline:
+            handle.stop()
+            raise ServiceUnavailable(f"the GCS emulator did not start ({type(error).__name__}):\n{_tail(log)}")
+        time.sleep(0.2)

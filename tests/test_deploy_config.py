@@ -86,6 +86,7 @@ SECRET_ENV = frozenset(
         "DATABASE_PASSWORD",
         "CATALOG_S3_ACCESS_KEY_ID",
         "CATALOG_S3_SECRET_ACCESS_KEY",
+        "CATALOG_AZURE_ACCOUNT_KEY",
         "CATALOG_OAUTH_CLIENTS",
         "CATALOG_TOKEN_SECRET",
         "CATALOG_METRICS_TOKEN",
@@ -203,6 +204,21 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "accessKeyId": "admin",
             "secretAccessKey": "password",
         },
+    },
+    # Azure and GCS warehouses on several pods: not local, so no volume is needed.
+    "azure": {
+        "replicaCount": 2,
+        "warehouse": "abfss://lake@acct.dfs.core.windows.net/wh",
+        "azure": {"accountKey": "a2V5", "vendCredentials": True, "sasScope": "container"},
+    },
+    "azure-existing-secret": {
+        "warehouse": "wasbs://lake@acct.blob.core.windows.net/wh",
+        "azure": {"existingSecret": "az", "accountKeyKey": "key", "blobEndpoint": "http://azurite:10000/acct"},
+    },
+    "gcs": {
+        "replicaCount": 2,
+        "warehouse": "gs://lake/wh",
+        "gcs": {"project": "p", "vendCredentials": True, "clientEndpoint": "https://storage.example"},
     },
     "service-monitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
     "no-migration": {"migration": {"enabled": False}, "database": {"password": "s3cr3t"}},
@@ -1492,3 +1508,24 @@ def test_a_maintenance_worker_with_sqlite_is_refused(chart: Any, helm: ModuleTyp
     values = {**LOCAL, "database": {"url": "sqlite:///catalog.db"}, "maintenance": {"worker": {"enabled": True}}}
     with pytest.raises(helm.HelmError, match="maintenance.worker.enabled needs PostgreSQL"):
         chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_azure_and_gcs_values_become_their_settings(render: Any) -> None:
+    """The cloud storage values land in the server's environment; the Azure key only by secretKeyRef."""
+    azure = render("azure")
+    env = resolve_env(server_container(azure), azure.chart_secrets())
+    assert env["CATALOG_WAREHOUSE"] == "abfss://lake@acct.dfs.core.windows.net/wh"
+    assert env["CATALOG_AZURE_ACCOUNT_KEY"] == "a2V5"
+    assert env["CATALOG_AZURE_VEND_CREDENTIALS"] == "true" and env["CATALOG_AZURE_SAS_SCOPE"] == "container"
+    raw = {e["name"]: e for e in server_container(azure)["env"]}
+    assert (
+        "value" not in raw["CATALOG_AZURE_ACCOUNT_KEY"]
+        and "secretKeyRef" in raw["CATALOG_AZURE_ACCOUNT_KEY"]["valueFrom"]
+    )
+    existing = {e["name"]: e for e in server_container(render("azure-existing-secret"))["env"]}
+    assert existing["CATALOG_AZURE_ACCOUNT_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "az", "key": "key"}
+    assert existing["CATALOG_AZURE_BLOB_ENDPOINT"]["value"] == "http://azurite:10000/acct"
+    gcs = {e["name"]: e.get("value") for e in server_container(render("gcs"))["env"]}
+    assert gcs["CATALOG_WAREHOUSE"] == "gs://lake/wh" and gcs["CATALOG_GCS_PROJECT"] == "p"
+    assert gcs["CATALOG_GCS_VEND_CREDENTIALS"] == "true"
+    assert gcs["CATALOG_GCS_CLIENT_ENDPOINT"] == "https://storage.example"

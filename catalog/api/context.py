@@ -15,7 +15,7 @@ from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
 from catalog.service import Catalog
 from catalog.storage.signing import Signer
-from catalog.storage.vending import Vendor
+from catalog.storage.vending import Vends
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class AppState:
     limiter: FailureLimiter  # failed token requests
     pages: PageTokens  # the list routes' page tokens
     signer: Signer | None  # remote signing, when switched on for an S3 warehouse
-    vendor: Vendor | None  # vended credentials, when switched on
+    vendor: Vends | None  # vended credentials, when switched on
     client_io: dict[str, str]  # the storage properties every client is told (storage/vending.py)
     table_config: bytes  # ``client_io`` as the JSON of a load result's ``config``
     config_body: bytes  # the answer to GET /v1/config

@@ -146,10 +146,11 @@ def _database_checks(settings: Any) -> tuple[Any, list[_Check]]:
 
 def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
     from catalog import errors
-    from catalog.storage.backends import LocalStorage, S3Storage
+    from catalog.storage.backends import create_storage
 
-    s3 = settings.warehouse.startswith(("s3://", "s3a://"))
-    if not s3:
+    kind = settings.storage_kind
+    s3 = kind == "s3"
+    if kind == "local":
         from catalog.server import startup
 
         path = startup.local_warehouse(settings)
@@ -163,7 +164,7 @@ def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
             yield from _clock_from_database(settings, engine)
             return
     try:
-        storage: Any = S3Storage(settings) if s3 else LocalStorage(settings)
+        storage: Any = create_storage(settings)
     except Exception as e:  # noqa: BLE001
         yield _Check("warehouse", False, f"cannot open {settings.warehouse}: {first_line(e)}")
         return
@@ -176,6 +177,13 @@ def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
             yield _Check("s3", True, f"{where} answers")
         except Exception as e:  # noqa: BLE001
             yield _Check("s3", False, f"{where}: {first_line(e)}")
+    elif kind in ("azure", "gcs"):
+        yield _Check("s3", None, f"skipped: the warehouse is on {'Azure' if kind == 'azure' else 'Cloud Storage'}")
+        try:
+            storage.ping()
+            yield _Check(kind, True, f"{storage.root()} answers (endpoint {storage.endpoint})")
+        except errors.IcebergError as e:
+            yield _Check(kind, False, e.message)
     else:
         yield _Check("s3", None, "skipped: the warehouse is a local directory")
     probe = f"{storage.root().rstrip('/')}/.iceberg-catalog-doctor-{uuid.uuid4().hex}"

@@ -31,7 +31,7 @@ from sqlalchemy.engine import make_url
 from catalog import __version__, logs
 from catalog.auth import identity
 from catalog.settings import Settings, unknown_variables
-from catalog.storage import vending
+from catalog.storage import azure, gcs, vending
 from catalog.store import migrate
 from catalog.store.db import create_engine
 
@@ -57,6 +57,8 @@ class Refused(Exception):
 def check_settings(settings: Settings) -> list[str]:
     """Raise ``ConfigurationError`` for a configuration the server must not run with (each wing checks
     its own settings); return the warnings."""
+    azure.check_settings(settings)  # an Azure or GCS warehouse the server could not reach
+    gcs.check_settings(settings)
     vending.check_settings(settings)  # storage access: vending without STS
     return identity.check_settings(settings)
 
@@ -96,11 +98,10 @@ def sqlite_path(settings: Settings) -> Path | None:
 
 
 def local_warehouse(settings: Settings) -> Path | None:
-    """The local warehouse directory (absolute), or None for an S3 warehouse."""
-    warehouse = settings.warehouse
-    if warehouse.startswith(("s3://", "s3a://")):
+    """The local warehouse directory (absolute), or None for an S3, Azure or GCS warehouse."""
+    if settings.storage_kind != "local":
         return None
-    return Path(warehouse.removeprefix("file://")).expanduser().resolve()
+    return Path(settings.warehouse.removeprefix("file://")).expanduser().resolve()
 
 
 def _loopback(host: str) -> bool:
@@ -189,6 +190,25 @@ def risky(settings: Settings) -> list[str]:
                 f"CATALOG_S3_ENDPOINT {endpoint} is plain HTTP: keys, request signatures and data cross the network "
                 "unencrypted (fine on a private network; use https:// elsewhere)"
             )
+    cloud_endpoint = {"azure": "azure_blob_endpoint", "gcs": "gcs_endpoint"}.get(settings.storage_kind)
+    value = getattr(settings, cloud_endpoint) or "" if cloud_endpoint else ""
+    if value.startswith("http://") and not _loopback(make_url(value.replace("http://", "s3://", 1)).host or ""):
+        warnings.append(
+            f"CATALOG_{cloud_endpoint.upper()} {value} is plain HTTP: requests and data cross the network "
+            "unencrypted (fine for an emulator on a private network; use https:// elsewhere)"
+        )
+    if settings.storage_kind == "azure" and settings.azure_vend_credentials and settings.azure_sas_scope == "container":
+        warnings.append(
+            "CATALOG_AZURE_SAS_SCOPE is container: every vended SAS reaches the whole container "
+            f"{settings.warehouse.partition('://')[2].partition('@')[0]}, not only its table; keep one warehouse per "
+            "container, or use an account with a hierarchical namespace and the directory scope"
+        )
+    for flag, what in (("azure_vend_credentials", "Azure SAS tokens"), ("gcs_vend_credentials", "GCS tokens")):
+        if getattr(settings, flag) and not settings.auth_required:
+            warnings.append(
+                f"CATALOG_{flag.upper()} is on and CATALOG_AUTH_REQUIRED is false: anyone who reaches the port gets "
+                f"read-write {what} for any table"
+            )
     if settings.s3_vend_credentials and not settings.auth_required:
         warnings.append(
             "CATALOG_S3_VEND_CREDENTIALS is on and CATALOG_AUTH_REQUIRED is false: anyone who reaches the port gets "
@@ -203,8 +223,13 @@ def summary(settings: Settings) -> tuple[list[str], dict[str, Any]]:
     database = f"sqlite:///{db}" if db is not None else masked(settings.database_url)
     wh = local_warehouse(settings)
     warehouse = str(wh) if wh is not None else settings.warehouse
-    if wh is None and settings.s3_endpoint:
-        warehouse += f" (endpoint {settings.s3_endpoint})"
+    endpoint = {
+        "s3": settings.s3_endpoint,
+        "azure": settings.azure_blob_endpoint,
+        "gcs": settings.gcs_endpoint,
+    }.get(settings.storage_kind)
+    if wh is None and endpoint:
+        warehouse += f" (endpoint {endpoint})"
     fields = {
         "version": __version__,
         "url": url(settings),

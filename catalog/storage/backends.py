@@ -1,4 +1,5 @@
-"""Bytes in, bytes out: metadata files on local disk or in S3/MinIO (boto3), confined and bounded.
+"""Bytes in, bytes out: metadata files on local disk or in S3/MinIO (boto3), confined and bounded
+(Azure and Google Cloud Storage: ``azure.py``, ``gcs.py``, on the same ``bounds.Bounds``).
 
 Every call is checked against the location policy first (``locations.Locations``): nothing outside
 the warehouse and the allow-list is read, written or deleted, whatever a request names. On local
@@ -26,10 +27,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -37,9 +35,9 @@ from urllib.parse import urlparse
 from catalog import errors
 from catalog.locations import Locations
 from catalog.settings import Settings
-
-# Marks the server's own S3 and STS requests (the User-Agent's extra part) in the store's logs.
-USER_AGENT = "iceberg-catalog"
+from catalog.storage.bounds import USER_AGENT, StoredFile
+from catalog.storage.bounds import Bounds as _Bounds
+from catalog.storage.bounds import not_found as _not_found
 
 
 class Storage(Protocol):
@@ -54,48 +52,19 @@ class Storage(Protocol):
     def listing(self, prefix: str) -> Iterator[StoredFile]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class StoredFile:
-    location: str  # in the form the table's metadata uses (file:///... or s3://bucket/key)
-    modified_ms: int
-    size: int
-
-
 def create_storage(settings: Settings) -> Storage:
-    if settings.warehouse.startswith(("s3://", "s3a://")):
+    kind = settings.storage_kind
+    if kind == "s3":
         return S3Storage(settings)
+    if kind == "azure":
+        from catalog.storage.azure import AzureStorage
+
+        return AzureStorage(settings)
+    if kind == "gcs":
+        from catalog.storage.gcs import GcsStorage
+
+        return GcsStorage(settings)
     return LocalStorage(settings)
-
-
-class _Bounds:
-    """What both stores share: the policy, the read cap and the slots."""
-
-    def __init__(self, settings: Settings, root: str) -> None:
-        self.locations = Locations(root, settings.allowed_location_list)
-        self.max_bytes = settings.max_metadata_file_bytes
-        self._slots = threading.BoundedSemaphore(settings.storage_concurrency)
-        self._wait = settings.storage_timeout_seconds
-
-    @contextmanager
-    def _slot(self) -> Iterator[None]:
-        if not self._slots.acquire(timeout=self._wait):
-            raise errors.ServiceUnavailable("Storage is busy: too many storage calls in flight, retry later")
-        try:
-            yield
-        finally:
-            self._slots.release()
-
-    def _too_large(self, location: str, size: int, limit: int | None = None) -> errors.IcebergError:
-        if limit is not None:  # a data file read by compaction, under its own bound
-            return errors.BadRequest(f"File {location} is {size} bytes, over the limit of {limit}")
-        return errors.BadRequest(
-            f"Metadata file {location} is {size} bytes, over the limit of {self.max_bytes} "
-            "(CATALOG_MAX_METADATA_FILE_BYTES)"
-        )
-
-
-def _not_found(location: str) -> errors.NotFound:
-    return errors.NotFound(f"Metadata file does not exist or cannot be read: {location}")
 
 
 class LocalStorage(_Bounds):
@@ -133,7 +102,7 @@ class LocalStorage(_Bounds):
             raise errors.Forbidden(f"Invalid location {location!r}: a symbolic link leads outside the warehouse")
 
     def read(self, location: str, limit: int | None = None) -> bytes:
-        cap = self.max_bytes if limit is None else limit
+        cap = self._cap(limit)
         path = self._path(location)
         self._confined(os.path.realpath(path), location)
         with self._slot():
@@ -350,7 +319,7 @@ class S3Storage(_Bounds):
         return f"cannot reach the S3 endpoint {self.endpoint} (CATALOG_S3_ENDPOINT): {type(e).__name__}"
 
     def read(self, location: str, limit: int | None = None) -> bytes:
-        cap = self.max_bytes if limit is None else limit
+        cap = self._cap(limit)
         bucket, key = self._split(location)
         with self._slot():
             try:

@@ -33,12 +33,39 @@ log = logging.getLogger("catalog.purge")
 def server_io_properties(settings: Settings) -> dict[str, str]:
     """The server's own FileIO properties (purges): its endpoint and its own storage credentials.
     Never sent to a client."""
+    if settings.storage_kind == "azure":
+        return _azure_server_properties(settings)
+    if settings.storage_kind == "gcs":
+        from catalog.storage.gcs import shared_token
+
+        token, expires = shared_token(settings)
+        props = {"gcs.oauth2.token": token, "gcs.oauth2.token-expires-at": str(int(expires * 1000))}
+        if settings.gcs_endpoint:
+            props["gcs.service.host"] = settings.gcs_endpoint
+        return props
     props = vending.io_properties(settings, settings.s3_endpoint, settings.s3_path_style_access)
     if settings.s3_access_key_id:
         props["s3.access-key-id"] = settings.s3_access_key_id
     if settings.s3_secret_access_key:
         props["s3.secret-access-key"] = settings.s3_secret_access_key
     return props
+
+
+def _azure_server_properties(settings: Settings) -> dict[str, str]:
+    """pyiceberg's fsspec FileIO (adlfs) on the account with the server's key, at its endpoint."""
+    from catalog.storage.azure import account_of, blob_endpoint
+
+    account = account_of(settings)[0]
+    key = settings.azure_account_key or ""
+    endpoint = blob_endpoint(settings)
+    scheme = endpoint.partition("://")[0]
+    return {
+        "adls.account-name": account,
+        "adls.account-key": key,
+        "adls.connection-string": (
+            f"DefaultEndpointsProtocol={scheme};AccountName={account};AccountKey={key};BlobEndpoint={endpoint}"
+        ),
+    }
 
 
 def file_io(settings: Settings, location: str) -> FileIO:

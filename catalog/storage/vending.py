@@ -15,6 +15,10 @@ own keys are never vended: when STS fails the request fails (503), nothing falls
 STS answers are cached per (location, access) until half their lifetime has passed, so a storm of
 loads of one table costs one STS call, and every credential a client gets is good for at least half
 the configured duration.
+
+Azure (SAS tokens) and Google Cloud Storage (downscoped tokens) warehouses vend through
+``cloud_vending`` (``CATALOG_AZURE_VEND_CREDENTIALS``, ``CATALOG_GCS_VEND_CREDENTIALS``), handed out
+by the same ``delegate``; ``create_vendor`` picks the one for the warehouse.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlparse
 
 from catalog import errors, metrics
@@ -54,7 +58,22 @@ MAX_CACHED = 10_000
 def client_io_properties(settings: Settings) -> dict[str, str]:
     """FileIO properties clients are told for reaching the warehouse storage (``/v1/config`` and
     every loadTable ``config``): the client-facing endpoint and path style, never a credential."""
+    if settings.storage_kind == "azure":
+        return azure_endpoint_properties(settings, settings.client_azure_blob_endpoint)
+    if settings.storage_kind == "gcs":
+        return {"gcs.service.host": settings.client_gcs_endpoint} if settings.client_gcs_endpoint else {}
     return io_properties(settings, settings.client_s3_endpoint, settings.client_path_style_access)
+
+
+def azure_endpoint_properties(settings: Settings, endpoint: str | None) -> dict[str, str]:
+    """Where the warehouse's account is, for a blob endpoint that is not Azure's own: the key Java's
+    ADLSFileIO reads as the endpoint (``adls.connection-string.<host>``), for both hosts."""
+    from catalog.storage.azure import account_of
+    from catalog.storage.cloud_vending import azure_hosts
+
+    if not endpoint:
+        return {}
+    return {f"adls.connection-string.{host}": endpoint for host in azure_hosts(account_of(settings)[1])}
 
 
 def io_properties(settings: Settings, endpoint: str | None, path_style: bool) -> dict[str, str]:
@@ -72,6 +91,15 @@ def io_properties(settings: Settings, endpoint: str | None, path_style: bool) ->
 
 def check_settings(settings: Settings) -> None:
     """Refuse to start with vending switched on but nothing to vend with (``ConfigurationError``)."""
+    for flag, kind, scheme in (
+        ("azure_vend_credentials", "azure", "an abfss:// (or wasbs://)"),
+        ("gcs_vend_credentials", "gcs", "a gs://"),
+    ):
+        if getattr(settings, flag) and settings.storage_kind != kind:
+            raise ConfigurationError(
+                f"CATALOG_{flag.upper()} is true but CATALOG_WAREHOUSE is not {scheme} location "
+                f"({settings.warehouse!r}): there is nothing to vend credentials for"
+            )
     if not settings.s3_vend_credentials:
         return
     if not settings.warehouse.startswith(("s3://", "s3a://")):
@@ -117,6 +145,20 @@ def session_policy(location: str, access: str) -> dict[str, Any]:
     }
 
 
+def create_vendor(settings: Settings) -> Vends | None:
+    """The vendor of the warehouse's kind when its vending is switched on, else None."""
+    from catalog.storage import cloud_vending
+
+    kind = settings.storage_kind
+    if kind == "s3" and settings.s3_vend_credentials:
+        return Vendor(settings)
+    if kind == "azure" and settings.azure_vend_credentials:
+        return cloud_vending.AzureVendor(settings)
+    if kind == "gcs" and settings.gcs_vend_credentials:
+        return cloud_vending.GcsVendor(settings)
+    return None
+
+
 def wants_vended(header: str | None) -> bool:
     """Whether ``X-Iceberg-Access-Delegation`` (a comma-separated list) asks for vended credentials."""
     return "vended-credentials" in {part.strip().lower() for part in (header or "").split(",")}
@@ -128,6 +170,12 @@ def credentials_path(prefix: str, namespace: tuple[str, ...], name: str) -> str:
     ns = "%1F".join(quote(level, safe="") for level in namespace)
     root = f"/v1/{quote(prefix, safe='')}/" if prefix else "/v1/"
     return f"{root}namespaces/{ns}/tables/{quote(name, safe='')}/credentials"
+
+
+class Vends(Protocol):
+    """What hands out credentials for a location: ``Vendor`` (S3), ``cloud_vending``'s Azure and GCS ones."""
+
+    def credentials(self, location: str, access: str) -> dict[str, str]: ...
 
 
 @dataclass
@@ -209,7 +257,7 @@ class Vendor:
 
 
 def delegate(
-    vendor: Vendor | None, header: str | None, access: str, location: str, refresh_path: str | None
+    vendor: Vends | None, header: str | None, access: str, location: str, refresh_path: str | None
 ) -> Delegation | None:
     """What a load result for ``location`` carries beyond the static storage config: nothing unless
     vending is on and the client asked for vended credentials; then credentials with ``access``

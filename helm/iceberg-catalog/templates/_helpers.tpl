@@ -90,8 +90,13 @@ Secrets
 {{- if or (include "iceberg-catalog.chartSecret.tokenSecret" .) (include "iceberg-catalog.chartSecret.clients" .) (include "iceberg-catalog.chartSecret.metricsToken" .) }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the Azure account key comes from the chart's Secret. */}}
+{{- define "iceberg-catalog.chartSecret.azure" -}}
+{{- if and (not .Values.azure.existingSecret) .Values.azure.accountKey }}true{{ end }}
+{{- end }}
+
 {{- define "iceberg-catalog.chartSecret.enabled" -}}
-{{- if or (include "iceberg-catalog.chartSecret.database" .) (include "iceberg-catalog.chartSecret.s3" .) (include "iceberg-catalog.chartSecret.auth" .) }}true{{ end }}
+{{- if or (include "iceberg-catalog.chartSecret.database" .) (include "iceberg-catalog.chartSecret.s3" .) (include "iceberg-catalog.chartSecret.azure" .) (include "iceberg-catalog.chartSecret.auth" .) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -224,6 +229,45 @@ and the migration Job, so every replica and the Job see the same URL.
     secretKeyRef:
       name: {{ $secret }}
       key: {{ ternary .Values.s3.secretAccessKeyKey "s3-secret-access-key" (not (empty .Values.s3.existingSecret)) }}
+{{- end }}
+{{- with .Values.azure.blobEndpoint }}
+- name: CATALOG_AZURE_BLOB_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.azure.clientBlobEndpoint }}
+- name: CATALOG_AZURE_CLIENT_BLOB_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- if .Values.azure.vendCredentials }}
+- name: CATALOG_AZURE_VEND_CREDENTIALS
+  value: "true"
+- name: CATALOG_AZURE_SAS_SCOPE
+  value: {{ .Values.azure.sasScope | quote }}
+- name: CATALOG_AZURE_SAS_DURATION_SECONDS
+  value: {{ .Values.azure.sasDurationSeconds | toString | quote }}
+{{- end }}
+{{- if or .Values.azure.existingSecret (include "iceberg-catalog.chartSecret.azure" .) }}
+- name: CATALOG_AZURE_ACCOUNT_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.azure.existingSecret | default (include "iceberg-catalog.secretName" .) }}
+      key: {{ ternary .Values.azure.accountKeyKey "azure-account-key" (not (empty .Values.azure.existingSecret)) }}
+{{- end }}
+{{- with .Values.gcs.project }}
+- name: CATALOG_GCS_PROJECT
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.gcs.endpoint }}
+- name: CATALOG_GCS_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.gcs.clientEndpoint }}
+- name: CATALOG_GCS_CLIENT_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- if .Values.gcs.vendCredentials }}
+- name: CATALOG_GCS_VEND_CREDENTIALS
+  value: "true"
 {{- end }}
 {{- end }}
 
@@ -438,10 +482,10 @@ persistentVolumeClaim:
 {{- if .Values.autoscaling.enabled }}up to {{ .Values.autoscaling.maxReplicas }} autoscaled pods{{ else }}{{ include "iceberg-catalog.replicas" . }} replicas{{ end }}
 {{- end }}
 
-{{/* The local path of the warehouse, or "" when it is in S3. */}}
+{{/* The local path of the warehouse, or "" when it is in S3, Azure or Google Cloud Storage. */}}
 {{- define "iceberg-catalog.localWarehouse" -}}
-{{- $w := include "iceberg-catalog.warehouse" . }}
-{{- if not (or (hasPrefix "s3://" $w) (hasPrefix "s3a://" $w)) }}
+{{- $w := include "iceberg-catalog.warehouse" . | lower }}
+{{- if not (regexMatch "^(s3|s3a|s3n|abfs|abfss|wasb|wasbs|gs)://" $w) }}
 {{- trimPrefix "file://" $w }}
 {{- end }}
 {{- end }}
