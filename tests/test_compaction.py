@@ -511,3 +511,76 @@ def test_spark_writers_never_fail_while_compaction_runs_continuously(
         finally:
             spark.conf.unset("spark.sql.iceberg.vectorization.enabled")
         assert len(set(ids)) == len(ids) == len(want)
+
+
+PARTITIONS = 300  # enough groups that the worker is caught after writing some files, before its commit
+
+
+def test_a_compaction_killed_mid_rewrite_loses_nothing_and_its_files_are_orphans(tmp_path: Path) -> None:
+    """kill -9 of a dedicated worker process while it writes the compacted files: the table is as it
+    was, the task is claimed again and lands, and the first attempt's files, referenced by nothing,
+    are taken by orphan removal (the only files it deletes)."""
+    import os
+    import signal
+    import time
+
+    from tests.support import start_worker, wait_task
+
+    srv = start_server(tmp_path, "sqlite", {"CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600"})  # runs no task
+    workers = []
+    try:
+        catalog, ns, table = _table(srv, **{compaction.QUIET: "0"})
+        rows = []
+        for i in range(5):
+            batch = pa.table(
+                {
+                    "id": pa.array([i * 1000 + p for p in range(PARTITIONS)], pa.int64()),
+                    "part": pa.array([f"p{p}" for p in range(PARTITIONS)], pa.string()),
+                }
+            )
+            table.append(batch)
+            rows.extend(batch["id"].to_pylist())
+        table = catalog.load_table(f"{ns}.t")
+        head = table.current_snapshot().snapshot_id
+        data = Path(table.location().removeprefix("file://")) / "data"
+        referenced = {str(p) for p in data.rglob("*.parquet")}
+        assert len(referenced) == 5 * PARTITIONS
+        resp = requests.post(
+            f"{srv.url}/management/v1/maintenance/tables/{ns}/t", json={"kinds": [compaction.KIND]}, timeout=30
+        )
+        task = resp.json()["tasks"][0]
+        workers.append(start_worker(srv))
+        deadline = time.monotonic() + 120
+        while len(list(data.rglob("*.parquet"))) < len(referenced) + 20:
+            assert time.monotonic() < deadline, "the worker never started writing"
+            time.sleep(0.005)
+        os.kill(workers[0].pid, signal.SIGKILL)
+        workers[0].wait(10)
+        table = catalog.load_table(f"{ns}.t")
+        assert table.current_snapshot().snapshot_id == head, "caught after its commit: raise PARTITIONS"
+        leftovers = {str(p) for p in data.rglob("*.parquet")} - referenced
+        assert leftovers and all(os.path.exists(p) for p in referenced)
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(rows)
+
+        workers.append(start_worker(srv, CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS="0.0001"))
+        done = wait_task(srv.url, task["id"], timeout=300)
+        assert done["state"] == "done" and done["attempts"] == 2, done
+        assert done["result"]["rewritten-data-files"] == 5 * PARTITIONS, done
+        table = catalog.load_table(f"{ns}.t")
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(rows)
+        assert all(os.path.exists(p) for p in leftovers)  # nobody deleted them yet: orphans
+        time.sleep(1)  # older than the orphan age given to the worker
+        resp = requests.post(
+            f"{srv.url}/management/v1/maintenance/tables/{ns}/t", json={"kinds": ["remove-orphans"]}, timeout=30
+        )
+        orphans = wait_task(srv.url, resp.json()["tasks"][0]["id"], timeout=300)
+        assert orphans["state"] == "done" and orphans["result"]["deleted-files"] >= len(leftovers), orphans
+        assert not any(os.path.exists(p) for p in leftovers)
+        live = {t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()}
+        assert all(os.path.exists(p) for p in live) and all(os.path.exists(p) for p in referenced)
+        assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == sorted(rows)
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait(10)
+        srv.stop()
