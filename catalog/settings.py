@@ -412,6 +412,21 @@ class Settings(BaseSettings):
         "MERGE/UPDATE/DELETE validates against the table as it is when it commits and fails if a file it changes "
         "was compacted while it ran. A table's catalog.compaction.quiet-seconds property overrides it.",
     )
+    maintenance_compaction_spark: str = Field(
+        default="",
+        description="A Spark for compactions larger than maintenance_compaction_max_bytes: a master URL (local[2], "
+        "spark://host:7077) or Spark Connect (sc://host:15002). Empty: larger work is done in process over several "
+        "runs. Needs pyspark installed next to the server and Iceberg's Spark runtime on that Spark.",
+    )
+    maintenance_compaction_spark_catalog_uri: str = Field(
+        default="",
+        description="This catalog's REST URL as the compaction Spark reaches it (default http://127.0.0.1:<port>).",
+    )
+    maintenance_compaction_spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description='More Spark settings for the compaction session, as JSON ({"spark.jars": "...", ...}): jars, '
+        "credentials (spark.sql.catalog.catalog_maintenance.credential when auth is on), memory.",
+    )
     maintenance_compaction_max_bytes: int = Field(
         default=512 * 1024 * 1024,
         ge=1024,

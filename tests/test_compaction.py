@@ -584,3 +584,51 @@ def test_a_compaction_killed_mid_rewrite_loses_nothing_and_its_files_are_orphans
             worker.kill()
             worker.wait(10)
         srv.stop()
+
+
+def test_the_spark_identifier_cannot_be_broken_out_of() -> None:
+    from catalog.maintenance.spark import identifier
+
+    assert identifier(["db", "t"]) == "'`db`.`t`'"
+    assert identifier(["a`b", "x'y\\z"]) == "'`a``b`.`x\\'y\\\\z`'"
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_work_beyond_the_in_process_bound_is_compacted_by_spark(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """With a Spark configured (``local[1]`` here) and a bound smaller than the work, the catalog
+    hands the table to Iceberg's ``rewrite_data_files`` on that Spark: the task says which engine
+    ran, the rows are the same, the small files are gone from the head."""
+    import json
+    import os
+
+    from tests.support import skip_or_fail, spark_unavailable
+
+    if missing := spark_unavailable():
+        skip_or_fail(f"Spark cannot run: {missing}")
+    backend = backends()[-1]
+    services = request.getfixturevalue("services") if backend == "postgres-s3" else None
+    srv = care_server(
+        backend,
+        tmp_path,
+        services,
+        CATALOG_MAINTENANCE_COMPACTION_QUIET_SECONDS="0",
+        CATALOG_MAINTENANCE_COMPACTION_MAX_BYTES="1024",
+        CATALOG_MAINTENANCE_COMPACTION_SPARK="local[1]",
+        CATALOG_MAINTENANCE_COMPACTION_SPARK_CONF=json.dumps(
+            {"spark.jars": os.environ["ICEBERG_SPARK_JARS"], "spark.ui.enabled": "false"}
+        ),
+    )
+    try:
+        catalog, ns, table = _table(srv)
+        for i in range(6):
+            table.append(_batch(i))
+        result = _compact(srv, ns)
+        assert result["engine"] == "spark" and result["bytes-to-rewrite"] > 1024, result
+        assert result["rewritten-data-files-count"] == 12 and result["added-data-files-count"] == 2, result
+        table = catalog.load_table(f"{ns}.t")
+        assert table.current_snapshot().summary.operation.value == "replace"
+        assert len(_data_files(table)) == 2
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids(range(6))
+    finally:
+        srv.stop()

@@ -41,6 +41,7 @@ from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
 from catalog.locations import normalise
 from catalog.maintenance import compaction, expire, manifests, orphans, policy, reachability
+from catalog.maintenance.spark import SparkEngine
 from catalog.metadata import tables
 from catalog.settings import Settings
 from catalog.storage import purge
@@ -85,6 +86,7 @@ class Care:
         self.files = files
         self.ownership = ownership
         self.engine = engine
+        self.spark = SparkEngine(settings)  # opened on the first compaction too large for the process
 
     # -- the entry a task is for -----------------------------------------------------------------
 
@@ -206,6 +208,7 @@ class Care:
             self.engine,
             self.settings.maintenance_compaction_max_bytes,
             self.settings.maintenance_compaction_quiet_seconds,
+            self.spark,
         )
         try:
             return compactor.run(entry, file, bool(task.options.get("dry-run")), lambda: self.current(task))

@@ -78,6 +78,7 @@ from catalog.maintenance.manifests import (
     new_snapshot_id,
     spec_and_schema,
 )
+from catalog.maintenance.spark import SparkEngine
 from catalog.storage.backends import Storage
 from catalog.storage.manifests import ENTRY_READ, FILE_ROW_ID, BufferOutput, BytesInput, list_writer, read_records
 from catalog.store.pointers import Entry
@@ -187,9 +188,9 @@ class Live:
     deletes: list[ManifestEntry]
 
 
-def plan(metadata: dict[str, Any], live: Live, max_bytes: int, added_before_ms: int | None = None) -> Plan:
-    """The groups to rewrite (pure: no I/O). ``added_before_ms``: only files whose snapshot is older
-    (a snapshot expired since is older still)."""
+def plan(metadata: dict[str, Any], live: Live, max_bytes: int | None, added_before_ms: int | None = None) -> Plan:
+    """The groups to rewrite (pure: no I/O), at most ``max_bytes`` of them (None: all).
+    ``added_before_ms``: only files whose snapshot is older (a snapshot expired since is older still)."""
     spec_id = metadata.get("default-spec-id", 0)
     added_ms = {s.get("snapshot-id"): int(s.get("timestamp-ms", 0)) for s in metadata.get("snapshots") or []}
     target = target_bytes(metadata)
@@ -221,7 +222,7 @@ def plan(metadata: dict[str, Any], live: Live, max_bytes: int, added_before_ms: 
         deletes = index.for_data_file(e.sequence_number or 0, f, partition_key=f.partition)
         if deletes:
             group.deletes[f.file_path] = deletes
-    groups, budget = [], max_bytes
+    groups, budget = [], max_bytes if max_bytes is not None else float("inf")
     for group in by_partition.values():
         many = len(group.files) >= MIN_INPUT_FILES
         content = len(group.files) > 1 and group.bytes > target
@@ -321,11 +322,19 @@ class _Key:
 class Compactor:
     """Compacts one table's small data files (``run``), through the server's storage and engine."""
 
-    def __init__(self, storage: Storage, engine: CommitEngine, max_bytes: int, quiet_seconds: float) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        engine: CommitEngine,
+        max_bytes: int,
+        quiet_seconds: float,
+        spark: SparkEngine | None = None,
+    ) -> None:
         self.storage = storage
         self.engine = engine
         self.max_bytes = max_bytes
         self.quiet_seconds = quiet_seconds
+        self.spark = spark
 
     def run(self, entry: Entry, file: Any, dry: bool, reread: Any) -> tuple[dict[str, Any], str | None]:
         """Compact ``entry`` (at ``file``); ``reread()`` gives the table as it is now. The task's result
@@ -341,7 +350,13 @@ class Compactor:
                 metrics.MAINTENANCE_COMPACTIONS.labels("deferred").inc()
                 return {"engine": "in-process", "deferred": reason}, None
             live = self._live(head)
-            the_plan = plan(metadata, live, self.max_bytes, now - quiet if quiet else None)
+            before = now - quiet if quiet else None
+            if self.spark is not None and self.spark.configured:
+                whole = plan(metadata, live, None, before)
+                size = sum(g.bytes + _delete_bytes(g) for g in whole.groups)
+                if size > self.max_bytes:  # beyond the in-process bound: Spark's rewrite_data_files
+                    return self._on_spark(entry, file, dry, reread, size, len(live.data))
+            the_plan = plan(metadata, live, self.max_bytes, before)
             result: dict[str, Any] = {"engine": "in-process", "data-files-before": len(live.data)}
             if the_plan.left:
                 result["left"] = the_plan.left
@@ -409,6 +424,28 @@ class Compactor:
             "replanned": replans,
             "landed-on-moved-head": landed_on_moved,
         }, file.location
+
+    def _on_spark(
+        self, entry: Entry, file: Any, dry: bool, reread: Any, size: int, files: int
+    ) -> tuple[dict[str, Any], str | None]:
+        result: dict[str, Any] = {"engine": "spark", "data-files-before": files, "bytes-to-rewrite": size}
+        if dry:
+            return {**result, "dry-run": True}, file.location
+        assert self.spark is not None
+        try:
+            out = self.spark.rewrite(entry.namespace, entry.name, {"min-input-files": str(MIN_INPUT_FILES)})
+        except errors.IcebergError:
+            raise
+        except Exception as e:  # noqa: BLE001 - Spark's (py4j's) errors: its validation failing is a yield
+            text = str(e)
+            if "ValidationException" in text or "CommitFailedException" in text:
+                metrics.MAINTENANCE_COMPACTIONS.labels("yielded").inc()
+                first = next((line for line in text.splitlines() if "Exception" in line), text[:200])
+                return {**result, "yielded": f"Spark's commit met a writer: {first.strip()[:300]}"}, file.location
+            raise
+        metrics.MAINTENANCE_COMPACTIONS.labels("landed").inc()
+        _, after = reread()
+        return {**result, **out, "metadata-location": after.location}, after.location
 
     # -- reading the snapshot --------------------------------------------------------------------
 
