@@ -294,26 +294,47 @@ def test_a_compaction_whose_head_moved_by_an_append_lands_on_the_new_head(two_pr
     assert len(_data_files(table)) == 4  # the two compacted files and the append's two
 
 
-def test_a_compaction_whose_files_a_writer_deleted_yields_and_leaves_nothing(two_processes) -> None:  # noqa: ANN001
+def test_a_compaction_that_meets_a_row_level_writer_yields_and_leaves_nothing(two_processes) -> None:  # noqa: ANN001
+    """A writer's delete lands while the compaction runs: the compaction does not land (the writer
+    may write again soon), deletes every file it wrote, and the table is the writer's."""
     srv, local = two_processes
     catalog, ns, table = _table(srv)
     for i in range(6):
         table.append(_batch(i))
     data_dir = Path(table.location().removeprefix("file://")) / "data"
-    files_before = set(data_dir.rglob("*.parquet"))
+    files_before = {str(p) for p in data_dir.rglob("*.parquet")}
     result = _compact_with(local, ns, lambda: catalog.load_table(f"{ns}.t").delete("id = 31"))
-    # its plan was invalid on the new head (a file it rewrote was removed): it planned again on it
-    assert result["replanned"] >= 1, result
+    assert "row-level writer" in result["yielded"], result
     table = catalog.load_table(f"{ns}.t")
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [i for i in _ids(range(6)) if i != 31]
     ops = [s.summary.operation.value for s in table.metadata.snapshots]
-    assert ops[:6] == ["append"] * 6 and ops[6] in ("overwrite", "delete")  # the writer's landed first
-    # the first plan's files were deleted: the data files are the appends', the writer's, and
-    # those of the compaction that landed after planning again
-    live = set(_data_files(table))
-    left = {str(p) for p in set(data_dir.rglob("*.parquet")) - files_before}
-    written_by_writer = {p for p in left if f"file://{p}" not in live}
-    assert all(f"file://{p}" in live or _referenced_anywhere(table, f"file://{p}") for p in left), written_by_writer
+    assert ops[:6] == ["append"] * 6 and ops[6:] in (["overwrite"], ["delete"])  # the writer's, nothing after
+    new = {str(p) for p in data_dir.rglob("*.parquet")} - files_before
+    live = {f.removeprefix("file://") for f in _data_files(table)}
+    assert new <= live, new - live  # the writer's files only: the compaction's were deleted
+
+
+def test_a_compaction_whose_files_another_compaction_took_plans_again(two_processes) -> None:  # noqa: ANN001
+    """Another compaction lands first: what this one rewrote is gone from the head (Java's
+    ``RewriteFiles`` validation), so it deletes its files and plans again on the new head."""
+    srv, local = two_processes
+    catalog, ns, table = _table(srv)
+    for i in range(6):
+        table.append(_batch(i))
+    other = compaction.Compactor(local.storage, local.engine, 2**30, 0)
+
+    def compact_first() -> None:
+        entry = local.store.get_entry((ns,), "t")
+        other.run(entry, local.files.read(entry.metadata_location), False, lambda: None)
+
+    result = _compact_with(local, ns, compact_first)
+    assert result["replanned"] == 1 and result["rewritten-data-files"] == 0, result  # nothing left to do
+    table = catalog.load_table(f"{ns}.t")
+    assert [s.summary.operation.value for s in table.metadata.snapshots][6:] == ["replace"]
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids(range(6))
+    data_dir = Path(table.location().removeprefix("file://")) / "data"
+    live = {f.removeprefix("file://") for f in _data_files(table)}
+    assert all(_referenced_anywhere(table, f"file://{p}") for p in data_dir.rglob("*.parquet")), live
 
 
 def _referenced_anywhere(table, path: str) -> bool:  # noqa: ANN001

@@ -361,7 +361,7 @@ class Compactor:
             if the_plan.left:
                 result["left"] = the_plan.left
             if not the_plan.groups:
-                return {**result, "rewritten-data-files": 0, "added-data-files": 0}, file.location
+                return {**result, "rewritten-data-files": 0, "added-data-files": 0, "replanned": replans}, file.location
             if dry:
                 return {
                     **result,
