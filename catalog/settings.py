@@ -397,6 +397,11 @@ class Settings(BaseSettings):
         description="Manifest rewrite is considered on a table whose pointer moved, at most this often; it runs "
         "when the main branch has more manifests than the table's commit.manifest.min-count-to-merge (100).",
     )
+    maintenance_compaction_enabled: bool = Field(
+        default=True,
+        description="Whether the scheduler compacts tables' data files (a table's catalog.compaction.enabled "
+        "property overrides it; an operator's maintenance run compacts either way).",
+    )
     maintenance_compaction_every_minutes: float = Field(
         default=30.0,
         ge=0,

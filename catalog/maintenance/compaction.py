@@ -90,6 +90,7 @@ TARGET, TARGET_DEFAULT = "write.target-file-size-bytes", 512 * 2**20  # Java's T
 MIN_RATIO = 0.75  # Java: min-file-size-bytes = 75% of the target
 MIN_INPUT_FILES = 5  # Java: min-input-files
 QUIET = "catalog.compaction.quiet-seconds"
+ENABLED = "catalog.compaction.enabled"
 REPLANS = 5
 LANDINGS = 20
 READ_THREADS = 8
@@ -145,9 +146,18 @@ def deferred(metadata: dict[str, Any], now_ms: int, quiet: int) -> str:
     return ""
 
 
-def due(metadata: dict[str, Any]) -> bool:
+def scheduled(metadata: dict[str, Any], default: bool) -> bool:
+    """Whether the scheduler may compact this table by itself (``catalog.compaction.enabled``, else
+    the server's ``CATALOG_MAINTENANCE_COMPACTION_ENABLED``)."""
+    value = (metadata.get("properties") or {}).get(ENABLED)
+    return default if value is None else str(value).strip().lower() == "true"
+
+
+def due(metadata: dict[str, Any], default: bool = True) -> bool:
     """A cheap look at the head's summary: enough data files whose average size is small. The job
     itself plans on the manifests (and may find nothing to do)."""
+    if not scheduled(metadata, default):
+        return False
     head = main_head(metadata)
     summary = (head or {}).get("summary") or {}
     try:

@@ -232,7 +232,7 @@ class Scheduler:
     def _due(self, kind: str, file: MetadataFile) -> bool:
         """A kind's own test of whether the table needs it (manifest rewrite and compaction have one)."""
         if kind == COMPACT:
-            return compaction.due(file.data)
+            return compaction.due(file.data, self.settings.maintenance_compaction_enabled)
         if kind != REWRITE_MANIFESTS:
             return True
         try:
