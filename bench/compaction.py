@@ -30,7 +30,7 @@ import requests
 from tests.support import duckdb_attached, s3_client_props
 
 PARTITIONS = 4
-ROWS = 50  # per partition per append
+ROWS = 2_000  # per partition per append (a file of ~10-20 KB)
 APPENDERS = 16
 SERVER_ENV = {
     "CATALOG_MAINTENANCE_ENABLED": "true",
@@ -182,6 +182,7 @@ def _tasks(url: str) -> dict[str, Any]:
         "rewritten_mb": round(rewritten / 2**20, 2),
         "cpu_s": round(cpu, 2),
         "cpu_s_per_gb": round(cpu / (rewritten / 2**30), 1) if rewritten else None,
+        "cpu_ms_per_file": round(cpu * 1000 / max(1, sum(r.get("rewritten-data-files", 0) for r in landed)), 2),
     }
 
 

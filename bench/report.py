@@ -460,7 +460,8 @@ def _compaction_cpu(r: dict) -> tuple[str, bool | None]:
         return "n/a", None
     per_gb = f"{t['cpu_s_per_gb']:,.0f} s per GB" if t["cpu_s_per_gb"] is not None else "n/a"
     return (
-        f"{per_gb} ({t['cpu_s']:.1f} s for {t['rewritten_mb']:,.1f} MB, {t['rewritten_files']:,} files in "
+        f"{per_gb}, {t['cpu_ms_per_file']:.1f} ms per file ({t['cpu_s']:.1f} s for {t['rewritten_mb']:,.1f} MB, "
+        f"{t['rewritten_files']:,} files in "
         f"{t['landed']} landed runs of {t['runs']}; {t['landed_on_moved_head']} landed on a moved head, "
         f"{t['yielded']} yielded)"
     ), None

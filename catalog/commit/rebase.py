@@ -344,8 +344,12 @@ class Rebaser:
         if new is None:  # not shown by its bytes: every manifest decoded and compared by path
             client, _ = read_records(raw)
             new = [m for m in client if m.added_snapshot_id == snapshot_id]
-            rest = [m.manifest_path for m in client if m.added_snapshot_id != snapshot_id]
-            if sorted(rest) != sorted(m.manifest_path for m in parent):
+            rest = sorted(m.manifest_path for m in client if m.added_snapshot_id != snapshot_id)
+            # A writer may leave out the parent's manifests that hold no live file (only DELETED
+            # entries: what a compaction or an overwrite leaves), as pyiceberg's and Java's do.
+            if rest != sorted(m.manifest_path for m in parent) and rest != sorted(
+                m.manifest_path for m in parent if _holds_files(m)
+            ):
                 raise Refused("the manifests it keeps are not its parent's")
         if not new or len(new) > MAX_NEW_MANIFESTS:
             raise Refused(f"{len(new)} new manifests")
@@ -529,6 +533,12 @@ class GroupFiles:
             raise errors.CommitFailed(
                 f"Commit failed: could not write {len(failed)} rebased manifest list(s); retry"
             ) from failed[0]
+
+
+def _holds_files(m: ManifestFile) -> bool:
+    """Whether a manifest has live (ADDED or EXISTING) entries, or may have (counts missing)."""
+    added, existing = m.added_files_count, m.existing_files_count
+    return added is None or existing is None or added + existing > 0
 
 
 def _bounded(raw: bytes) -> bytes:
