@@ -23,7 +23,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from catalog.maintenance import compaction
+from catalog.maintenance import compaction, compaction_plan
 from tests.support import (
     Server,
     backends,
@@ -509,7 +509,7 @@ def test_spark_writers_never_fail_while_compaction_runs_continuously(
     modes = ", ".join(f"'write.{op}.mode' = '{mode}'" for op in ("delete", "update", "merge"))
     spark.sql(
         f"CREATE TABLE {t} (id BIGINT, part STRING) USING iceberg PARTITIONED BY (part) "
-        f"TBLPROPERTIES ('format-version' = '{version}', {modes}, '{compaction.QUIET}' = '0')"
+        f"TBLPROPERTIES ('format-version' = '{version}', {modes}, '{compaction_plan.QUIET}' = '0')"
     )
     expected: dict[int, str] = {}
     with _Compacting(care, ns) as appending:
@@ -518,7 +518,7 @@ def test_spark_writers_never_fail_while_compaction_runs_continuously(
             expected.update({i * 10: f"p{i % 2}", i * 10 + 1: f"p{i % 2}"})
     assert not appending.errors, appending.errors
     assert appending.landed >= 1, appending.results  # compactions landed between the INSERTs
-    spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('{compaction.QUIET}' = '120')")
+    spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('{compaction_plan.QUIET}' = '120')")
     spark.sql(f"DELETE FROM {t} WHERE id = 1")  # the first row-level write: the quiet period starts
     expected.pop(1)
     with _Compacting(care, ns) as compacting:
@@ -538,7 +538,7 @@ def test_spark_writers_never_fail_while_compaction_runs_continuously(
     assert not compacting.errors, compacting.errors
     assert compacting.landed == 0 and compacting.deferred >= 1, compacting.results
     # the writers paused: with the quiet period over, the compaction lands
-    spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('{compaction.QUIET}' = '0')")
+    spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('{compaction_plan.QUIET}' = '0')")
     for k in range(3):
         spark.sql(f"INSERT INTO {t} VALUES ({50000 + k}, 'p9')")
         expected[50000 + k] = "p9"
@@ -580,7 +580,7 @@ def test_a_compaction_killed_mid_rewrite_loses_nothing_and_its_files_are_orphans
     srv = start_server(tmp_path, "sqlite", {"CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600"})  # runs no task
     workers = []
     try:
-        catalog, ns, table = _table(srv, **{compaction.QUIET: "0"})
+        catalog, ns, table = _table(srv, **{compaction_plan.QUIET: "0"})
         rows = []
         for i in range(5):
             batch = pa.table(
@@ -720,29 +720,29 @@ def _writer_commit(parent: int, seq: int, op: str = "overwrite") -> tuple[list, 
 
 
 def test_rollback_only_removes_the_catalogs_own_snapshots() -> None:
-    from catalog.commit import rebase
+    from catalog.commit import rollback
 
     base = _meta(_snap(1, None, 1, "append"), _snap(2, 1, 2, "replace", catalog=True))
     requirements, updates = _writer_commit(1, 2)
-    rolled = rebase.rollback(requirements, updates, base)
+    rolled = rollback.rollback(requirements, updates, base)
     assert rolled is not None and rolled.removed == [2]
     assert rolled.base["last-sequence-number"] == 1
     assert rolled.updates[0] == {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 1}
     assert rolled.updates[1] == {"action": "remove-snapshots", "snapshot-ids": [2]}
     # a writer's own snapshot in between: never rolled back
     base = _meta(_snap(1, None, 1, "append"), _snap(2, 1, 2, "replace", catalog=True), _snap(3, 2, 3, "append"))
-    assert rebase.rollback(*_writer_commit(1, 2), base) is None
+    assert rollback.rollback(*_writer_commit(1, 2), base) is None
     # a tag holds the compaction: not the writer's to remove
     base = _meta(_snap(1, None, 1, "append"), _snap(2, 1, 2, "replace", catalog=True))
     base["refs"]["keep"] = {"type": "tag", "snapshot-id": 2}
-    assert rebase.rollback(*_writer_commit(1, 2), base) is None
+    assert rollback.rollback(*_writer_commit(1, 2), base) is None
     # another branch took a later sequence number: the writer's would not be the newest
     base = _meta(_snap(1, None, 1, "append"), _snap(2, 1, 2, "replace", catalog=True), _snap(3, 1, 3, "append"))
     base["refs"] = {"main": {"type": "branch", "snapshot-id": 2}, "b": {"type": "branch", "snapshot-id": 3}}
-    assert rebase.rollback(*_writer_commit(1, 2), base) is None
+    assert rollback.rollback(*_writer_commit(1, 2), base) is None
     # the branch did not move: a 409 about something else
     base = _meta(_snap(1, None, 1, "append"))
-    assert rebase.rollback(*_writer_commit(1, 2), base) is None
+    assert rollback.rollback(*_writer_commit(1, 2), base) is None
 
 
 def test_an_append_is_rebased_over_the_catalogs_snapshots_with_rebase_off() -> None:
@@ -760,11 +760,11 @@ def test_compaction_is_deferred_while_row_level_writes_are_recent() -> None:
     now = 1_000_000
     quiet = 300_000
     recent = _meta(_snap(1, None, 1, "append", ts=now - 400_000), _snap(2, 1, 2, "overwrite", ts=now - 10_000))
-    assert "row-level commit" in compaction.deferred(recent, now, quiet)
-    assert compaction.deferred(recent, now, 0) == ""
+    assert "row-level commit" in compaction_plan.deferred(recent, now, quiet)
+    assert compaction_plan.deferred(recent, now, 0) == ""
     old = _meta(_snap(1, None, 1, "overwrite", ts=now - 400_000), _snap(2, 1, 2, "append", ts=now - 10_000))
-    assert compaction.deferred(old, now, quiet) == ""
+    assert compaction_plan.deferred(old, now, quiet) == ""
     ours = _meta(_snap(1, None, 1, "append", ts=now - 400_000), _snap(2, 1, 2, "replace", ts=now - 1, catalog=True))
-    assert compaction.deferred(ours, now, quiet) == ""  # the catalog's own replace is not a writer's
-    assert compaction.quiet_ms({"properties": {compaction.QUIET: "7"}}, 300) == 7000
-    assert compaction.quiet_ms({"properties": {compaction.QUIET: "x"}}, 300) == 300_000
+    assert compaction_plan.deferred(ours, now, quiet) == ""  # the catalog's own replace is not a writer's
+    assert compaction_plan.quiet_ms({"properties": {compaction_plan.QUIET: "7"}}, 300) == 7000
+    assert compaction_plan.quiet_ms({"properties": {compaction_plan.QUIET: "x"}}, 300) == 300_000

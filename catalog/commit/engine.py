@@ -31,7 +31,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from catalog import errors, logs, metrics
-from catalog.commit import rebase
+from catalog.commit import rebase, rollback
 from catalog.commit.changes import (
     MAINTENANCE_JOB,
     TABLE,
@@ -270,11 +270,11 @@ class CommitEngine:
         except Exception:  # noqa: BLE001 - malformed input the apply refused already: no rebase
             return None
 
-    def _rollback(self, change: Change, base: MetadataFile | None) -> rebase.Rollback | None:
+    def _rollback(self, change: Change, base: MetadataFile | None) -> rollback.Rollback | None:
         if change.kind is not TABLE or base is None or change.maintenance:
             return None
         try:
-            return rebase.rollback(list(change.requirements), list(change.updates), base.data)
+            return rollback.rollback(list(change.requirements), list(change.updates), base.data)
         except Exception:  # noqa: BLE001 - malformed input the apply refused already: a 409
             return None
 

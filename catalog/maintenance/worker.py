@@ -36,7 +36,7 @@ import time
 import uuid
 
 from catalog import errors, metrics
-from catalog.maintenance import compaction, manifests
+from catalog.maintenance import compaction_plan, manifests
 from catalog.maintenance.care import COMPACT, EXPIRE, ORPHANS, PURGE, REWRITE_MANIFESTS, Care
 from catalog.storage.metadata_files import MetadataFile
 from catalog.store.tasks import Task, now_ms
@@ -220,8 +220,8 @@ class Scheduler:
         except errors.IcebergError as e:
             log.warning("maintenance of %s not scheduled: %s", ".".join((*entry.namespace, entry.name)), e.message)
             return 0
-        quiet = compaction.quiet_ms(file.data, self.settings.maintenance_compaction_quiet_seconds)
-        if kind == COMPACT and compaction.deferred(file.data, int(time.time() * 1000), quiet):
+        quiet = compaction_plan.quiet_ms(file.data, self.settings.maintenance_compaction_quiet_seconds)
+        if kind == COMPACT and compaction_plan.deferred(file.data, int(time.time() * 1000), quiet):
             return 0  # writers are active: looked at again at the next scan, no run recorded
         if not self.care.enabled(entry, file) or not self._due(kind, file):  # looked at again when due again
             self.store.record_run(entry.id, kind, entry.metadata_location)
@@ -232,7 +232,7 @@ class Scheduler:
     def _due(self, kind: str, file: MetadataFile) -> bool:
         """A kind's own test of whether the table needs it (manifest rewrite and compaction have one)."""
         if kind == COMPACT:
-            return compaction.due(file.data, self.settings.maintenance_compaction_enabled)
+            return compaction_plan.due(file.data, self.settings.maintenance_compaction_enabled)
         if kind != REWRITE_MANIFESTS:
             return True
         try:
