@@ -4,12 +4,14 @@
 A table commit whose only failed requirement is ``assert-ref-snapshot-id`` on branch B (B moved from
 the client's parent X to Y), and that is exactly ``add-snapshot`` (summary ``operation=append``,
 parent X) + ``set-snapshot-ref`` B to that snapshot, is rebuilt on Y when rebase is on (``append_rebase``
-setting, overridden per table by ``catalog.append-rebase.enabled``):
+setting, overridden per table by ``catalog.append-rebase.enabled``; whatever it says when B moved only
+by the catalog's own maintenance snapshots, ``rollback.py``):
 
 * the client's manifest list is read (bounded, confined to the table's own locations); every manifest
   the snapshot adds (``added_snapshot_id`` = its id) must hold data files with ADDED entries only
   (existing = deleted = 0, checked in the list and in the manifest itself) whose sequence numbers and
-  (v3) row ids are inherited; the other manifests must be exactly X's. Anything else is refused;
+  (v3) row ids are inherited; the other manifests must be exactly X's (or X's less those that hold
+  no live file, which writers leave out). Anything else is refused;
 * a new manifest list = those new manifests followed by Y's manifests is written create-only next to
   the client's (pyiceberg's Avro writers; the new manifests get the new sequence number and, v3,
   fresh ``first_row_id``s from the table's ``next-row-id``; Y's list is carried as Avro blocks,
