@@ -768,3 +768,35 @@ def test_compaction_is_deferred_while_row_level_writes_are_recent() -> None:
     assert compaction_plan.deferred(ours, now, quiet) == ""  # the catalog's own replace is not a writer's
     assert compaction_plan.quiet_ms({"properties": {compaction_plan.QUIET: "7"}}, 300) == 7000
     assert compaction_plan.quiet_ms({"properties": {compaction_plan.QUIET: "x"}}, 300) == 300_000
+
+
+def test_a_hostile_data_path_does_not_send_compacted_files_into_another_tables_location(care: Server) -> None:
+    """``write.data.path`` may name any place in the warehouse (clients write their files there); the
+    catalog's own files never go into another table's directory, where that table's orphan removal
+    would delete them: compaction writes under the table's own location."""
+    catalog, ns, victim = _table(care)
+    victim.append(_batch(0))
+    victim = catalog.load_table(f"{ns}.t")
+    victim_data = victim.location().rstrip("/") + "/data"
+    hostile = catalog.create_table(f"{ns}.h", SCHEMA, partition_spec=SPEC, properties={"write.data.path": victim_data})
+    for i in range(6):
+        hostile.append(_batch(i))
+    if care.backend == "postgres-s3":
+        s3 = care.s3  # type: ignore[attr-defined]
+        bucket, prefix = victim_data.removeprefix("s3://").split("/", 1)
+        listing = s3.client().list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
+        before = {f"s3://{bucket}/{o['Key']}" for o in listing}
+    else:
+        before = {str(p) for p in Path(victim_data.removeprefix("file://")).rglob("*")}
+    result = _compact(care, ns, "h")
+    assert result["rewritten-data-files"] == 12, result
+    hostile = catalog.load_table(f"{ns}.h")
+    added = [f for f in _data_files(hostile) if f not in before]
+    assert len(added) == 2 and all(f.startswith(hostile.location().rstrip("/") + "/data/") for f in added), added
+    if care.backend == "postgres-s3":
+        listing = s3.client().list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
+        after = {f"s3://{bucket}/{o['Key']}" for o in listing}
+    else:
+        after = {str(p) for p in Path(victim_data.removeprefix("file://")).rglob("*")}
+    assert after == before  # nothing new in the other table's directory
+    assert sorted(hostile.scan().to_arrow()["id"].to_pylist()) == _ids(range(6))

@@ -139,7 +139,7 @@ def plan(metadata: dict[str, Any], live: Live, max_bytes: int | None, added_befo
         if added_before_ms is not None and added_ms.get(e.snapshot_id, 0) >= added_before_ms:
             left["added-within-quiet-period"] = left.get("added-within-quiet-period", 0) + 1
             continue
-        if not _inside(f.file_path, roots):
+        if not inside(f.file_path, roots):
             left["outside-table-location"] = left.get("outside-table-location", 0) + 1
             continue
         if any(_equality_applies(d, e, f) for d in equality):
@@ -191,7 +191,7 @@ def _roots(metadata: dict[str, Any]) -> list[str]:
     return out
 
 
-def _inside(path: str, roots: list[str]) -> bool:
+def inside(path: str, roots: list[str]) -> bool:
     try:
         normal = normalise(path)
     except errors.IcebergError:

@@ -26,9 +26,11 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField
 
 from catalog import errors
-from catalog.maintenance.compaction_plan import Group, delete_key, target_bytes
+from catalog.locations import normalise
+from catalog.maintenance.compaction_plan import Group, delete_key, inside, target_bytes
 from catalog.storage.backends import Storage
 from catalog.storage.manifests import FILE_ROW_ID, BufferOutput, BytesInput
+from catalog.store.ownership import PATH_PROPERTIES
 
 log = logging.getLogger("catalog.maintenance")
 
@@ -152,8 +154,15 @@ def rewrite(storage: Storage, metadata: dict[str, Any], groups: list[Group], lim
     order = sort_keys(table, schema)
     written.strategy = "sort" if order else "binpack"
     write_schema = Schema(*schema.fields, *LINEAGE, schema_id=schema.schema_id) if version >= 3 else schema
+    # The new files go under the table's own location: a write.*.path property elsewhere (another
+    # table's directory, whose orphan removal would take them) is not followed; the default layout is.
+    own = [normalise(metadata["location"])]
+    properties = {k: v for k, v in table.properties.items() if k not in PATH_PROPERTIES or inside(v, own)}
     write_meta = table.model_copy(
-        update={"schemas": [write_schema if s.schema_id == schema.schema_id else s for s in table.schemas]}
+        update={
+            "schemas": [write_schema if s.schema_id == schema.schema_id else s for s in table.schemas],
+            "properties": properties,
+        }
     )
     target = target_bytes(metadata)
     try:
