@@ -335,7 +335,8 @@ def _rss(r: dict) -> tuple[str, bool | None]:
         "growth": "after growth",
         "baselines": "at end",
     }
-    m = {k: v for k, v in m.items() if k not in ("care", "care_scale")}  # those run on servers of their own
+    own = ("care", "care_scale", "compaction")  # those run on servers of their own
+    m = {k: v for k, v in m.items() if k not in own}
     if not m:
         return "n/a", None
     return ", ".join(f"{names.get(k, k)} {v:,.0f} MB" for k, v in m.items()), None
@@ -421,6 +422,49 @@ def _care_during(r: dict) -> tuple[str, bool | None]:
     if left:
         text += f"; manifest lists of expired snapshots left on storage: {left['left_behind']:,}"
     return text, None
+
+
+def _compaction(key: str) -> Callable[[dict], tuple[str, bool | None]]:
+    def cell(r: dict) -> tuple[str, bool | None]:
+        c = _get(r, "compaction")
+        t = _get(c, *key.split("."))
+        if not t:
+            return "n/a", None
+        spark = _get(c, "spark", f"{key.split('.')[0]}_ms")
+        text = (
+            f"{t['data_files']:,} data files, {t['manifests']:,} manifests, {t['rows']:,} rows; plan_files "
+            f"{_ms(t['plan_files_ms'])} ms, DuckDB full scan {_ms(t['duckdb_scan_ms'])} ms"
+        )
+        if spark is not None and key != "on.at_stop":
+            text += f", Spark full scan {_ms(spark)} ms"
+        return text, None
+
+    return cell
+
+
+def _compaction_writers(r: dict) -> tuple[str, bool | None]:
+    c = _get(r, "compaction")
+    if not c:
+        return "n/a", None
+    on, off = c["on"]["appends"], c["off"]["appends"]
+    text = (
+        f"compaction on: {on['commits']:,} appends, {on['http_409s']} 409s, {on['failed'] + on['errors']} failed; "
+        f"off: {off['commits']:,} appends, {off['http_409s']} 409s ({c['appenders']} appenders, {c['seconds']} s each)"
+    )
+    return text, on["http_409s"] == 0 and on["failed"] == 0 and on["errors"] == 0
+
+
+def _compaction_cpu(r: dict) -> tuple[str, bool | None]:
+    t = _get(r, "compaction", "tasks")
+    if not t:
+        return "n/a", None
+    per_gb = f"{t['cpu_s_per_gb']:,.0f} s per GB" if t["cpu_s_per_gb"] is not None else "n/a"
+    return (
+        f"{per_gb}, {t['cpu_ms_per_file']:.1f} ms per file ({t['cpu_s']:.1f} s for {t['rewritten_mb']:,.1f} MB, "
+        f"{t['rewritten_files']:,} files in "
+        f"{t['landed']} landed runs of {t['runs']}; {t['landed_on_moved_head']} landed on a moved head, "
+        f"{t['yielded']} yielded)"
+    ), None
 
 
 def _care_cpu(r: dict) -> tuple[str, bool | None]:
@@ -516,6 +560,11 @@ ROWS: list[Row] = [
     ("table care: files deleted per second (that expiry's cleanup)", "", _care_deletes),
     ("table care at scale: expiry of a 100,000-snapshot table", "", _care_scale_expiry),
     ("table care at scale: orphan listing over 1,000,000 files", "", _care_scale_orphans),
+    ("compaction OFF: 16 appenders, when they stop", "", _compaction("off.at_stop")),
+    ("compaction ON: 16 appenders, when they stop", "", _compaction("on.at_stop")),
+    ("compaction ON: after the next run", "", _compaction("on.after_final_run")),
+    ("compaction: appenders' 409s while it runs", "0", _compaction_writers),
+    ("compaction: server CPU per GB rewritten in process", "", _compaction_cpu),
     ("baseline raw CAS, 1 writer", "", _stat(("baselines", "raw_cas_1"), with_rate=True)),
     ("baseline raw CAS, 16 writers on one row", "", _cas_multi),
     ("baseline metadata write (hot table size)", "", _write),

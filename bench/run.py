@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default=",".join(DEFAULT),
         type=_parts,
-        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, care-scale "
-        "(default: all but care-scale)",
+        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, compaction, "
+        "care-scale (default: all but care-scale)",
     )
     parser.add_argument(
         "--care-appends",

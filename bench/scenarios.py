@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from . import backends, baselines, care, clients, cpu, hot, metrics, profiling, wire
+from . import backends, baselines, care, clients, compaction, cpu, hot, metrics, profiling, wire
 from .report import lat_stats, sample
 
 LOAD_LEVELS = (1, 8, 32)
@@ -45,7 +45,7 @@ GROWTH = {
 HISTORY_BATCH = 5_000  # add-snapshot updates per commit while building history
 
 
-PARTS = ("load", "commit_scenarios", "hot_appends", "growth", "baselines", "care", "care_scale")
+PARTS = ("load", "commit_scenarios", "hot_appends", "growth", "baselines", "care", "care_scale", "compaction")
 SHORT = {
     "load": "load",
     "commits": "commit_scenarios",
@@ -54,6 +54,7 @@ SHORT = {
     "baselines": "baselines",
     "care": "care",
     "care-scale": "care_scale",
+    "compaction": "compaction",
 }
 DEFAULT = tuple(k for k in SHORT if k != "care-scale")  # the scale probe is opt-in (minutes)
 
@@ -448,6 +449,10 @@ class Run:
         """100,000 snapshots expired, 1,000,000 files listed by orphan removal (``bench/care.py``)."""
         self.r["care_scale"] = out = {}
         care.scale(self.b, self.args.quick, dict(self.args.server_env), log, out)
+
+    def compaction(self) -> None:
+        """A table fed by 16 appenders, compaction off vs on (``bench/compaction.py``)."""
+        self.r["compaction"] = compaction.run(self.b, self.args.quick, dict(self.args.server_env), log)
 
     def baselines(self) -> None:
         p, b = self.plan, {}

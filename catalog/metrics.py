@@ -111,6 +111,22 @@ MAINTENANCE_BYTES_DELETED = Counter(
 MAINTENANCE_SNAPSHOTS_EXPIRED = Counter(
     "catalog_maintenance_snapshots_expired_total", "Snapshots removed by snapshot expiry", registry=REGISTRY
 )
+MAINTENANCE_COMPACTIONS = Counter(
+    "catalog_maintenance_compactions_total",
+    "Data compactions by outcome: landed, landed-on-moved-head (a writer committed first; its files kept), "
+    "replanned (a writer changed the files it rewrote), yielded (nothing committed), rolled-back (a writer "
+    "whose base was older landed instead)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+WRITERS_MET_MAINTENANCE = Counter(
+    "catalog_writer_commits_met_maintenance_total",
+    "Writer commits whose branch had moved only by the catalog's own maintenance snapshots, by what the "
+    "server did: rebased (an append, over them), rolled-back (a row-level write landed on its base; the "
+    "catalog's snapshots were removed)",
+    ["action"],
+    registry=REGISTRY,
+)
 MAINTENANCE_MANIFEST_REWRITES = Counter(
     "catalog_maintenance_manifest_rewrites_total",
     "Manifest rewrites by outcome: landed, landed-on-moved-head (a writer committed first; kept its manifests), "

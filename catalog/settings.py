@@ -397,6 +397,47 @@ class Settings(BaseSettings):
         description="Manifest rewrite is considered on a table whose pointer moved, at most this often; it runs "
         "when the main branch has more manifests than the table's commit.manifest.min-count-to-merge (100).",
     )
+    maintenance_compaction_enabled: bool = Field(
+        default=True,
+        description="Whether the scheduler compacts tables' data files (a table's catalog.compaction.enabled "
+        "property overrides it; an operator's maintenance run compacts either way).",
+    )
+    maintenance_compaction_every_minutes: float = Field(
+        default=30.0,
+        ge=0,
+        description="Data compaction (rewrite-data-files) is considered on a table whose pointer moved, at most this "
+        "often; it runs when the main branch has at least 5 data files averaging below 75% of the table's "
+        "write.target-file-size-bytes.",
+    )
+    maintenance_compaction_quiet_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="Compaction leaves a table alone while a writer's row-level commit (overwrite, delete, or a "
+        "replace it made) landed on main within this time, and rewrites only files added before it: a Spark "
+        "MERGE/UPDATE/DELETE validates against the table as it is when it commits and fails if a file it changes "
+        "was compacted while it ran. A table's catalog.compaction.quiet-seconds property overrides it.",
+    )
+    maintenance_compaction_spark: str = Field(
+        default="",
+        description="A Spark for compactions larger than maintenance_compaction_max_bytes: a master URL (local[2], "
+        "spark://host:7077) or Spark Connect (sc://host:15002). Empty: larger work is done in process over several "
+        "runs. Needs pyspark installed next to the server and Iceberg's Spark runtime on that Spark.",
+    )
+    maintenance_compaction_spark_catalog_uri: str = Field(
+        default="",
+        description="This catalog's REST URL as the compaction Spark reaches it (default http://127.0.0.1:<port>).",
+    )
+    maintenance_compaction_spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description='More Spark settings for the compaction session, as JSON ({"spark.jars": "...", ...}): jars, '
+        "credentials (spark.sql.catalog.catalog_maintenance.credential when auth is on), memory.",
+    )
+    maintenance_compaction_max_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of data and delete files one in-process compaction reads (into memory, one partition's "
+        "group at a time); the next run takes the rest.",
+    )
     maintenance_orphans_every_hours: float = Field(
         default=24.0, ge=0, description="Orphan removal runs on each table this often."
     )

@@ -36,7 +36,7 @@ async def run_maintenance(
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     await guard.require(request, [(Privilege.ALTER, policy.entry("table", ns, name))])
     doc = _json(body) if body else {}
-    kinds = doc.get("kinds", ["expire-snapshots", "remove-orphans", "rewrite-manifests"])
+    kinds = doc.get("kinds", ["expire-snapshots", "remove-orphans", "rewrite-manifests", "rewrite-data-files"])
     dry_run = doc.get("dry-run", False)
     if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds) or not isinstance(dry_run, bool):
         raise errors.BadRequest('Malformed request: {"kinds": [names], "dry-run": true|false}')

@@ -25,7 +25,7 @@ from catalog import logs
 from catalog.cli.browse import DEFAULT_URI, Output
 from catalog.cli.common import CliError, Management, first_line
 
-KINDS = ("expire-snapshots", "remove-orphans", "rewrite-manifests")
+KINDS = ("expire-snapshots", "remove-orphans", "rewrite-manifests", "rewrite-data-files")
 WAIT_SECONDS = 600.0
 
 

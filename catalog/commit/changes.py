@@ -34,6 +34,8 @@ class Kind:
 TABLE = Kind("table", tables.apply, errors.NoSuchTable)
 VIEW = Kind("view", views.apply, errors.NoSuchView)
 KINDS = {kind.name: kind for kind in (TABLE, VIEW)}
+# The summary key of every snapshot the catalog's maintenance makes (its value: the job's kind).
+MAINTENANCE_JOB = "catalog.maintenance-job"
 
 
 def creates(requirements: Sequence[dict[str, Any]]) -> bool:
@@ -55,6 +57,9 @@ class Change:
     # A check of the result against the base it was applied to, for the catalog's own commits
     # (maintenance): raises errors.CommitFailed (a 409, never retried) when the result must not land.
     guard: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    # The catalog's own maintenance commit: only such a change may add a snapshot whose summary
+    # carries MAINTENANCE_JOB (the mark the engine rolls back for a writer, ``rebase.rollback``).
+    maintenance: bool = False
 
     @property
     def ident(self) -> str:

@@ -31,8 +31,9 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from catalog import errors, logs, metrics
-from catalog.commit import rebase
+from catalog.commit import rebase, rollback
 from catalog.commit.changes import (
+    MAINTENANCE_JOB,
     TABLE,
     Change,
     Committed,
@@ -187,6 +188,8 @@ class CommitEngine:
         what it read). ``check_only``: raise the 409 or not, but write nothing."""
         if change.created is not None:
             return change.created, None
+        if not change.maintenance and _marked(change.updates):
+            raise errors.BadRequest(f"A snapshot summary may not carry {MAINTENANCE_JOB}: it marks the catalog's own")
         now_ms = int(time.time() * 1000)
         try:
             new = self._apply_updates(change, base, change.requirements, change.updates, now_ms)
@@ -196,7 +199,26 @@ class CommitEngine:
         except errors.RequirementFailed as e:
             candidate = self._rebase_candidate(change, base) if rebasable else None
             if candidate is None:
-                raise self._conflict(change, e) from None
+                rolled = self._rollback(change, base) if rebasable else None
+                if rolled is None:
+                    raise self._conflict(change, e) from None
+                if check_only:
+                    return base.data, None  # type: ignore[union-attr]  # a rollback has a base
+                try:
+                    new = change.kind.apply(
+                        rolled.base, rolled.requirements, rolled.updates, base_location=base.location, now_ms=now_ms
+                    )  # type: ignore[union-attr]
+                except errors.IcebergError:
+                    raise self._conflict(change, e) from None
+                metrics.WRITERS_MET_MAINTENANCE.labels("rolled-back").inc()
+                metrics.MAINTENANCE_COMPACTIONS.labels("rolled-back").inc(len(rolled.removed))
+                log.info(
+                    "commit to %s landed on its base %s; the catalog's maintenance snapshots %s were rolled back",
+                    change.ident, rolled.requirements, rolled.removed,
+                )  # fmt: skip
+                return new, None
+            if candidate.over_maintenance:
+                metrics.WRITERS_MET_MAINTENANCE.labels("rebased").inc()
             if check_only:
                 return base.data, None  # type: ignore[union-attr]  # a candidate has a base
             assert base is not None
@@ -246,6 +268,14 @@ class CommitEngine:
             default = self.settings.append_rebase
             return rebase.candidate(list(change.requirements), list(change.updates), base.data, default)
         except Exception:  # noqa: BLE001 - malformed input the apply refused already: no rebase
+            return None
+
+    def _rollback(self, change: Change, base: MetadataFile | None) -> rollback.Rollback | None:
+        if change.kind is not TABLE or base is None or change.maintenance:
+            return None
+        try:
+            return rollback.rollback(list(change.requirements), list(change.updates), base.data)
+        except Exception:  # noqa: BLE001 - malformed input the apply refused already: a 409
             return None
 
     def _conflict(self, change: Change, e: errors.CommitFailed) -> errors.CommitFailed:
@@ -441,3 +471,13 @@ def log_landed(staged: Sequence[Staged], attempts: int) -> None:
         plural = "s" if attempts > 1 else ""
         message = f"{verb} {one.change.kind.name} {one.change.ident}{snapshot} ({attempts} attempt{plural}{group})"
         logs.line(log, logging.INFO, message, fields)
+
+
+def _marked(updates: Sequence[Any]) -> bool:
+    """Whether a commit adds a snapshot that claims to be the catalog's own maintenance."""
+    for u in updates:
+        if isinstance(u, dict) and u.get("action") == "add-snapshot":
+            summary = (u.get("snapshot") or {}).get("summary") if isinstance(u.get("snapshot"), dict) else None
+            if isinstance(summary, dict) and MAINTENANCE_JOB in summary:
+                return True
+    return False

@@ -4,12 +4,14 @@
 A table commit whose only failed requirement is ``assert-ref-snapshot-id`` on branch B (B moved from
 the client's parent X to Y), and that is exactly ``add-snapshot`` (summary ``operation=append``,
 parent X) + ``set-snapshot-ref`` B to that snapshot, is rebuilt on Y when rebase is on (``append_rebase``
-setting, overridden per table by ``catalog.append-rebase.enabled``):
+setting, overridden per table by ``catalog.append-rebase.enabled``; whatever it says when B moved only
+by the catalog's own maintenance snapshots, ``rollback.py``):
 
 * the client's manifest list is read (bounded, confined to the table's own locations); every manifest
   the snapshot adds (``added_snapshot_id`` = its id) must hold data files with ADDED entries only
   (existing = deleted = 0, checked in the list and in the manifest itself) whose sequence numbers and
-  (v3) row ids are inherited; the other manifests must be exactly X's. Anything else is refused;
+  (v3) row ids are inherited; the other manifests must be exactly X's (or X's less those that hold
+  no live file, which writers leave out). Anything else is refused;
 * a new manifest list = those new manifests followed by Y's manifests is written create-only next to
   the client's (pyiceberg's Avro writers; the new manifests get the new sequence number and, v3,
   fresh ``first_row_id``s from the table's ``next-row-id``; Y's list is carried as Avro blocks,
@@ -50,6 +52,7 @@ from pyiceberg.manifest import (
 )
 
 from catalog import errors
+from catalog.commit.rollback import MAX_DISTANCE, catalog_made, is_int
 from catalog.locations import is_within, normalise
 from catalog.metadata import parsing, tables
 from catalog.storage.backends import Storage
@@ -86,8 +89,6 @@ MAX_BLOCKS = 64
 PREFETCH_THREADS = 8
 PREFETCH_BYTES = 2**20
 PREFETCH_MANIFESTS = 2
-# How far back (in the snapshots list) the client's parent may lie behind the branch's head.
-MAX_DISTANCE = 10_000
 TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added - removed
     ("total-records", "added-records", "deleted-records"),
     ("total-files-size", "added-files-size", "removed-files-size"),
@@ -126,6 +127,7 @@ class Candidate:
     snapshot: dict  # the client's snapshot JSON
     ref_update: dict
     requirements: list[dict]  # the client's, with B's expected id moved to Y
+    over_maintenance: bool = False  # B moved only by the catalog's own maintenance snapshots
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +159,12 @@ def append_shaped(updates: Sequence[Any]) -> bool:
 
 
 def candidate(requirements: list[dict], updates: list[dict], base: dict, default: bool) -> Candidate | None:
-    """The rebase this failed commit qualifies for, judged on its JSON and ``base`` only; None: a 409."""
-    if not enabled(base, default) or base.get("format-version") not in (1, 2, 3):
+    """The rebase this failed commit qualifies for, judged on its JSON and ``base`` only; None: a 409.
+    With rebase off, an append is still rebased when its branch moved only by the catalog's own
+    maintenance snapshots (compaction, manifest rewrite): a writer never pays for the catalog's care."""
+    if base.get("format-version") not in (1, 2, 3):
         return None
+    on = enabled(base, default)
     if len(updates) != 2 or not all(isinstance(u, dict) for u in updates):
         return None
     add, ref = updates
@@ -168,7 +173,7 @@ def candidate(requirements: list[dict], updates: list[dict], base: dict, default
         return None
     snapshot_id, branch = snapshot.get("snapshot-id"), ref.get("ref-name")
     summary = snapshot.get("summary")
-    if not isinstance(summary, dict) or summary.get("operation") != "append" or not _is_int(snapshot_id):
+    if not isinstance(summary, dict) or summary.get("operation") != "append" or not is_int(snapshot_id):
         return None
     if ref.get("snapshot-id") != snapshot_id or str(ref.get("type")).lower() != "branch" or not isinstance(branch, str):
         return None
@@ -176,7 +181,7 @@ def candidate(requirements: list[dict], updates: list[dict], base: dict, default
     if len(asserted) != 1 or asserted[0].get("ref") != branch:
         return None
     expected = asserted[0].get("snapshot-id")
-    if not _is_int(expected) or snapshot.get("parent-snapshot-id") != expected:
+    if not is_int(expected) or snapshot.get("parent-snapshot-id") != expected:
         return None  # null: the client asserted B does not exist; never rebased
     current = (base.get("refs") or {}).get(branch)
     if not isinstance(current, dict) or str(current.get("type")).lower() != "branch":
@@ -188,12 +193,15 @@ def candidate(requirements: list[dict], updates: list[dict], base: dict, default
     if found is None:
         return None
     head, parent = found
+    maintenance = not on and catalog_made(base.get("snapshots") or [], head_id, expected) is not None
+    if not on and not maintenance:
+        return None
     moved = [r if r is not asserted[0] else {**r, "snapshot-id": head_id} for r in requirements]
     try:
         tables.check_requirements(parsing.parse_requirements(moved), base)
     except errors.IcebergError:
         return None  # another requirement fails too
-    return Candidate(branch, parent, head, snapshot, ref, moved)
+    return Candidate(branch, parent, head, snapshot, ref, moved, maintenance)
 
 
 def _ancestry(snapshots: list, head_id: Any, parent_id: int, new_id: int) -> tuple[dict, dict] | None:
@@ -215,10 +223,6 @@ def _ancestry(snapshots: list, head_id: Any, parent_id: int, new_id: int) -> tup
         if want is None:
             return None
     return None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class Rebaser:
@@ -244,8 +248,12 @@ class Rebaser:
         if new is None:  # not shown by its bytes: every manifest decoded and compared by path
             client, _ = read_records(raw)
             new = [m for m in client if m.added_snapshot_id == snapshot_id]
-            rest = [m.manifest_path for m in client if m.added_snapshot_id != snapshot_id]
-            if sorted(rest) != sorted(m.manifest_path for m in parent):
+            rest = sorted(m.manifest_path for m in client if m.added_snapshot_id != snapshot_id)
+            # A writer may leave out the parent's manifests that hold no live file (only DELETED
+            # entries: what a compaction or an overwrite leaves), as pyiceberg's and Java's do.
+            if rest != sorted(m.manifest_path for m in parent) and rest != sorted(
+                m.manifest_path for m in parent if _holds_files(m)
+            ):
                 raise Refused("the manifests it keeps are not its parent's")
         if not new or len(new) > MAX_NEW_MANIFESTS:
             raise Refused(f"{len(new)} new manifests")
@@ -284,7 +292,7 @@ class Rebaser:
             "parent-snapshot-id": c.head["snapshot-id"],
             "timestamp-ms": max(now_ms, c.head.get("timestamp-ms", 0)),
             "manifest-list": location,
-            "summary": _summary(c.snapshot["summary"], c.head.get("summary") or {}),
+            "summary": with_totals(c.snapshot["summary"], c.head.get("summary") or {}),
         }
         if version >= 2:
             snapshot["sequence-number"] = sequence
@@ -431,6 +439,12 @@ class GroupFiles:
             ) from failed[0]
 
 
+def _holds_files(m: ManifestFile) -> bool:
+    """Whether a manifest has live (ADDED or EXISTING) entries, or may have (counts missing)."""
+    added, existing = m.added_files_count, m.existing_files_count
+    return added is None or existing is None or added + existing > 0
+
+
 def _bounded(raw: bytes) -> bytes:
     if len(raw) > MAX_FILE_BYTES:
         raise Refused(f"a manifest file of {len(raw)} bytes")
@@ -462,7 +476,7 @@ def _owned(location: Any, base: dict) -> str:
     raise Refused(f"a file outside the table's location: {location!r}")
 
 
-def _summary(summary: dict, previous: dict) -> dict:
+def with_totals(summary: dict, previous: dict) -> dict:
     """Java's ``updateTotal``: each total from the head's, when the head has it and it parses."""
     out = {k: v for k, v in summary.items() if k not in {total for total, _, _ in TOTALS}}
     for total, added, removed in TOTALS:

@@ -1,5 +1,6 @@
 """The jobs of table care, each one task: ``expire-snapshots``, ``remove-orphans``,
-``rewrite-manifests`` (its job is ``manifests.py``) and ``purge``.
+``rewrite-manifests`` (its job is ``manifests.py``), ``rewrite-data-files`` (``compaction.py``) and
+``purge``.
 
 Snapshot expiry plans with Iceberg's ``ExpireSnapshots`` semantics (``expire.plan``), spares the
 snapshots that were a branch's head within the writer grace (a writer may still be committing from
@@ -39,7 +40,8 @@ from catalog import errors, metrics
 from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
 from catalog.locations import normalise
-from catalog.maintenance import expire, manifests, orphans, policy, reachability
+from catalog.maintenance import compaction, expire, manifests, orphans, policy, reachability
+from catalog.maintenance.spark import SparkEngine
 from catalog.metadata import tables
 from catalog.settings import Settings
 from catalog.storage import purge
@@ -54,8 +56,8 @@ from catalog.store.tasks import Task
 log = logging.getLogger("catalog.maintenance")
 
 EXPIRE, ORPHANS, PURGE = "expire-snapshots", "remove-orphans", "purge"
-REWRITE_MANIFESTS = manifests.KIND
-KINDS = (EXPIRE, ORPHANS, REWRITE_MANIFESTS)  # what a live table gets; a purge is for a dropped one
+REWRITE_MANIFESTS, COMPACT = manifests.KIND, compaction.KIND
+KINDS = (EXPIRE, ORPHANS, REWRITE_MANIFESTS, COMPACT)  # what a live table gets; a purge is for a dropped one
 REPLANS = 5  # an expiry whose guard refused it (a ref moved onto a planned snapshot) plans again
 ORPHANS_PER_RUN = 100_000  # the next run takes the rest
 ORPHAN_PASSES = 50  # commits an orphan removal catches up with before it gives up (each pass is cheap)
@@ -84,6 +86,7 @@ class Care:
         self.files = files
         self.ownership = ownership
         self.engine = engine
+        self.spark = SparkEngine(settings)  # opened on the first compaction too large for the process
 
     # -- the entry a task is for -----------------------------------------------------------------
 
@@ -123,6 +126,8 @@ class Care:
             return self.remove_orphans(task, entry, file)
         if task.kind == REWRITE_MANIFESTS:
             return self.rewrite_manifests(task, entry, file)
+        if task.kind == COMPACT:
+            return self.compact(task, entry, file)
         raise errors.BadRequest(f"Unknown maintenance task kind: {task.kind}")
 
     # -- snapshot expiry -------------------------------------------------------------------------
@@ -193,6 +198,23 @@ class Care:
         except Skipped as e:
             return {"skipped": str(e)}, None
         except Unreadable as e:  # another codec, a broken file: retrying would not help
+            return {"skipped": f"a manifest or manifest list this catalog does not read: {e}"}, file.location
+
+    # -- data compaction (catalog/maintenance/compaction.py) ---------------------------------------
+
+    def compact(self, task: Task, entry: Entry, file: MetadataFile) -> tuple[dict[str, Any], str | None]:
+        compactor = compaction.Compactor(
+            self.storage,
+            self.engine,
+            self.settings.maintenance_compaction_max_bytes,
+            self.settings.maintenance_compaction_quiet_seconds,
+            self.spark,
+        )
+        try:
+            return compactor.run(entry, file, bool(task.options.get("dry-run")), lambda: self.current(task))
+        except Skipped as e:
+            return {"skipped": str(e)}, None
+        except Unreadable as e:
             return {"skipped": f"a manifest or manifest list this catalog does not read: {e}"}, file.location
 
     # -- orphans ---------------------------------------------------------------------------------

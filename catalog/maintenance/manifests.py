@@ -61,7 +61,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 
 from catalog import errors, metrics
-from catalog.commit.changes import TABLE, Change
+from catalog.commit.changes import MAINTENANCE_JOB, TABLE, Change
 from catalog.commit.engine import CommitEngine
 from catalog.storage.backends import Storage
 from catalog.storage.manifests import (
@@ -118,14 +118,14 @@ def due(metadata: dict[str, Any], storage: Storage) -> bool:
     """More manifests on the main branch than ``commit.manifest.min-count-to-merge``."""
     if not scheduled(metadata):
         return False
-    head = _head(metadata)
+    head = main_head(metadata)
     if head is None or not head.get("manifest-list"):
         return False
     count = body_of(storage.read(head["manifest-list"])).count  # the blocks' counts: nothing decoded
     return count > _int(metadata.get("properties") or {}, MIN_COUNT, MIN_COUNT_DEFAULT)
 
 
-def _head(metadata: dict[str, Any]) -> dict[str, Any] | None:
+def main_head(metadata: dict[str, Any]) -> dict[str, Any] | None:
     ref = (metadata.get("refs") or {}).get("main") or {}
     head_id = ref.get("snapshot-id", metadata.get("current-snapshot-id"))
     return next((s for s in metadata.get("snapshots") or [] if s.get("snapshot-id") == head_id), None)
@@ -235,7 +235,7 @@ class _DeletesV3(_DataV3):
         return {**super()._meta, "content": "deletes"}
 
 
-def _writer(version: int, content: ManifestContent, spec: PartitionSpec, schema: Schema, out: BufferOutput,
+def manifest_writer(version: int, content: ManifestContent, spec: PartitionSpec, schema: Schema, out: BufferOutput,
             snapshot_id: int, codec: str) -> Any:  # fmt: skip
     deletes = content == ManifestContent.DELETES
     if version == 1:
@@ -273,7 +273,7 @@ class Rewriter:
         replans = landed_on_moved = 0
         for _ in range(REPLANS):
             metadata = file.data
-            head = _head(metadata)
+            head = main_head(metadata)
             if head is None:
                 return {"skipped": "the table has no snapshot on main"}, file.location
             if not head.get("manifest-list"):
@@ -295,7 +295,7 @@ class Rewriter:
                     "manifests-to-replace": sum(len(g.manifests) for g in groups),
                     "manifests-to-create": sum(g.count for g in groups),
                 }, file.location
-            snapshot_id = _new_snapshot_id(metadata)
+            snapshot_id = new_snapshot_id(metadata)
             written = self._write(metadata, groups, snapshot_id)
             try:
                 for _ in range(LANDINGS):
@@ -318,7 +318,7 @@ class Rewriter:
                         return result, after.location
                     entry, file = reread()
                     version, metadata = metadata["format-version"], file.data
-                    head = _head(metadata)
+                    head = main_head(metadata)
                     if head is None or not head.get("manifest-list") or metadata["format-version"] != version:
                         break  # gone, or upgraded: its manifests were written for the old format
                     now = {m.manifest_path for m in read_records(self.storage.read(head["manifest-list"]))[0]}
@@ -330,9 +330,9 @@ class Rewriter:
                 self._delete(written.paths)
             replans += 1
             metrics.MAINTENANCE_MANIFEST_REWRITES.labels("replanned").inc()
-            log.info("manifest rewrite of %s planned again: the table's manifests changed", _ident(entry))
+            log.info("manifest rewrite of %s planned again: the table's manifests changed", ident(entry))
         metrics.MAINTENANCE_MANIFEST_REWRITES.labels("yielded").inc()
-        log.warning("manifest rewrite of %s yielded after %d plans: the table kept changing", _ident(entry), replans)
+        log.warning("manifest rewrite of %s yielded after %d plans: the table kept changing", ident(entry), replans)
         return {
             "yielded": "the table's manifests kept changing under the rewrite; nothing was committed",
             "replanned": replans,
@@ -344,13 +344,13 @@ class Rewriter:
     def _write(self, metadata: dict[str, Any], groups: list[Group], snapshot_id: int) -> Written:
         version = metadata["format-version"]
         codec = (metadata.get("properties") or {}).get("write.avro.compression-codec", "gzip")
-        directory = _metadata_dir(metadata)
+        directory = metadata_dir(metadata)
         commit_id = uuid.uuid4()
         written = Written([], set(), 0)
         try:
             suffix = 0
             for group in groups:
-                spec, schema = _spec_and_schema(metadata, group.spec_id)
+                spec, schema = spec_and_schema(metadata, group.spec_id)
                 entries = self._entries(group.manifests)
                 if spec.fields:
                     entries.sort(key=_partition_key)
@@ -358,7 +358,7 @@ class Rewriter:
                     location = f"{directory}/{commit_id}-m{suffix}.avro"
                     suffix += 1
                     out = BufferOutput(location)
-                    with _writer(version, group.content, spec, schema, out, snapshot_id, codec) as writer:
+                    with manifest_writer(version, group.content, spec, schema, out, snapshot_id, codec) as writer:
                         for e in run:
                             writer.existing(e)
                     self.storage.write_new(location, out.value)
@@ -377,7 +377,7 @@ class Rewriter:
             raws = list(pool.map(lambda m: self.storage.read(m.manifest_path), manifests))
         out: list[ManifestEntry] = []
         for m, raw in zip(manifests, raws, strict=True):
-            out.extend(_live(m, read_records(raw, ENTRY_READ)[0]))
+            out.extend(live_entries(m, read_records(raw, ENTRY_READ)[0]))
         return out
 
     # -- the commit ------------------------------------------------------------------------------
@@ -391,12 +391,12 @@ class Rewriter:
         head_manifests, _ = read_records(self.storage.read(head["manifest-list"]))
         if not written.replaced <= {m.manifest_path for m in head_manifests}:
             return None
-        kept = [_copy(m, version) for m in head_manifests if m.manifest_path not in written.replaced]
-        new = [_copy(m, version) for m in written.manifests]
+        kept = [listed(m, version) for m in head_manifests if m.manifest_path not in written.replaced]
+        new = [listed(m, version) for m in written.manifests]
         sequence = metadata.get("last-sequence-number", 0) + 1
         first_row_id = metadata.get("next-row-id", 0)
         codec = (metadata.get("properties") or {}).get("write.avro.compression-codec", "gzip")
-        location = f"{_metadata_dir(metadata)}/snap-{snapshot_id}-1-{uuid.uuid4()}.avro"
+        location = f"{metadata_dir(metadata)}/snap-{snapshot_id}-1-{uuid.uuid4()}.avro"
         out = BufferOutput(location)
         writer = list_writer(version, out, snapshot_id, head["snapshot-id"], sequence, first_row_id, codec)
         with writer:
@@ -412,6 +412,7 @@ class Rewriter:
                 "manifests-replaced": str(len(written.replaced)),
                 "entries-processed": str(written.entries),
                 "changed-partition-count": "0",  # Java's summary builder: no partition changed
+                MAINTENANCE_JOB: KIND,
             }
         )
         snapshot: dict[str, Any] = {
@@ -440,11 +441,12 @@ class Rewriter:
                 {"action": "add-snapshot", "snapshot": snapshot},
                 {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
             ],
+            maintenance=True,
         )
         try:
             committed = self.engine.commit([change])
         except errors.CommitFailed as e:  # a writer moved main (or the table was replaced): never its 409
-            log.info("manifest rewrite of %s met a moved head: %s", _ident(entry), e.message)
+            log.info("manifest rewrite of %s met a moved head: %s", ident(entry), e.message)
             written.paths.remove(location)
             self._delete([location])
             return None
@@ -464,7 +466,7 @@ class Rewriter:
         paths.clear()
 
 
-def _live(m: ManifestFile, entries: tuple[ManifestEntry, ...]) -> list[ManifestEntry]:
+def live_entries(m: ManifestFile, entries: tuple[ManifestEntry, ...]) -> list[ManifestEntry]:
     """The live entries of ``m`` with their snapshot id, sequence numbers and (v3) first row id made
     explicit, as a reader inherits them (spec: "Sequence Number Inheritance", "First Row ID Inheritance")."""
     next_row_id = m._data[FIRST_ROW_ID] if len(m._data) > FIRST_ROW_ID else None
@@ -486,7 +488,7 @@ def _live(m: ManifestFile, entries: tuple[ManifestEntry, ...]) -> list[ManifestE
     return out
 
 
-def _copy(m: ManifestFile, version: int) -> ManifestFile:
+def listed(m: ManifestFile, version: int) -> ManifestFile:
     """A copy the list writer may change (it assigns sequence numbers and v3 row ids in place); a
     manifest pyiceberg's writer made has no first_row_id field yet: v3 gives it one, unassigned."""
     if version < 3:
@@ -494,7 +496,7 @@ def _copy(m: ManifestFile, version: int) -> ManifestFile:
     return ManifestFile(*m._data, *([None] * (FIRST_ROW_ID + 1 - len(m._data))))
 
 
-def _spec_and_schema(metadata: dict[str, Any], spec_id: int) -> tuple[PartitionSpec, Schema]:
+def spec_and_schema(metadata: dict[str, Any], spec_id: int) -> tuple[PartitionSpec, Schema]:
     spec_json = next((s for s in metadata.get("partition-specs") or [] if s.get("spec-id") == spec_id), None)
     if spec_json is None:
         raise errors.BadRequest(f"A manifest of partition spec {spec_id}, which the table does not have")
@@ -513,12 +515,12 @@ def _spec_and_schema(metadata: dict[str, Any], spec_id: int) -> tuple[PartitionS
     raise errors.BadRequest(f"No schema of the table has the source columns of partition spec {spec_id}")
 
 
-def _metadata_dir(metadata: dict[str, Any]) -> str:
+def metadata_dir(metadata: dict[str, Any]) -> str:
     props = metadata.get("properties") or {}
     return (props.get("write.metadata.path") or f"{metadata['location'].rstrip('/')}/metadata").rstrip("/")
 
 
-def _new_snapshot_id(metadata: dict[str, Any]) -> int:
+def new_snapshot_id(metadata: dict[str, Any]) -> int:
     """A random positive id no snapshot of the table has (Java: from a random UUID)."""
     used = {s.get("snapshot-id") for s in metadata.get("snapshots") or []}
     while True:
@@ -527,7 +529,7 @@ def _new_snapshot_id(metadata: dict[str, Any]) -> int:
             return candidate
 
 
-def _ident(entry: Entry) -> str:
+def ident(entry: Entry) -> str:
     return ".".join((*entry.namespace, entry.name))
 
 

@@ -18,9 +18,11 @@ every ``CATALOG_MAINTENANCE_EXPIRE_EVERY_MINUTES``, or sooner once it took
 ``CATALOG_MAINTENANCE_ORPHANS_EVERY_HOURS``; manifest rewrite on a table whose pointer moved, at most
 every ``CATALOG_MAINTENANCE_MANIFESTS_EVERY_MINUTES``, when its main branch has more manifests than
 its ``commit.manifest.min-count-to-merge`` (and it did not set ``commit.manifest-merge.enabled`` to
-false). Tables whose ``catalog.maintenance.enabled`` is false (on the table or a namespace above it)
-are left alone. It also ends the retention of dropped entries (``CATALOG_DROP_RETENTION``):
-forgotten, or purged by a ``purge`` task.
+false); data compaction on a table whose pointer moved, at most every
+``CATALOG_MAINTENANCE_COMPACTION_EVERY_MINUTES``, when its data files are many and small. Tables
+whose ``catalog.maintenance.enabled`` is false (on the table or a namespace above it) are left alone.
+It also ends the retention of dropped entries (``CATALOG_DROP_RETENTION``): forgotten, or purged by
+a ``purge`` task.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ import time
 import uuid
 
 from catalog import errors, metrics
-from catalog.maintenance import manifests
-from catalog.maintenance.care import EXPIRE, ORPHANS, PURGE, REWRITE_MANIFESTS, Care
+from catalog.maintenance import compaction_plan, manifests
+from catalog.maintenance.care import COMPACT, EXPIRE, ORPHANS, PURGE, REWRITE_MANIFESTS, Care
 from catalog.storage.metadata_files import MetadataFile
 from catalog.store.tasks import Task, now_ms
 
@@ -190,6 +192,7 @@ class Scheduler:
             (EXPIRE, minutes * 60_000, True, self.settings.maintenance_expire_every_commits),
             (ORPHANS, hours * 3_600_000, False, 0),
             (REWRITE_MANIFESTS, self.settings.maintenance_manifests_every_minutes * 60_000, True, 0),
+            (COMPACT, self.settings.maintenance_compaction_every_minutes * 60_000, True, 0),
         ):
             for entry_id, _, _ in self.store.due_tables(kind, int(every_ms), changed_only, SCHEDULED_PER_SCAN, commits):
                 enqueued += self.enqueue(entry_id, kind)
@@ -217,6 +220,9 @@ class Scheduler:
         except errors.IcebergError as e:
             log.warning("maintenance of %s not scheduled: %s", ".".join((*entry.namespace, entry.name)), e.message)
             return 0
+        quiet = compaction_plan.quiet_ms(file.data, self.settings.maintenance_compaction_quiet_seconds)
+        if kind == COMPACT and compaction_plan.deferred(file.data, int(time.time() * 1000), quiet):
+            return 0  # writers are active: looked at again at the next scan, no run recorded
         if not self.care.enabled(entry, file) or not self._due(kind, file):  # looked at again when due again
             self.store.record_run(entry.id, kind, entry.metadata_location)
             return 0
@@ -224,7 +230,9 @@ class Scheduler:
         return int(created)
 
     def _due(self, kind: str, file: MetadataFile) -> bool:
-        """A kind's own test of whether the table needs it (only manifest rewrite has one)."""
+        """A kind's own test of whether the table needs it (manifest rewrite and compaction have one)."""
+        if kind == COMPACT:
+            return compaction_plan.due(file.data, self.settings.maintenance_compaction_enabled)
         if kind != REWRITE_MANIFESTS:
             return True
         try:
@@ -243,6 +251,8 @@ def _summary(result: dict) -> str:
             parts.append(f"{count} {key.replace('-', ' ')}")
     if result.get("manifests-replaced"):
         parts.append(f"{result['manifests-replaced']} manifests merged into {result['manifests-created']}")
+    if result.get("rewritten-data-files"):
+        parts.append(f"{result['rewritten-data-files']} data files compacted into {result['added-data-files']}")
     if result.get("yielded"):
         parts.append(result["yielded"])
     for key in ("orphans", "deleted-files"):

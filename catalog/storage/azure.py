@@ -128,15 +128,16 @@ class AzureStorage(Bounds):
     def _unreachable(self, e: Exception) -> str:
         return f"cannot reach the Azure blob endpoint {self.endpoint} (CATALOG_AZURE_BLOB_ENDPOINT): {type(e).__name__}"
 
-    def read(self, location: str) -> bytes:
+    def read(self, location: str, limit: int | None = None) -> bytes:
+        cap = self._cap(limit)
         container, name = self._split(location)
         blob = self.client.get_blob_client(container, name)
         with self._slot():
             try:
                 properties = blob.get_blob_properties(timeout=self._timeout)
                 size = int(properties.size or 0)
-                if size > self.max_bytes:
-                    raise self._too_large(location, size)
+                if size > cap:
+                    raise self._too_large(location, size, limit)
                 if size == 0:
                     return b""
                 # Only the bytes the size promised, and only of the version whose size was read.
@@ -155,8 +156,8 @@ class AzureStorage(Bounds):
                 raise
             except Exception as e:  # noqa: BLE001 - azure-core's errors: classified, never echoed whole
                 raise self._error(e, "reading", location) from e
-        if len(data) > self.max_bytes:
-            raise self._too_large(location, len(data))
+        if len(data) > cap:
+            raise self._too_large(location, len(data), limit)
         return data
 
     def write_new(self, location: str, data: bytes) -> None:

@@ -44,7 +44,7 @@ class Storage(Protocol):
     locations: Locations
 
     def root(self) -> str: ...
-    def read(self, location: str) -> bytes: ...
+    def read(self, location: str, limit: int | None = None) -> bytes: ...  # limit: the cap instead of max_bytes
     def write_new(self, location: str, data: bytes) -> None: ...
     def delete(self, location: str) -> None: ...
     def prepare_table_location(self, location: str) -> None: ...
@@ -101,7 +101,8 @@ class LocalStorage(_Bounds):
         if not any(real == root or real.startswith(root.rstrip("/") + "/") for root in self._real_roots):
             raise errors.Forbidden(f"Invalid location {location!r}: a symbolic link leads outside the warehouse")
 
-    def read(self, location: str) -> bytes:
+    def read(self, location: str, limit: int | None = None) -> bytes:
+        cap = self._cap(limit)
         path = self._path(location)
         self._confined(os.path.realpath(path), location)
         with self._slot():
@@ -113,9 +114,9 @@ class LocalStorage(_Bounds):
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
                     raise _not_found(location)
-                if info.st_size > self.max_bytes:
-                    raise self._too_large(location, info.st_size)
-                chunks, left = [], self.max_bytes + 1
+                if info.st_size > cap:
+                    raise self._too_large(location, info.st_size, limit)
+                chunks, left = [], cap + 1
                 while left > 0:  # read what is there, never more than the cap (the file may grow)
                     chunk = os.read(fd, min(left, 1 << 20))
                     if not chunk:
@@ -123,7 +124,7 @@ class LocalStorage(_Bounds):
                     chunks.append(chunk)
                     left -= len(chunk)
                 if left <= 0:
-                    raise self._too_large(location, self.max_bytes + 1)
+                    raise self._too_large(location, cap + 1, limit)
                 return b"".join(chunks)
             except OSError as e:
                 raise _not_found(location) from e
@@ -317,7 +318,8 @@ class S3Storage(_Bounds):
         """Where the server tried and which setting says so (never the keys): the operator's next step."""
         return f"cannot reach the S3 endpoint {self.endpoint} (CATALOG_S3_ENDPOINT): {type(e).__name__}"
 
-    def read(self, location: str) -> bytes:
+    def read(self, location: str, limit: int | None = None) -> bytes:
+        cap = self._cap(limit)
         bucket, key = self._split(location)
         with self._slot():
             try:
@@ -325,17 +327,17 @@ class S3Storage(_Bounds):
                 body = response["Body"]
                 try:
                     size = int(response.get("ContentLength") or 0)
-                    if size > self.max_bytes:
-                        raise self._too_large(location, size)
-                    data = body.read(self.max_bytes + 1)
+                    if size > cap:
+                        raise self._too_large(location, size, limit)
+                    data = body.read(cap + 1)
                 finally:
                     body.close()
             except errors.IcebergError:
                 raise
             except Exception as e:  # noqa: BLE001 - botocore's errors: classified, never echoed whole
                 raise self._error(e, "reading", location) from e
-        if len(data) > self.max_bytes:
-            raise self._too_large(location, len(data))
+        if len(data) > cap:
+            raise self._too_large(location, len(data), limit)
         return data
 
     def write_new(self, location: str, data: bytes) -> None:

@@ -41,7 +41,13 @@ class Bounds:
         finally:
             self._slots.release()
 
-    def _too_large(self, location: str, size: int) -> errors.IcebergError:
+    def _cap(self, limit: int | None) -> int:
+        """The most bytes a read returns: ``limit`` (a data file compaction reads) or the metadata cap."""
+        return self.max_bytes if limit is None else limit
+
+    def _too_large(self, location: str, size: int, limit: int | None = None) -> errors.IcebergError:
+        if limit is not None:  # a data file read by compaction, under its own bound
+            return errors.BadRequest(f"File {location} is {size} bytes, over the limit of {limit}")
         return errors.BadRequest(
             f"Metadata file {location} is {size} bytes, over the limit of {self.max_bytes} "
             "(CATALOG_MAX_METADATA_FILE_BYTES)"

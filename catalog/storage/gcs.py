@@ -170,7 +170,8 @@ class GcsStorage(Bounds):
     def _unreachable(self, e: Exception) -> str:
         return f"cannot reach Cloud Storage at {self.endpoint} (CATALOG_GCS_ENDPOINT): {type(e).__name__}"
 
-    def read(self, location: str) -> bytes:
+    def read(self, location: str, limit: int | None = None) -> bytes:
+        cap = self._cap(limit)
         bucket, name = self._split(location)
         with self._slot():
             try:
@@ -178,8 +179,8 @@ class GcsStorage(Bounds):
                 if blob is None:
                     raise not_found(location)
                 size = int(blob.size or 0)
-                if size > self.max_bytes:
-                    raise self._too_large(location, size)
+                if size > cap:
+                    raise self._too_large(location, size, limit)
                 # The generation whose size was read: a replaced object is not read (412, then 503).
                 data = blob.download_as_bytes(
                     if_generation_match=blob.generation, timeout=self._timeout, retry=self._retry
@@ -188,8 +189,8 @@ class GcsStorage(Bounds):
                 raise
             except Exception as e:  # noqa: BLE001 - google-api-core's errors: classified, never echoed whole
                 raise self._error(e, "reading", location) from e
-        if len(data) > self.max_bytes:
-            raise self._too_large(location, len(data))
+        if len(data) > cap:
+            raise self._too_large(location, len(data), limit)
         return data
 
     def write_new(self, location: str, data: bytes) -> None:
