@@ -141,7 +141,7 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
             found = read_bootstrap(args.file or settings.authz_bootstrap or "")
             print(f"{len(found)} grants")
             return 0
-        store = Store(create_engine(settings))
+        store = Store(create_engine(settings), settings.events_enabled)
         if args.action == "list":
             for g in sorted(store.list_grants(), key=lambda g: g.id or 0):
                 if args.principal in (None, g.principal):

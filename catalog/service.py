@@ -16,6 +16,7 @@ from catalog import errors, names
 from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
+from catalog.events import records
 from catalog.locations import is_within, normalise, overlaps, segment
 from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
 from catalog.maintenance.care import PURGE, Care
@@ -236,10 +237,15 @@ class Catalog:
             raise errors.BadRequest(
                 f"Metadata file {location} is not in the location of the {kind.name} it describes ({doc['location']})"
             )
+        uuid_key = "table-uuid" if kind is TABLE else "view-uuid"
+        event = records.entry_event(
+            records.REGISTER, kind.name, ns, name, None, metadata_location=location, overwrite=replaced is not None,
+            **{uuid_key.replace("-", "_"): doc.get(uuid_key)},
+        )  # fmt: skip
         if replaced is not None:
-            self.store.overwrite_entry(ns, name, location, own)
+            self.store.overwrite_entry(ns, name, location, own, event)
         else:
-            self.store.insert_entry(ns, name, kind.name, location, own)
+            self.store.insert_entry(ns, name, kind.name, location, own, event=event)
         return file
 
     def drop(

@@ -27,7 +27,7 @@ FLOORS: list[tuple[str, ...]] = [
         "catalog.metrics",
         "catalog.logs",
     ),  # fmt: skip
-    ("catalog.metadata", "catalog.auth.policy"),  # pure: the ground floor only
+    ("catalog.metadata", "catalog.auth.policy", "catalog.events"),  # pure: the ground floor only
     ("catalog.store", "catalog.storage"),
     ("catalog.auth",),
     ("catalog.commit",),
@@ -38,7 +38,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("catalog.cli",),
     ("catalog.__main__",),
 ]
-PURE = ("catalog.metadata", "catalog.auth.policy")
+PURE = ("catalog.metadata", "catalog.auth.policy", "catalog.events")
 
 
 def module_name(path: Path) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 
 from catalog import errors, logs, metrics
 from catalog.commit import rebase
+from catalog.events import records
 from catalog.commit.changes import (
     TABLE,
     Change,
@@ -269,8 +270,9 @@ class CommitEngine:
                     return Replayed()
                 return self._won(current, staged, kind, recorded=key is not None)
             swaps = [Swap(s.entry.id, s.entry.metadata_location, s.new.location, s.location) for s in staged]
+            events = [self.event(s) for s in staged] if self.store.events_on else []
             try:
-                result = self.store.swap_pointers(swaps, key)
+                result = self.store.swap_pointers(swaps, key, events)
             except PointerOutcomeUnknown as e:
                 return self._settle(current, staged, swaps, e, kind, key is not None)
             except Exception:
@@ -287,9 +289,10 @@ class CommitEngine:
         """A create's "CAS": insert the row, with the Idempotency-Key's. False: the key was recorded
         by a twin request first (nothing inserted; its response is the answer)."""
         change = staged.change
+        event = self.event(staged) if self.store.events_on else None
         try:
             result = self.store.insert_entry(
-                change.namespace, change.name, change.kind.name, staged.new.location, staged.location, key
+                change.namespace, change.name, change.kind.name, staged.new.location, staged.location, key, event
             )
         except errors.AlreadyExists:
             self.discard([staged])  # known not committed: the row was never inserted
@@ -304,6 +307,23 @@ class CommitEngine:
             self.discard([staged])
             return False
         return True
+
+    @staticmethod
+    def event(one: Staged) -> records.Event:
+        """The change event of one pointer move (a group's carries every snapshot it added)."""
+        change = one.change
+        return records.committed(
+            change.kind.name,
+            change.namespace,
+            change.name,
+            one.entry.id if one.entry else None,
+            one.base.data if one.base else None,
+            one.new.data,
+            one.new.location,
+            change.requirements,
+            change.updates,
+            one.commits,
+        )
 
     def _won(self, current: list[MetadataFile], staged: list[Staged], kind: str, recorded: bool) -> Committed:
         metrics.COMMITS.labels(kind).inc(staged[0].commits if len(staged) == 1 else 1)
