@@ -28,6 +28,7 @@ from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store import migrate
 from catalog.store.dropped import Dropped
 from catalog.store.entries import Store, name_taken
+from catalog.store.events import StoredEvent
 from catalog.store.ownership import Ownership
 from catalog.store.pointers import Entry, KeyRecord
 from catalog.store.tasks import Task
@@ -327,6 +328,16 @@ class Catalog:
         return self.engine.commit(changes, key)
 
     # -- idempotency keys (see api.idempotency) --------------------------------------------------
+
+    # -- change events (the outbox: store/events.py) ----------------------------------------------
+
+    def event_start(self) -> int:
+        """Order what committed since the last look, and the position the feed starts after."""
+        self.store.sequence()
+        return self.store.event_bounds()[0]
+
+    def events_after(self, position: int, limit: int, types: Sequence[str] = ()) -> list[StoredEvent]:
+        return self.store.read_events(position, limit, types)
 
     def recorded(self, key: str) -> KeyRecord | None:
         return self.store.get_key(key)

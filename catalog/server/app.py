@@ -23,6 +23,7 @@ from catalog.api import (
     docs,
     dropped,
     entries,
+    events,
     idempotency,
     maintenance,
     management,
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     handlers = [
         *config_api.ROUTES,
         *CATALOG_ROUTES,
+        *(events.ROUTES if settings.events_enabled else []),
         *signing_api.ROUTES,
         *operations.ROUTES,
         *oauth.ROUTES,
@@ -105,7 +107,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
         threading.Thread(target=_backfill, args=(catalog,), name="backfill", daemon=True).start()
         # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
         signs = settings.s3_remote_signing and signing.is_s3(settings.warehouse)
-        served = [*CATALOG_ROUTES, *(signing_api.ROUTES if signs else [])]
+        served = [
+            *CATALOG_ROUTES,
+            *(signing_api.ROUTES if signs else []),
+            *(events.ROUTES if settings.events_enabled else []),
+        ]
         client_io = vending.client_io_properties(settings)
         app.state.ctx = AppState(
             catalog=catalog,
