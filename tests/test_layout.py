@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("catalog.store", "catalog.storage"),
     ("catalog.auth",),
     ("catalog.commit",),
-    ("catalog.maintenance",),
+    ("catalog.maintenance", "catalog.delivery"),
     ("catalog.service",),
     ("catalog.api",),
     ("catalog.server",),

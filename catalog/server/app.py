@@ -40,6 +40,8 @@ from catalog.api.routing import RawPathRouting
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
+from catalog.delivery import loop as delivery
+from catalog.delivery import sinks
 from catalog.maintenance.worker import Scheduler, Workers
 from catalog.server import startup
 from catalog.server.memory import large_buffers_from_the_heap
@@ -128,7 +130,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         )
         _publish_gauges(catalog)
         publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
-        care = start_care(catalog)
+        care = [*start_care(catalog), *delivery.start_delivery(catalog.store, settings, sinks.configured(settings))]
         try:
             yield
         finally:

@@ -28,6 +28,7 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
+from catalog.delivery import sinks
 from catalog import __version__, logs
 from catalog.auth import identity
 from catalog.settings import Settings, unknown_variables
@@ -58,6 +59,7 @@ def check_settings(settings: Settings) -> list[str]:
     """Raise ``ConfigurationError`` for a configuration the server must not run with (each wing checks
     its own settings); return the warnings."""
     vending.check_settings(settings)  # storage access: vending without STS
+    sinks.parse_webhooks(settings.events_webhooks)  # change events: the webhook sinks
     return identity.check_settings(settings)
 
 
