@@ -26,6 +26,7 @@ FLOORS: list[tuple[str, ...]] = [
         "catalog.locations",
         "catalog.metrics",
         "catalog.logs",
+        "catalog.tracing",
     ),  # fmt: skip
     ("catalog.metadata", "catalog.auth.policy", "catalog.events"),  # pure: the ground floor only
     ("catalog.store", "catalog.storage"),

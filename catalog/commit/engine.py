@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from catalog import errors, logs, metrics
+from catalog import errors, logs, metrics, tracing
 from catalog.commit import rebase
 from catalog.events import records
 from catalog.commit.changes import (
@@ -87,28 +87,33 @@ class CommitEngine:
         kind = changes[0].kind.name if len(changes) == 1 else "transaction"
         start = time.perf_counter()
         try:
-            for attempt in range(self.settings.commit_max_attempts):
-                with self.serialised(changes):
-                    try:
-                        current, staged = self._stage(changes, kind)
-                    except errors.AlreadyExists:  # a create whose twin (same key) created it first
-                        if key is not None and changes[0].creates and self.store.get_key(key.key) is not None:
-                            return Replayed()
-                        raise
-                    if not staged:  # nothing changed
-                        return Committed(tuple(current), recorded=False)
-                    outcome = self.swap(current, staged, key, kind)
-                    if outcome is not None:
-                        if isinstance(outcome, Committed):
-                            log_landed(staged, attempt + 1)
-                        return outcome
-                self._lost(changes, staged, attempt, kind)
-            names = ", ".join(c.ident for c in changes)
-            metrics.CONFLICTS.labels("cas").inc()
-            log.warning("commit conflict: %s=%s cause=cas attempts=%d", kind, names, attempt + 1)
-            raise changed_concurrently(names, attempt + 1)
+            with tracing.span("commit", commit_kind=kind, catalog_entries=", ".join(c.ident for c in changes)[:512]):
+                return self._loop(changes, key, kind)
         finally:
             metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
+
+    def _loop(self, changes: Sequence[Change], key: KeyRecord | None, kind: str) -> Outcome:
+        """The attempts: stage, swap; rebase on a lost CAS (see the module docstring)."""
+        for attempt in range(self.settings.commit_max_attempts):
+            with self.serialised(changes):
+                try:
+                    current, staged = self._stage(changes, kind)
+                except errors.AlreadyExists:  # a create whose twin (same key) created it first
+                    if key is not None and changes[0].creates and self.store.get_key(key.key) is not None:
+                        return Replayed()
+                    raise
+                if not staged:  # nothing changed
+                    return Committed(tuple(current), recorded=False)
+                outcome = self.swap(current, staged, key, kind)
+                if outcome is not None:
+                    if isinstance(outcome, Committed):
+                        log_landed(staged, attempt + 1)
+                    return outcome
+            self._lost(changes, staged, attempt, kind)
+        names = ", ".join(c.ident for c in changes)
+        metrics.CONFLICTS.labels("cas").inc()
+        log.warning("commit conflict: %s=%s cause=cas attempts=%d", kind, names, attempt + 1)
+        raise changed_concurrently(names, attempt + 1)
 
     # -- steps 1-3 -------------------------------------------------------------------------------
 
@@ -427,9 +432,11 @@ def backoff(settings: Settings, attempt: int) -> None:
 
 @contextmanager
 def _step(kind: str, step: str) -> Iterator[None]:
+    """One step of a commit: its latency histogram, and its span when traces are on."""
     start = time.perf_counter()
     try:
-        yield
+        with tracing.span(f"commit.{step}", commit_kind=kind):
+            yield
     finally:
         metrics.COMMIT_STEP_SECONDS.labels(kind, step).observe(time.perf_counter() - start)
 

@@ -17,7 +17,7 @@ from litestar import Litestar
 from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 
-from catalog import logs, metrics
+from catalog import logs, metrics, tracing
 from catalog.api import config as config_api
 from catalog.api import (
     docs,
@@ -37,6 +37,7 @@ from catalog.api import signing as signing_api
 from catalog.api.context import AppState
 from catalog.api.exceptions import error_response
 from catalog.api.routing import RawPathRouting
+from catalog.api.tracing import Traced
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
@@ -137,6 +138,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             for part in care:
                 part.stop()
             publishing.set()
+            tracing.shutdown()
             metrics.process_exited()
             catalog.store.engine.dispose()
 
@@ -174,6 +176,8 @@ def app_from_env() -> RawPathRouting:
     large_buffers_from_the_heap()
     settings = Settings()
     logs.configure(settings.log_level, settings.log_format)  # worker processes start without it (audit lines)
+    if tracing.configure():  # OTEL_* asks for traces: a span per request, the commit's steps under it
+        return RawPathRouting(Traced(create_app(settings)), settings.prefix)
     return RawPathRouting(create_app(settings), settings.prefix)
 
 
