@@ -290,6 +290,7 @@ def start_nats(workdir: Path, timeout: float = 30) -> NatsHandle:
     handle.stop()
     raise ServiceUnavailable(f"nats-server did not start:\n{_tail(log)}")
 
+
 def _sts_config(data: Path) -> list[str]:
     identities = {
         "identities": [

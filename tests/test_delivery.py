@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support import PY_SCHEMA, Server, free_port, rows, skip_or_fail
-from tests.test_events import Start, fresh, read_all  # noqa: F401 - the fixture, shared
+from tests.test_events import Start, read_all
 
 SECRET = "webhook-secret"
 FAST = {"CATALOG_EVENTS_DELIVERY_INTERVAL_SECONDS": "0.2", "CATALOG_EVENTS_DELIVERY_LEASE_SECONDS": "2"}
@@ -161,7 +161,8 @@ def test_nats_receives_the_same_events_as_the_feed(fresh: Start, tmp_path: Path)
                 conn = await nats.connect(nats_server.url)
 
                 async def on(msg: Any) -> None:
-                    got.append({**json.loads(msg.data), "nats-subject": msg.subject, "msg-id": msg.headers["Nats-Msg-Id"]})
+                    message = json.loads(msg.data)
+                    got.append({**message, "nats-subject": msg.subject, "msg-id": msg.headers["Nats-Msg-Id"]})
 
                 await conn.subscribe("lake.>", cb=on)
                 await conn.flush()

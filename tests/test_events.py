@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 
 from tests.support import (
@@ -21,46 +23,12 @@ from tests.support import (
     Server,
     as_,
     auth_env,
-    backends,
-    new_pg_database,
     rows,
-    s3_client_props,
-    s3_env,
     start_server,
     token,
 )
 
 Start = Callable[..., Server]
-
-
-@pytest.fixture(params=backends())
-def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Start]:
-    """Start servers on a database of their own (``start(env)``; a second call with ``same=True``
-    shares the first one's database and storage). All are stopped at the end."""
-    started: list[Server] = []
-    base: dict[str, str] = {}
-    io: dict[str, str] = {}
-    if request.param == "postgres-s3":
-        services = request.getfixturevalue("services")
-        name = f"ev_{uuid.uuid4().hex[:8]}"
-        base = {"CATALOG_DATABASE_URL": new_pg_database(services["pg"], name), **s3_env(services["s3"], name)}
-        io = s3_client_props(services["s3"])
-
-    def start(env: dict[str, str] | None = None, same: bool = False) -> Server:
-        if same and started:
-            shared = {k: v for k, v in started[0].env.items() if k.startswith(("CATALOG_", "AWS_"))}
-            shared.pop("CATALOG_PORT")
-            env = {**shared, **(env or {})}
-        else:
-            env = {**base, **(env or {})}
-        srv = start_server(tmp_path / f"s{len(started)}", request.param, env)
-        srv.io_props = io
-        started.append(srv)
-        return srv
-
-    yield start
-    for srv in started:
-        srv.stop()
 
 
 def feed(url: str, headers: dict[str, str] | None = None, **body: Any) -> requests.Response:
@@ -297,7 +265,9 @@ def test_a_caller_sees_only_events_of_what_it_may_see(fresh: Start, tmp_path: Pa
     admin_headers = {"Authorization": f"Bearer {token(srv, 'admin')}"}
     analyst_headers = {"Authorization": f"Bearer {token(srv, 'analyst')}"}
     everything = read_all(srv.url, admin_headers)
-    assert {tuple(e["operation"].get("namespace") or e["operation"]["identifier"]["namespace"]) for e in everything} == {
+    assert {
+        tuple(e["operation"].get("namespace") or e["operation"]["identifier"]["namespace"]) for e in everything
+    } == {
         ("seen",),
         ("hidden",),
     }
@@ -308,3 +278,27 @@ def test_a_caller_sees_only_events_of_what_it_may_see(fresh: Start, tmp_path: Pa
     analyst_token = feed(srv.url, analyst_headers).json()["next-page-token"]
     assert feed(srv.url, admin_headers, **{"continuation-token": analyst_token}).status_code == 400
     assert feed(srv.url).status_code == 401
+
+
+def test_events_tail_prints_the_feed_and_follows_it(server: Server) -> None:
+    ns = f"ev_{uuid.uuid4().hex[:8]}"
+    server.catalog().create_namespace(ns)
+    server.catalog().create_table(f"{ns}.t", PY_SCHEMA)
+    cli = [sys.executable, "-m", "catalog", "events", "tail", "--uri", server.url, "--namespace", ns]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=60, env=os.environ)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [ln.split()[2:4] for ln in lines] == [["create-namespace", ns], ["create-table", f"{ns}.t"]]
+    follow = subprocess.Popen([*cli, "--follow", "--from-now", "--json"], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)  # it has read what was there and waits
+        server.catalog().load_table(f"{ns}.t").append(rows(0, 1))
+        first = json.loads(follow.stdout.readline())
+        assert first["operation"]["operation-type"] == "update-table"
+        assert first["operation"]["identifier"] == {"namespace": [ns], "name": "t"}
+    finally:
+        follow.kill()
+        follow.wait(10)
+        follow.stdout.close()
+    bad = subprocess.run([*cli[:-2], "--type", "nope"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown operation type" in bad.stderr

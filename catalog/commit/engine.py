@@ -32,7 +32,6 @@ from typing import Any
 
 from catalog import errors, logs, metrics, tracing
 from catalog.commit import rebase
-from catalog.events import records
 from catalog.commit.changes import (
     TABLE,
     Change,
@@ -44,6 +43,7 @@ from catalog.commit.changes import (
     changed_concurrently,
     not_committed,
 )
+from catalog.events import records
 from catalog.settings import Settings
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
 from catalog.store.entries import Store, name_taken

@@ -68,7 +68,9 @@ def build_catalog(settings: Settings, migrated: bool = False) -> Catalog:
     if migrated and not migrate.is_at_head(engine):
         migrate.upgrade(engine)
     storage = create_storage(settings)
-    return Catalog(settings, Store(engine, settings.events_enabled), storage, MetadataFiles(storage, settings.metadata_cache_bytes))
+    return Catalog(
+        settings, Store(engine, settings.events_enabled), storage, MetadataFiles(storage, settings.metadata_cache_bytes)
+    )
 
 
 def create_app(settings: Settings | None = None) -> Litestar:

@@ -28,9 +28,9 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
-from catalog.delivery import sinks
 from catalog import __version__, logs
 from catalog.auth import identity
+from catalog.delivery import sinks
 from catalog.settings import Settings, unknown_variables
 from catalog.storage import vending
 from catalog.store import migrate

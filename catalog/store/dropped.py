@@ -21,9 +21,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from catalog.events import records
 from catalog.store.db import dropped_entries as dropped
 from catalog.store.db import join_namespace, maintenance_runs, split_namespace
-from catalog.events import records
 from catalog.store.events import EventRows
 from catalog.store.tasks import now_ms
 

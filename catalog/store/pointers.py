@@ -14,10 +14,10 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Engine
 
+from catalog.events.records import Event
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import idempotency_keys as keys
 from catalog.store.db import join_namespace, split_namespace
-from catalog.events.records import Event
 from catalog.store.events import EventRows
 from catalog.store.sql import Compiled, not_committed, quiet_rollback, short, translate
 

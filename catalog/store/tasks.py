@@ -27,9 +27,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc
 
+from catalog.events import records
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import join_namespace, leases, maintenance_runs, maintenance_tasks, split_namespace
-from catalog.events import records
 from catalog.store.events import EventRows
 
 ACTIVE = ("queued", "running")
