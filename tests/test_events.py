@@ -302,3 +302,30 @@ def test_events_tail_prints_the_feed_and_follows_it(server: Server) -> None:
         follow.stdout.close()
     bad = subprocess.run([*cli[:-2], "--type", "nope"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown operation type" in bad.stderr
+
+
+def test_retention_prunes_by_age_and_count_and_a_token_past_the_pruned_events_is_400(tmp_path: Path) -> None:
+    from catalog.settings import Settings
+    from catalog.store.db import create_engine
+    from catalog.store.entries import Store
+
+    srv = start_server(tmp_path, "sqlite")
+    try:
+        catalog = srv.catalog()
+        for i in range(5):
+            catalog.create_namespace(f"p{i}")
+        first = feed(srv.url, **{"page-size": 1}).json()
+        assert ops(first["events"]) == ["create-namespace"]
+        store = Store(create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'catalog.db'}")))
+        try:
+            assert store.prune_events(0, keep=3) == 2  # by count: the newest 3 stay
+            assert [e.namespace for e in store.read_events(0, 100)] == [("p2",), ("p3",), ("p4",)]
+            resp = feed(srv.url, **{"continuation-token": first["next-page-token"]})
+            assert resp.status_code == 400 and "pruned" in resp.json()["error"]["message"]
+            assert ops(read_all(srv.url)) == ["create-namespace"] * 3  # from the start: what is kept
+            assert store.prune_events(10**15, keep=1000) == 2  # by age: all but the newest (the feed's mark)
+            assert [e.namespace for e in store.read_events(0, 100)] == [("p4",)]
+        finally:
+            store.engine.dispose()
+    finally:
+        srv.stop()

@@ -157,10 +157,15 @@ class EventRows(Database):
         return (low - 1 if low is not None else 0), (high or 0)
 
     def prune_events(self, older_than_ms: int, keep: int) -> int:
-        """Delete events older than ``older_than_ms`` and all but the newest ``keep`` positioned ones."""
+        """Delete events older than ``older_than_ms`` and all but the newest ``keep`` positioned ones.
+        The newest positioned event always stays: the oldest position kept is how the feed tells a
+        token whose next events were pruned (``event_bounds``)."""
         with self._write() as conn:
-            gone = conn.execute(events.delete().where(events.c.created_ms < older_than_ms)).rowcount
             high = conn.execute(sa.select(sa.func.max(events.c.position))).scalar()
+            old = events.c.created_ms < older_than_ms
+            if high is not None:
+                old = sa.and_(old, sa.or_(events.c.position.is_(None), events.c.position < high))
+            gone = conn.execute(events.delete().where(old)).rowcount
             if high is not None and high > keep:
                 gone += conn.execute(events.delete().where(events.c.position <= high - keep)).rowcount
         return gone
