@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default=",".join(DEFAULT),
         type=_parts,
-        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, care-scale "
+        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, care-scale, events "
         "(default: all but care-scale)",
     )
     parser.add_argument(

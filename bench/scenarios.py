@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from . import backends, baselines, care, clients, cpu, hot, metrics, profiling, wire
+from . import backends, baselines, care, clients, cpu, events, hot, metrics, profiling, wire
 from .report import lat_stats, sample
 
 LOAD_LEVELS = (1, 8, 32)
@@ -45,7 +45,7 @@ GROWTH = {
 HISTORY_BATCH = 5_000  # add-snapshot updates per commit while building history
 
 
-PARTS = ("load", "commit_scenarios", "hot_appends", "growth", "baselines", "care", "care_scale")
+PARTS = ("load", "commit_scenarios", "hot_appends", "growth", "baselines", "care", "care_scale", "events")
 SHORT = {
     "load": "load",
     "commits": "commit_scenarios",
@@ -54,6 +54,7 @@ SHORT = {
     "baselines": "baselines",
     "care": "care",
     "care-scale": "care_scale",
+    "events": "events",
 }
 DEFAULT = tuple(k for k in SHORT if k != "care-scale")  # the scale probe is opt-in (minutes)
 
@@ -448,6 +449,10 @@ class Run:
         """100,000 snapshots expired, 1,000,000 files listed by orphan removal (``bench/care.py``)."""
         self.r["care_scale"] = out = {}
         care.scale(self.b, self.args.quick, dict(self.args.server_env), log, out)
+
+    def events(self) -> None:
+        """Commits/s with change events on vs off, on servers of their own (``bench/events.py``)."""
+        self.r["events"] = events.run(self.b, self.args.quick, dict(self.args.server_env), log)
 
     def baselines(self) -> None:
         p, b = self.plan, {}

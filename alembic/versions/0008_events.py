@@ -36,7 +36,6 @@ def upgrade() -> None:
         sqlite_autoincrement=True,
     )
     op.create_index("uq_events_position", "events", ["position"], unique=True)
-    op.create_index("ix_events_created", "events", ["created_ms"])
     # The sequencer's scan: rows not yet given a position, in seq order.
     op.create_index(
         "ix_events_unpositioned",
@@ -56,6 +55,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("event_sinks")
     op.drop_index("ix_events_unpositioned", table_name="events")
-    op.drop_index("ix_events_created", table_name="events")
     op.drop_index("uq_events_position", table_name="events")
     op.drop_table("events")

@@ -216,7 +216,6 @@ events = sa.Table(
     sa.Column("entry_id", sa.Integer, nullable=True),
     sa.Column("payload", sa.Text, nullable=False),  # JSON, written with orjson by the raw CAS path too
     sa.Index("uq_events_position", "position", unique=True),
-    sa.Index("ix_events_created", "created_ms"),
     sa.Index(
         "ix_events_unpositioned",
         "seq",

@@ -13,11 +13,14 @@ time (an advisory transaction lock; on SQLite the one writer) gives to the rows 
 and not yet positioned, in ``seq`` order, above every position given before. A row committed later
 is positioned later; positions become visible in increasing order (the next sequencer starts only
 after the previous one committed), so a cursor on ``position`` never skips one. Rows of one entry
-keep their commit order: the later one can only be seen once the earlier one is. On SQLite
-transactions commit in ``seq`` order (one writer), so ``position = seq``.
+keep their commit order: the later one can only be seen once the earlier one is. On SQLite there is
+one writer at a time, so transactions commit in the order they write: a row takes its position at
+insert (the largest + 1, in the same statement) and the sequencer finds nothing to do.
 
 The sequencer runs where events are read (the feed, the delivery loop): the commit path pays one
-INSERT only.
+INSERT only (one table row and one index entry on SQLite; on PostgreSQL two index entries, and the
+sequencer's UPDATE later, off the commit path). Age pruning walks from the oldest position, so no
+index on the time is kept up by every commit.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from catalog.store.sql import Compiled, Database
 
 _SEQUENCER_LOCK = 0x1CEB_E4C1  # any constant the catalog owns (see entries._LOCATIONS_LOCK)
 SEQUENCE_BATCH = 10_000
+PRUNE_BATCH = 5_000
 _COLUMNS = ("event_id", "created_ms", "type", "object_kind", "namespace", "name", "entry_id", "payload")
 
 
@@ -88,26 +92,37 @@ class EventRows(Database):
     events_on: bool = True
     _events_insert: Compiled | None = None
 
+    def _insert_statement(self) -> sa.Insert:
+        values: dict[str, Any] = {c: sa.bindparam(c) for c in _COLUMNS}
+        if self.local:  # one writer: the next position now (see the module docstring)
+            values["position"] = sa.literal_column("(SELECT coalesce(max(position), 0) + 1 FROM events)")
+        return events.insert().values(**values)
+
     def _emit(self, conn: Connection, changes: Sequence[Event]) -> None:
-        """Write ``changes`` in the caller's transaction (one multi-row INSERT)."""
+        """Write ``changes`` in the caller's transaction."""
         if self.events_on and changes:
             now = _now_ms()
-            conn.execute(events.insert(), [event_row(e, now) for e in changes])
+            conn.execute(self._insert_statement(), [event_row(e, now) for e in changes])
 
-    def _emit_raw(self, cursor: Any, changes: Sequence[Event]) -> None:
-        """``_emit`` on the CAS's raw DBAPI cursor (a precompiled INSERT)."""
+    def _raw_rows(self, changes: Sequence[Event]) -> tuple[str, list[Any]]:
+        """The precompiled INSERT and its parameters for ``_emit_raw``: built before the CAS
+        transaction begins, so nothing but the database can fail inside it."""
         if not (self.events_on and changes):
-            return
+            return "", []
         insert = self._events_insert
         if insert is None:
-            values = {c: sa.bindparam(c) for c in _COLUMNS}
-            insert = self._events_insert = Compiled(events.insert().values(**values), self.engine.dialect)
+            insert = self._events_insert = Compiled(self._insert_statement(), self.engine.dialect)
         now = _now_ms()
-        rows = [insert.parameters(event_row(e, now)) for e in changes]
+        return insert.sql, [insert.parameters(event_row(e, now)) for e in changes]
+
+    @staticmethod
+    def _emit_raw(cursor: Any, prepared: tuple[str, list[Any]]) -> None:
+        """``_emit`` on the CAS's raw DBAPI cursor (``prepared`` by ``_raw_rows``)."""
+        sql, rows = prepared
         if len(rows) == 1:
-            cursor.execute(insert.sql, rows[0])
-        else:
-            cursor.executemany(insert.sql, rows)
+            cursor.execute(sql, rows[0])
+        elif rows:
+            cursor.executemany(sql, rows)
 
     def emit(self, changes: Sequence[Event]) -> None:
         """Events of changes that are not rows here (a maintenance task's outcome is written with it)."""
@@ -119,11 +134,9 @@ class EventRows(Database):
     def sequence(self) -> int:
         """Give positions to the committed rows that have none (see the module docstring); how many.
         0 also when another sequencer holds the lock (its work is visible once it commits)."""
+        if self.local:
+            return 0  # positioned at insert
         with self._write() as conn:
-            if self.local:
-                return conn.execute(
-                    events.update().where(events.c.position.is_(None)).values(position=events.c.seq)
-                ).rowcount
             if not conn.execute(sa.text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _SEQUENCER_LOCK}).scalar():
                 return 0
             return conn.execute(
@@ -160,15 +173,26 @@ class EventRows(Database):
         """Delete events older than ``older_than_ms`` and all but the newest ``keep`` positioned ones.
         The newest positioned event always stays: the oldest position kept is how the feed tells a
         token whose next events were pruned (``event_bounds``)."""
+        gone = 0
         with self._write() as conn:
             high = conn.execute(sa.select(sa.func.max(events.c.position))).scalar()
-            old = events.c.created_ms < older_than_ms
-            if high is not None:
-                old = sa.and_(old, sa.or_(events.c.position.is_(None), events.c.position < high))
-            gone = conn.execute(events.delete().where(old)).rowcount
-            if high is not None and high > keep:
+            if high is None:
+                return 0
+            if high > keep:
                 gone += conn.execute(events.delete().where(events.c.position <= high - keep)).rowcount
-        return gone
+        while True:  # by age, from the oldest, in batches (positions follow time closely enough)
+            with self._write() as conn:
+                rows = conn.execute(
+                    sa.select(events.c.position, events.c.created_ms)
+                    .where(events.c.position < high)
+                    .order_by(events.c.position)
+                    .limit(PRUNE_BATCH)
+                ).all()
+                old = [p for p, created in rows if created < older_than_ms]
+                if old:
+                    gone += conn.execute(events.delete().where(events.c.position.in_(old))).rowcount
+            if len(old) < PRUNE_BATCH:
+                return gone
 
     # -- push sinks' cursors ---------------------------------------------------------------------
 

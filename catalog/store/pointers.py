@@ -118,10 +118,11 @@ class Pointers(EventRows):
         order they commit, see ``events.py``). Raises
         ``PointerOutcomeUnknown`` when the COMMIT itself fails.
         """
+        prepared = self._raw_rows(events)
         with self._writers:
-            return self._swap_pointers(swaps, key, events)
+            return self._swap_pointers(swaps, key, prepared)
 
-    def _swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None, events: Sequence[Event]) -> Swapped:
+    def _swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None, events: tuple[str, list]) -> Swapped:
         """The CAS transaction. Until COMMIT is sent nothing can have landed, so every failure before
         it is a known one (translated, at worst 503); only a failed COMMIT is ``PointerOutcomeUnknown``."""
         conn = self._raw_connection()
