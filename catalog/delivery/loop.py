@@ -75,12 +75,17 @@ class Outbox(_Loop):
     lease = OUTBOX_LEASE
 
     def _run(self) -> None:
-        interval, pruned = self.settings.events_delivery_interval_seconds, 0.0
+        interval, pruned, head = self.settings.events_delivery_interval_seconds, 0.0, None
         while not self._stop.wait(interval * random.uniform(0.8, 1.2)):
             try:
                 if not self._holds():
+                    head = None
                     continue
-                metrics.EVENTS_SEQUENCED.inc(self.store.sequence())
+                self.store.sequence()
+                now = self.store.event_bounds()[1]
+                if head is not None:  # counted by the holder, from the feed's head: each event once
+                    metrics.EVENTS_SEQUENCED.inc(max(0, now - head))
+                head = now
                 if time.monotonic() - pruned > PRUNE_EVERY_SECONDS:
                     pruned = time.monotonic()
                     self.prune()
