@@ -329,3 +329,58 @@ def test_retention_prunes_by_age_and_count_and_a_token_past_the_pruned_events_is
             store.engine.dispose()
     finally:
         srv.stop()
+
+
+def test_views_transactions_and_maintenance_write_their_events(server: Server) -> None:
+    from tests.support import JSON_SCHEMA
+
+    ns = f"ev_{uuid.uuid4().hex[:8]}"
+    catalog = server.catalog()
+    catalog.create_namespace(ns)
+    version = {
+        "version-id": 0, "schema-id": 0, "timestamp-ms": 1_700_000_000_001, "summary": {"engine-name": "test"},
+        "representations": [{"type": "sql", "sql": "SELECT 1", "dialect": "spark"}], "default-namespace": [ns],
+    }  # fmt: skip
+    view = {"name": "v", "schema": JSON_SCHEMA, "view-version": version, "properties": {}}
+    created = requests.post(f"{server.url}/v1/namespaces/{ns}/views", json=view, timeout=30).json()
+    commit = {
+        "requirements": [{"type": "assert-view-uuid", "uuid": created["metadata"]["view-uuid"]}],
+        "updates": [{"action": "set-properties", "updates": {"owner": "bi"}}],
+    }
+    assert requests.post(f"{server.url}/v1/namespaces/{ns}/views/v", json=commit, timeout=30).status_code == 200
+    rename = {"source": {"namespace": [ns], "name": "v"}, "destination": {"namespace": [ns], "name": "w"}}
+    assert requests.post(f"{server.url}/v1/views/rename", json=rename, timeout=30).status_code == 204
+    catalog.drop_view(f"{ns}.w")
+    # a multi-table transaction: one event per table, written in its one transaction
+    a, b = catalog.create_table(f"{ns}.a", PY_SCHEMA), catalog.create_table(f"{ns}.b", PY_SCHEMA)
+    changes = [
+        {
+            "identifier": {"namespace": [ns], "name": t.name()[-1]},
+            "requirements": [{"type": "assert-table-uuid", "uuid": str(t.metadata.table_uuid)}],
+            "updates": [{"action": "set-properties", "updates": {"k": "v"}}],
+        }
+        for t in (a, b)
+    ]
+    resp = requests.post(f"{server.url}/v1/transactions/commit", json={"table-changes": changes}, timeout=30)
+    assert resp.status_code == 204, resp.text
+    # a maintenance task the caller asked for: its event once done
+    catalog.load_table(f"{ns}.a").append(rows(0, 1))
+    path = f"{server.url}/management/v1/maintenance/tables/{ns}/a"
+    assert requests.post(path, json={"kinds": ["expire-snapshots"]}, timeout=30).status_code == 202
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        events = read_all(server.url, **{"catalog-objects-by-name": [[ns]]})
+        if "x-maintenance-done" in ops(events):
+            break
+        time.sleep(0.2)
+    assert ops(events) == [
+        "create-namespace", "create-view", "update-view", "rename-view", "drop-view", "create-table",
+        "create-table", "update-table", "update-table", "update-table", "x-maintenance-done",
+    ]  # fmt: skip
+    view_update = events[2]["operation"]
+    assert view_update["object-type"] == "view" and view_update["update-actions"] == ["set-properties"]
+    assert view_update["view-uuid"] == created["metadata"]["view-uuid"]
+    assert events[3]["operation"]["destination"] == {"namespace": [ns], "name": "w"}
+    assert {events[i]["operation"]["identifier"]["name"] for i in (7, 8)} == {"a", "b"}
+    done = events[10]["operation"]
+    assert done["task-kind"] == "expire-snapshots" and done["identifier"] == {"namespace": [ns], "name": "a"}
