@@ -834,7 +834,6 @@ def test_append_rebase_value_reaches_the_server(chart: Any) -> None:
     assert "CATALOG_APPEND_REBASE" not in env(base)  # off unless asked: the server's default
 
 
-
 def test_events_and_tracing_values_reach_the_servers_and_the_maintenance_workers(chart: Any) -> None:
     values = {
         "database": {"password": "pw"},
@@ -860,6 +859,7 @@ def test_events_and_tracing_values_reach_the_servers_and_the_maintenance_workers
     env = resolve_env(server_container(default), default.chart_secrets())
     assert env["CATALOG_EVENTS_ENABLED"] == "true"
     assert not {"CATALOG_EVENTS_WEBHOOKS", "CATALOG_EVENTS_WEBHOOK_SECRET", "OTEL_EXPORTER_OTLP_ENDPOINT"} & set(env)
+
 
 # ---------------------------------------------------------------------------------------------
 # Chart: authentication and authorization
