@@ -253,6 +253,7 @@ GRANTS = """
 grants:
   - {principal: user:admin, privileges: [admin], on: catalog}
   - {principal: user:analyst, privileges: [read], on: {namespace: seen}}
+  - {principal: user:ingest, privileges: [create], on: {namespace: hidden}}
 """
 
 
@@ -274,6 +275,9 @@ def test_a_caller_sees_only_events_of_what_it_may_see(fresh: Start, tmp_path: Pa
     seen = read_all(srv.url, analyst_headers)
     assert ops(seen) == ["create-namespace", "create-table", "update-table"]
     assert all("hidden" not in str(e) for e in seen)
+    # who may only create in a namespace sees the namespace's events, not its tables' (no read on them)
+    ingest_headers = {"Authorization": f"Bearer {token(srv, 'ingest')}"}
+    assert ops(read_all(srv.url, ingest_headers)) == ["create-namespace"]
     # a token is its caller's: the analyst's token is refused to the admin
     analyst_token = feed(srv.url, analyst_headers).json()["next-page-token"]
     assert feed(srv.url, admin_headers, **{"continuation-token": analyst_token}).status_code == 400

@@ -60,7 +60,7 @@ async def query_events(body: RawBody, request: Request, ctx: Ctx) -> Response:
         found = await wire.blocking(feed.events_after, cursor, BATCH, query["types"])
         scanned += BATCH
         wanted = [e for e in found if _matches(e, query)]
-        seen = await guard.visible(request, [_target(e) for e in wanted])
+        seen = await _shown(request, wanted)
         for event, ok in zip(wanted, seen, strict=True):
             if ok and len(page) < size:
                 page.append(event)
@@ -152,6 +152,19 @@ def _matches(event: StoredEvent, query: dict[str, Any]) -> bool:
         return True
     full = event.namespace if event.name is None else (*event.namespace, event.name)
     return any(full[: len(p)] == p for p in query["paths"])
+
+
+async def _shown(request: Request, found: list[StoredEvent]) -> list[bool]:
+    """Whether the caller may see each event: a namespace's if it may see the namespace (as
+    loadNamespace), a table's or view's if it may read it (as loadTable: its snapshots, its files)."""
+    spaces = [i for i, e in enumerate(found) if e.object_kind == "namespace"]
+    entries = [i for i, e in enumerate(found) if e.object_kind != "namespace"]
+    shown = [False] * len(found)
+    for indexes, check in ((spaces, guard.visible), (entries, guard.readable)):
+        if indexes:
+            for i, ok in zip(indexes, await check(request, [_target(found[i]) for i in indexes]), strict=True):
+                shown[i] = ok
+    return shown
 
 
 def _target(event: StoredEvent) -> Target:
