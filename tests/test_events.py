@@ -23,6 +23,7 @@ from tests.support import (
     Server,
     as_,
     auth_env,
+    new_pg_database,
     rows,
     start_server,
     token,
@@ -388,3 +389,39 @@ def test_views_transactions_and_maintenance_write_their_events(server: Server) -
     assert {events[i]["operation"]["identifier"]["name"] for i in (7, 8)} == {"a", "b"}
     done = events[10]["operation"]
     assert done["task-kind"] == "expire-snapshots" and done["identifier"] == {"namespace": [ns], "name": "a"}
+
+
+def test_an_event_whose_transaction_commits_late_is_not_skipped_on_postgresql(services: dict) -> None:
+    """Transaction A inserts its event first (the smaller seq) but commits after B: the feed serves
+    B, then A, and a reader whose cursor moved past B still gets A (the sequencer's order)."""
+    import sqlalchemy as sa
+
+    from catalog.events.records import namespace_event
+    from catalog.settings import Settings
+    from catalog.store import migrate
+    from catalog.store.db import create_engine, events
+    from catalog.store.entries import Store
+    from catalog.store.events import event_row
+
+    url = new_pg_database(services["pg"], f"late_{uuid.uuid4().hex[:8]}")
+    store = Store(create_engine(Settings(database_url=url)))
+    try:
+        migrate.upgrade(store.engine)
+        late = store.engine.connect()
+        late_tx = late.begin()
+        late.execute(events.insert(), [event_row(namespace_event("create-namespace", ("late",)), 1)])
+        store.emit([namespace_event("create-namespace", ("early",))])  # drew a larger seq, commits first
+        store.sequence()
+        first = store.read_events(0, 100)
+        assert [e.namespace for e in first] == [("early",)]
+        late_tx.commit()
+        late.close()
+        assert store.read_events(first[-1].position, 100) == []  # not yet ordered: not served
+        store.sequence()
+        after = store.read_events(first[-1].position, 100)
+        assert [e.namespace for e in after] == [("late",)] and after[0].position > first[-1].position
+        with store.engine.connect() as conn:  # and it did draw the smaller seq
+            seqs = dict(conn.execute(sa.select(events.c.namespace, events.c.seq)).all())
+        assert seqs["late"] < seqs["early"]
+    finally:
+        store.engine.dispose()
