@@ -92,7 +92,7 @@ def test_a_commit_is_traced_step_by_step_under_the_clients_trace_id(tmp_path: Pa
         while time.monotonic() < deadline:
             mine = [s for s in receiver.spans if s["trace"] == trace_id]
             names = {s["name"] for s in mine}
-            if {"commit", "commit.read", "commit.apply", "commit.write", "commit.cas"} <= names:
+            if {"commit", "commit.read", "commit.apply", "commit.write", "commit.cas", "storage", "db.read"} <= names:
                 break
             time.sleep(0.1)
         assert {"commit", "commit.read", "commit.apply", "commit.write", "commit.cas"} <= names, names
@@ -102,6 +102,10 @@ def test_a_commit_is_traced_step_by_step_under_the_clients_trace_id(tmp_path: Pa
         assert commit["parent"] == request["id"]
         assert all(s["parent"] == commit["id"] for s in mine if s["name"].startswith("commit."))
         assert request["attrs"]["http.response.status_code"] == 200
+        # the storage and database calls of the steps, under them
+        by_id = {s["id"]: s for s in mine}
+        parents = {(s["name"], by_id[s["parent"]]["name"]) for s in mine if s["parent"] in by_id}
+        assert ("storage", "commit.write") in parents and ("db.read", "commit.read") in parents
         # a request without a traceparent starts its own trace
         catalog.load_table("tr.t")
         assert any(s["trace"] != trace_id for s in receiver.spans)

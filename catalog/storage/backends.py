@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from catalog import errors
+from catalog import errors, tracing
 from catalog.locations import Locations
 from catalog.settings import Settings
 
@@ -78,12 +78,14 @@ class _Bounds:
 
     @contextmanager
     def _slot(self) -> Iterator[None]:
-        if not self._slots.acquire(timeout=self._wait):
-            raise errors.ServiceUnavailable("Storage is busy: too many storage calls in flight, retry later")
-        try:
-            yield
-        finally:
-            self._slots.release()
+        """One storage call: a slot of the concurrency bound (and a ``storage`` span when traced)."""
+        with tracing.span("storage"):
+            if not self._slots.acquire(timeout=self._wait):
+                raise errors.ServiceUnavailable("Storage is busy: too many storage calls in flight, retry later")
+            try:
+                yield
+            finally:
+                self._slots.release()
 
     def _too_large(self, location: str, size: int) -> errors.IcebergError:
         return errors.BadRequest(
