@@ -87,7 +87,8 @@ class CommitEngine:
         kind = changes[0].kind.name if len(changes) == 1 else "transaction"
         start = time.perf_counter()
         try:
-            with tracing.span("commit", commit_kind=kind, catalog_entries=", ".join(c.ident for c in changes)[:512]):
+            entries = ", ".join(c.ident for c in changes)[:512] if tracing.enabled() else None
+            with tracing.span("commit", commit_kind=kind, catalog_entries=entries):
                 return self._loop(changes, key, kind)
         finally:
             metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)

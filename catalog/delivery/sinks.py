@@ -21,10 +21,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import httpx
-from cloudevents.core.bindings.http import to_structured_event
-from cloudevents.core.v1.event import CloudEvent
-
 from catalog.settings import ConfigurationError, Settings
 from catalog.store.events import StoredEvent
 
@@ -47,6 +43,10 @@ class Sink(Protocol):
 
 def structured(event: StoredEvent) -> tuple[dict[str, str], bytes]:
     """The event as a structured-mode CloudEvent: (headers, body)."""
+    # imported here: a server without sinks never loads the SDK
+    from cloudevents.core.bindings.http import to_structured_event
+    from cloudevents.core.v1.event import CloudEvent
+
     subject = ".".join(event.namespace if event.name is None else (*event.namespace, event.name))
     cloud = CloudEvent(
         attributes={
@@ -70,7 +70,10 @@ def signature(secret: str, body: bytes) -> str:
 
 class Webhook:
     def __init__(self, name: str, url: str, secret: str | None) -> None:
+        import httpx
+
         self.name, self.url, self.secret = name, url, secret
+        self._http = httpx
         self._client = httpx.Client(timeout=TIMEOUT_SECONDS, follow_redirects=False)
 
     def send(self, events: Sequence[StoredEvent]) -> int:
@@ -82,7 +85,7 @@ class Webhook:
                 resp = self._client.post(self.url, content=body, headers=headers)
                 ok = 200 <= resp.status_code < 300
                 reason = f"HTTP {resp.status_code}"
-            except httpx.HTTPError as e:
+            except self._http.HTTPError as e:
                 ok, reason = False, type(e).__name__
             if not ok:
                 if sent:
