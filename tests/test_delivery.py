@@ -188,3 +188,19 @@ def test_nats_receives_the_same_events_as_the_feed(fresh: Start, tmp_path: Path)
         stop.set()
         listener.join(10)
         nats_server.stop()
+
+
+def test_a_maintenance_worker_process_delivers_when_the_servers_have_no_sinks(fresh: Start, receiver: Receiver) -> None:
+    from tests.support import start_worker
+
+    receiver.up()
+    srv = fresh(FAST)  # the server itself pushes nowhere
+    some_changes(srv, "mw", appends=1)
+    worker = start_worker(srv, CATALOG_EVENTS_WEBHOOKS=f"hook={receiver.url}", **FAST)
+    try:
+        feed = read_all(srv.url)
+        wait_for(lambda: len(set(receiver.ids())) >= len(feed), "the worker's deliveries")
+        assert list(dict.fromkeys(receiver.ids())) == in_feed_order(feed)
+    finally:
+        worker.kill()
+        worker.wait(10)
