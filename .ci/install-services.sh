@@ -30,6 +30,12 @@ else
     packages+=(default-jre-headless)   # OpenJDK 17 on Debian 12
 fi
 
+if command -v nats-server >/dev/null; then
+    echo "nats-server: present: $(nats-server --version 2>&1 | head -n1)"
+else
+    packages+=(nats-server)   # the events' NATS sink (tests/test_delivery.py)
+fi
+
 if ((${#packages[@]})); then
     if [[ $(id -u) -ne 0 ]]; then
         echo "error: missing ${packages[*]} and not root, cannot apt-get install" >&2

@@ -335,7 +335,7 @@ def _rss(r: dict) -> tuple[str, bool | None]:
         "growth": "after growth",
         "baselines": "at end",
     }
-    own = ("care", "care_scale", "compaction")  # those run on servers of their own
+    own = ("care", "care_scale", "compaction", "events")  # those run on servers of their own
     m = {k: v for k, v in m.items() if k not in own}
     if not m:
         return "n/a", None
@@ -515,6 +515,17 @@ def _care_scale_orphans(r: dict) -> tuple[str, bool | None]:
     ), None
 
 
+def _events(r: dict) -> tuple[str, bool | None]:
+    e = _get(r, "events")
+    if not e:
+        return "n/a", None
+    text = (
+        f"on {e['on']['rate']:,.0f}/s ({e['on']['server_cpu_ms']:.2f} ms server CPU/commit), "
+        f"off {e['off']['rate']:,.0f}/s ({e['off']['server_cpu_ms']:.2f} ms): on/off {e['ratio']:.2f}"
+    )
+    return text, e["ratio"] >= 0.9
+
+
 ROWS: list[Row] = [
     ("loadTable, 1 client", "", _load(1)),
     ("loadTable, 8 clients", "", _load(8)),
@@ -551,6 +562,7 @@ ROWS: list[Row] = [
     ("commit steps (server /metrics), 50,000 snapshots", "", _server_steps("50k")),
     ("CPU: parse metadata file (orjson.loads, median)", "", _cpu_step("parse_metadata")),
     ("CPU: engine apply of one append (median)", "", _cpu_step("apply")),
+    ("commit, 16 writers/16 tables: change events on vs off", "on/off >= 0.90", _events),
     ("table care: after the appends, maintenance ON (keep 100 snapshots)", "", _care_table("on")),
     ("table care: after the appends, maintenance OFF", "", _care_table("off")),
     ("table care: fresh table, maintenance on", "", _care_table("fresh")),

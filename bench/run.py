@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(DEFAULT),
         type=_parts,
         help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, compaction, "
-        "care-scale (default: all but care-scale)",
+        "events, care-scale (default: all but care-scale)",
     )
     parser.add_argument(
         "--care-appends",

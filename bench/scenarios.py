@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from . import backends, baselines, care, clients, compaction, cpu, hot, metrics, profiling, wire
+from . import backends, baselines, care, clients, compaction, cpu, events, hot, metrics, profiling, wire
 from .report import lat_stats, sample
 
 LOAD_LEVELS = (1, 8, 32)
@@ -45,7 +45,17 @@ GROWTH = {
 HISTORY_BATCH = 5_000  # add-snapshot updates per commit while building history
 
 
-PARTS = ("load", "commit_scenarios", "hot_appends", "growth", "baselines", "care", "care_scale", "compaction")
+PARTS = (
+    "load",
+    "commit_scenarios",
+    "hot_appends",
+    "growth",
+    "baselines",
+    "care",
+    "care_scale",
+    "compaction",
+    "events",
+)
 SHORT = {
     "load": "load",
     "commits": "commit_scenarios",
@@ -55,6 +65,7 @@ SHORT = {
     "care": "care",
     "care-scale": "care_scale",
     "compaction": "compaction",
+    "events": "events",
 }
 DEFAULT = tuple(k for k in SHORT if k != "care-scale")  # the scale probe is opt-in (minutes)
 
@@ -453,6 +464,10 @@ class Run:
     def compaction(self) -> None:
         """A table fed by 16 appenders, compaction off vs on (``bench/compaction.py``)."""
         self.r["compaction"] = compaction.run(self.b, self.args.quick, dict(self.args.server_env), log)
+
+    def events(self) -> None:
+        """Commits/s with change events on vs off, on servers of their own (``bench/events.py``)."""
+        self.r["events"] = events.run(self.b, self.args.quick, dict(self.args.server_env), log)
 
     def baselines(self) -> None:
         p, b = self.plan, {}

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from catalog import __version__, logs
 from catalog.cli import browse, doctor, dropped, maintenance
+from catalog.cli import events as events_cli
 from catalog.cli import migrate as migrate_cli
 from catalog.server import startup
 from catalog.settings import Settings
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     dropped.register(tables, client)
     doctor.register(sub)
     maintenance.register(sub)
+    events_cli.register(sub)
     args = parser.parse_args(argv)
     if args.command == "tables" and args.action in dropped.ACTIONS:
         return dropped.run(args)
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         return doctor.run(args)
     if args.command == "maintenance":
         return maintenance.run(args)
+    if args.command == "events":
+        return events_cli.run(args)
 
     for field in _FLAGS:
         value = getattr(args, field, None)
@@ -141,7 +145,7 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
             found = read_bootstrap(args.file or settings.authz_bootstrap or "")
             print(f"{len(found)} grants")
             return 0
-        store = Store(create_engine(settings))
+        store = Store(create_engine(settings), settings.events_enabled)
         if args.action == "list":
             for g in sorted(store.list_grants(), key=lambda g: g.id or 0):
                 if args.principal in (None, g.principal):

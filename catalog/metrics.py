@@ -144,6 +144,24 @@ SIGN_REQUESTS = Counter(
     registry=REGISTRY,
 )
 
+EVENTS_SEQUENCED = Counter(
+    "catalog_events_written_total", "Change events committed and ordered into the feed", registry=REGISTRY
+)
+EVENTS_DELIVERED = Counter(
+    "catalog_events_delivered_total", "Change events a sink accepted, by sink", ["sink"], registry=REGISTRY
+)
+EVENTS_DELIVERY_FAILURES = Counter(
+    "catalog_events_delivery_failures_total", "Failed deliveries to a sink (retried), by sink", ["sink"],
+    registry=REGISTRY,
+)  # fmt: skip
+EVENTS_SINK_LAG = Gauge(
+    "catalog_events_sink_lag",
+    "Events in the feed a sink has not accepted yet (set by the replica that delivers to it)",
+    ["sink"],
+    multiprocess_mode="livemax",
+    registry=REGISTRY,
+)
+
 
 class GaugeCollector:
     """Gauges read at scrape time (cache counters, pool usage) from callables the app registers.

@@ -16,6 +16,7 @@ from catalog import errors, names
 from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
+from catalog.events import records
 from catalog.locations import is_within, normalise, overlaps, segment
 from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
 from catalog.maintenance.care import PURGE, Care
@@ -27,6 +28,7 @@ from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store import migrate
 from catalog.store.dropped import Dropped
 from catalog.store.entries import Store, name_taken
+from catalog.store.events import StoredEvent
 from catalog.store.ownership import Ownership
 from catalog.store.pointers import Entry, KeyRecord
 from catalog.store.tasks import Task
@@ -236,10 +238,15 @@ class Catalog:
             raise errors.BadRequest(
                 f"Metadata file {location} is not in the location of the {kind.name} it describes ({doc['location']})"
             )
+        uuid_key = "table-uuid" if kind is TABLE else "view-uuid"
+        event = records.entry_event(
+            records.REGISTER, kind.name, ns, name, None, metadata_location=location, overwrite=replaced is not None,
+            **{uuid_key.replace("-", "_"): doc.get(uuid_key)},
+        )  # fmt: skip
         if replaced is not None:
-            self.store.overwrite_entry(ns, name, location, own)
+            self.store.overwrite_entry(ns, name, location, own, event)
         else:
-            self.store.insert_entry(ns, name, kind.name, location, own)
+            self.store.insert_entry(ns, name, kind.name, location, own, event=event)
         return file
 
     def drop(
@@ -321,6 +328,16 @@ class Catalog:
         return self.engine.commit(changes, key)
 
     # -- idempotency keys (see api.idempotency) --------------------------------------------------
+
+    # -- change events (the outbox: store/events.py) ----------------------------------------------
+
+    def event_start(self) -> int:
+        """Order what committed since the last look, and the position the feed starts after."""
+        self.store.sequence()
+        return self.store.event_bounds()[0]
+
+    def events_after(self, position: int, limit: int, types: Sequence[str] = ()) -> list[StoredEvent]:
+        return self.store.read_events(position, limit, types)
 
     def recorded(self, key: str) -> KeyRecord | None:
         return self.store.get_key(key)

@@ -10,7 +10,8 @@ be started is a failure, never a silent skip.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -216,3 +217,33 @@ def duck(server: Server):
         skip_or_fail("duckdb is not installed: pip install -e '.[test]'")
     yield con
     con.close()
+
+
+@pytest.fixture(params=backends())
+def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """Start servers on a database of their own (``start(env)``; a second call with ``same=True``
+    shares the first one's database and storage). All are stopped at the end."""
+    started: list[Server] = []
+    base: dict[str, str] = {}
+    io: dict[str, str] = {}
+    if request.param == "postgres-s3":
+        services = request.getfixturevalue("services")
+        name = f"ev_{uuid.uuid4().hex[:8]}"
+        base = {"CATALOG_DATABASE_URL": new_pg_database(services["pg"], name), **s3_env(services["s3"], name)}
+        io = s3_client_props(services["s3"])
+
+    def start(env: dict[str, str] | None = None, same: bool = False) -> Server:
+        if same and started:
+            shared = {k: v for k, v in started[0].env.items() if k.startswith(("CATALOG_", "AWS_"))}
+            shared.pop("CATALOG_PORT")
+            env = {**shared, **(env or {})}
+        else:
+            env = {**base, **(env or {})}
+        srv = start_server(tmp_path / f"s{len(started)}", request.param, env)
+        srv.io_props = io
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()

@@ -6,6 +6,7 @@ suite, on 127.0.0.1 only.
     s3 = start_seaweedfs(workdir, sts=True)  # also STS AssumeRole of s3.sts_role_arn
     az = start_azurite(workdir)      # az.endpoint (blob), az.account, az.key, az.container, az.service()
     gcs = start_gcs_emulator(workdir)  # gcs.endpoint, gcs.bucket, gcs.client()
+    nats = start_nats(workdir)       # nats.url (nats://127.0.0.1:PORT), nats.stop()
 
 Every process runs in its own process group; ``stop()`` ends the group. Logs go to ``workdir``.
 ``ServiceUnavailable`` means the binaries are missing or the service would not come up.
@@ -19,6 +20,7 @@ import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -255,6 +257,41 @@ def start_seaweedfs(workdir: Path, timeout: float = 60, sts: bool = False) -> S3
             handle.stop()
             raise ServiceUnavailable(f"SeaweedFS did not start ({error!r}):\n{_tail(log)}")
         time.sleep(0.2)
+
+
+class NatsHandle:
+    """A running ``nats-server`` (Debian's package; .ci/install-services.sh installs it)."""
+
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+        self.url = f"nats://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        _end(self.proc, signal.SIGTERM, 10)
+
+
+def start_nats(workdir: Path, timeout: float = 30) -> NatsHandle:
+    """Start ``nats-server`` on a free loopback port and wait until it accepts connections."""
+    binary = shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin:/usr/bin")
+    if not binary:
+        raise ServiceUnavailable("`nats-server` not found: apt-get install nats-server (.ci/install-services.sh)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = workdir / "nats.log"
+    handle = NatsHandle(_spawn([binary, "-a", "127.0.0.1", "-p", str(port)], log, cwd=workdir), port, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+                if conn.recv(4).startswith(b"INFO"):  # the server greets every client with INFO {...}
+                    return handle
+        except OSError:
+            pass
+        if handle.proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    handle.stop()
+    raise ServiceUnavailable(f"nats-server did not start:\n{_tail(log)}")
 
 
 def _sts_config(data: Path) -> list[str]:

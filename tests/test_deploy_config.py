@@ -850,6 +850,33 @@ def test_append_rebase_value_reaches_the_server(chart: Any) -> None:
     assert "CATALOG_APPEND_REBASE" not in env(base)  # off unless asked: the server's default
 
 
+def test_events_and_tracing_values_reach_the_servers_and_the_maintenance_workers(chart: Any) -> None:
+    values = {
+        "database": {"password": "pw"},
+        "maintenance": {"worker": {"enabled": True}},
+        "events": {
+            "retention": "12h",
+            "webhooks": "audit=https://audit.example/hook",
+            "webhookSecret": {"name": "hooks", "key": "hmac"},
+            "natsUrl": "nats://nats:4222",
+        },
+        "tracing": {"otlpEndpoint": "http://otel:4318"},
+    }
+    rendered = Rendered(chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True))
+    for deployment in rendered.of_kind("Deployment"):
+        (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] != "sidecar"]
+        env = resolve_env(container, rendered.chart_secrets())
+        assert env["CATALOG_EVENTS_ENABLED"] == "true" and env["CATALOG_EVENTS_RETENTION"] == "12h"
+        assert env["CATALOG_EVENTS_WEBHOOKS"] == "audit=https://audit.example/hook"
+        assert env["CATALOG_EVENTS_WEBHOOK_SECRET"] == "<secret hooks/hmac>"
+        assert env["CATALOG_EVENTS_NATS_URL"] == "nats://nats:4222"
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel:4318"
+    default = Rendered(chart.render({"database": {"password": "pw"}}, name=RELEASE, namespace=NAMESPACE))
+    env = resolve_env(server_container(default), default.chart_secrets())
+    assert env["CATALOG_EVENTS_ENABLED"] == "true"
+    assert not {"CATALOG_EVENTS_WEBHOOKS", "CATALOG_EVENTS_WEBHOOK_SECRET", "OTEL_EXPORTER_OTLP_ENDPOINT"} & set(env)
+
+
 # ---------------------------------------------------------------------------------------------
 # Chart: authentication and authorization
 # ---------------------------------------------------------------------------------------------

@@ -220,7 +220,8 @@ def test_stateful_links_conform(fuzz_server: Server) -> None:
 # A valid principal with no grants may list (and sees nothing) and read its own identity; anything
 # else it sends is refused or malformed, whatever the request looks like.
 # index: name, version, links; the lists come back empty
-_LISTS = {"listNamespaces", "listGrants", "listMaintenanceTasks", "listDroppedEntries"}  # empty for a nobody
+# Empty for a nobody (queryEvents: the change feed, a list of events).
+_LISTS = {"listNamespaces", "listGrants", "listMaintenanceTasks", "listDroppedEntries", "queryEvents"}
 _MAY_SUCCEED = {"getConfig", "whoami", "index", *_LISTS}
 _OPEN = {"live", "ready", "metrics", "docs", "openapi"}  # docs, openapi: the API document, open
 _CLIENTS = "owner:owner-secret,nobody:nobody-secret"
@@ -290,7 +291,7 @@ def test_operations_with_auth_on_never_fail_and_never_let_through(case: Any, sec
             assert response.status_code >= 400 or not response.content, response.text
             continue
         if headers and operation in _MAY_SUCCEED:
-            listed = ("namespaces", "grants", "tasks", "dropped")
+            listed = ("namespaces", "grants", "tasks", "dropped", "events")
             if response.status_code == 200 and operation in _LISTS:
                 assert not any(response.json().get(k) for k in listed), response.text
         else:

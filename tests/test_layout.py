@@ -26,19 +26,20 @@ FLOORS: list[tuple[str, ...]] = [
         "catalog.locations",
         "catalog.metrics",
         "catalog.logs",
+        "catalog.tracing",
     ),  # fmt: skip
-    ("catalog.metadata", "catalog.auth.policy"),  # pure: the ground floor only
+    ("catalog.metadata", "catalog.auth.policy", "catalog.events"),  # pure: the ground floor only
     ("catalog.store", "catalog.storage"),
     ("catalog.auth",),
     ("catalog.commit",),
-    ("catalog.maintenance",),
+    ("catalog.maintenance", "catalog.delivery"),
     ("catalog.service",),
     ("catalog.api",),
     ("catalog.server",),
     ("catalog.cli",),
     ("catalog.__main__",),
 ]
-PURE = ("catalog.metadata", "catalog.auth.policy")
+PURE = ("catalog.metadata", "catalog.auth.policy", "catalog.events")
 
 
 def module_name(path: Path) -> str:

@@ -58,6 +58,16 @@ async def visible(request: Request, targets: Iterable[Target]) -> list[bool]:
     return [policy.sees(keys, t) for t in targets]
 
 
+async def readable(request: Request, targets: Iterable[Target]) -> list[bool]:
+    """For each target, whether the caller may read it (``read``, or a privilege that gives it)."""
+    targets = list(targets)
+    checked = await _policy(request, principal(request))
+    if checked is None:
+        return [True] * len(targets)
+    keys, policy = checked
+    return [policy.allows(keys, Privilege.READ, t) for t in targets]
+
+
 async def require_visible(request: Request, target: Target) -> None:
     who = principal(request)
     _audit(request, who, [(Privilege.READ, target)])

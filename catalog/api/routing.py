@@ -10,8 +10,8 @@ from catalog.api.exceptions import send_error
 from catalog.api.observation import RequestObservation
 
 # /v1/<prefix>/<resource>...: the optional prefix segment clients insert after /v1/.
-_PREFIXED = re.compile(r"^/v1/([^/]+)/(namespaces|tables|views|transactions)(/.*)?$")
-_UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "config", "oauth"}
+_PREFIXED = re.compile(r"^/v1/([^/]+)/(namespaces|tables|views|transactions|events)(/.*)?$")
+_UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "events", "config", "oauth"}
 
 
 class RawPathRouting:

@@ -135,6 +135,8 @@ def _what(task: dict[str, Any]) -> str:
 
 
 def _worker() -> int:
+    from catalog.delivery.loop import start_delivery
+    from catalog.delivery.sinks import configured
     from catalog.maintenance.worker import Scheduler, Workers
     from catalog.server.app import build_catalog
     from catalog.settings import Settings
@@ -153,8 +155,11 @@ def _worker() -> int:
         signal.signal(sig, lambda *_: stopped.set())
     workers.start()
     scheduler.start()
+    delivery = start_delivery(catalog.store, settings, configured(settings))  # change events to the sinks
     print(f"iceberg-catalog maintenance worker: {workers.threads} threads; stop with Ctrl-C", file=sys.stderr)
     stopped.wait()
+    for loop in delivery:
+        loop.stop()
     scheduler.stop()
     workers.stop()
     catalog.store.engine.dispose()

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from catalog import errors, logs, metrics
+from catalog import errors, logs, metrics, tracing
 from catalog.commit import rebase, rollback
 from catalog.commit.changes import (
     MAINTENANCE_JOB,
@@ -44,6 +44,7 @@ from catalog.commit.changes import (
     changed_concurrently,
     not_committed,
 )
+from catalog.events import records
 from catalog.settings import Settings
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
 from catalog.store.entries import Store, name_taken
@@ -87,28 +88,34 @@ class CommitEngine:
         kind = changes[0].kind.name if len(changes) == 1 else "transaction"
         start = time.perf_counter()
         try:
-            for attempt in range(self.settings.commit_max_attempts):
-                with self.serialised(changes):
-                    try:
-                        current, staged = self._stage(changes, kind)
-                    except errors.AlreadyExists:  # a create whose twin (same key) created it first
-                        if key is not None and changes[0].creates and self.store.get_key(key.key) is not None:
-                            return Replayed()
-                        raise
-                    if not staged:  # nothing changed
-                        return Committed(tuple(current), recorded=False)
-                    outcome = self.swap(current, staged, key, kind)
-                    if outcome is not None:
-                        if isinstance(outcome, Committed):
-                            log_landed(staged, attempt + 1)
-                        return outcome
-                self._lost(changes, staged, attempt, kind)
-            names = ", ".join(c.ident for c in changes)
-            metrics.CONFLICTS.labels("cas").inc()
-            log.warning("commit conflict: %s=%s cause=cas attempts=%d", kind, names, attempt + 1)
-            raise changed_concurrently(names, attempt + 1)
+            entries = ", ".join(c.ident for c in changes)[:512] if tracing.enabled() else None
+            with tracing.span("commit", commit_kind=kind, catalog_entries=entries):
+                return self._loop(changes, key, kind)
         finally:
             metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
+
+    def _loop(self, changes: Sequence[Change], key: KeyRecord | None, kind: str) -> Outcome:
+        """The attempts: stage, swap; rebase on a lost CAS (see the module docstring)."""
+        for attempt in range(self.settings.commit_max_attempts):
+            with self.serialised(changes):
+                try:
+                    current, staged = self._stage(changes, kind)
+                except errors.AlreadyExists:  # a create whose twin (same key) created it first
+                    if key is not None and changes[0].creates and self.store.get_key(key.key) is not None:
+                        return Replayed()
+                    raise
+                if not staged:  # nothing changed
+                    return Committed(tuple(current), recorded=False)
+                outcome = self.swap(current, staged, key, kind)
+                if outcome is not None:
+                    if isinstance(outcome, Committed):
+                        log_landed(staged, attempt + 1)
+                    return outcome
+            self._lost(changes, staged, attempt, kind)
+        names = ", ".join(c.ident for c in changes)
+        metrics.CONFLICTS.labels("cas").inc()
+        log.warning("commit conflict: %s=%s cause=cas attempts=%d", kind, names, attempt + 1)
+        raise changed_concurrently(names, attempt + 1)
 
     # -- steps 1-3 -------------------------------------------------------------------------------
 
@@ -299,8 +306,9 @@ class CommitEngine:
                     return Replayed()
                 return self._won(current, staged, kind, recorded=key is not None)
             swaps = [Swap(s.entry.id, s.entry.metadata_location, s.new.location, s.location) for s in staged]
+            events = [self.event(s) for s in staged] if self.store.events_on else []
             try:
-                result = self.store.swap_pointers(swaps, key)
+                result = self.store.swap_pointers(swaps, key, events)
             except PointerOutcomeUnknown as e:
                 return self._settle(current, staged, swaps, e, kind, key is not None)
             except Exception:
@@ -317,9 +325,10 @@ class CommitEngine:
         """A create's "CAS": insert the row, with the Idempotency-Key's. False: the key was recorded
         by a twin request first (nothing inserted; its response is the answer)."""
         change = staged.change
+        event = self.event(staged) if self.store.events_on else None
         try:
             result = self.store.insert_entry(
-                change.namespace, change.name, change.kind.name, staged.new.location, staged.location, key
+                change.namespace, change.name, change.kind.name, staged.new.location, staged.location, key, event
             )
         except errors.AlreadyExists:
             self.discard([staged])  # known not committed: the row was never inserted
@@ -334,6 +343,23 @@ class CommitEngine:
             self.discard([staged])
             return False
         return True
+
+    @staticmethod
+    def event(one: Staged) -> records.Event:
+        """The change event of one pointer move (a group's carries every snapshot it added)."""
+        change = one.change
+        return records.committed(
+            change.kind.name,
+            change.namespace,
+            change.name,
+            one.entry.id if one.entry else None,
+            one.base.data if one.base else None,
+            one.new.data,
+            one.new.location,
+            change.requirements,
+            change.updates,
+            one.commits,
+        )
 
     def _won(self, current: list[MetadataFile], staged: list[Staged], kind: str, recorded: bool) -> Committed:
         metrics.COMMITS.labels(kind).inc(staged[0].commits if len(staged) == 1 else 1)
@@ -437,9 +463,11 @@ def backoff(settings: Settings, attempt: int) -> None:
 
 @contextmanager
 def _step(kind: str, step: str) -> Iterator[None]:
+    """One step of a commit: its latency histogram, and its span when traces are on."""
     start = time.perf_counter()
     try:
-        yield
+        with tracing.span(f"commit.{step}", commit_kind=kind):
+            yield
     finally:
         metrics.COMMIT_STEP_SECONDS.labels(kind, step).observe(time.perf_counter() - start)
 

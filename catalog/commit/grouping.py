@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from catalog import errors, metrics
+from catalog import errors, metrics, tracing
 from catalog.commit import rebase
 from catalog.commit.changes import TABLE, Change, Committed, changed_concurrently
 from catalog.commit.engine import CommitEngine, backoff, log_landed
@@ -156,7 +156,11 @@ class GroupCommitter:
     def _land(self, batch: list[_Member]) -> None:
         """Apply, write and swap the group until it lands or fails; settles every member."""
         engine, change = self.engine, batch[0].change
-        with engine.serialised([change]), engine.rebaser.for_group() as files:
+        with (
+            tracing.span("commit.group", catalog_entries=change.ident, commit_group_size=len(batch)),
+            engine.serialised([change]),
+            engine.rebaser.for_group() as files,
+        ):
             live = batch
             for attempt in range(self.settings.append_rebase_max_attempts):
                 live, landed = self._attempt(live, attempt + 1, files)

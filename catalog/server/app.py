@@ -17,12 +17,13 @@ from litestar import Litestar
 from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 
-from catalog import logs, metrics
+from catalog import logs, metrics, tracing
 from catalog.api import config as config_api
 from catalog.api import (
     docs,
     dropped,
     entries,
+    events,
     idempotency,
     maintenance,
     management,
@@ -36,9 +37,12 @@ from catalog.api import signing as signing_api
 from catalog.api.context import AppState
 from catalog.api.exceptions import error_response
 from catalog.api.routing import RawPathRouting
+from catalog.api.tracing import Traced
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
+from catalog.delivery import loop as delivery
+from catalog.delivery import sinks
 from catalog.maintenance.worker import Scheduler, Workers
 from catalog.server import startup
 from catalog.server.memory import large_buffers_from_the_heap
@@ -64,7 +68,9 @@ def build_catalog(settings: Settings, migrated: bool = False) -> Catalog:
     if migrated and not migrate.is_at_head(engine):
         migrate.upgrade(engine)
     storage = create_storage(settings)
-    return Catalog(settings, Store(engine), storage, MetadataFiles(storage, settings.metadata_cache_bytes))
+    return Catalog(
+        settings, Store(engine, settings.events_enabled), storage, MetadataFiles(storage, settings.metadata_cache_bytes)
+    )
 
 
 def create_app(settings: Settings | None = None) -> Litestar:
@@ -72,6 +78,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     handlers = [
         *config_api.ROUTES,
         *CATALOG_ROUTES,
+        *(events.ROUTES if settings.events_enabled else []),
         *signing_api.ROUTES,
         *operations.ROUTES,
         *oauth.ROUTES,
@@ -105,7 +112,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
         threading.Thread(target=_backfill, args=(catalog,), name="backfill", daemon=True).start()
         # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
         signs = settings.s3_remote_signing and signing.is_s3(settings.warehouse)
-        served = [*CATALOG_ROUTES, *(signing_api.ROUTES if signs else [])]
+        served = [
+            *CATALOG_ROUTES,
+            *(signing_api.ROUTES if signs else []),
+            *(events.ROUTES if settings.events_enabled else []),
+        ]
         client_io = vending.client_io_properties(settings)
         app.state.ctx = AppState(
             catalog=catalog,
@@ -122,13 +133,14 @@ def create_app(settings: Settings | None = None) -> Litestar:
         )
         _publish_gauges(catalog)
         publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
-        care = start_care(catalog)
+        care = [*start_care(catalog), *delivery.start_delivery(catalog.store, settings, sinks.configured(settings))]
         try:
             yield
         finally:
             for part in care:
                 part.stop()
             publishing.set()
+            tracing.shutdown()
             metrics.process_exited()
             catalog.store.engine.dispose()
 
@@ -166,6 +178,8 @@ def app_from_env() -> RawPathRouting:
     large_buffers_from_the_heap()
     settings = Settings()
     logs.configure(settings.log_level, settings.log_format)  # worker processes start without it (audit lines)
+    if tracing.configure():  # OTEL_* asks for traces: a span per request, the commit's steps under it
+        return RawPathRouting(Traced(create_app(settings)), settings.prefix)
     return RawPathRouting(create_app(settings), settings.prefix)
 
 

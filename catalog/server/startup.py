@@ -30,6 +30,7 @@ from sqlalchemy.engine import make_url
 
 from catalog import __version__, logs
 from catalog.auth import identity
+from catalog.delivery import sinks
 from catalog.settings import Settings, unknown_variables
 from catalog.storage import azure, gcs, vending
 from catalog.store import migrate
@@ -60,6 +61,7 @@ def check_settings(settings: Settings) -> list[str]:
     azure.check_settings(settings)  # an Azure or GCS warehouse the server could not reach
     gcs.check_settings(settings)
     vending.check_settings(settings)  # storage access: vending without STS
+    sinks.parse_webhooks(settings.events_webhooks)  # change events: the webhook sinks
     return identity.check_settings(settings)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from catalog import errors
+from catalog import errors, tracing
 from catalog.locations import Locations
 from catalog.settings import Settings
 
@@ -34,12 +34,14 @@ class Bounds:
 
     @contextmanager
     def _slot(self) -> Iterator[None]:
-        if not self._slots.acquire(timeout=self._wait):
-            raise errors.ServiceUnavailable("Storage is busy: too many storage calls in flight, retry later")
-        try:
-            yield
-        finally:
-            self._slots.release()
+        """One storage call: a slot of the concurrency bound (and a ``storage`` span when traced)."""
+        with tracing.span("storage"):
+            if not self._slots.acquire(timeout=self._wait):
+                raise errors.ServiceUnavailable("Storage is busy: too many storage calls in flight, retry later")
+            try:
+                yield
+            finally:
+                self._slots.release()
 
     def _cap(self, limit: int | None) -> int:
         """The most bytes a read returns: ``limit`` (a data file compaction reads) or the metadata cap."""

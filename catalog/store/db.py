@@ -17,6 +17,7 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
 - ``maintenance_tasks``: the durable queue of the catalog's own table care (``store/tasks.py``);
   ``maintenance_runs``: each (entry, kind)'s last finished run, which scheduling reads;
   ``leases``: named leases (the one scheduler per deployment holds ``scheduler``).
+- ``events``: the outbox of change events; ``event_sinks``: each push sink's cursor (store/events.py).
 
 Every lock and serialisation on SQLite's write path, outermost first, and why each exists (SQLite
 has ONE writer at a time per database file; PostgreSQL needs none of the in-process ones, and the
@@ -195,6 +196,42 @@ leases = sa.Table(
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("owner", sa.String(128), nullable=False),
     sa.Column("expires_ms", sa.BigInteger, nullable=False),
+)
+
+
+# The outbox (store/events.py): one row per change, written in the change's own transaction. ``seq``
+# is drawn at insert (on PostgreSQL not in commit order across transactions); ``position`` is the
+# feed's order, given afterwards by the one sequencer to rows it sees committed.
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("position", sa.BigInteger, nullable=True),
+    sa.Column("event_id", sa.String(36), nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("type", sa.String(48), nullable=False),
+    sa.Column("object_kind", sa.String(16), nullable=False),
+    sa.Column("namespace", sa.String(1024), nullable=False),
+    sa.Column("name", sa.String(1024), nullable=True),
+    sa.Column("entry_id", sa.Integer, nullable=True),
+    sa.Column("payload", sa.Text, nullable=False),  # JSON, written with orjson by the raw CAS path too
+    sa.Index("uq_events_position", "position", unique=True),
+    sa.Index(
+        "ix_events_unpositioned",
+        "seq",
+        sqlite_where=sa.text("position IS NULL"),
+        postgresql_where=sa.text("position IS NULL"),
+    ),
+    sqlite_autoincrement=True,
+)
+
+# Each push sink's durable cursor: every event at or below ``position`` was delivered.
+event_sinks = sa.Table(
+    "event_sinks",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("position", sa.BigInteger, nullable=False),
+    sa.Column("delivered_ms", sa.BigInteger, nullable=True),
 )
 
 

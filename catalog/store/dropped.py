@@ -21,9 +21,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from catalog.events import records
 from catalog.store.db import dropped_entries as dropped
 from catalog.store.db import join_namespace, maintenance_runs, split_namespace
-from catalog.store.sql import Database
+from catalog.store.events import EventRows
 from catalog.store.tasks import now_ms
 
 
@@ -82,7 +83,7 @@ def as_dropped(row: sa.Row) -> Dropped:
     return Dropped(*values)
 
 
-class DroppedRows(Database):
+class DroppedRows(EventRows):
     def get_dropped(self, dropped_id: int) -> Dropped | None:
         with self._read() as conn:
             row = conn.execute(sa.select(*COLUMNS).where(dropped.c.id == dropped_id)).first()
@@ -153,10 +154,15 @@ class DroppedRows(Database):
     def end_purge(self, dropped_id: int) -> None:
         """The purge deleted the entry's files: forget it (its location is free again)."""
         with self._write() as conn:
-            if conn.execute(
-                dropped.delete().where(dropped.c.id == dropped_id, dropped.c.purging_ms.is_not(None))
-            ).rowcount:
+            gone = conn.execute(
+                dropped.delete()
+                .where(dropped.c.id == dropped_id, dropped.c.purging_ms.is_not(None))
+                .returning(dropped.c.kind, dropped.c.namespace, dropped.c.name)
+            ).first()
+            if gone is not None:
                 _forget_runs(conn, [dropped_id])
+                ns = split_namespace(gone.namespace)
+                self._emit(conn, [records.entry_event(records.PURGE, gone.kind, ns, gone.name, dropped_id)])
 
 
 def _forget_runs(conn: sa.Connection, ids: Sequence[int]) -> None:

@@ -7,13 +7,15 @@ the two tables here). Database errors are translated by ``sql.translate``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sqlalchemy as sa
 from sqlalchemy import exc
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from catalog import errors
+from catalog.events import records
+from catalog.events.records import Event
 from catalog.locations import ancestors, overlaps
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import dropped_entries as dropped
@@ -59,8 +61,13 @@ class LocationTaken(errors.AlreadyExists):
 class Store(Pointers, GrantRows, TaskRows, DroppedRows):
     """The catalog's database: namespaces, entries and their locations here; the pointers and the
     Idempotency-Keys in ``pointers.py``; the grants in ``grant_rows.py``; the maintenance queue in
-    ``tasks.py``; the dropped entries in ``dropped.py``. One object, so that one engine and one
+    ``tasks.py``; the dropped entries in ``dropped.py``; the change events in ``events.py`` (each
+    change here writes its event in its own transaction). One object, so that one engine and one
     SQLite writer lock serve them all."""
+
+    def __init__(self, engine: Engine, events: bool = True) -> None:
+        super().__init__(engine)
+        self.events_on = events
 
     # -- namespaces ------------------------------------------------------------------------------
 
@@ -100,6 +107,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                         name=join_namespace(ns), parent=join_namespace(ns[:-1]), properties=properties
                     )
                 )
+                self._emit(conn, [records.namespace_event(records.CREATE_NAMESPACE, ns, properties=properties)])
         except exc.IntegrityError as e:
             raise errors.AlreadyExists(f"Namespace already exists: {'.'.join(ns)}") from e
 
@@ -122,6 +130,11 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                 del props[k]
             props.update(updates)
             conn.execute(namespaces.update().where(namespaces.c.name == key).values(properties=props))
+            if removed or updates:
+                event = records.namespace_event(
+                    records.UPDATE_NAMESPACE, ns, updated=sorted(updates), removed=removed, properties=props
+                )
+                self._emit(conn, [event])
         return sorted(updates), removed, missing
 
     def drop_namespace(self, ns: tuple[str, ...]) -> None:
@@ -142,6 +155,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                     f"and {children} namespace(s)."
                 )
             conn.execute(namespaces.delete().where(namespaces.c.name == key))
+            self._emit(conn, [records.namespace_event(records.DROP_NAMESPACE, ns)])
 
     # -- tables and views ------------------------------------------------------------------------
 
@@ -166,10 +180,12 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         metadata_location: str,
         location: str,
         key: KeyRecord | None = None,
+        event: Event | None = None,
     ) -> Swapped:
         """Register a new table or view (``location``: its normalised location). 409 if the name is
         taken (by a table or a view). ``key`` is recorded in the same transaction (a create's
-        Idempotency-Key): ``KEY_TAKEN`` when another request recorded it first, nothing inserted."""
+        Idempotency-Key): ``KEY_TAKEN`` when another request recorded it first, nothing inserted.
+        ``event`` (a create's or a register's) is written in it, with the new entry's id."""
         ident = ".".join((*ns, name))
         try:
             with self._write() as conn:
@@ -179,7 +195,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                 if taken is not None:
                     raise name_taken(kind, taken, ident)
                 self._location_free(conn, location, None)
-                conn.execute(
+                inserted = conn.execute(
                     entries.insert().values(
                         namespace=join_namespace(ns),
                         name=name,
@@ -188,14 +204,19 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                         location=location,
                     )
                 )
+                if event is not None:
+                    self._emit(conn, [replace(event, entry_id=inserted.inserted_primary_key[0])])
                 if key is not None:
                     conn.execute(keys.insert().values(**key_row(key)))
         except exc.IntegrityError as e:
             raise name_taken(kind, kind, ident) from e
         return Swapped.WON
 
-    def overwrite_entry(self, ns: tuple[str, ...], name: str, metadata_location: str, location: str) -> None:
-        """Register-with-overwrite: point an existing table at another metadata file."""
+    def overwrite_entry(
+        self, ns: tuple[str, ...], name: str, metadata_location: str, location: str, event: Event | None = None
+    ) -> None:
+        """Register-with-overwrite: point an existing table at another metadata file (``event``
+        written with it)."""
         where = (entries.c.namespace == join_namespace(ns), entries.c.name == name, entries.c.kind == "table")
         with self._write() as conn:
             replaced = conn.execute(sa.select(entries.c.id).where(*where)).scalar()
@@ -209,6 +230,8 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                     location=location,
                 )
             )
+            if event is not None:
+                self._emit(conn, [replace(event, entry_id=replaced)])
 
     # -- locations (the ownership rule, see service) ---------------------------------------------
 
@@ -267,8 +290,11 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         """Drop the entry: keep it as a dropped entry until ``retention_ms`` from now (its name free,
         its id, pointer and location kept), or, with no retention and no purge, forget it at once.
         The dropped entry (None when forgotten); ``NoSuchTable``/``NoSuchView`` when it is gone."""
+        event = records.entry_event(
+            records.DROP, entry.kind, entry.namespace, entry.name, entry.id, purge_requested=purge
+        )
         if retention_ms <= 0 and not purge:
-            if not self.delete_entry(entry):
+            if not self.delete_entry(entry, event=event):
                 raise _missing(entry.kind, ".".join((*entry.namespace, entry.name)))
             return None
         now = now_ms()
@@ -292,6 +318,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                     dropped_by=by[:256] if by else None,
                 )
             )
+            self._emit(conn, [event])
             return as_dropped(conn.execute(sa.select(*DROPPED_COLUMNS).where(dropped.c.id == entry.id)).one())
 
     def undrop_entry(self, dropped_id: int) -> Entry:
@@ -334,15 +361,22 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                     location=gone.location,
                 )
             )
+            self._emit(conn, [records.entry_event(records.UNDROP, gone.kind, gone.namespace, gone.name, gone.id)])
         return Entry(gone.id, gone.namespace, gone.name, gone.kind, gone.metadata_location)
 
-    def delete_entry(self, entry: Entry, at: str | None = None) -> bool:
-        """Delete the entry (only while its pointer is still ``at``, when given): whether it was."""
+    def delete_entry(self, entry: Entry, at: str | None = None, event: Event | None = None) -> bool:
+        """Delete the entry (only while its pointer is still ``at``, when given): whether it was.
+        ``event`` is written when it was (a drop's; an unregister's is a drop too)."""
         where = [entries.c.id == entry.id]
         if at is not None:
             where.append(entries.c.metadata_location == at)
+        if event is None:
+            event = records.entry_event(records.DROP, entry.kind, entry.namespace, entry.name, entry.id)
         with self._write() as conn:
-            return conn.execute(entries.delete().where(*where)).rowcount == 1
+            deleted = conn.execute(entries.delete().where(*where)).rowcount == 1
+            if deleted:
+                self._emit(conn, [event])
+            return deleted
 
     def rename_entry(self, entry: Entry, to_ns: tuple[str, ...], to_name: str) -> None:
         noun = "Table" if entry.kind == "table" else "View"
@@ -362,6 +396,11 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                     raise (errors.NoSuchTable if entry.kind == "table" else errors.NoSuchView)(
                         f"{noun} does not exist: {src}"
                     )
+                destination = {"namespace": list(to_ns), "name": to_name}
+                event = records.entry_event(
+                    records.RENAME, entry.kind, entry.namespace, entry.name, entry.id, destination=destination
+                )
+                self._emit(conn, [event])
         except exc.IntegrityError as e:
             raise errors.AlreadyExists(f"Cannot rename {src} to {dst}. {noun} already exists") from e
 

@@ -14,10 +14,12 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Engine
 
+from catalog.events.records import Event
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import idempotency_keys as keys
 from catalog.store.db import join_namespace, split_namespace
-from catalog.store.sql import Compiled, Database, not_committed, quiet_rollback, short, translate
+from catalog.store.events import EventRows
+from catalog.store.sql import Compiled, not_committed, quiet_rollback, short, translate
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,7 @@ class PointerOutcomeUnknown(Exception):
         self.settled = settled
 
 
-class Pointers(Database):
+class Pointers(EventRows):
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
         self._get_entry = Compiled(
@@ -101,7 +103,9 @@ class Pointers(Database):
 
     # -- the compare-and-swap --------------------------------------------------------------------
 
-    def swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None = None) -> Swapped:
+    def swap_pointers(
+        self, swaps: Sequence[Swap], key: KeyRecord | None = None, events: Sequence[Event] = ()
+    ) -> Swapped:
         """The commit: all-or-nothing compare-and-swap of one or more pointers in ONE transaction.
 
         Each pointer moves by a conditional UPDATE: the database serialises UPDATEs of a row and
@@ -109,13 +113,16 @@ class Pointers(Database):
         with the same ``expected`` exactly one sees rowcount 1. Rows are updated in id order so that
         two overlapping transactions lock in the same order and cannot deadlock; any rowcount 0
         rolls the whole transaction back (``LOST``). ``key`` is recorded in the same transaction: a
-        commit and its idempotency key land together or not at all. Raises
+        commit and its idempotency key land together or not at all; so do its ``events``, inserted
+        after the UPDATEs (each row lock held: two commits of one entry write their events in the
+        order they commit, see ``events.py``). Raises
         ``PointerOutcomeUnknown`` when the COMMIT itself fails.
         """
+        prepared = self._raw_rows(events)
         with self._writers:
-            return self._swap_pointers(swaps, key)
+            return self._swap_pointers(swaps, key, prepared)
 
-    def _swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None) -> Swapped:
+    def _swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None, events: tuple[str, list]) -> Swapped:
         """The CAS transaction. Until COMMIT is sent nothing can have landed, so every failure before
         it is a known one (translated, at worst 503); only a failed COMMIT is ``PointerOutcomeUnknown``."""
         conn = self._raw_connection()
@@ -141,6 +148,7 @@ class Pointers(Database):
                     except self._integrity_error:
                         conn.rollback()
                         return Swapped.KEY_TAKEN
+                self._emit_raw(cursor, events)
             except self._dbapi_error as e:
                 quiet_rollback(conn)
                 conn.invalidate(e)

@@ -25,7 +25,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from catalog import errors
+from catalog import errors, tracing
 
 log = logging.getLogger("catalog.store")
 
@@ -51,14 +51,18 @@ class Database:
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        with translated(), self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        with (
+            tracing.span("db.read"),
+            translated(),
+            self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
+        ):
             yield conn
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
         """A write transaction whose failure means nothing was changed (no pointer moves in here).
         Unique-key violations reach the caller as ``IntegrityError``: only it knows which key."""
-        with translated(keep=exc.IntegrityError), self._writers, self.engine.begin() as conn:
+        with tracing.span("db.write"), translated(keep=exc.IntegrityError), self._writers, self.engine.begin() as conn:
             yield conn
 
     def ping(self) -> None:
@@ -82,6 +86,10 @@ class Database:
         pointer read. The pool (and its pre-ping) is the engine's; a database error drops the
         connection from the pool and is a 503, as on every other read.
         """
+        with tracing.span("db.read"):
+            return self._fetch_one_untraced(query, values)
+
+    def _fetch_one_untraced(self, query: Compiled, values: dict[str, object]) -> tuple | None:
         conn = self._raw_connection()
         try:
             if self._autocommit_reads:  # no transaction: no ROLLBACK round trip when it is returned

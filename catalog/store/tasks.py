@@ -27,9 +27,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc
 
+from catalog.events import records
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import join_namespace, leases, maintenance_runs, maintenance_tasks, split_namespace
-from catalog.store.sql import Database
+from catalog.store.events import EventRows
 
 ACTIVE = ("queued", "running")
 
@@ -116,11 +117,24 @@ def _record_run(conn: sa.Connection, entry_id: int, kind: str, pointer: str | No
     )
 
 
+def _done_event(task: Task, result: dict[str, Any]) -> records.Event:
+    """A finished task's event: its kind, its id, and the scalar parts of its result (counts)."""
+    summary = {k: v for k, v in result.items() if isinstance(v, (int, float, str, bool)) and len(str(v)) <= 256}
+    return records.Event(
+        records.MAINTENANCE_DONE,
+        "table",
+        task.namespace,
+        task.name,
+        task.entry_id,
+        {"task-kind": task.kind, "task-id": task.id, "dry-run": bool(task.options.get("dry-run")), "result": summary},
+    )
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class TaskRows(Database):
+class TaskRows(EventRows):
     def enqueue(
         self,
         kind: str,
@@ -230,6 +244,8 @@ class TaskRows(Database):
             ).rowcount
             if done and pointer is not None and not task.options.get("dry-run"):
                 _record_run(conn, task.entry_id, task.kind, pointer, now)
+            if done:
+                self._emit(conn, [_done_event(task, result)])
         return done == 1
 
     def record_run(self, entry_id: int, kind: str, pointer: str | None) -> None:

@@ -383,6 +383,37 @@ is renamed back to `on`, and the output quotes it.
 {{- end }}
 
 {{/* CATALOG_* authentication and authorization settings of the server. */}}
+{{- define "iceberg-catalog.eventsEnv" -}}
+{{- $events := .Values.events }}
+- name: CATALOG_EVENTS_ENABLED
+  value: {{ $events.enabled | toString | quote }}
+- name: CATALOG_EVENTS_RETENTION
+  value: {{ $events.retention | quote }}
+- name: CATALOG_EVENTS_MAX_ROWS
+  value: {{ $events.maxRows | toString | quote }}
+{{- with $events.webhooks }}
+- name: CATALOG_EVENTS_WEBHOOKS
+  value: {{ . | quote }}
+{{- end }}
+{{- if $events.webhookSecret.name }}
+- name: CATALOG_EVENTS_WEBHOOK_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ $events.webhookSecret.name }}
+      key: {{ $events.webhookSecret.key }}
+{{- end }}
+{{- with $events.natsUrl }}
+- name: CATALOG_EVENTS_NATS_URL
+  value: {{ . | quote }}
+- name: CATALOG_EVENTS_NATS_SUBJECT
+  value: {{ $events.natsSubject | quote }}
+{{- end }}
+{{- with .Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+
 {{- define "iceberg-catalog.authEnv" -}}
 {{- $auth := .Values.auth }}
 - name: CATALOG_AUTH_REQUIRED

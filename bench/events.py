@@ -1,0 +1,88 @@
+"""Change events on vs off (``--only events``): what the outbox costs a commit.
+
+Two servers of their own on the backend's services (``Backend.own_server``), identical but for
+``CATALOG_EVENTS_ENABLED`` (``true``: each commit also INSERTs its event row in its own transaction,
+and the outbox loop orders and prunes them; ``false``: neither). Each gets the namespace and 16
+tables; then 16 writers (one process each, one table each, the commit scenarios' append: see
+``clients.commit_worker``) commit to one server for a window, then to the other, alternately, for
+``ROUNDS`` rounds, so that both are measured in the same minutes of the same machine. Reported:
+commits/s of each (the median over the rounds), the ratio on / off (target >= 0.90), and the
+server's CPU per commit of each.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import orjson
+
+from . import clients, wire
+
+WRITERS = 16
+COLUMNS = 50
+ROUNDS = 3
+
+
+def _setup(url: str) -> list[tuple[str, str, None, int]]:
+    http = wire.client(url)
+    try:
+        status, data = http.request("POST", "/v1/namespaces", orjson.dumps({"namespace": [wire.NS]}))
+        assert status == 200, data[:300]
+        tables = []
+        for i in range(WRITERS):
+            name = f"e{i:02d}"
+            body = wire.create_table_body(name, COLUMNS)
+            status, data = http.request("POST", f"/v1/namespaces/{wire.NS}/tables", body)
+            assert status == 200, data[:300]
+            tables.append((wire.table_path(name), orjson.loads(data)["metadata"]["location"], None, 0))
+        return tables
+    finally:
+        http.close()
+
+
+def run(backend: Any, quick: bool, server_env: dict[str, str], log: Any) -> dict[str, Any]:
+    window = 4.0 if quick else 10.0
+    servers = {
+        mode: backend.own_server(
+            f"events-{mode}",
+            {**server_env, "CATALOG_EVENTS_ENABLED": flag, "CATALOG_MAINTENANCE_WORKERS": "0"},
+        )
+        for mode, flag in (("on", "true"), ("off", "false"))
+    }
+    try:
+        tables = {mode: _setup(srv.url) for mode, srv in servers.items()}
+        rates: dict[str, list[float]] = {"on": [], "off": []}
+        cpu: dict[str, list[float]] = {"on": [], "off": []}
+        for r in range(ROUNDS):
+            for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
+                srv = servers[mode]
+                args = [{"url": srv.url, "tables": [t], "client": "http", "warmup": r == 0} for t in tables[mode]]
+                before: dict[str, float] = {}
+
+                def ready(before: dict[str, float] = before, pid: int = srv.proc.pid) -> None:
+                    before["cpu"] = clients.cpu_seconds(pid)
+
+                results = clients.fan_out(clients.commit_worker, args, window, 10**6, ready)
+                failed = [x["error"] for x in results if "error" in x]
+                if failed:
+                    raise RuntimeError(f"events {mode}: {failed[0]}")
+                commits = sum(x["commits"] for x in results)
+                rates[mode].append(commits / max(x["elapsed"] for x in results))
+                cpu[mode].append(1000 * (clients.cpu_seconds(srv.proc.pid) - before["cpu"]) / max(1, commits))
+                log(f"[{backend.name}] events {mode}, round {r + 1}: {rates[mode][-1]:,.0f} commits/s")
+        out = {
+            mode: {
+                "rate": statistics.median(rates[mode]),
+                "rates": rates[mode],
+                "server_cpu_ms": statistics.median(cpu[mode]),
+            }
+            for mode in ("on", "off")
+        }
+        out["ratio"] = out["on"]["rate"] / out["off"]["rate"] if out["off"]["rate"] else float("nan")
+        out["writers"] = WRITERS
+        out["window_s"] = window
+        return out
+    finally:
+        for srv in servers.values():
+            srv.stop()

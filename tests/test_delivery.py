@@ -1,0 +1,206 @@
+"""Change events pushed to sinks (docs/events.md): a webhook that is down for a while gets every event
+afterwards, in order, signed; two replicas deliver each event (deduplicable by id) across a SIGKILL of
+the one delivering; NATS receives the same events. Real servers, a real HTTP receiver, a real
+nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import PY_SCHEMA, Server, free_port, rows, skip_or_fail
+from tests.test_events import Start, read_all
+
+SECRET = "webhook-secret"
+FAST = {"CATALOG_EVENTS_DELIVERY_INTERVAL_SECONDS": "0.2", "CATALOG_EVENTS_DELIVERY_LEASE_SECONDS": "2"}
+
+
+class Receiver:
+    """A webhook receiver on ``port``: records every delivery (headers, CloudEvent); down until
+    ``up()`` (nothing listens on the port), and down again after ``down()``."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}/hook"
+        self.received: list[tuple[dict[str, str], dict[str, Any], bytes]] = []
+        self._server: ThreadingHTTPServer | None = None
+
+    def up(self) -> None:
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.append(({k.lower(): v for k, v in self.headers.items()}, json.loads(body), body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def down(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def ids(self) -> list[str]:
+        return [event["id"] for _, event, _ in self.received]
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def some_changes(srv: Server, ns: str, appends: int = 3) -> None:
+    catalog = srv.catalog()
+    catalog.create_namespace(ns)
+    for t in ("a", "b"):
+        table = catalog.create_table(f"{ns}.{t}", PY_SCHEMA)
+        for i in range(appends):
+            table.append(rows(i, 1))
+
+
+def in_feed_order(events: list[dict[str, Any]]) -> list[str]:
+    return [e["event-id"] for e in events]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    hook = Receiver(free_port())
+    yield hook
+    hook.down()
+
+
+def test_a_webhook_down_for_a_while_gets_every_event_afterwards_in_order_signed(
+    fresh: Start, receiver: Receiver
+) -> None:
+    srv = fresh({
+        "CATALOG_EVENTS_WEBHOOKS": f"hook={receiver.url}",
+        "CATALOG_EVENTS_WEBHOOK_SECRET": SECRET,
+        "CATALOG_MAINTENANCE_WORKERS": "1",
+        **FAST,
+    })  # fmt: skip
+    some_changes(srv, "w")
+    time.sleep(3)  # the sink is down: deliveries fail and back off; commits went on regardless
+    assert receiver.received == []
+    receiver.up()
+    feed = read_all(srv.url)
+    wait_for(lambda: len(set(receiver.ids())) >= len(feed), "every event at the webhook")
+    assert receiver.ids()[: len(feed)] == in_feed_order(feed)  # in order (so per table too), none twice
+    for headers, event, body in receiver.received:
+        assert headers["content-type"].startswith("application/cloudevents+json")
+        expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(headers["x-catalog-signature"], expected)
+        assert event["specversion"] == "1.0" and event["type"].startswith("iceberg.catalog.")
+        assert event["data"]["event-id"] == event["id"] and event["sequence"] == str(event["data"]["sequence"])
+    subjects = [e["subject"] for _, e, _ in receiver.received]
+    assert subjects[:3] == ["w", "w.a", "w.a"]
+    # the sink down again, then up: what happened meanwhile arrives, after what came before
+    receiver.down()
+    srv.catalog().load_table("w.a").append(rows(9, 1))
+    time.sleep(1)
+    receiver.up()
+    feed = read_all(srv.url)
+    wait_for(lambda: len(set(receiver.ids())) >= len(feed), "the event written while the sink was down")
+    assert list(dict.fromkeys(receiver.ids())) == in_feed_order(feed)
+
+
+def test_two_replicas_deliver_each_event_across_a_sigkill_of_the_one_delivering(
+    fresh: Start, receiver: Receiver
+) -> None:
+    receiver.up()
+    env = {"CATALOG_EVENTS_WEBHOOKS": f"hook={receiver.url}", **FAST}
+    first = fresh(env)
+    second = fresh(env, same=True)
+    some_changes(first, "r1", appends=2)
+    wait_for(lambda: len(receiver.received) >= len(read_all(first.url)), "the first events")
+    os.kill(first.proc.pid, signal.SIGKILL)  # whoever held the lease, the other takes over when it expires
+    first.proc.wait(10)
+    some_changes(second, "r2", appends=2)
+    feed = read_all(second.url)
+    wait_for(lambda: set(receiver.ids()) >= set(in_feed_order(feed)), "every event after the takeover")
+    assert list(dict.fromkeys(receiver.ids())) == in_feed_order(feed)  # deduplicated by id: the feed's order
+
+
+def test_nats_receives_the_same_events_as_the_feed(fresh: Start, tmp_path: Path) -> None:
+    from tests import services
+
+    try:
+        nats_server = services.start_nats(tmp_path / "nats")
+    except services.ServiceUnavailable as e:
+        skip_or_fail(f"nats-server is unavailable: {e}")
+    try:
+        got: list[dict[str, Any]] = []
+        ready, stop = threading.Event(), threading.Event()
+
+        def subscribe() -> None:
+            async def run() -> None:
+                import nats
+
+                conn = await nats.connect(nats_server.url)
+
+                async def on(msg: Any) -> None:
+                    message = json.loads(msg.data)
+                    got.append({**message, "nats-subject": msg.subject, "msg-id": msg.headers["Nats-Msg-Id"]})
+
+                await conn.subscribe("lake.>", cb=on)
+                await conn.flush()
+                ready.set()
+                while not stop.is_set():
+                    await asyncio.sleep(0.05)
+                await conn.drain()
+
+            asyncio.run(run())
+
+        listener = threading.Thread(target=subscribe, daemon=True)
+        listener.start()
+        assert ready.wait(10)
+        srv = fresh({"CATALOG_EVENTS_NATS_URL": nats_server.url, "CATALOG_EVENTS_NATS_SUBJECT": "lake", **FAST})
+        ns = f"n{uuid.uuid4().hex[:6]}"
+        some_changes(srv, ns, appends=2)
+        feed = read_all(srv.url)
+        wait_for(lambda: len(got) >= len(feed), "every event on NATS")
+        assert [m["id"] for m in got] == [m["msg-id"] for m in got] == in_feed_order(feed)
+        assert [m["nats-subject"] for m in got] == [f"lake.{e['operation']['operation-type']}" for e in feed]
+        assert [m["data"] for m in got] == feed
+    finally:
+        stop.set()
+        listener.join(10)
+        nats_server.stop()
+
+
+def test_a_maintenance_worker_process_delivers_when_the_servers_have_no_sinks(fresh: Start, receiver: Receiver) -> None:
+    from tests.support import start_worker
+
+    receiver.up()
+    srv = fresh(FAST)  # the server itself pushes nowhere
+    some_changes(srv, "mw", appends=1)
+    worker = start_worker(srv, CATALOG_EVENTS_WEBHOOKS=f"hook={receiver.url}", **FAST)
+    try:
+        feed = read_all(srv.url)
+        wait_for(lambda: len(set(receiver.ids())) >= len(feed), "the worker's deliveries")
+        assert list(dict.fromkeys(receiver.ids())) == in_feed_order(feed)
+    finally:
+        worker.kill()
+        worker.wait(10)
