@@ -603,3 +603,22 @@ def test_view_rules():
     before = copy.deepcopy(v)
     replace(v, "select 3")
     assert v == before
+
+
+def test_a_snapshot_added_and_removed_in_one_commit_is_not_checked_against_the_last_sequence_number():
+    """Found by the Java differential: add a snapshot (sequence 1), remove it, add a parentless one
+    with sequence 0. Java keeps only the second and accepts (its last sequence number follows the
+    parentless add); the removed one must not be checked."""
+    base = table(3)
+    first = snapshot(base, 2, **{"sequence-number": 1, "added-rows": 0})
+    second = snapshot(base, 1, **{"sequence-number": 0, "added-rows": 0})
+    new = commit(
+        base,
+        [
+            {"action": "add-snapshot", "snapshot": first},
+            {"action": "remove-snapshots", "snapshot-ids": [2]},
+            {"action": "add-snapshot", "snapshot": second},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 1},
+        ],
+    )
+    assert [s["snapshot-id"] for s in new["snapshots"]] == [1] and new["last-sequence-number"] == 0

@@ -642,6 +642,7 @@ class Builder:
             snapshots = self._keyed("snapshots")
             for snapshot_id in removed:
                 snapshots.remove(snapshot_id)
+                self.added_snapshots.pop(snapshot_id, None)  # added and removed in one commit: not checked
             self.changes.append(("remove-snapshots",))
             self._drop_statistics("statistics", removed)
             self._drop_statistics("partition_statistics", removed)
