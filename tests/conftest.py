@@ -247,3 +247,20 @@ def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[.
     yield start
     for srv in started:
         srv.stop()
+
+
+@pytest.fixture
+def two_processes(tmp_path: Path) -> Iterator[tuple[Server, object]]:
+    """A server (the writers' catalog) and the catalog service in this process on the same SQLite
+    database and warehouse (a maintenance job's side: its commits race the server's through the CAS;
+    ``support.run_job_racing``)."""
+    from catalog.server.app import build_catalog
+    from catalog.settings import Settings
+
+    srv = start_server(tmp_path / "srv", "sqlite")
+    local = build_catalog(
+        Settings(database_url=srv.env["CATALOG_DATABASE_URL"], warehouse=srv.env["CATALOG_WAREHOUSE"]), migrated=True
+    )
+    yield srv, local
+    local.store.engine.dispose()
+    srv.stop()

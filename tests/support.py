@@ -695,3 +695,22 @@ def duckdb_attached(server: Server) -> Any:
         f"ATTACH 'warehouse' AS lake (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none'{options})"
     )
     return con
+
+
+def run_job_racing(local: Any, ns: str, job: Any, before_commit: Any) -> dict:
+    """Run a maintenance job (``job.run(entry, file, dry, reread)``, e.g. a manifest rewrite or a
+    compaction) on ``ns.t`` in this process (``local``: ``build_catalog``'s); ``before_commit()``
+    runs once, before the job's first commit: what a writer landing first looks like to it."""
+    entry = local.store.get_entry((ns,), "t")
+    commit, calls = local.engine.commit, []
+
+    def racing(changes, key=None):  # noqa: ANN001, ANN202
+        if not calls:
+            calls.append(1)
+            before_commit()
+        return commit(changes, key)
+
+    local.engine.commit = racing
+    reread = lambda: (e := local.store.get_entry((ns,), "t"), local.files.read(e.metadata_location))  # noqa: E731
+    result, _ = job.run(entry, local.files.read(entry.metadata_location), False, reread)
+    return result

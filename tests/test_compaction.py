@@ -31,6 +31,7 @@ from tests.support import (
     duckdb_attached,
     register_catalog,
     run_care,
+    run_job_racing,
     sql_rows,
     start_server,
 )
@@ -264,47 +265,17 @@ def test_a_client_cannot_mark_its_snapshot_as_the_catalogs(care: Server) -> None
     assert catalog.load_table(f"{ns}.t").current_snapshot().snapshot_id == head.snapshot_id
 
 
-@pytest.fixture
-def two_processes(tmp_path: Path) -> Iterator[tuple[Server, object]]:
-    """A server (the writers' catalog) and the catalog service in this process on the same SQLite
-    database and warehouse (the compaction's side: its commits race the server's through the CAS)."""
-    from catalog.server.app import build_catalog
-    from catalog.settings import Settings
-
-    srv = start_server(tmp_path / "srv", "sqlite")
-    local = build_catalog(
-        Settings(database_url=srv.env["CATALOG_DATABASE_URL"], warehouse=srv.env["CATALOG_WAREHOUSE"]), migrated=True
-    )
-    yield srv, local
-    local.store.engine.dispose()
-    srv.stop()
-
-
-def _compact_with(local, ns: str, before_commit) -> dict:  # noqa: ANN001
-    """Run the job in this process; ``before_commit()`` runs once, before its first commit."""
-    entry = local.store.get_entry((ns,), "t")
-    commit, calls = local.engine.commit, []
-
-    def racing(changes, key=None):  # noqa: ANN001, ANN202
-        if not calls:
-            calls.append(1)
-            before_commit()
-        return commit(changes, key)
-
-    local.engine.commit = racing
-    reread = lambda: (e := local.store.get_entry((ns,), "t"), local.files.read(e.metadata_location))  # noqa: E731
-    result, _ = compaction.Compactor(local.storage, local.engine, 2**30, 0).run(
-        entry, local.files.read(entry.metadata_location), False, reread
-    )
-    return result
-
-
 def test_a_compaction_whose_head_moved_by_an_append_lands_on_the_new_head(two_processes) -> None:  # noqa: ANN001
     srv, local = two_processes
     catalog, ns, table = _table(srv)
     for i in range(6):
         table.append(_batch(i))
-    result = _compact_with(local, ns, lambda: catalog.load_table(f"{ns}.t").append(_batch(99)))
+    result = run_job_racing(
+        local,
+        ns,
+        compaction.Compactor(local.storage, local.engine, 2**30, 0),
+        lambda: catalog.load_table(f"{ns}.t").append(_batch(99)),
+    )
     assert result["landed-on-moved-head"] == 1 and result["replanned"] == 0, result
     table = catalog.load_table(f"{ns}.t")
     head = table.current_snapshot()
@@ -323,7 +294,12 @@ def test_a_compaction_that_meets_a_row_level_writer_yields_and_leaves_nothing(tw
         table.append(_batch(i))
     data_dir = Path(table.location().removeprefix("file://")) / "data"
     files_before = {str(p) for p in data_dir.rglob("*.parquet")}
-    result = _compact_with(local, ns, lambda: catalog.load_table(f"{ns}.t").delete("id = 31"))
+    result = run_job_racing(
+        local,
+        ns,
+        compaction.Compactor(local.storage, local.engine, 2**30, 0),
+        lambda: catalog.load_table(f"{ns}.t").delete("id = 31"),
+    )
     assert "row-level writer" in result["yielded"], result
     table = catalog.load_table(f"{ns}.t")
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [i for i in _ids(range(6)) if i != 31]
@@ -347,7 +323,7 @@ def test_a_compaction_whose_files_another_compaction_took_plans_again(two_proces
         entry = local.store.get_entry((ns,), "t")
         other.run(entry, local.files.read(entry.metadata_location), False, lambda: None)
 
-    result = _compact_with(local, ns, compact_first)
+    result = run_job_racing(local, ns, compaction.Compactor(local.storage, local.engine, 2**30, 0), compact_first)
     assert result["replanned"] == 1 and result["rewritten-data-files"] == 0, result  # nothing left to do
     table = catalog.load_table(f"{ns}.t")
     assert [s.summary.operation.value for s in table.metadata.snapshots][6:] == ["replace"]

@@ -34,8 +34,8 @@ from tests.support import (
     live_entries,
     register_catalog,
     run_care,
+    run_job_racing,
     sql_rows,
-    start_server,
 )
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "part", StringType(), required=False))
@@ -233,47 +233,17 @@ def test_an_append_that_started_before_the_rewrite_is_rebased_over_it(care: Serv
 # -- a moved head, deterministically: the job in this process, the server as the other writer -----
 
 
-@pytest.fixture
-def two_processes(tmp_path: Path) -> Iterator[tuple[Server, object]]:
-    """A server (the writers' catalog) and the catalog service in this process on the same SQLite
-    database and warehouse (the rewrite's side: its commits race the server's through the CAS)."""
-    from catalog.server.app import build_catalog
-    from catalog.settings import Settings
-
-    srv = start_server(tmp_path / "srv", "sqlite")
-    local = build_catalog(
-        Settings(database_url=srv.env["CATALOG_DATABASE_URL"], warehouse=srv.env["CATALOG_WAREHOUSE"]), migrated=True
-    )
-    yield srv, local
-    local.store.engine.dispose()
-    srv.stop()
-
-
-def _rewrite_with(local, ns: str, before_commit) -> dict:  # noqa: ANN001
-    """Run the job in this process; ``before_commit()`` runs once, before its first commit."""
-    entry = local.store.get_entry((ns,), "t")
-    commit, calls = local.engine.commit, []
-
-    def racing(changes, key=None):  # noqa: ANN001, ANN202
-        if not calls:
-            calls.append(1)
-            before_commit()
-        return commit(changes, key)
-
-    local.engine.commit = racing
-    reread = lambda: (e := local.store.get_entry((ns,), "t"), local.files.read(e.metadata_location))  # noqa: E731
-    result, _ = manifests.Rewriter(local.storage, local.engine).run(
-        entry, local.files.read(entry.metadata_location), False, reread
-    )
-    return result
-
-
 def test_a_rewrite_whose_head_moved_lands_on_the_new_head(two_processes) -> None:  # noqa: ANN001
     srv, local = two_processes
     catalog, ns, table = _table(srv)
     for i in range(6):
         table.append(_batch(i))
-    result = _rewrite_with(local, ns, lambda: catalog.load_table(f"{ns}.t").append(_batch(99)))
+    result = run_job_racing(
+        local,
+        ns,
+        manifests.Rewriter(local.storage, local.engine),
+        lambda: catalog.load_table(f"{ns}.t").append(_batch(99)),
+    )
     assert result["landed-on-moved-head"] == 1 and result["replanned"] == 0, result
     assert result["manifests-replaced"] == 6 and result["manifests-created"] == 1 and result["manifests-kept"] == 1
     table = catalog.load_table(f"{ns}.t")
@@ -295,7 +265,7 @@ def test_a_rewrite_whose_manifests_were_rewritten_meanwhile_plans_again(two_proc
         entry = local.store.get_entry((ns,), "t")
         other.run(entry, local.files.read(entry.metadata_location), False, lambda: None)
 
-    result = _rewrite_with(local, ns, rewrite_first)
+    result = run_job_racing(local, ns, manifests.Rewriter(local.storage, local.engine), rewrite_first)
     assert result["replanned"] == 1 and result["manifests-replaced"] == 0, result  # one manifest: nothing to do
     table = catalog.load_table(f"{ns}.t")
     replaces = [s for s in table.metadata.snapshots if s.summary.operation.value == "replace"]

@@ -50,7 +50,7 @@ from typing import Any
 from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntry, ManifestFile
 
 from catalog import errors, metrics
-from catalog.commit.changes import MAINTENANCE_JOB, TABLE, Change
+from catalog.commit.changes import MAINTENANCE_JOB
 from catalog.commit.engine import CommitEngine
 from catalog.commit.rebase import with_totals
 from catalog.maintenance.compaction_plan import (
@@ -71,6 +71,7 @@ from catalog.maintenance.manifests import (
     manifest_writer,
     metadata_dir,
     new_snapshot_id,
+    replace_on_main,
     spec_and_schema,
 )
 from catalog.maintenance.rows import Rewritten, delete_quietly, rewrite
@@ -328,34 +329,7 @@ class Compactor:
             changes["removed-delete-files"] = str(removed_delete_files)
             changes["removed-position-deletes"] = str(removed_positions)
         summary = {"operation": "replace", **with_totals(changes, head.get("summary") or {}), MAINTENANCE_JOB: KIND}
-        snapshot: dict[str, Any] = {
-            "snapshot-id": snapshot_id,
-            "parent-snapshot-id": head["snapshot-id"],
-            "timestamp-ms": max(int(time.time() * 1000), int(head.get("timestamp-ms", 0))),
-            "manifest-list": location,
-            "summary": summary,
-        }
-        if head.get("schema-id") is not None:
-            snapshot["schema-id"] = head["schema-id"]
-        if version >= 2:
-            snapshot["sequence-number"] = sequence
-        if version >= 3:
-            snapshot["first-row-id"] = first_row_id
-            snapshot["added-rows"] = lw.next_row_id - first_row_id
-        change = Change(
-            TABLE,
-            entry.namespace,
-            entry.name,
-            requirements=[
-                {"type": "assert-table-uuid", "uuid": metadata["table-uuid"]},
-                {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head["snapshot-id"]},
-            ],
-            updates=[
-                {"action": "add-snapshot", "snapshot": snapshot},
-                {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
-            ],
-            maintenance=True,
-        )
+        change = replace_on_main(entry, metadata, head, snapshot_id, location, summary, lw.next_row_id)
         mine = [p for p in written.paths if p.startswith(f"{directory}/{commit_id}-") or p == location]
         try:
             committed = self.engine.commit([change])

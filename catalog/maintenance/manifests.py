@@ -415,34 +415,7 @@ class Rewriter:
                 MAINTENANCE_JOB: KIND,
             }
         )
-        snapshot: dict[str, Any] = {
-            "snapshot-id": snapshot_id,
-            "parent-snapshot-id": head["snapshot-id"],
-            "timestamp-ms": max(int(time.time() * 1000), int(head.get("timestamp-ms", 0))),
-            "manifest-list": location,
-            "summary": summary,
-        }
-        if head.get("schema-id") is not None:
-            snapshot["schema-id"] = head["schema-id"]
-        if version >= 2:
-            snapshot["sequence-number"] = sequence
-        if version >= 3:
-            snapshot["first-row-id"] = first_row_id
-            snapshot["added-rows"] = writer.next_row_id - first_row_id
-        change = Change(
-            TABLE,
-            entry.namespace,
-            entry.name,
-            requirements=[
-                {"type": "assert-table-uuid", "uuid": metadata["table-uuid"]},
-                {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head["snapshot-id"]},
-            ],
-            updates=[
-                {"action": "add-snapshot", "snapshot": snapshot},
-                {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
-            ],
-            maintenance=True,
-        )
+        change = replace_on_main(entry, metadata, head, snapshot_id, location, summary, writer.next_row_id)
         try:
             committed = self.engine.commit([change])
         except errors.CommitFailed as e:  # a writer moved main (or the table was replaced): never its 409
@@ -486,6 +459,50 @@ def live_entries(m: ManifestFile, entries: tuple[ManifestEntry, ...]) -> list[Ma
         e.data_file.spec_id = m.partition_spec_id
         out.append(e)
     return out
+
+
+def replace_on_main(
+    entry: Entry,
+    metadata: dict[str, Any],
+    head: dict[str, Any],
+    snapshot_id: int,
+    manifest_list: str,
+    summary: dict[str, str],
+    next_row_id: int,
+) -> Change:
+    """The catalog's own commit of a ``replace`` snapshot on main (a manifest rewrite, a compaction):
+    parent ``head``, the next sequence number, v3's row-id range up to ``next_row_id`` (the list
+    writer's), asserting main is still at ``head``; marked as maintenance."""
+    version = metadata["format-version"]
+    first_row_id = metadata.get("next-row-id", 0)
+    snapshot: dict[str, Any] = {
+        "snapshot-id": snapshot_id,
+        "parent-snapshot-id": head["snapshot-id"],
+        "timestamp-ms": max(int(time.time() * 1000), int(head.get("timestamp-ms", 0))),
+        "manifest-list": manifest_list,
+        "summary": summary,
+    }
+    if head.get("schema-id") is not None:
+        snapshot["schema-id"] = head["schema-id"]
+    if version >= 2:
+        snapshot["sequence-number"] = metadata.get("last-sequence-number", 0) + 1
+    if version >= 3:
+        snapshot["first-row-id"] = first_row_id
+        snapshot["added-rows"] = next_row_id - first_row_id
+    return Change(
+        TABLE,
+        entry.namespace,
+        entry.name,
+        requirements=[
+            {"type": "assert-table-uuid", "uuid": metadata["table-uuid"]},
+            {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head["snapshot-id"]},
+        ],
+        updates=[
+            {"action": "add-snapshot", "snapshot": snapshot},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+        ],
+        maintenance=True,
+    )
 
 
 def listed(m: ManifestFile, version: int) -> ManifestFile:
