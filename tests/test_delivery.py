@@ -92,7 +92,7 @@ def receiver() -> Iterator[Receiver]:
     hook.down()
 
 
-def test_a_webhook_down_for_a_while_gets_every_event_afterwards_in_order_signed(
+def test_a_webhook_down_for_a_minute_gets_every_event_afterwards_in_order_signed(
     fresh: Start, receiver: Receiver
 ) -> None:
     srv = fresh({
@@ -102,7 +102,7 @@ def test_a_webhook_down_for_a_while_gets_every_event_afterwards_in_order_signed(
         **FAST,
     })  # fmt: skip
     some_changes(srv, "w")
-    time.sleep(3)  # the sink is down: deliveries fail and back off; commits went on regardless
+    time.sleep(60)  # the sink is down a minute: deliveries fail and back off; commits went on regardless
     assert receiver.received == []
     receiver.up()
     feed = read_all(srv.url)
