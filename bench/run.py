@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default=",".join(DEFAULT),
         type=_parts,
-        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, care-scale "
-        "(default: all but care-scale)",
+        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, care-scale, weed "
+        "(default: all but care-scale and weed)",
     )
     parser.add_argument(
         "--care-appends",
@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         help="measure the headline scenarios on GIT_REF's build and on the working tree, alternately, and "
         "print the ratios (bench/compare.py; default backend sqlite)",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="--compare: rounds of alternation (default 3)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="--compare and --only weed: rounds of alternation (default 3)"
+    )
     parser.add_argument(
         "--ref-server-env",
         action="append",

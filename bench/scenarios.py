@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from . import backends, baselines, care, clients, cpu, hot, metrics, profiling, wire
+from . import backends, baselines, care, clients, cpu, hot, metrics, profiling, weed, wire
 from .report import lat_stats, sample
 
 LOAD_LEVELS = (1, 8, 32)
@@ -45,7 +45,7 @@ GROWTH = {
 HISTORY_BATCH = 5_000  # add-snapshot updates per commit while building history
 
 
-PARTS = ("load", "commit_scenarios", "hot_appends", "growth", "baselines", "care", "care_scale")
+PARTS = ("load", "commit_scenarios", "hot_appends", "growth", "baselines", "care", "care_scale", "weed")
 SHORT = {
     "load": "load",
     "commits": "commit_scenarios",
@@ -54,8 +54,10 @@ SHORT = {
     "baselines": "baselines",
     "care": "care",
     "care-scale": "care_scale",
+    "weed": "weed",
 }
-DEFAULT = tuple(k for k in SHORT if k != "care-scale")  # the scale probe is opt-in (minutes)
+# opt-in: the scale probe (minutes) and the SeaweedFS catalog comparison (its own rounds, minutes)
+DEFAULT = tuple(k for k in SHORT if k not in ("care-scale", "weed"))
 
 
 @dataclass(frozen=True)
@@ -448,6 +450,17 @@ class Run:
         """100,000 snapshots expired, 1,000,000 files listed by orphan removal (``bench/care.py``)."""
         self.r["care_scale"] = out = {}
         care.scale(self.b, self.args.quick, dict(self.args.server_env), log, out)
+
+    def weed(self) -> None:
+        """This server against SeaweedFS's Iceberg REST catalog, alternately (``bench/weed.py``)."""
+        assert self.b.workdir is not None
+        rounds = getattr(self.args, "rounds", 3)
+        self.r["weed"] = w = weed.run(
+            self.url, self.b.pid, self.b.workdir, self.plan.load_s, self.plan.distinct_s, rounds, log
+        )
+        for key in weed.KEYS:  # our side's answers count in the run's 5xx check
+            for status, n in w[key]["ours_statuses"].items():
+                self.statuses[int(status)] = self.statuses.get(int(status), 0) + n
 
     def baselines(self) -> None:
         p, b = self.plan, {}
