@@ -207,6 +207,7 @@ class Side:
 
     def verify(self) -> dict:
         """Every acknowledged snapshot on main's chain of its table's final metadata."""
+        self.http.close()  # idle since setup: the server may have closed the kept-alive connection
         lost = 0
         for path, ids in self.acked.items():
             ancestry = wire.main_ancestry(orjson.loads(self.call("GET", path))["metadata"])
@@ -227,11 +228,11 @@ def run(ours_url: str, ours_pid: int, workdir: Path, load_s: float, commit_s: fl
             order = sides if rnd % 2 == 0 else sides[::-1]
             for key in KEYS:
                 got = {s.label: s.measure(key, load_s, commit_s) for s in order}
+                ratio = got["ours"] / got["weed"] if got["weed"] else math.nan
                 log(
-                    f"weed round {rnd + 1} {key}: ours {got['ours']:,.1f}/s, SeaweedFS {got['weed']:,.1f}/s, "
-                    f"ratio {got['ours'] / got['weed']:.2f}"
-                    if got["weed"]
-                    else f"weed round {rnd + 1} {key}: ours {got['ours']:,.1f}/s, SeaweedFS 0/s"
+                    f"weed round {rnd + 1} {key}: ours {got['ours']:,.1f}/s ({ours.cpu_ms[key][-1]:.2f} ms CPU/op), "
+                    f"SeaweedFS {got['weed']:,.1f}/s ({theirs.cpu_ms[key][-1]:.2f} ms CPU/op), ratio {ratio:.2f}, "
+                    f"load average {os.getloadavg()[0]:.1f}"
                 )
         out: dict = {"version": weed.version, "rounds": rounds, "load_s": load_s, "commit_s": commit_s}
         for key in KEYS:
@@ -245,6 +246,10 @@ def run(ours_url: str, ours_pid: int, workdir: Path, load_s: float, commit_s: fl
                 "target": TARGETS[key],
                 "ours_cpu_ms": statistics.median(ours.cpu_ms[key]),
                 "weed_cpu_ms": statistics.median(theirs.cpu_ms[key]),
+                "ours_rounds": a,
+                "weed_rounds": b,
+                "ours_cpu_rounds": ours.cpu_ms[key],
+                "weed_cpu_rounds": theirs.cpu_ms[key],
                 "ours_statuses": {str(k): v for k, v in sorted(ours.statuses[key].items())},
                 "weed_statuses": {str(k): v for k, v in sorted(theirs.statuses[key].items())},
             }
