@@ -458,6 +458,8 @@ class Run:
         self.r["weed"] = w = weed.run(
             self.url, self.b.pid, self.b.workdir, self.plan.load_s, self.plan.distinct_s, rounds, log
         )
+        for path, ids in w.pop("ours_acked").items():  # and in its lost-commit check
+            self.acked.setdefault(path, []).extend(ids)
         for key in weed.KEYS:  # our side's answers count in the run's 5xx check
             for status, n in w[key]["ours_statuses"].items():
                 self.statuses[int(status)] = self.statuses.get(int(status), 0) + n

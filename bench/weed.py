@@ -255,6 +255,7 @@ def run(ours_url: str, ours_pid: int, workdir: Path, load_s: float, commit_s: fl
             }
         out["integrity"] = {"ours": ours.verify(), "weed": theirs.verify()}
         log(f"weed: {out}")
+        out["ours_acked"] = ours.acked  # the caller's lost-commit check verifies them again
         return out
     finally:
         for s in sides:
