@@ -458,6 +458,7 @@ class Run:
         self.r["weed"] = w = weed.run(
             self.url, self.b.pid, self.b.workdir, self.plan.load_s, self.plan.distinct_s, rounds, log
         )
+        self.http.close()  # idle through the rounds: the server may have closed it (reopened on next use)
         for path, ids in w.pop("ours_acked").items():  # and in its lost-commit check
             self.acked.setdefault(path, []).extend(ids)
         for key in weed.KEYS:  # our side's answers count in the run's 5xx check
