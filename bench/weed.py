@@ -13,7 +13,7 @@ as ``--compare`` does):
   set-snapshot-ref main guarded by assert-ref-snapshot-id: the bench's append, which SeaweedFS's
   catalog accepts and answers with 409 when the guard fails);
 - set-properties over 16 tables: 16 writers, writer ``i`` on table ``i`` (no requirement): commits
-  whose metadata does not grow, where the appends' tables gain a snapshot per commit;
+  that add no snapshot, where the appends' tables gain one per commit;
 - set-properties by 16 writers on ONE table (no requirement: every commit lands; the table's serial
   commit rate).
 
