@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -526,6 +527,45 @@ def _events(r: dict) -> tuple[str, bool | None]:
     return text, e["ratio"] >= 0.9
 
 
+def _weed(key: str) -> Callable[[dict], tuple[str, bool | None]]:
+    """Ours / SeaweedFS's catalog, same run, alternating (``bench/weed.py``)."""
+
+    def cell(r: dict) -> tuple[str, bool | None]:
+        w = _get(r, "weed", key)
+        if not w:
+            return "n/a", None
+        rounds = ", ".join(f"{x:.2f}" for x in w["per_round"])
+        text = (
+            f"ours {_num(w['ours'])}/s, SeaweedFS {_num(w['weed'])}/s: {w['ratio']:.2f}x (rounds {rounds}); "
+            f"server CPU ms/op ours {w['ours_cpu_ms']:.2f}, SeaweedFS {w['weed_cpu_ms']:.2f}"
+        )
+        return text, w["ratio"] >= w["target"]
+
+    return cell
+
+
+def _weed_answers(r: dict) -> tuple[str, bool | None]:
+    w = _get(r, "weed")
+    if not w:
+        return "n/a", None
+    parts, fivexx = [], 0
+    for side, label in (("ours", "ours"), ("weed", "SeaweedFS")):
+        odd = Counter()
+        for key in ("load", "commit_16", "props_16", "props_hot"):
+            if key not in w:
+                continue
+            for status, n in w[key][f"{side}_statuses"].items():
+                if not 200 <= int(status) < 300:
+                    odd[status] += n
+                    fivexx += n if int(status) >= 500 or int(status) == 0 else 0
+        i = w["integrity"][side]
+        parts.append(
+            f"{label}: non-2xx {dict(odd) or 0}, lost {i['lost']} of {i['acknowledged']:,} acknowledged"
+            + (f", {i['unknown_outcome']} unknown outcome" if i["unknown_outcome"] else "")
+        )
+    return "; ".join(parts), fivexx == 0 and all(w["integrity"][s]["lost"] == 0 for s in ("ours", "weed"))
+
+
 ROWS: list[Row] = [
     ("loadTable, 1 client", "", _load(1)),
     ("loadTable, 8 clients", "", _load(8)),
@@ -577,6 +617,11 @@ ROWS: list[Row] = [
     ("compaction ON: after the next run", "", _compaction("on.after_final_run")),
     ("compaction: appenders' 409s while it runs", "0", _compaction_writers),
     ("compaction: server CPU per GB rewritten in process", "", _compaction_cpu),
+    ("vs SeaweedFS's Iceberg catalog: loadTable, 8 clients", ">= 3x", _weed("load")),
+    ("vs SeaweedFS's Iceberg catalog: appends over 16 tables, 16 writers", ">= 2x", _weed("commit_16")),
+    ("vs SeaweedFS's Iceberg catalog: set-properties over 16 tables, 16 writers", ">= 2x", _weed("props_16")),
+    ("vs SeaweedFS's Iceberg catalog: set-properties, 16 writers on ONE table", ">= 3x", _weed("props_hot")),
+    ("vs SeaweedFS's Iceberg catalog: non-2xx answers, lost commits", "0 5xx, 0 lost", _weed_answers),
     ("baseline raw CAS, 1 writer", "", _stat(("baselines", "raw_cas_1"), with_rate=True)),
     ("baseline raw CAS, 16 writers on one row", "", _cas_multi),
     ("baseline metadata write (hot table size)", "", _write),

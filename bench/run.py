@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(DEFAULT),
         type=_parts,
         help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, compaction, "
-        "events, care-scale (default: all but care-scale)",
+        "events, care-scale, weed (default: all but care-scale and weed)",
     )
     parser.add_argument(
         "--care-appends",
@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         help="measure the headline scenarios on GIT_REF's build and on the working tree, alternately, and "
         "print the ratios (bench/compare.py; default backend sqlite)",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="--compare: rounds of alternation (default 3)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="--compare and --only weed: rounds of alternation (default 3)"
+    )
     parser.add_argument(
         "--ref-server-env",
         action="append",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from . import backends, baselines, care, clients, compaction, cpu, events, hot, metrics, profiling, wire
+from . import backends, baselines, care, clients, compaction, cpu, events, hot, metrics, profiling, weed, wire
 from .report import lat_stats, sample
 
 LOAD_LEVELS = (1, 8, 32)
@@ -55,6 +55,7 @@ PARTS = (
     "care_scale",
     "compaction",
     "events",
+    "weed",
 )
 SHORT = {
     "load": "load",
@@ -66,8 +67,10 @@ SHORT = {
     "care-scale": "care_scale",
     "compaction": "compaction",
     "events": "events",
+    "weed": "weed",
 }
-DEFAULT = tuple(k for k in SHORT if k != "care-scale")  # the scale probe is opt-in (minutes)
+# opt-in: the scale probe (minutes) and the SeaweedFS catalog comparison (its own rounds, minutes)
+DEFAULT = tuple(k for k in SHORT if k not in ("care-scale", "weed"))
 
 
 @dataclass(frozen=True)
@@ -468,6 +471,20 @@ class Run:
     def events(self) -> None:
         """Commits/s with change events on vs off, on servers of their own (``bench/events.py``)."""
         self.r["events"] = events.run(self.b, self.args.quick, dict(self.args.server_env), log)
+
+    def weed(self) -> None:
+        """This server against SeaweedFS's Iceberg REST catalog, alternately (``bench/weed.py``)."""
+        assert self.b.workdir is not None
+        rounds = getattr(self.args, "rounds", 3)
+        self.r["weed"] = w = weed.run(
+            self.url, self.b.pid, self.b.workdir, self.plan.load_s, self.plan.distinct_s, rounds, log
+        )
+        self.http.close()  # idle through the rounds: the server may have closed it (reopened on next use)
+        for path, ids in w.pop("ours_acked").items():  # and in its lost-commit check
+            self.acked.setdefault(path, []).extend(ids)
+        for key in weed.KEYS:  # our side's answers count in the run's 5xx check
+            for status, n in w[key]["ours_statuses"].items():
+                self.statuses[int(status)] = self.statuses.get(int(status), 0) + n
 
     def baselines(self) -> None:
         p, b = self.plan, {}
