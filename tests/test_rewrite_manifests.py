@@ -333,6 +333,8 @@ def test_spark_reads_the_rewrite_and_its_own_rewrite_manifests_agrees(care: Serv
     assert mine.summary.operation.value == spark_made.summary.operation.value == "replace"
     assert len(mine.manifests(ours.io)) == len(spark_made.manifests(theirs.io)) == 1
     ours_summary, spark_summary = mine.summary.additional_properties, spark_made.summary.additional_properties
+    # the catalog marks its own snapshots (what lets a writer's commit win against them); Spark's has no mark
+    assert ours_summary.pop("catalog.maintenance-job") == "rewrite-manifests"
     # the same summary but Spark's engine keys, and entries-processed: Spark's action writes the
     # manifests itself and hands them to RewriteManifests (0 processed there); the catalog rewrites
     # entries as BaseRewriteManifests' clusterBy path does, and counts them
