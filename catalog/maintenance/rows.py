@@ -89,9 +89,9 @@ class _Key:
         return self._spec.partition_to_path(self.partition, self._schema)
 
 
-def sort_keys(table: Any, schema: Schema) -> tuple[list[tuple[str, str]], str] | None:
-    """The table's default sort order as pyarrow sort keys, when every field is an identity transform
-    of a top-level column (else None: bin-pack only)."""
+def sort_keys(table: Any, schema: Schema) -> list[tuple[str, str, str]] | None:
+    """The table's default sort order as pyarrow sort keys (column, direction, where nulls go, per
+    field), when every field is an identity transform of a top-level column (else None: bin-pack)."""
     order = table.sort_order()
     if order is None or not order.fields:
         return None
@@ -105,9 +105,9 @@ def sort_keys(table: Any, schema: Schema) -> tuple[list[tuple[str, str]], str] |
             return None
         if name is None or "." in name:
             return None
-        keys.append((name, "ascending" if f.direction.name == "ASC" else "descending"))
-    nulls = "at_start" if order.fields[0].null_order.name == "NULLS_FIRST" else "at_end"
-    return keys, nulls
+        direction = "ascending" if f.direction.name == "ASC" else "descending"
+        keys.append((name, direction, "at_start" if f.null_order.name == "NULLS_FIRST" else "at_end"))
+    return keys
 
 
 def _with_lineage(rows: pa.Table, raw: bytes, e: ManifestEntry) -> pa.Table:
@@ -169,7 +169,7 @@ def rewrite(storage: Storage, metadata: dict[str, Any], groups: list[Group], lim
         for n, group in enumerate(groups):
             rows, referenced = _read_group(table, schema, io, group, version)
             if order:
-                rows = rows.take(pc.sort_indices(rows, sort_keys=order[0], null_placement=order[1]))
+                rows = rows.take(pc.sort_indices(rows, sort_keys=order))
             input_bytes = max(1, group.bytes)
             per_file = max(1, -(-rows.num_rows * target // input_bytes)) if rows.num_rows else 1
             tasks = [
