@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import select
 import socket
 import time
@@ -296,6 +297,31 @@ def test_slow_body_is_closed_after_the_body_timeout(bounded):
                     closed = True
         took = time.monotonic() - start
     assert closed and BODY_TIMEOUT - 0.5 < took < BODY_TIMEOUT + 1.5, took
+
+
+def test_a_client_that_leaves_mid_body_is_no_server_error(bounded, web):
+    """A client killed while sending its body (a CLI stopped with kill, a timed-out job) is counted
+    as 499, "client closed request", and logged without a traceback: a 5xx is the server's fault."""
+
+    def count(status: str) -> float:
+        text = web.get(f"{bounded.url}/metrics", timeout=10).text
+        pattern = rf'catalog_http_requests_total{{method="POST",route="/v1/events",status="{status}"}} (\S+)'
+        found = re.search(pattern, text)
+        return float(found.group(1)) if found else 0.0
+
+    before_499, before_500 = count("499"), count("500")
+    for _ in range(3):
+        with _connect(bounded) as sock:
+            sock.sendall(
+                b"POST /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100\r\n\r\n{"
+            )
+            time.sleep(0.3)  # the server is waiting for the rest of the body
+    deadline = time.monotonic() + 10
+    while count("499") < before_499 + 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert count("499") == before_499 + 3 and count("500") == before_500
+    assert "client disconnected prematurely" not in bounded.log.read_text()
 
 
 def test_endless_request_head_is_refused_431(bounded):

@@ -12,12 +12,16 @@ from pydantic import ValidationError
 
 from catalog import errors, logs
 from catalog.api import wire
+from catalog.api.observation import CLIENT_CLOSED, CLIENT_GONE
 
 log = logging.getLogger("catalog")
 
 
 def error_response(request: Request, exc: Exception) -> Response:
     err = as_iceberg(exc)
+    if err.code >= 500 and request.scope.get(CLIENT_GONE):  # no one to answer; not the server's fault
+        log.info("%s %s: the client went away before it was answered", request.method, request.url.path)
+        return Response(content=None, status_code=CLIENT_CLOSED)
     if err.code == 503:  # an unreachable dependency: expected in operation, no traceback needed
         rid = logs.request_id.get() or "none"
         detail = f" ({err.detail})" if err.detail else ""

@@ -17,6 +17,9 @@ access_log = logging.getLogger("catalog.access")
 # Probes and scrapes come every few seconds: their access lines are at debug, the others at info.
 _QUIET_ROUTES = frozenset({"/health/live", "/health/ready", "/metrics"})
 _MUTATING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
+# Set in the request's scope when the client disconnected before the request was answered.
+CLIENT_GONE = "catalog.client_gone"
+CLIENT_CLOSED = 499
 
 
 class RequestObservation:
@@ -25,7 +28,11 @@ class RequestObservation:
     route template, status, duration, principal when authentication is on; info, probes and scrapes
     at debug), and the audit line of each mutating request and each refusal (principal, action,
     object, outcome, request id; the principal and object as the route's authorization check
-    recorded them)."""
+    recorded them).
+
+    A client that goes away before its request was answered (its body never came in whole, say)
+    is counted and logged with status 499, nginx's "client closed request": it is not a server
+    error, and no one is left to receive an answer."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -41,6 +48,12 @@ class RequestObservation:
         status = 500
         start = time.perf_counter()
 
+        async def receive_watched() -> dict[str, Any]:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                scope[CLIENT_GONE] = True
+            return message
+
         async def send_with_id(message: dict[str, Any]) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
@@ -49,8 +62,10 @@ class RequestObservation:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive_watched, send_with_id)
         finally:
+            if scope.get(CLIENT_GONE) and status >= 500:
+                status = CLIENT_CLOSED
             handler = scope.get("route_handler")
             route = _route(handler)
             seconds = time.perf_counter() - start
