@@ -7,6 +7,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -252,6 +253,38 @@ def test_database_down_is_503_and_service_resumes(own_pg, services, tmp_path):
         loaded = requests.get(f"{base}/v1/namespaces/n/tables/t", timeout=30).json()
         assert loaded["metadata-location"] == created["metadata-location"]  # the failed commit moved nothing
         assert requests.get(f"{base}/health/ready", timeout=30).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_the_first_requests_after_a_database_restart_succeed(own_pg, services, tmp_path):
+    """Pooled connections outlive a database restart: each is pinged as it leaves the pool after an
+    idle spell, so the requests after the restart find fresh connections, not dead ones (503)."""
+    server = start_server(
+        tmp_path / "srv", "postgres-s3", {"CATALOG_DATABASE_URL": own_pg.url, **s3_env(services["s3"], "dbrestart")}
+    )
+    try:
+        base = server.url
+        create_n_t(base)
+        with ThreadPoolExecutor(8) as pool:  # fill the pool with connections
+            assert set(
+                pool.map(lambda _: requests.get(f"{base}/v1/namespaces/n/tables/t", timeout=30).status_code, range(64))
+            ) == {200}
+        own_pg.stop()
+        own_pg.start()
+        time.sleep(1.5)  # the pooled connections (all dead now) idle past the ping threshold
+
+        def load(_: int) -> int:
+            return requests.get(f"{base}/v1/namespaces/n/tables/t", timeout=30).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            assert sorted(pool.map(load, range(32))) == [200] * 32
+        resp = requests.post(
+            f"{base}/v1/namespaces/n/tables/t",
+            json={"updates": [{"action": "set-properties", "updates": {"after": "restart"}}]},
+            timeout=30,
+        )
+        assert resp.status_code == 200, resp.text
     finally:
         server.stop()
 

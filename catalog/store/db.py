@@ -48,6 +48,7 @@ never by commits.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import sqlalchemy as sa
@@ -249,7 +250,8 @@ def create_engine(settings: Settings) -> Engine:
     SQLite: WAL, a busy timeout, and write transactions opened with ``BEGIN IMMEDIATE`` so that two
     writers queue on the lock instead of failing with "database is locked" when a read lock would be
     upgraded. Reads use AUTOCOMMIT connections and never take the write lock.
-    PostgreSQL: a bounded, pre-pinged pool sized by settings.
+    PostgreSQL: a bounded pool sized by settings, whose connections are pinged when they come out
+    of the pool after an idle spell (``_ping_when_idle``).
     """
     url = settings.database_url
     if settings.is_sqlite:
@@ -262,14 +264,49 @@ def create_engine(settings: Settings) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return sa.create_engine(
+    engine = sa.create_engine(
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_timeout=settings.db_pool_timeout,
-        pool_pre_ping=True,
         connect_args=_postgres_connect_args(url),
     )
+    _ping_when_idle(engine)
+    return engine
+
+
+# A pooled connection idle longer than this is pinged before use.
+PING_AFTER_IDLE_SECONDS = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a connection as it leaves the pool only when it sat there for a while.
+
+    Pinging every checkout (SQLAlchemy's ``pool_pre_ping``) is one more round trip per request:
+    measured here, a pointer read (one per loadTable) took 125 us with it and 44 us without. What a ping catches, connections the server closed (a restart, a failover, an idle
+    timeout), happens while connections sit idle; one in steady use needs none. A stale connection
+    makes the pool open a new one (``DisconnectionError``), so the first requests after an outage
+    succeed as before; a connection that dies while in use is a 503, as it always was.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_SECONDS:
+            return
+        autocommit = dbapi_conn.autocommit
+        try:
+            dbapi_conn.autocommit = True  # no transaction left open by the ping
+            cursor = dbapi_conn.cursor()
+            cursor.execute("SELECT 1")
+            cursor.close()
+            dbapi_conn.autocommit = autocommit
+        except Exception as e:  # noqa: BLE001 - any failure: this connection is not to be used
+            raise sa.exc.DisconnectionError("a pooled connection failed its ping") from e
 
 
 def _postgres_connect_args(url: str) -> dict[str, Any]:

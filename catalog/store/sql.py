@@ -83,7 +83,7 @@ class Database:
 
         The hot reads skip SQLAlchemy's per-call work (an isolation-level switch on checkout and
         back, statement execution and result machinery): measured on SQLite, 183 us -> 12 us per
-        pointer read. The pool (and its pre-ping) is the engine's; a database error drops the
+        pointer read. The pool (and its ping of idle connections) is the engine's; a database error drops the
         connection from the pool and is a 503, as on every other read.
         """
         with tracing.span("db.read"):
