@@ -19,7 +19,9 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
   ``spark_conf``, ``register_catalog``, ``create_events``, ``insert_events``, ``sql_rows``, ``scalar``
 - table care: ``CARE_ENV``, ``care_server`` (a server of its own that runs maintenance), ``run_care``
   (run it now and wait), ``live_entries`` (a snapshot's live manifest entries), ``duckdb_attached``
-  (also behind conftest's ``duck``)
+  (also behind conftest's ``duck``); a partitioned (id, part) table fed by small appends:
+  ``PART_SCHEMA``, ``PART_SPEC``, ``part_table``, ``part_batch`` (one append's rows), ``part_ids`` (the
+  ids of some appends)
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ import pyarrow as pa
 import pytest
 import requests
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType, TimestampType
 
 T = TypeVar("T")
@@ -672,6 +676,36 @@ def live_entries(table: Any, snapshot_id: int | None = None) -> dict[str, tuple]
                 f.record_count,
             )
     return found
+
+
+PART_SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False), NestedField(2, "part", StringType(), required=False)
+)
+PART_SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "part"))
+
+
+def part_table(server: Server, ns_prefix: str = "t", **props: str) -> tuple[RestCatalog, str, Any]:
+    """(catalog, namespace, table): ``<namespace>.t`` of ``PART_SCHEMA`` partitioned by ``part``, in a
+    new namespace named ``<ns_prefix>_<random>``, with table properties ``props``."""
+    catalog = server.catalog()
+    ns = f"{ns_prefix}_{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(ns)
+    return catalog, ns, catalog.create_table(f"{ns}.t", PART_SCHEMA, partition_spec=PART_SPEC, properties=props)
+
+
+def part_batch(i: int, n: int = 3, parts: int = 2) -> pa.Table:
+    """The rows of append number ``i``: ids ``i * 10`` to ``i * 10 + n - 1``, over ``parts`` partitions."""
+    return pa.table(
+        {
+            "id": pa.array([i * 10 + k for k in range(n)], pa.int64()),
+            "part": pa.array([f"p{(i + k) % parts}" for k in range(n)], pa.string()),
+        }
+    )
+
+
+def part_ids(appends: Any, n: int = 3) -> list[int]:
+    """The ids ``part_batch(i, n)`` wrote for every ``i`` of ``appends``, sorted."""
+    return sorted(i * 10 + k for i in appends for k in range(n))
 
 
 def duckdb_attached(server: Server) -> Any:
