@@ -10,6 +10,7 @@ older than it lands on that base (the compaction is rolled back).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -37,6 +38,7 @@ from tests.support import (
     run_job_racing,
     sql_rows,
     start_server,
+    wait_task,
 )
 
 
@@ -534,39 +536,54 @@ def test_spark_writers_never_fail_while_compaction_runs_continuously(
 PARTITIONS = 300  # enough groups that the worker is caught after writing some files, before its commit
 
 
+def _five_files_a_partition(server: Server, partitions: int):  # noqa: ANN202
+    """(catalog, ns, table as it is now, the ids written): five appends of a row in each partition."""
+    catalog, ns, table = part_table(server, "dc", **{compaction_plan.QUIET: "0"})
+    rows = []
+    for i in range(5):
+        batch = pa.table(
+            {
+                "id": pa.array([i * 1000 + p for p in range(partitions)], pa.int64()),
+                "part": pa.array([f"p{p}" for p in range(partitions)], pa.string()),
+            }
+        )
+        table.append(batch)
+        rows.extend(batch["id"].to_pylist())
+    return catalog, ns, catalog.load_table(f"{ns}.t"), rows
+
+
+def _enqueued(server: Server, ns: str, kind: str) -> dict:
+    """The task of ``kind`` queued on ``ns.t`` through the management API (not waited for)."""
+    resp = requests.post(f"{server.url}/management/v1/maintenance/tables/{ns}/t", json={"kinds": [kind]}, timeout=30)
+    assert resp.status_code == 202, resp.text
+    return resp.json()["tasks"][0]
+
+
+def _orphans_removed(server: Server, ns: str, leftovers: set[str]) -> None:
+    """Orphan removal on ``ns.t`` by a worker whose orphan age is under a second: ``leftovers`` went."""
+    time.sleep(1)  # older than the orphan age given to the worker
+    orphans = wait_task(server.url, _enqueued(server, ns, "remove-orphans")["id"], timeout=120)
+    assert orphans["state"] == "done" and orphans["result"]["deleted-files"] >= len(leftovers), orphans
+    assert not any(os.path.exists(p) for p in leftovers)
+
+
 def test_a_compaction_killed_mid_rewrite_loses_nothing_and_its_files_are_orphans(tmp_path: Path) -> None:
     """kill -9 of a dedicated worker process while it writes the compacted files: the table is as it
     was, the task is claimed again and lands, and the first attempt's files, referenced by nothing,
     are taken by orphan removal (the only files it deletes)."""
-    import os
     import signal
-    import time
 
-    from tests.support import start_worker, wait_task
+    from tests.support import start_worker
 
     srv = start_server(tmp_path, "sqlite", {"CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600"})  # runs no task
     workers = []
     try:
-        catalog, ns, table = part_table(srv, "dc", **{compaction_plan.QUIET: "0"})
-        rows = []
-        for i in range(5):
-            batch = pa.table(
-                {
-                    "id": pa.array([i * 1000 + p for p in range(PARTITIONS)], pa.int64()),
-                    "part": pa.array([f"p{p}" for p in range(PARTITIONS)], pa.string()),
-                }
-            )
-            table.append(batch)
-            rows.extend(batch["id"].to_pylist())
-        table = catalog.load_table(f"{ns}.t")
+        catalog, ns, table, rows = _five_files_a_partition(srv, PARTITIONS)
         head = table.current_snapshot().snapshot_id
         data = Path(table.location().removeprefix("file://")) / "data"
         referenced = {str(p) for p in data.rglob("*.parquet")}
         assert len(referenced) == 5 * PARTITIONS
-        resp = requests.post(
-            f"{srv.url}/management/v1/maintenance/tables/{ns}/t", json={"kinds": [compaction.KIND]}, timeout=30
-        )
-        task = resp.json()["tasks"][0]
+        task = _enqueued(srv, ns, compaction.KIND)
         workers.append(start_worker(srv))
         deadline = time.monotonic() + 120
         while len(list(data.rglob("*.parquet"))) < len(referenced) + 20:
@@ -587,13 +604,7 @@ def test_a_compaction_killed_mid_rewrite_loses_nothing_and_its_files_are_orphans
         table = catalog.load_table(f"{ns}.t")
         assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(rows)
         assert all(os.path.exists(p) for p in leftovers)  # nobody deleted them yet: orphans
-        time.sleep(1)  # older than the orphan age given to the worker
-        resp = requests.post(
-            f"{srv.url}/management/v1/maintenance/tables/{ns}/t", json={"kinds": ["remove-orphans"]}, timeout=30
-        )
-        orphans = wait_task(srv.url, resp.json()["tasks"][0]["id"], timeout=300)
-        assert orphans["state"] == "done" and orphans["result"]["deleted-files"] >= len(leftovers), orphans
-        assert not any(os.path.exists(p) for p in leftovers)
+        _orphans_removed(srv, ns, leftovers)
         live = {t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()}
         assert all(os.path.exists(p) for p in live) and all(os.path.exists(p) for p in referenced)
         assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == sorted(rows)
@@ -618,7 +629,6 @@ def test_work_beyond_the_in_process_bound_is_compacted_by_spark(request: pytest.
     hands the table to Iceberg's ``rewrite_data_files`` on that Spark: the task says which engine
     ran, the rows are the same, the small files are gone from the head."""
     import json
-    import os
 
     from tests.support import skip_or_fail, spark_unavailable
 
@@ -650,6 +660,114 @@ def test_work_beyond_the_in_process_bound_is_compacted_by_spark(request: pytest.
         assert sorted(table.scan().to_arrow()["id"].to_pylist()) == part_ids(range(6))
     finally:
         srv.stop()
+
+
+# A file group (a Spark job) each, 5 at a time: seconds between Spark's first file and its commit.
+SPARK_PARTITIONS = 40
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_spark_compaction_killed_mid_rewrite_leaves_the_table_whole(tmp_path: Path) -> None:
+    """kill -9 of a dedicated worker and its Spark JVM (one process group: what a container's kill
+    does) while Spark's ``rewrite_data_files`` writes its files: the table is as it was, every row
+    once, every file it referenced still there; the task's lease runs out and a new worker's Spark
+    compacts; orphan removal then takes what the killed attempt wrote and nothing else."""
+    import json
+
+    from tests.support import group_members, kill_group, skip_or_fail, spark_unavailable, start_worker
+
+    if missing := spark_unavailable():
+        skip_or_fail(f"Spark cannot run: {missing}")
+    conf = {
+        "spark.jars": os.environ["ICEBERG_SPARK_JARS"],
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.local.dir": str(tmp_path / "spark-local"),  # what a killed JVM leaves behind stays here
+    }
+    srv = start_server(
+        tmp_path,
+        "sqlite",
+        {
+            "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",  # runs no task: the workers below do
+            "CATALOG_MAINTENANCE_COMPACTION_QUIET_SECONDS": "0",
+            "CATALOG_MAINTENANCE_COMPACTION_MAX_BYTES": "1024",  # beyond it: Spark
+            "CATALOG_MAINTENANCE_COMPACTION_SPARK": "local[2]",
+            "CATALOG_MAINTENANCE_COMPACTION_SPARK_CONF": json.dumps(conf),
+        },
+    )
+    lease = {"CATALOG_MAINTENANCE_LEASE_SECONDS": "5"}
+    workers = []
+    try:
+        catalog, ns, table, rows = _five_files_a_partition(srv, SPARK_PARTITIONS)
+        head = table.current_snapshot().snapshot_id
+        warehouse = Path(srv.env["CATALOG_WAREHOUSE"])
+        location = Path(table.location().removeprefix("file://"))
+        data = location / "data"
+        before = _files(warehouse)
+        referenced = _referenced(table)
+        assert referenced == before, "pyiceberg left a file its table does not reference"
+        assert len(_data_files(table)) == 5 * SPARK_PARTITIONS
+
+        task = _enqueued(srv, ns, compaction.KIND)
+        workers.append(start_worker(srv, own_group=True, **lease))
+        deadline = time.monotonic() + 120
+        while not {str(p) for p in data.rglob("*.parquet")} - before:  # Spark's first rewritten file
+            assert workers[0].poll() is None, "the worker exited"
+            assert time.monotonic() < deadline, "Spark never started writing"
+            time.sleep(0.01)
+        assert len(group_members(workers[0].pid)) > 1  # the worker and its Spark JVM
+        kill_group(workers[0])  # the worker and its JVM, reaped: nothing of them runs on
+
+        table = catalog.load_table(f"{ns}.t")
+        assert table.current_snapshot().snapshot_id == head, "caught after Spark's commit: raise SPARK_PARTITIONS"
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(rows)  # every row, once
+        assert all(os.path.exists(p) for p in before)
+        leftovers = _files(warehouse) - before
+        assert leftovers and all(p.startswith(f"{location}/") for p in leftovers), leftovers
+        stuck = requests.get(f"{srv.url}/management/v1/maintenance/tasks/{task['id']}", timeout=30).json()
+        assert stuck["state"] == "running" and stuck["attempts"] == 1, stuck  # until its lease runs out
+
+        workers.append(start_worker(srv, own_group=True, CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS="0.0001", **lease))
+        done = wait_task(srv.url, task["id"], timeout=180)
+        assert done["state"] == "done" and done["attempts"] == 2, done
+        result = done["result"]
+        assert result["engine"] == "spark" and result["data-files-before"] == 5 * SPARK_PARTITIONS, result
+        assert result["rewritten-data-files-count"] == 5 * SPARK_PARTITIONS, result
+        assert result["added-data-files-count"] == SPARK_PARTITIONS, result
+        table = catalog.load_table(f"{ns}.t")
+        assert table.current_snapshot().summary.operation.value == "replace"
+        assert len(_data_files(table)) == SPARK_PARTITIONS
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(rows)
+        assert all(os.path.exists(p) for p in leftovers)  # nobody deleted them yet: orphans
+
+        _orphans_removed(srv, ns, leftovers)
+        table = catalog.load_table(f"{ns}.t")
+        referenced = _referenced(table)
+        assert before <= referenced  # the table's history still references every file it had
+        assert _files(warehouse) == referenced  # the killed attempt's files gone, every referenced file there
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(rows)
+    finally:
+        for worker in workers:
+            kill_group(worker)
+        srv.stop()
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p) for p in root.rglob("*") if p.is_file()}
+
+
+def _referenced(table) -> set[str]:  # noqa: ANN001
+    """Every file the table's metadata references (its metadata files, and every snapshot's list,
+    manifests and data and delete files), as local paths (Spark writes ``file:/a``, pyiceberg ``file:///a``)."""
+    meta = table.metadata
+    found = {table.metadata_location, *(e.metadata_file for e in meta.metadata_log)}
+    for snapshot in meta.snapshots:
+        found.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            found.add(manifest.manifest_path)
+            found.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False))
+    return {p.removeprefix("file://") if p.startswith("file://") else p.removeprefix("file:") for p in found}
 
 
 # -- the pure rules, case by case ------------------------------------------------------------------
