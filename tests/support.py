@@ -4,7 +4,8 @@ A test module imports from here (or from the other support modules: services.py,
 java_oracle.py, writers.py, corpus/), never from another test module or from conftest.py.
 
 - environment: ``ROOT``, ``IN_CI``, ``skip_or_fail``, ``backends``, ``free_port``, ``ServiceUnavailable``
-- the server as a process: ``Server``, ``start_server``, ``start_worker``, ``s3_env``, ``s3_client_props``
+- the server as a process: ``Server``, ``start_server``, ``start_worker``, ``kill_group`` (kill -9 of a
+  worker with its children), ``group_members``, ``s3_env``, ``s3_client_props``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
 - maintenance on the shared servers: ``CARE_ON_REQUEST``, ``wait_task``; dropped tables: ``purge_now``
 - schemas, named by what they are: ``JSON_SCHEMA`` (REST JSON, id + data), ``JSON_ID_SCHEMA`` (REST
@@ -19,7 +20,9 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
   ``spark_conf``, ``register_catalog``, ``create_events``, ``insert_events``, ``sql_rows``, ``scalar``
 - table care: ``CARE_ENV``, ``care_server`` (a server of its own that runs maintenance), ``run_care``
   (run it now and wait), ``live_entries`` (a snapshot's live manifest entries), ``duckdb_attached``
-  (also behind conftest's ``duck``)
+  (also behind conftest's ``duck``); a partitioned (id, part) table fed by small appends:
+  ``PART_SCHEMA``, ``PART_SPEC``, ``part_table``, ``part_batch`` (one append's rows), ``part_ids`` (the
+  ids of some appends)
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -44,7 +48,9 @@ import pyarrow as pa
 import pytest
 import requests
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType, TimestampType
 
 T = TypeVar("T")
@@ -165,9 +171,11 @@ def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, st
     raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
 
 
-def start_worker(server: Server, **env: str) -> subprocess.Popen:
+def start_worker(server: Server, own_group: bool = False, **env: str) -> subprocess.Popen:
     """A dedicated ``iceberg-catalog maintenance worker`` process on the server's configuration
-    (one thread, a 5 s lease, no scheduled work unless ``env`` says so). Stop it with ``kill()``."""
+    (one thread, a 5 s lease, no scheduled work unless ``env`` says so), in the server's working
+    directory. Stop it with ``kill()``; with ``own_group`` it leads a process group of its own (with
+    its children: a Spark JVM), stopped whole with ``kill_group``."""
     env = {
         **server.env,
         "CATALOG_MAINTENANCE_WORKERS": "1",
@@ -178,9 +186,38 @@ def start_worker(server: Server, **env: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "catalog", "maintenance", "worker"],
         env=env,
+        cwd=server.log.parent,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=own_group,
     )
+
+
+def kill_group(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """kill -9 of the process group ``proc`` leads (``start_worker(own_group=True)``), wait until no
+    process of it is alive (its children orphaned, zombies at most), then reap ``proc``. Until then
+    its pid, the group's id, cannot be reused: the group is only ever this one. A no-op once reaped."""
+    if proc.returncode is not None:
+        return
+    os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while alive := group_members(proc.pid):
+        assert time.monotonic() < deadline, f"still alive after kill -9 of group {proc.pid}: {alive}"
+        time.sleep(0.1)
+    proc.wait(timeout)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
 
 
 def s3_env(s3, prefix: str) -> dict[str, str]:
@@ -672,6 +709,36 @@ def live_entries(table: Any, snapshot_id: int | None = None) -> dict[str, tuple]
                 f.record_count,
             )
     return found
+
+
+PART_SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False), NestedField(2, "part", StringType(), required=False)
+)
+PART_SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "part"))
+
+
+def part_table(server: Server, ns_prefix: str = "t", **props: str) -> tuple[RestCatalog, str, Any]:
+    """(catalog, namespace, table): ``<namespace>.t`` of ``PART_SCHEMA`` partitioned by ``part``, in a
+    new namespace named ``<ns_prefix>_<random>``, with table properties ``props``."""
+    catalog = server.catalog()
+    ns = f"{ns_prefix}_{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(ns)
+    return catalog, ns, catalog.create_table(f"{ns}.t", PART_SCHEMA, partition_spec=PART_SPEC, properties=props)
+
+
+def part_batch(i: int, n: int = 3, parts: int = 2) -> pa.Table:
+    """The rows of append number ``i``: ids ``i * 10`` to ``i * 10 + n - 1``, over ``parts`` partitions."""
+    return pa.table(
+        {
+            "id": pa.array([i * 10 + k for k in range(n)], pa.int64()),
+            "part": pa.array([f"p{(i + k) % parts}" for k in range(n)], pa.string()),
+        }
+    )
+
+
+def part_ids(appends: Any, n: int = 3) -> list[int]:
+    """The ids ``part_batch(i, n)`` wrote for every ``i`` of ``appends``, sorted."""
+    return sorted(i * 10 + k for i in appends for k in range(n))
 
 
 def duckdb_attached(server: Server) -> Any:

@@ -10,6 +10,7 @@ older than it lands on that base (the compaction is rolled back).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -19,26 +20,26 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import requests
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import LongType, NestedField, StringType
 
 from catalog.maintenance import compaction, compaction_plan
 from tests.support import (
+    PART_SCHEMA,
+    PART_SPEC,
     Server,
     backends,
     care_server,
     duckdb_attached,
+    part_batch,
+    part_ids,
+    part_table,
     register_catalog,
     run_care,
     run_job_racing,
     sql_rows,
     start_server,
+    wait_task,
 )
-
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "part", StringType(), required=False))
-SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "part"))
 
 
 @pytest.fixture(scope="module", params=backends())
@@ -54,26 +55,6 @@ def care(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     srv.stop()
 
 
-def _batch(i: int, n: int = 3) -> pa.Table:
-    return pa.table(
-        {
-            "id": pa.array([i * 10 + k for k in range(n)], pa.int64()),
-            "part": pa.array([f"p{(i + k) % 2}" for k in range(n)], pa.string()),
-        }
-    )
-
-
-def _ids(appends, n: int = 3) -> list[int]:  # noqa: ANN001
-    return sorted(i * 10 + k for i in appends for k in range(n))
-
-
-def _table(server: Server, **props: str):  # noqa: ANN202
-    catalog = server.catalog()
-    ns = f"dc_{uuid.uuid4().hex[:8]}"
-    catalog.create_namespace(ns)
-    return catalog, ns, catalog.create_table(f"{ns}.t", SCHEMA, partition_spec=SPEC, properties=props)
-
-
 def _data_files(table) -> list[str]:  # noqa: ANN001
     return [t.file.file_path for t in table.scan().plan_files()]
 
@@ -85,9 +66,9 @@ def _compact(server: Server, ns: str, table: str = "t", **body: object) -> dict:
 
 
 def test_small_files_are_compacted_per_partition_and_read_the_same(care: Server) -> None:
-    catalog, ns, table = _table(care)
+    catalog, ns, table = part_table(care, "dc")
     for i in range(8):
-        table.append(_batch(i))
+        table.append(part_batch(i))
     table = catalog.load_table(f"{ns}.t")
     before = table.current_snapshot()
     assert len(_data_files(table)) == 16  # two partitions an append
@@ -105,9 +86,9 @@ def test_small_files_are_compacted_per_partition_and_read_the_same(care: Server)
     assert summary["total-data-files"] == "2"
     files = _data_files(table)
     assert len(files) == 2 and all(f.startswith(table.location()) for f in files)
-    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids(range(8))
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == part_ids(range(8))
     # time travel reads the small files, still there
-    assert sorted(table.scan(snapshot_id=before.snapshot_id).to_arrow()["id"].to_pylist()) == _ids(range(8))
+    assert sorted(table.scan(snapshot_id=before.snapshot_id).to_arrow()["id"].to_pylist()) == part_ids(range(8))
     # the new files keep the data sequence number of the snapshot the compaction started from
     for task in table.scan().plan_files():
         assert task.file.partition is not None
@@ -120,18 +101,18 @@ def test_small_files_are_compacted_per_partition_and_read_the_same(care: Server)
         got = sorted(r[0] for r in duck.execute(f"SELECT id FROM lake.{ns}.t").fetchall())
     finally:
         duck.close()
-    assert got == _ids(range(8))
+    assert got == part_ids(range(8))
 
     # nothing more to do now; an append after it lands (no 409: nothing raced)
     assert _compact(care, ns)["rewritten-data-files"] == 0
-    catalog.load_table(f"{ns}.t").append(_batch(50))
-    assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == _ids([*range(8), 50])
+    catalog.load_table(f"{ns}.t").append(part_batch(50))
+    assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == part_ids([*range(8), 50])
 
 
 def test_a_dry_run_says_what_it_would_rewrite_and_commits_nothing(care: Server) -> None:
-    catalog, ns, table = _table(care)
+    catalog, ns, table = part_table(care, "dc")
     for i in range(6):
-        table.append(_batch(i))
+        table.append(part_batch(i))
     head = catalog.load_table(f"{ns}.t").current_snapshot().snapshot_id
     result = _compact(care, ns, **{"dry-run": True})
     assert result["dry-run"] is True and result["data-files-to-rewrite"] == 12 and result["groups"] == 2, result
@@ -140,16 +121,16 @@ def test_a_dry_run_says_what_it_would_rewrite_and_commits_nothing(care: Server) 
 
 def test_few_small_files_are_left_alone_as_java_plans(care: Server) -> None:
     """Fewer than min-input-files (5) per partition, and little content: nothing to rewrite."""
-    catalog, ns, table = _table(care)
+    catalog, ns, table = part_table(care, "dc")
     for i in range(3):
-        table.append(_batch(i))
+        table.append(part_batch(i))
     result = _compact(care, ns)
     assert result["rewritten-data-files"] == 0, result
     assert catalog.load_table(f"{ns}.t").current_snapshot().summary.operation.value == "append"
 
 
 def test_a_sorted_table_is_compacted_in_its_sort_order(care: Server) -> None:
-    catalog, ns, table = _table(care)
+    catalog, ns, table = part_table(care, "dc")
     with table.update_sort_order() as order:
         from pyiceberg.table.sorting import SortDirection
 
@@ -157,7 +138,7 @@ def test_a_sorted_table_is_compacted_in_its_sort_order(care: Server) -> None:
         del SortDirection
     table = catalog.load_table(f"{ns}.t")
     for i in reversed(range(6)):
-        table.append(_batch(i))
+        table.append(part_batch(i))
     result = _compact(care, ns)
     assert result["strategy"] == "sort" and result["added-data-files"] == 2, result
     table = catalog.load_table(f"{ns}.t")
@@ -173,17 +154,17 @@ def test_a_sorted_table_is_compacted_in_its_sort_order(care: Server) -> None:
 def test_an_append_from_before_the_compaction_is_rebased_over_it_with_rebase_off(care: Server) -> None:
     """Rebase is off (the default): an append whose parent is older than the catalog's compaction
     lands anyway; the compaction is the only thing between them."""
-    catalog, ns, table = _table(care)
+    catalog, ns, table = part_table(care, "dc")
     for i in range(6):
-        table.append(_batch(i))
+        table.append(part_batch(i))
     stale = catalog.load_table(f"{ns}.t")  # a writer that read the table before the compaction
     assert _compact(care, ns)["rewritten-data-files"] == 12
-    stale.append(_batch(77))  # asserts main is at its parent: the server rebases it
+    stale.append(part_batch(77))  # asserts main is at its parent: the server rebases it
     table = catalog.load_table(f"{ns}.t")
     head = table.current_snapshot()
     assert head.summary.operation.value == "append"
     assert table.snapshot_by_id(head.parent_snapshot_id).summary.operation.value == "replace"
-    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids([*range(6), 77])
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == part_ids([*range(6), 77])
     metrics = requests.get(f"{care.url}/metrics", timeout=10).text
     assert 'catalog_writer_commits_met_maintenance_total{action="rebased"}' in metrics
 
@@ -194,17 +175,17 @@ def test_appends_on_top_of_a_compaction_are_rebased_though_they_drop_its_deleted
     """A compaction leaves manifests that hold only DELETED entries; a writer whose parent is that
     snapshot leaves them out of its list (pyiceberg and Java do). With append rebase on, such an
     append is still rebased when another append landed first (found by the bench: 409s before)."""
-    catalog, ns, table = _table(care, **{"catalog.append-rebase.enabled": "true"})
+    catalog, ns, table = part_table(care, "dc", **{"catalog.append-rebase.enabled": "true"})
     for i in range(6):
-        table.append(_batch(i))
+        table.append(part_batch(i))
     assert _compact(care, ns)["rewritten-data-files"] == 12
     first, second = catalog.load_table(f"{ns}.t"), catalog.load_table(f"{ns}.t")
-    first.append(_batch(60))
+    first.append(part_batch(60))
     before = _409s(care)
-    second.append(_batch(61))  # its parent is the compaction; main moved on: rebased, not a 409
+    second.append(part_batch(61))  # its parent is the compaction; main moved on: rebased, not a 409
     assert _409s(care) == before  # (pyiceberg would retry a 409 by itself: counted on the server)
     table = catalog.load_table(f"{ns}.t")
-    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids([*range(6), 60, 61])
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == part_ids([*range(6), 60, 61])
     assert [s.summary.operation.value for s in table.metadata.snapshots][-3:] == ["replace", "append", "append"]
 
 
@@ -212,9 +193,9 @@ def test_a_row_level_write_from_before_the_compaction_lands_and_the_compaction_i
     """pyiceberg's copy-on-write delete (an ``overwrite`` that removes a file the compaction also
     rewrote) planned before the compaction landed: without the rollback its commit is a 409 and its
     retry fails validation; the catalog lands it on its base and removes the compaction."""
-    catalog, ns, table = _table(care)
+    catalog, ns, table = part_table(care, "dc")
     for i in range(6):
-        table.append(_batch(i))
+        table.append(part_batch(i))
     table = catalog.load_table(f"{ns}.t")
     base = table.current_snapshot().snapshot_id
     tx = table.transaction()
@@ -227,21 +208,21 @@ def test_a_row_level_write_from_before_the_compaction_lands_and_the_compaction_i
     assert head.summary.operation.value in ("overwrite", "delete")
     assert head.parent_snapshot_id == base
     assert result["snapshot-id"] not in {s.snapshot_id for s in table.metadata.snapshots}
-    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [i for i in _ids(range(6)) if i != 31]
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [i for i in part_ids(range(6)) if i != 31]
     metrics = requests.get(f"{care.url}/metrics", timeout=10).text
     assert 'catalog_writer_commits_met_maintenance_total{action="rolled-back"}' in metrics
     # the next compaction compacts again, on the writer's result
     assert _compact(care, ns)["rewritten-data-files"] >= 10
     assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == [
-        i for i in _ids(range(6)) if i != 31
+        i for i in part_ids(range(6)) if i != 31
     ]
 
 
 def test_a_client_cannot_mark_its_snapshot_as_the_catalogs(care: Server) -> None:
     """Only the catalog's own snapshots may be rolled back for a writer: a client that marks its
     snapshot as maintenance is refused (400), so nobody's data can be made to look disposable."""
-    catalog, ns, table = _table(care)
-    table.append(_batch(1))
+    catalog, ns, table = part_table(care, "dc")
+    table.append(part_batch(1))
     table = catalog.load_table(f"{ns}.t")
     head = table.current_snapshot()
     forged = {
@@ -268,21 +249,21 @@ def test_a_client_cannot_mark_its_snapshot_as_the_catalogs(care: Server) -> None
 
 def test_a_compaction_whose_head_moved_by_an_append_lands_on_the_new_head(two_processes) -> None:  # noqa: ANN001
     srv, local = two_processes
-    catalog, ns, table = _table(srv)
+    catalog, ns, table = part_table(srv, "dc")
     for i in range(6):
-        table.append(_batch(i))
+        table.append(part_batch(i))
     result = run_job_racing(
         local,
         ns,
         compaction.Compactor(local.storage, local.engine, 2**30, 0),
-        lambda: catalog.load_table(f"{ns}.t").append(_batch(99)),
+        lambda: catalog.load_table(f"{ns}.t").append(part_batch(99)),
     )
     assert result["landed-on-moved-head"] == 1 and result["replanned"] == 0, result
     table = catalog.load_table(f"{ns}.t")
     head = table.current_snapshot()
     assert head.summary.operation.value == "replace"
     assert table.snapshot_by_id(head.parent_snapshot_id).summary.operation.value == "append"  # the writer's
-    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids([*range(6), 99])
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == part_ids([*range(6), 99])
     assert len(_data_files(table)) == 4  # the two compacted files and the append's two
 
 
@@ -290,9 +271,9 @@ def test_a_compaction_that_meets_a_row_level_writer_yields_and_leaves_nothing(tw
     """A writer's delete lands while the compaction runs: the compaction does not land (the writer
     may write again soon), deletes every file it wrote, and the table is the writer's."""
     srv, local = two_processes
-    catalog, ns, table = _table(srv)
+    catalog, ns, table = part_table(srv, "dc")
     for i in range(6):
-        table.append(_batch(i))
+        table.append(part_batch(i))
     data_dir = Path(table.location().removeprefix("file://")) / "data"
     files_before = {str(p) for p in data_dir.rglob("*.parquet")}
     result = run_job_racing(
@@ -303,7 +284,7 @@ def test_a_compaction_that_meets_a_row_level_writer_yields_and_leaves_nothing(tw
     )
     assert "row-level writer" in result["yielded"], result
     table = catalog.load_table(f"{ns}.t")
-    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [i for i in _ids(range(6)) if i != 31]
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [i for i in part_ids(range(6)) if i != 31]
     ops = [s.summary.operation.value for s in table.metadata.snapshots]
     assert ops[:6] == ["append"] * 6 and ops[6:] in (["overwrite"], ["delete"])  # the writer's, nothing after
     new = {str(p) for p in data_dir.rglob("*.parquet")} - files_before
@@ -315,9 +296,9 @@ def test_a_compaction_whose_files_another_compaction_took_plans_again(two_proces
     """Another compaction lands first: what this one rewrote is gone from the head (Java's
     ``RewriteFiles`` validation), so it deletes its files and plans again on the new head."""
     srv, local = two_processes
-    catalog, ns, table = _table(srv)
+    catalog, ns, table = part_table(srv, "dc")
     for i in range(6):
-        table.append(_batch(i))
+        table.append(part_batch(i))
     other = compaction.Compactor(local.storage, local.engine, 2**30, 0)
 
     def compact_first() -> None:
@@ -328,7 +309,7 @@ def test_a_compaction_whose_files_another_compaction_took_plans_again(two_proces
     assert result["replanned"] == 1 and result["rewritten-data-files"] == 0, result  # nothing left to do
     table = catalog.load_table(f"{ns}.t")
     assert [s.summary.operation.value for s in table.metadata.snapshots][6:] == ["replace"]
-    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids(range(6))
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == part_ids(range(6))
     data_dir = Path(table.location().removeprefix("file://")) / "data"
     live = {f.removeprefix("file://") for f in _data_files(table)}
     assert all(_referenced_anywhere(table, f"file://{p}") for p in data_dir.rglob("*.parquet")), live
@@ -461,17 +442,17 @@ class _Compacting:
 def test_an_appender_never_fails_while_compaction_runs_continuously(care: Server) -> None:
     """pyiceberg fast appends, rebase off (the default), while the catalog compacts the same table
     over and over: every append lands at its first try and every row is there once."""
-    catalog, ns, table = _table(care)
-    table.append(_batch(0))  # the branch exists: no append asserts that it does not
+    catalog, ns, table = part_table(care, "dc")
+    table.append(part_batch(0))  # the branch exists: no append asserts that it does not
     before = _409s(care)
     with _Compacting(care, ns) as compacting:
         for i in range(1, 40):
-            catalog.load_table(f"{ns}.t").append(_batch(i))
+            catalog.load_table(f"{ns}.t").append(part_batch(i))
         compacting.wait_landed()
     assert _409s(care) == before  # not one 409 (pyiceberg would retry one by itself: counted on the server)
     assert not compacting.errors, compacting.errors
     assert compacting.landed >= 1, compacting.results
-    assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == _ids(range(40))
+    assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == part_ids(range(40))
 
 
 @pytest.mark.spark
@@ -555,39 +536,54 @@ def test_spark_writers_never_fail_while_compaction_runs_continuously(
 PARTITIONS = 300  # enough groups that the worker is caught after writing some files, before its commit
 
 
+def _five_files_a_partition(server: Server, partitions: int):  # noqa: ANN202
+    """(catalog, ns, table as it is now, the ids written): five appends of a row in each partition."""
+    catalog, ns, table = part_table(server, "dc", **{compaction_plan.QUIET: "0"})
+    rows = []
+    for i in range(5):
+        batch = pa.table(
+            {
+                "id": pa.array([i * 1000 + p for p in range(partitions)], pa.int64()),
+                "part": pa.array([f"p{p}" for p in range(partitions)], pa.string()),
+            }
+        )
+        table.append(batch)
+        rows.extend(batch["id"].to_pylist())
+    return catalog, ns, catalog.load_table(f"{ns}.t"), rows
+
+
+def _enqueued(server: Server, ns: str, kind: str) -> dict:
+    """The task of ``kind`` queued on ``ns.t`` through the management API (not waited for)."""
+    resp = requests.post(f"{server.url}/management/v1/maintenance/tables/{ns}/t", json={"kinds": [kind]}, timeout=30)
+    assert resp.status_code == 202, resp.text
+    return resp.json()["tasks"][0]
+
+
+def _orphans_removed(server: Server, ns: str, leftovers: set[str]) -> None:
+    """Orphan removal on ``ns.t`` by a worker whose orphan age is under a second: ``leftovers`` went."""
+    time.sleep(1)  # older than the orphan age given to the worker
+    orphans = wait_task(server.url, _enqueued(server, ns, "remove-orphans")["id"], timeout=120)
+    assert orphans["state"] == "done" and orphans["result"]["deleted-files"] >= len(leftovers), orphans
+    assert not any(os.path.exists(p) for p in leftovers)
+
+
 def test_a_compaction_killed_mid_rewrite_loses_nothing_and_its_files_are_orphans(tmp_path: Path) -> None:
     """kill -9 of a dedicated worker process while it writes the compacted files: the table is as it
     was, the task is claimed again and lands, and the first attempt's files, referenced by nothing,
     are taken by orphan removal (the only files it deletes)."""
-    import os
     import signal
-    import time
 
-    from tests.support import start_worker, wait_task
+    from tests.support import start_worker
 
     srv = start_server(tmp_path, "sqlite", {"CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600"})  # runs no task
     workers = []
     try:
-        catalog, ns, table = _table(srv, **{compaction_plan.QUIET: "0"})
-        rows = []
-        for i in range(5):
-            batch = pa.table(
-                {
-                    "id": pa.array([i * 1000 + p for p in range(PARTITIONS)], pa.int64()),
-                    "part": pa.array([f"p{p}" for p in range(PARTITIONS)], pa.string()),
-                }
-            )
-            table.append(batch)
-            rows.extend(batch["id"].to_pylist())
-        table = catalog.load_table(f"{ns}.t")
+        catalog, ns, table, rows = _five_files_a_partition(srv, PARTITIONS)
         head = table.current_snapshot().snapshot_id
         data = Path(table.location().removeprefix("file://")) / "data"
         referenced = {str(p) for p in data.rglob("*.parquet")}
         assert len(referenced) == 5 * PARTITIONS
-        resp = requests.post(
-            f"{srv.url}/management/v1/maintenance/tables/{ns}/t", json={"kinds": [compaction.KIND]}, timeout=30
-        )
-        task = resp.json()["tasks"][0]
+        task = _enqueued(srv, ns, compaction.KIND)
         workers.append(start_worker(srv))
         deadline = time.monotonic() + 120
         while len(list(data.rglob("*.parquet"))) < len(referenced) + 20:
@@ -608,13 +604,7 @@ def test_a_compaction_killed_mid_rewrite_loses_nothing_and_its_files_are_orphans
         table = catalog.load_table(f"{ns}.t")
         assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(rows)
         assert all(os.path.exists(p) for p in leftovers)  # nobody deleted them yet: orphans
-        time.sleep(1)  # older than the orphan age given to the worker
-        resp = requests.post(
-            f"{srv.url}/management/v1/maintenance/tables/{ns}/t", json={"kinds": ["remove-orphans"]}, timeout=30
-        )
-        orphans = wait_task(srv.url, resp.json()["tasks"][0]["id"], timeout=300)
-        assert orphans["state"] == "done" and orphans["result"]["deleted-files"] >= len(leftovers), orphans
-        assert not any(os.path.exists(p) for p in leftovers)
+        _orphans_removed(srv, ns, leftovers)
         live = {t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()}
         assert all(os.path.exists(p) for p in live) and all(os.path.exists(p) for p in referenced)
         assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == sorted(rows)
@@ -639,7 +629,6 @@ def test_work_beyond_the_in_process_bound_is_compacted_by_spark(request: pytest.
     hands the table to Iceberg's ``rewrite_data_files`` on that Spark: the task says which engine
     ran, the rows are the same, the small files are gone from the head."""
     import json
-    import os
 
     from tests.support import skip_or_fail, spark_unavailable
 
@@ -659,18 +648,126 @@ def test_work_beyond_the_in_process_bound_is_compacted_by_spark(request: pytest.
         ),
     )
     try:
-        catalog, ns, table = _table(srv)
+        catalog, ns, table = part_table(srv, "dc")
         for i in range(6):
-            table.append(_batch(i))
+            table.append(part_batch(i))
         result = _compact(srv, ns)
         assert result["engine"] == "spark" and result["bytes-to-rewrite"] > 1024, result
         assert result["rewritten-data-files-count"] == 12 and result["added-data-files-count"] == 2, result
         table = catalog.load_table(f"{ns}.t")
         assert table.current_snapshot().summary.operation.value == "replace"
         assert len(_data_files(table)) == 2
-        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == _ids(range(6))
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == part_ids(range(6))
     finally:
         srv.stop()
+
+
+# A file group (a Spark job) each, 5 at a time: seconds between Spark's first file and its commit.
+SPARK_PARTITIONS = 40
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_spark_compaction_killed_mid_rewrite_leaves_the_table_whole(tmp_path: Path) -> None:
+    """kill -9 of a dedicated worker and its Spark JVM (one process group: what a container's kill
+    does) while Spark's ``rewrite_data_files`` writes its files: the table is as it was, every row
+    once, every file it referenced still there; the task's lease runs out and a new worker's Spark
+    compacts; orphan removal then takes what the killed attempt wrote and nothing else."""
+    import json
+
+    from tests.support import group_members, kill_group, skip_or_fail, spark_unavailable, start_worker
+
+    if missing := spark_unavailable():
+        skip_or_fail(f"Spark cannot run: {missing}")
+    conf = {
+        "spark.jars": os.environ["ICEBERG_SPARK_JARS"],
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.local.dir": str(tmp_path / "spark-local"),  # what a killed JVM leaves behind stays here
+    }
+    srv = start_server(
+        tmp_path,
+        "sqlite",
+        {
+            "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600",  # runs no task: the workers below do
+            "CATALOG_MAINTENANCE_COMPACTION_QUIET_SECONDS": "0",
+            "CATALOG_MAINTENANCE_COMPACTION_MAX_BYTES": "1024",  # beyond it: Spark
+            "CATALOG_MAINTENANCE_COMPACTION_SPARK": "local[2]",
+            "CATALOG_MAINTENANCE_COMPACTION_SPARK_CONF": json.dumps(conf),
+        },
+    )
+    lease = {"CATALOG_MAINTENANCE_LEASE_SECONDS": "5"}
+    workers = []
+    try:
+        catalog, ns, table, rows = _five_files_a_partition(srv, SPARK_PARTITIONS)
+        head = table.current_snapshot().snapshot_id
+        warehouse = Path(srv.env["CATALOG_WAREHOUSE"])
+        location = Path(table.location().removeprefix("file://"))
+        data = location / "data"
+        before = _files(warehouse)
+        referenced = _referenced(table)
+        assert referenced == before, "pyiceberg left a file its table does not reference"
+        assert len(_data_files(table)) == 5 * SPARK_PARTITIONS
+
+        task = _enqueued(srv, ns, compaction.KIND)
+        workers.append(start_worker(srv, own_group=True, **lease))
+        deadline = time.monotonic() + 120
+        while not {str(p) for p in data.rglob("*.parquet")} - before:  # Spark's first rewritten file
+            assert workers[0].poll() is None, "the worker exited"
+            assert time.monotonic() < deadline, "Spark never started writing"
+            time.sleep(0.01)
+        assert len(group_members(workers[0].pid)) > 1  # the worker and its Spark JVM
+        kill_group(workers[0])  # the worker and its JVM, reaped: nothing of them runs on
+
+        table = catalog.load_table(f"{ns}.t")
+        assert table.current_snapshot().snapshot_id == head, "caught after Spark's commit: raise SPARK_PARTITIONS"
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(rows)  # every row, once
+        assert all(os.path.exists(p) for p in before)
+        leftovers = _files(warehouse) - before
+        assert leftovers and all(p.startswith(f"{location}/") for p in leftovers), leftovers
+        stuck = requests.get(f"{srv.url}/management/v1/maintenance/tasks/{task['id']}", timeout=30).json()
+        assert stuck["state"] == "running" and stuck["attempts"] == 1, stuck  # until its lease runs out
+
+        workers.append(start_worker(srv, own_group=True, CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS="0.0001", **lease))
+        done = wait_task(srv.url, task["id"], timeout=180)
+        assert done["state"] == "done" and done["attempts"] == 2, done
+        result = done["result"]
+        assert result["engine"] == "spark" and result["data-files-before"] == 5 * SPARK_PARTITIONS, result
+        assert result["rewritten-data-files-count"] == 5 * SPARK_PARTITIONS, result
+        assert result["added-data-files-count"] == SPARK_PARTITIONS, result
+        table = catalog.load_table(f"{ns}.t")
+        assert table.current_snapshot().summary.operation.value == "replace"
+        assert len(_data_files(table)) == SPARK_PARTITIONS
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(rows)
+        assert all(os.path.exists(p) for p in leftovers)  # nobody deleted them yet: orphans
+
+        _orphans_removed(srv, ns, leftovers)
+        table = catalog.load_table(f"{ns}.t")
+        referenced = _referenced(table)
+        assert before <= referenced  # the table's history still references every file it had
+        assert _files(warehouse) == referenced  # the killed attempt's files gone, every referenced file there
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(rows)
+    finally:
+        for worker in workers:
+            kill_group(worker)
+        srv.stop()
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p) for p in root.rglob("*") if p.is_file()}
+
+
+def _referenced(table) -> set[str]:  # noqa: ANN001
+    """Every file the table's metadata references (its metadata files, and every snapshot's list,
+    manifests and data and delete files), as local paths (Spark writes ``file:/a``, pyiceberg ``file:///a``)."""
+    meta = table.metadata
+    found = {table.metadata_location, *(e.metadata_file for e in meta.metadata_log)}
+    for snapshot in meta.snapshots:
+        found.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            found.add(manifest.manifest_path)
+            found.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False))
+    return {p.removeprefix("file://") if p.startswith("file://") else p.removeprefix("file:") for p in found}
 
 
 # -- the pure rules, case by case ------------------------------------------------------------------
@@ -762,13 +859,15 @@ def test_a_hostile_data_path_does_not_send_compacted_files_into_another_tables_l
     """``write.data.path`` may name any place in the warehouse (clients write their files there); the
     catalog's own files never go into another table's directory, where that table's orphan removal
     would delete them: compaction writes under the table's own location."""
-    catalog, ns, victim = _table(care)
-    victim.append(_batch(0))
+    catalog, ns, victim = part_table(care, "dc")
+    victim.append(part_batch(0))
     victim = catalog.load_table(f"{ns}.t")
     victim_data = victim.location().rstrip("/") + "/data"
-    hostile = catalog.create_table(f"{ns}.h", SCHEMA, partition_spec=SPEC, properties={"write.data.path": victim_data})
+    hostile = catalog.create_table(
+        f"{ns}.h", PART_SCHEMA, partition_spec=PART_SPEC, properties={"write.data.path": victim_data}
+    )
     for i in range(6):
-        hostile.append(_batch(i))
+        hostile.append(part_batch(i))
     if care.backend == "postgres-s3":
         s3 = care.s3  # type: ignore[attr-defined]
         bucket, prefix = victim_data.removeprefix("s3://").split("/", 1)
@@ -787,4 +886,4 @@ def test_a_hostile_data_path_does_not_send_compacted_files_into_another_tables_l
     else:
         after = {str(p) for p in Path(victim_data.removeprefix("file://")).rglob("*")}
     assert after == before  # nothing new in the other table's directory
-    assert sorted(hostile.scan().to_arrow()["id"].to_pylist()) == _ids(range(6))
+    assert sorted(hostile.scan().to_arrow()["id"].to_pylist()) == part_ids(range(6))

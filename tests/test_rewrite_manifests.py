@@ -15,32 +15,33 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from pyiceberg.manifest import ManifestContent, ManifestFile
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
-from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import LongType, NestedField, StringType
 
 from catalog.maintenance import manifests
 from tests.support import (
+    PART_SCHEMA,
+    PART_SPEC,
     Server,
     backends,
     care_server,
     duckdb_attached,
     live_entries,
+    part_batch,
+    part_ids,
+    part_table,
     register_catalog,
     run_care,
     run_job_racing,
     sql_rows,
 )
 
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "part", StringType(), required=False))
-SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "part"))
 REBASE = {"catalog.append-rebase.enabled": "true"}
+_batch = partial(part_batch, n=2, parts=3)  # two rows an append, over three partitions
+_ids = partial(part_ids, n=2)
 
 
 @pytest.fixture(scope="module", params=backends())
@@ -56,26 +57,6 @@ def care(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     )
     yield srv
     srv.stop()
-
-
-def _batch(i: int, n: int = 2) -> pa.Table:
-    return pa.table(
-        {
-            "id": pa.array([i * 10 + k for k in range(n)], pa.int64()),
-            "part": pa.array([f"p{(i + k) % 3}" for k in range(n)], pa.string()),
-        }
-    )
-
-
-def _ids(appends, n: int = 2) -> list[int]:  # noqa: ANN001
-    return sorted(i * 10 + k for i in appends for k in range(n))
-
-
-def _table(server: Server, **props: str):  # noqa: ANN202
-    catalog = server.catalog()
-    ns = f"mr_{uuid.uuid4().hex[:8]}"
-    catalog.create_namespace(ns)
-    return catalog, ns, catalog.create_table(f"{ns}.t", SCHEMA, partition_spec=SPEC, properties=props)
 
 
 def _wait_for_replace(catalog, name: str, timeout: float = 180):  # noqa: ANN001, ANN202
@@ -98,7 +79,7 @@ def _assert_entries_kept(table) -> None:  # noqa: ANN001
 
 
 def test_a_table_past_min_count_gets_its_manifests_merged_and_reads_the_same(care: Server) -> None:
-    catalog, ns, table = _table(care)
+    catalog, ns, table = part_table(care, "mr")
     for i in range(105):
         table.append(_batch(i))
     table = _wait_for_replace(catalog, f"{ns}.t")
@@ -137,11 +118,11 @@ def test_the_scheduler_respects_min_count_and_merge_enabled(care: Server) -> Non
     left alone by the scheduler (Java's appends would not merge it either), but an operator's run does
     it whatever the count."""
     low = {"commit.manifest.min-count-to-merge": "5"}
-    catalog, ns, merged = _table(care, **low)
+    catalog, ns, merged = part_table(care, "mr", **low)
     off = catalog.create_table(
-        f"{ns}.off", SCHEMA, partition_spec=SPEC, properties={**low, manifests.MERGE_ENABLED: "false"}
+        f"{ns}.off", PART_SCHEMA, partition_spec=PART_SPEC, properties={**low, manifests.MERGE_ENABLED: "false"}
     )
-    few = catalog.create_table(f"{ns}.few", SCHEMA, partition_spec=SPEC)
+    few = catalog.create_table(f"{ns}.few", PART_SCHEMA, partition_spec=PART_SPEC)
     for i in range(7):
         merged.append(_batch(i))
         off.append(_batch(i))
@@ -161,7 +142,7 @@ def test_the_scheduler_respects_min_count_and_merge_enabled(care: Server) -> Non
 
 
 def test_a_dry_run_says_what_it_would_merge_and_commits_nothing(care: Server) -> None:
-    catalog, ns, table = _table(care)
+    catalog, ns, table = part_table(care, "mr")
     for i in range(4):
         table.append(_batch(i))
     head = catalog.load_table(f"{ns}.t").current_snapshot().snapshot_id
@@ -174,7 +155,7 @@ def test_appends_racing_the_rewrite_all_land_without_a_409(care: Server) -> None
     """Writers append (each from its own, soon stale, table object: the server rebases) while the
     rewrite runs again and again: every append lands at its first try, no row is lost or doubled,
     and the rewrites land too (on the new head when a writer got there first)."""
-    catalog, ns, table = _table(care, **REBASE)
+    catalog, ns, table = part_table(care, "mr", **REBASE)
     for i in range(30):
         table.append(_batch(i))
     failures: list[BaseException] = []
@@ -213,7 +194,7 @@ def test_appends_racing_the_rewrite_all_land_without_a_409(care: Server) -> None
 def test_an_append_that_started_before_the_rewrite_is_rebased_over_it(care: Server) -> None:
     """A writer loaded the table before the rewrite landed and commits after it: the server rebases
     its append over the catalog's replace snapshot (its new manifest first, then the merged one)."""
-    catalog, ns, table = _table(care, **REBASE)
+    catalog, ns, table = part_table(care, "mr", **REBASE)
     for i in range(5):
         table.append(_batch(i))
     stale = care.catalog().load_table(f"{ns}.t")
@@ -235,7 +216,7 @@ def test_an_append_that_started_before_the_rewrite_is_rebased_over_it(care: Serv
 
 def test_a_rewrite_whose_head_moved_lands_on_the_new_head(two_processes) -> None:  # noqa: ANN001
     srv, local = two_processes
-    catalog, ns, table = _table(srv)
+    catalog, ns, table = part_table(srv, "mr")
     for i in range(6):
         table.append(_batch(i))
     result = run_job_racing(
@@ -256,7 +237,7 @@ def test_a_rewrite_whose_head_moved_lands_on_the_new_head(two_processes) -> None
 
 def test_a_rewrite_whose_manifests_were_rewritten_meanwhile_plans_again(two_processes) -> None:  # noqa: ANN001
     srv, local = two_processes
-    catalog, ns, table = _table(srv)
+    catalog, ns, table = part_table(srv, "mr")
     for i in range(6):
         table.append(_batch(i))
     other = manifests.Rewriter(local.storage, local.engine)
@@ -316,9 +297,9 @@ def test_the_plan_groups_by_content_and_spec_and_sizes_by_the_target() -> None:
 @pytest.mark.timeout(900)
 def test_spark_reads_the_rewrite_and_its_own_rewrite_manifests_agrees(care: Server, spark) -> None:  # noqa: ANN001
     lake = register_catalog(spark, care)
-    catalog, ns, ours = _table(care, **{manifests.MERGE_ENABLED: "false"})  # not the scheduler's: ours to run
+    catalog, ns, ours = part_table(care, "mr", **{manifests.MERGE_ENABLED: "false"})  # not the scheduler's: ours to run
     theirs = catalog.create_table(
-        f"{ns}.twin", SCHEMA, partition_spec=SPEC, properties={manifests.MERGE_ENABLED: "false"}
+        f"{ns}.twin", PART_SCHEMA, partition_spec=PART_SPEC, properties={manifests.MERGE_ENABLED: "false"}
     )
     for i in range(30):
         ours.append(_batch(i))

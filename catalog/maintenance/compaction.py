@@ -64,6 +64,7 @@ from catalog.maintenance.compaction_plan import (
     row_level_since,
 )
 from catalog.maintenance.manifests import (
+    commit_replace,
     ident,
     listed,
     live_entries,
@@ -331,20 +332,10 @@ class Compactor:
         summary = {"operation": "replace", **with_totals(changes, head.get("summary") or {}), MAINTENANCE_JOB: KIND}
         change = replace_on_main(entry, metadata, head, snapshot_id, location, summary, lw.next_row_id)
         mine = [p for p in written.paths if p.startswith(f"{directory}/{commit_id}-") or p == location]
-        try:
-            committed = self.engine.commit([change])
-        except errors.CommitFailed as e:  # a writer moved main: never its 409
-            log.info("compaction of %s met a moved head: %s", ident(entry), e.message)
-            for p in mine:
-                written.paths.remove(p)
-            self._delete(mine)
-            return None
-        except errors.ServiceUnavailable:
-            raise
-        except BaseException:  # the commit may have landed (CommitStateUnknown): its files are kept
-            written.paths.clear()
-            raise
-        return committed.files[0], summary  # type: ignore[union-attr]
+        committed = commit_replace(
+            self.engine, change, written.paths, mine, self._delete, f"compaction of {ident(entry)}"
+        )
+        return None if committed is None else (committed, summary)
 
     def _validate(self, manifests: tuple[ManifestFile, ...], head: dict, start: dict, written: Rewritten) -> str:
         """Java's ``BaseRewriteFiles.validate`` on the head it would land on: '' when it holds."""

@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -416,19 +417,10 @@ class Rewriter:
             }
         )
         change = replace_on_main(entry, metadata, head, snapshot_id, location, summary, writer.next_row_id)
-        try:
-            committed = self.engine.commit([change])
-        except errors.CommitFailed as e:  # a writer moved main (or the table was replaced): never its 409
-            log.info("manifest rewrite of %s met a moved head: %s", ident(entry), e.message)
-            written.paths.remove(location)
-            self._delete([location])
-            return None
-        except errors.ServiceUnavailable:  # before the swap: certainly not committed, the files go
-            raise
-        except BaseException:  # the commit may have landed (CommitStateUnknown): its files are kept
-            written.paths.clear()  # (orphans for orphan removal when it did not)
-            raise
-        return committed.files[0], summary  # type: ignore[union-attr]  # no key: never Replayed
+        committed = commit_replace(
+            self.engine, change, written.paths, [location], self._delete, f"manifest rewrite of {ident(entry)}"
+        )
+        return None if committed is None else (committed, summary)
 
     def _delete(self, paths: list[str]) -> None:
         for path in paths:
@@ -503,6 +495,37 @@ def replace_on_main(
         ],
         maintenance=True,
     )
+
+
+def commit_replace(
+    engine: CommitEngine,
+    change: Change,
+    paths: list[str],
+    mine: list[str],
+    delete: Callable[[list[str]], None],
+    what: str,
+) -> Any | None:
+    """Commit a maintenance job's ``replace`` snapshot (``replace_on_main``'s change): the committed
+    metadata file, or None when a writer moved main (or replaced the table) meanwhile: the engine's
+    409 goes to the job, never to the writer, and ``mine`` (the files written for this landing only,
+    all in ``paths``: the job's written files) are deleted and dropped from ``paths``. Refused before
+    the swap (``ServiceUnavailable``): certainly not committed, raised with ``paths`` kept for the job
+    to delete. Any other failure may have landed (``CommitStateUnknown``): ``paths`` is emptied, the
+    files are kept (orphans for orphan removal when it did not land)."""
+    try:
+        committed = engine.commit([change])
+    except errors.CommitFailed as e:
+        log.info("%s met a moved head: %s", what, e.message)
+        for p in mine:
+            paths.remove(p)
+        delete(list(mine))
+        return None
+    except errors.ServiceUnavailable:
+        raise
+    except BaseException:
+        paths.clear()
+        raise
+    return committed.files[0]  # type: ignore[union-attr]  # no key: never Replayed
 
 
 def listed(m: ManifestFile, version: int) -> ManifestFile:
