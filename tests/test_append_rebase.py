@@ -122,18 +122,25 @@ def test_overwrites_are_never_rebased_and_appends_rebase_on_them(server, ns):
     check_table(table, [30, 31, 40])
 
 
-def test_merged_manifests_are_refused(server, ns):
-    """pyiceberg's merge-append rewrites earlier manifests into one (EXISTING entries): not a pure
-    append, so a stale one is a 409 even with rebase on."""
+def test_merged_manifests_are_rebased(server, ns):
+    """pyiceberg's merge-append rewrites its parent's manifests into its new one (EXISTING entries):
+    a stale one that merged exactly its parent's live files is rebased as a fast append would be
+    (its added file in a new manifest, then the head's manifests): every file live once."""
     catalog = server.catalog()
     props = {**REBASE, "commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "2"}
     catalog.create_table(f"{ns}.merged", PY_SCHEMA, properties=props).append(rows(0, 1))
     stale = catalog.load_table(f"{ns}.merged")
-    catalog.load_table(f"{ns}.merged").append(rows(1, 1))
-    with pytest.raises(CommitFailedException, match="branch main has changed"):
-        stale.append(rows(2, 1))  # its list: one merged manifest (the old file EXISTING + the new one)
+    catalog.load_table(f"{ns}.merged").append(rows(1, 1))  # merged too: main's one manifest holds 0 and 1
+    stale.append(rows(2, 1))  # its list: one merged manifest (0 EXISTING + 2 ADDED), on the old main
     table = catalog.load_table(f"{ns}.merged")
-    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [0, 1]
+    check_table(table, [0, 1, 2])
+    head = table.current_snapshot()
+    assert head.snapshot_id == stale.current_snapshot().snapshot_id
+    manifests = head.manifests(table.io)
+    assert manifests[0].added_snapshot_id == head.snapshot_id
+    assert (manifests[0].added_files_count, manifests[0].existing_files_count) == (1, 0)
+    paths = [e.data_file.file_path for m in manifests for e in m.fetch_manifest_entry(table.io)]
+    assert len(paths) == len(set(paths)) == 3
 
 
 def test_a_client_that_asserted_no_branch_is_not_rebased(server, ns):
@@ -755,6 +762,64 @@ def test_lists_carrying_blocks_read_in_spark_and_pyiceberg(spark, server, ns):
     assert ids == sorted([0, *(i * 10 + k for i in range(1, 7) for k in range(2))])
     added = [r[0] for r in spark.sql(f"SELECT added_snapshot_id FROM {name}.manifests").collect()]
     assert sorted(added) == sorted(s.snapshot_id for s in table.snapshots())
+
+
+def _409s(url: str) -> float:
+    """The 409s the server answered so far (its /metrics): clients retry a 409 silently."""
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("catalog_http_requests_total{") and 'status="409"' in line
+    )
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_spark_merging_inserts_racing_appenders_get_no_409(spark, server, ns):
+    """Spark's INSERT is Java's MergeAppend: with ``commit.manifest.min-count-to-merge=3`` nearly
+    every one merges its parent's manifests into its new one (EXISTING entries). Racing pyiceberg
+    appenders that keep moving main, each merged INSERT meets a moved head and is rebased by the
+    server: no 409 is answered at all (clients retry 409s silently, so the server counts them), and
+    every row written is in the table once."""
+    catalog = server.catalog()
+    props = {"catalog.append-rebase.enabled": "true", "commit.manifest.min-count-to-merge": "3"}
+    catalog.create_table(f"{ns}.merging", PY_SCHEMA, properties=props).append(rows(0, 1))
+    lake = register_catalog(spark, server)
+    name = f"{lake}.{ns}.merging"
+    spark.sql(f"INSERT INTO {name} VALUES (1, 'n1', NULL)")  # the session's table is loaded (warm)
+    before, rebased = _409s(server.url), metric_total(server.url, "catalog_commit_append_rebase_total")
+    done, inserts, appenders = threading.Event(), 6, 2
+    written: list[int] = [0, 1]
+
+    def work(i: int) -> list[int]:
+        if i == 0:  # Spark: one INSERT after another, each built on the head it last saw
+            try:
+                for k in range(inserts):
+                    spark.sql(f"INSERT INTO {name} VALUES ({10 + 2 * k}, 'a', NULL), ({11 + 2 * k}, 'b', NULL)")
+            finally:
+                done.set()
+            return [10 + k for k in range(2 * inserts)]
+        table, ids, k = catalog.load_table(f"{ns}.merging"), [], 0
+        while not done.is_set() and k < 200:
+            table.append(rows(1000 * i + k, 1))
+            ids.append(1000 * i + k)
+            k += 1
+        return ids
+
+    for ids in race(1 + appenders, work):
+        written.extend(ids)
+    answered_409 = _409s(server.url) - before
+    table = catalog.load_table(f"{ns}.merging")
+    check_table(table, written)
+    assert sorted(r[0] for r in spark.sql(f"SELECT id FROM {name}").collect()) == sorted(written)
+    assert metric_total(server.url, "catalog_commit_append_rebase_total") > rebased
+    assert answered_409 == 0, f"{answered_409} commits were answered 409"
+    # and merged INSERTs were among the rebased: their added files got a manifest of the server's
+    unmerged = {
+        m.manifest_path for s in table.snapshots() for m in s.manifests(table.io) if "/rebased-" in m.manifest_path
+    }
+    assert unmerged, "no merged INSERT was rebased"
 
 
 def test_what_qualifies_for_a_rebase():
