@@ -399,6 +399,189 @@ def test_refusals_are_the_original_409(local, caplog):
     assert [n for n in sorted(p.name for p in _metadata_dir(local, "t").iterdir()) if n not in before] == []
 
 
+def merged_append(meta: dict, snapshot_id: int, records: int, merge=None, tamper=None) -> tuple[list, list]:
+    """What Java's MergeAppend sends past ``commit.manifest.min-count-to-merge`` on ``meta``'s main:
+    ONE new manifest holding the live files of the parent's manifests that ``merge`` picks (all by
+    default) as EXISTING entries (snapshot ids and sequence numbers explicit, as read) and a new
+    file ADDED, then the parent's other manifests. ``tamper`` rewrites the carried entries first: a
+    list of (status, entry), "existing" or "deleted"."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.manifest import ManifestFile, write_manifest, write_manifest_list
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from catalog.storage import manifests as manifest_io
+
+    io, version, where = PyArrowFileIO(), meta["format-version"], meta["location"] + "/metadata"
+    parent = next(s for s in meta["snapshots"] if s["snapshot-id"] == meta["current-snapshot-id"])
+    listed = read_list(parent["manifest-list"])
+    merged = listed if merge is None else merge(listed)
+    kept = [m for m in listed if m.manifest_path not in {n.manifest_path for n in merged}]
+    carried = [("existing", e) for m in merged for e in m.fetch_manifest_entry(io, discard_deleted=True)]
+    if tamper is not None:
+        carried = tamper(carried)
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    path = f"{where}/{uuid.uuid4()}-m0.avro"
+    with write_manifest(2, UNPARTITIONED_PARTITION_SPEC, schema, io.new_output(path), snapshot_id, "null") as w:
+        w.add(_added_entry(meta, snapshot_id, records))
+        for status, entry in carried:
+            (w.existing if status == "existing" else w.delete)(entry)
+    manifest = w.to_manifest_file()
+    sequence = meta["last-sequence-number"] + 1
+    location = f"{where}/snap-{snapshot_id}-0-{uuid.uuid4()}.avro"
+    if version >= 3:
+        writer = manifest_io.ListWriterV3(
+            io.new_output(location), snapshot_id, parent["snapshot-id"], sequence, meta["next-row-id"], "null"
+        )
+        with writer:
+            writer.add_manifests([ManifestFile(*manifest._data, None), *kept])
+        added_rows = writer.next_row_id - meta["next-row-id"]
+    else:
+        with write_manifest_list(version, io.new_output(location), snapshot_id, parent["snapshot-id"], sequence,
+                                 "null") as writer:  # fmt: skip
+            writer.add_manifests([manifest, *[ManifestFile(*m._data[:15]) for m in kept]])
+    snapshot = {
+        "snapshot-id": snapshot_id,
+        "parent-snapshot-id": parent["snapshot-id"],
+        "sequence-number": sequence,
+        "timestamp-ms": meta["last-updated-ms"] + 1,
+        "manifest-list": location,
+        "summary": {"operation": "append", "added-records": str(records), "added-data-files": "1"},
+        "schema-id": 0,
+    }
+    if version >= 3:
+        snapshot["first-row-id"], snapshot["added-rows"] = meta["next-row-id"], added_rows
+    requirements = [
+        {"type": "assert-table-uuid", "uuid": meta["table-uuid"]},
+        {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent["snapshot-id"]},
+    ]
+    updates = [
+        {"action": "add-snapshot", "snapshot": snapshot},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+    ]
+    return requirements, updates
+
+
+def _added_entry(meta: dict, snapshot_id: int, records: int, status=None):
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntry, ManifestEntryStatus
+    from pyiceberg.typedef import Record
+
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=f"{meta['location']}/data/{uuid.uuid4()}.parquet",
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=records,
+        file_size_in_bytes=100 + records,
+    )
+    status = ManifestEntryStatus.ADDED if status is None else status
+    return ManifestEntry.from_args(status=status, snapshot_id=snapshot_id, data_file=data_file)
+
+
+def live_files(meta: dict) -> list[tuple]:
+    """The main branch's live files as a reader sees them: (path, snapshot id, data sequence number),
+    and (v3) their first row ids and record counts."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    head = next(s for s in meta["snapshots"] if s["snapshot-id"] == meta["current-snapshot-id"])
+    out = []
+    for m in read_list(head["manifest-list"]):
+        for e in m.fetch_manifest_entry(PyArrowFileIO(), discard_deleted=True):
+            out.append((e.data_file.file_path, e.snapshot_id, e.sequence_number))
+    return out
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_merged_append_that_merged_its_parent_is_rebased(local, version):
+    """Java's MergeAppend racing another append: its list is one manifest holding its parent's live
+    files EXISTING and its new file ADDED (or, merging only some of the parent's manifests, those
+    and the rest of the parent's). Rebased: its added file in a new manifest of the server's, then
+    the head's manifests; every file of both commits live exactly once, each with its own sequence
+    number, and (v3) row ids disjoint and covering every row."""
+    name = f"merge{version}"
+    meta = commit(local, name, *client_append(new_table(local, name, **{"format-version": str(version)}), 1, 2))
+    for i in (2, 3):
+        meta = commit(local, name, *client_append(meta, i, 1))  # three manifests of one file each
+    x = meta
+    racer = client_append(x, 4, 3)
+    merging = merged_append(x, 5, 4)  # merged every manifest of its parent
+    partial = merged_append(x, 6, 5, merge=lambda ms: ms[:2])  # merged two of three, kept the third
+    for requirements, updates in (racer, merging, partial):
+        meta = commit(local, name, requirements, updates)
+    assert meta["current-snapshot-id"] == 6
+    files = live_files(meta)
+    assert len(files) == len({f[0] for f in files}) == 6  # three of x, one each of 4, 5 and 6
+    by_snapshot = {f[1]: f[2] for f in files}
+    assert by_snapshot == {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6}
+    snaps = {s["snapshot-id"]: s for s in meta["snapshots"]}
+    assert [snaps[i]["parent-snapshot-id"] for i in (4, 5, 6)] == [3, 4, 5]
+    assert [snaps[i]["summary"]["total-records"] for i in (4, 5, 6)] == ["7", "11", "16"]
+    assert [snaps[i]["summary"]["total-data-files"] for i in (4, 5, 6)] == ["4", "5", "6"]
+    manifests = read_list(snaps[6]["manifest-list"])
+    assert [(m.added_snapshot_id, m.added_files_count, m.existing_files_count) for m in manifests[:2]] == [
+        (6, 1, 0),
+        (5, 1, 0),
+    ]
+    assert all("/rebased-" in m.manifest_path for m in manifests[:2])
+    if version >= 3:
+        ranges = sorted((m._data[15], m._data[15] + m.added_rows_count + m.existing_rows_count) for m in manifests)
+        assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        assert ranges[-1][1] == meta["next-row-id"] == 16
+        assert [(snaps[i]["first-row-id"], snaps[i]["added-rows"]) for i in (5, 6)] == [(7, 4), (11, 5)]
+
+
+def test_wrong_merges_are_refused(local, caplog):
+    """A merged append is rebased only when what it carried is exactly its parent's live files: a
+    file of the parent missing, an extra EXISTING file, a carried file with another sequence number,
+    a DELETED entry, a file carried twice: each the original 409, nothing written, the table as it was."""
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    from catalog import errors
+
+    meta = commit(local, "w", *client_append(new_table(local, "w"), 1, 1))
+    for i in (2, 3):
+        meta = commit(local, "w", *client_append(meta, i, 1))
+    x = meta
+    head = commit(local, "w", *client_append(x, 4, 1))  # main moves on
+
+    def shifted(carried):
+        status, entry = carried[0]
+        entry.sequence_number = entry.file_sequence_number = 7
+        return carried
+
+    extra = _added_entry(x, 2, 1, ManifestEntryStatus.EXISTING)  # as if snapshot 2 had added it
+    extra.sequence_number = extra.file_sequence_number = 2
+    not_live = "not its parent's live files"
+    cases = {
+        "missing": (lambda carried: carried[1:], not_live),
+        "extra": (lambda carried: [*carried, ("existing", extra)], not_live),
+        "sequence": (shifted, not_live),
+        "deleted": (lambda carried: [("deleted", carried[0][1]), *carried[1:]], "deleted entries"),
+        "twice": (lambda carried: [*carried, carried[0]], not_live),
+    }
+    before = sorted(p.name for p in _metadata_dir(local, "w").iterdir())
+    for i, (case, (tamper, reason)) in enumerate(cases.items()):
+        attempt = merged_append(x, 10 + i, 1, tamper=tamper)
+        written = sorted(p.name for p in _metadata_dir(local, "w").iterdir())
+        caplog.clear()
+        with (
+            caplog.at_level(logging.DEBUG, logger="catalog.commit"),
+            pytest.raises(errors.RequirementFailed, match="branch main has changed"),
+        ):
+            commit(local, "w", *attempt)
+        refused = [r.getMessage() for r in caplog.records if "not rebased" in r.getMessage()]
+        assert len(refused) == 1 and reason in refused[0], (case, refused)
+        assert sorted(p.name for p in _metadata_dir(local, "w").iterdir()) == written, case
+    from catalog.service import TABLE
+
+    now = local.load(TABLE, ("n",), "w").data
+    assert now["current-snapshot-id"] == head["current-snapshot-id"] == 4
+    assert now["snapshots"] == head["snapshots"]
+    assert not [n for n in sorted(p.name for p in _metadata_dir(local, "w").iterdir()) if "rebased" in n]
+    assert len(before) < len(written)  # the clients' own files were there, nothing of the server's
+
+
 def test_a_client_list_is_checked_by_its_bytes(local, monkeypatch):
     """A stale append's list is the new manifest followed by its parent's records byte for byte: the
     server takes the new manifests without decoding the rest. A list that keeps its parent's
@@ -592,6 +775,35 @@ def test_queued_appends_land_as_one_group(local, monkeypatch):
     assert all(thread.startswith("rebase-io") for thread, _ in read), read
     rebased = [(thread, loc) for thread, loc in writes if "-rebased-" in loc]  # the group's six, in parallel
     assert len(rebased) == 6 and all(thread.startswith("rebase-io") for thread, _ in rebased), rebased
+
+
+def test_merged_appends_land_in_a_group(local):
+    """Merged appends queued behind a commit in flight land in one group: each rebased (its added
+    files in a new manifest of the server's, written before the group's metadata file), one refused
+    (it merged less than its parent's live files) with its own 409, its files never written."""
+    from catalog import errors
+    from catalog.service import TABLE
+
+    meta = commit(local, "mg", *client_append(new_table(local, "mg"), 1, 1))
+    meta = commit(local, "mg", *client_append(meta, 2, 1))
+    appends = [
+        client_append(meta, 10, 1),
+        merged_append(meta, 11, 2),
+        merged_append(meta, 12, 3, tamper=lambda carried: carried[1:]),  # lost one of its parent's files
+        merged_append(meta, 13, 4, merge=lambda ms: ms[:1]),
+    ]
+    results = land_queued(local, "mg", appends)
+    assert isinstance(results[2], errors.RequirementFailed), results[2]
+    assert results[1].location == results[3].location != results[0].location
+    final = local.load(TABLE, ("n",), "mg").data
+    files = live_files(final)
+    assert sorted(f[1] for f in files) == [1, 2, 10, 11, 13] and len({f[0] for f in files}) == 5
+    assert final["snapshots"][-1]["summary"]["total-records"] == str(1 + 1 + 1 + 2 + 4)
+    listed = read_list(final["snapshots"][-1]["manifest-list"])
+    unmerged = [m.manifest_path for m in listed if "/rebased-" in m.manifest_path]
+    assert len(unmerged) == 2 and not [n for n in _metadata_dir(local, "mg").iterdir() if "-rebased-" in n.name and
+                                       "snap-12-" in n.name]  # fmt: skip
+    assert len([n for n in _metadata_dir(local, "mg").iterdir() if n.name.startswith("rebased-")]) == 2
 
 
 def test_a_group_whose_lists_cannot_be_written_lands_nothing(local, monkeypatch):
