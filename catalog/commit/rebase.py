@@ -8,14 +8,26 @@ setting, overridden per table by ``catalog.append-rebase.enabled``; whatever it 
 by the catalog's own maintenance snapshots, ``rollback.py``):
 
 * the client's manifest list is read (bounded, confined to the table's own locations); every manifest
-  the snapshot adds (``added_snapshot_id`` = its id) must hold data files with ADDED entries only
-  (existing = deleted = 0, checked in the list and in the manifest itself) whose sequence numbers and
-  (v3) row ids are inherited; the other manifests must be exactly X's (or X's less those that hold
-  no live file, which writers leave out). Anything else is refused;
-* a new manifest list = those new manifests followed by Y's manifests is written create-only next to
-  the client's (pyiceberg's Avro writers; the new manifests get the new sequence number and, v3,
-  fresh ``first_row_id``s from the table's ``next-row-id``; Y's list is carried as Avro blocks,
-  ``manifest_io.extend``, when its schema and codec allow, else re-encoded);
+  the snapshot adds (``added_snapshot_id`` = its id) must hold data files, ADDED entries whose
+  sequence numbers and (v3) row ids are inherited, and no DELETED entry (checked in the list and in
+  the manifest itself); the other manifests must be X's, each once;
+* X's manifests it left out are those that hold no live file (which writers leave out) and those it
+  merged: Java's MergeAppend (Spark's ``INSERT``, pyiceberg's merge-append), once a spec has
+  ``commit.manifest.min-count-to-merge`` manifests, rewrites X's manifests into its new one, their
+  live files as EXISTING entries. Those are accepted when the files carried as EXISTING are exactly
+  the live files of X's manifests it left out (so, with the ones it kept unchanged, exactly X's live
+  files): by path, each once, with the snapshot id and data and file sequence numbers they have in X
+  (as a reader inherits them; X's left-out manifests are read, at most ``MAX_MERGED_MANIFESTS`` and
+  ``MAX_MERGED_BYTES``, confined as above). Anything else is refused;
+* a merged manifest's ADDED entries are written create-only, next to the client's list, into a new
+  manifest of this snapshot (``rebased-<uuid>-m<n>.avro``, sequence numbers inherited); its EXISTING
+  entries are dropped, since Y's manifests hold Y's live files (Java's retry on a refreshed base
+  would merge Y's instead: the same live files);
+* a new manifest list = the new manifests (the client's, or those written for its merged ones)
+  followed by Y's manifests is written create-only next to the client's (pyiceberg's Avro writers;
+  the new manifests get the new sequence number and, v3, fresh ``first_row_id``s from the table's
+  ``next-row-id``; Y's list is carried as Avro blocks, ``manifest_io.extend``, when its schema and
+  codec allow, else re-encoded);
 * the snapshot keeps its id (Java's post-commit cleanup keeps exactly the files the committed
   snapshot references), gets parent Y, sequence number last+1, a new timestamp, recomputed
   ``first-row-id``/``added-rows`` (v3) and summary totals (Y's totals + this snapshot's changes).
@@ -28,7 +40,8 @@ a client that asserted that B does not exist (``snapshot-id: null``).
 
 ``candidate`` is pure (no I/O): the engine uses it to tell a rebase-eligible conflict from a 409
 without reading files. ``Rebaser.rebuild`` does the I/O, through ``catalog.storage.manifests``
-(pyiceberg's Avro reader and writers over the server's storage).
+(pyiceberg's Avro reader and writers over the server's storage). The files a rebase writes are
+named in ``Rebased.files``; the engine deletes them when the commit does not land.
 """
 
 from __future__ import annotations
@@ -295,28 +308,28 @@ class Rebaser:
         codec = (base.get("properties") or {}).get("write.avro.compression-codec", "gzip")
         first_row_id = base.get("next-row-id", 0)
         written_manifests: list[str] = []
-        if added:  # a merged manifest: its added entries alone, in a new manifest (Java's FastAppend's)
-            new = self._unmerged(new, added, base, directory, snapshot_id, codec, written_manifests)
+        try:  # the manifests written for merged ones are deleted if the list is not written
+            if added:  # a merged manifest: its added entries alone, in a new manifest (Java's FastAppend's)
+                new = self._unmerged(new, added, base, directory, snapshot_id, codec, written_manifests)
 
-        def write(records: list[ManifestFile]) -> tuple[bytes, int]:
-            out = BufferOutput(location)
-            writer = list_writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
-            with writer:  # assigns the v3 first_row_ids in place
-                writer.add_manifests(records)
-            return out.value, writer.next_row_id - first_row_id
+            def write(records: list[ManifestFile]) -> tuple[bytes, int]:
+                out = BufferOutput(location)
+                writer = list_writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
+                with writer:  # assigns the v3 first_row_ids in place
+                    writer.add_manifests(records)
+                return out.value, writer.next_row_id - first_row_id
 
-        written = None
-        if head_body.blocks < MAX_BLOCKS and _numbered(head, version):
-            mine = [_renumbered(m, version, sequence) for m in new]
-            raw, added_rows = write(mine)
-            written = extend(raw, head_body)  # None: another schema or codec (a client's list)
-        if written is None:  # the whole list, re-encoded
-            records = [_renumbered(m, version, sequence) for m in new] + [_fresh(m, version) for m in head]
-            raw, added_rows = write(records)
-            written = raw, body_of(raw)
-            mine, head = records[: len(new)], tuple(records[len(new) :])
-        raw, body = written
-        try:
+            written = None
+            if head_body.blocks < MAX_BLOCKS and _numbered(head, version):
+                mine = [_renumbered(m, version, sequence) for m in new]
+                raw, added_rows = write(mine)
+                written = extend(raw, head_body)  # None: another schema or codec (a client's list)
+            if written is None:  # the whole list, re-encoded
+                records = [_renumbered(m, version, sequence) for m in new] + [_fresh(m, version) for m in head]
+                raw, added_rows = write(records)
+                written = raw, body_of(raw)
+                mine, head = records[: len(new)], tuple(records[len(new) :])
+            raw, body = written
             self._write(location, raw)
         except BaseException:
             self._delete_quietly(written_manifests)
@@ -401,6 +414,7 @@ class Rebaser:
         (none when it added nothing), written create-only next to the client's list; their locations
         are appended to ``written`` as they are written."""
         out: list[ManifestFile] = []
+        version = base["format-version"]
         try:
             for m in new:
                 entries = added.get(m.manifest_path)
@@ -413,7 +427,6 @@ class Rebaser:
                 buffer = BufferOutput(location)
                 try:
                     spec, schema = spec_and_schema(base, m.partition_spec_id)
-                    version = base["format-version"]
                     with manifest_writer(version, ManifestContent.DATA, spec, schema, buffer, snapshot_id, codec) as w:
                         for entry in entries:
                             entry.data_file.spec_id = m.partition_spec_id
