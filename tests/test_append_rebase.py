@@ -777,6 +777,30 @@ def test_queued_appends_land_as_one_group(local, monkeypatch):
     assert len(rebased) == 6 and all(thread.startswith("rebase-io") for thread, _ in rebased), rebased
 
 
+def test_a_merge_too_large_to_check_is_refused(local, monkeypatch, caplog):
+    """The parent's manifests a merged append left out are read to check it, bounded: more of them
+    than MAX_MERGED_MANIFESTS, or more bytes than MAX_MERGED_BYTES, is the original 409."""
+    from catalog import errors
+    from catalog.commit import rebase
+
+    meta = commit(local, "big", *client_append(new_table(local, "big"), 1, 1))
+    meta = commit(local, "big", *client_append(meta, 2, 1))
+    commit(local, "big", *client_append(meta, 3, 1))  # main moves on
+    for i, (bound, value, reason) in enumerate(
+        [("MAX_MERGED_MANIFESTS", 1, "2 of its parent's manifests merged"), ("MAX_MERGED_BYTES", 100, "too large")]
+    ):
+        monkeypatch.setattr(rebase, bound, value)
+        caplog.clear()
+        with (
+            caplog.at_level(logging.DEBUG, logger="catalog.commit"),
+            pytest.raises(errors.RequirementFailed, match="branch main has changed"),
+        ):
+            commit(local, "big", *merged_append(meta, 10 + i, 1))
+        assert any(reason in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+        monkeypatch.undo()
+    assert commit(local, "big", *merged_append(meta, 12, 1))["current-snapshot-id"] == 12  # unbounded: lands
+
+
 def test_merged_appends_land_in_a_group(local):
     """Merged appends queued behind a commit in flight land in one group: each rebased (its added
     files in a new manifest of the server's, written before the group's metadata file), one refused

@@ -383,12 +383,20 @@ class Rebaser:
         as they are, that is every live file of its parent and nothing else."""
         if len(merged) > MAX_MERGED_MANIFESTS:
             raise Refused(f"{len(merged)} of its parent's manifests merged")
-        if sum(max(m.manifest_length or 0, 0) for m in merged) > MAX_MERGED_BYTES:
-            raise Refused("its parent's manifests it merged are too large to check")
         if any(m.content != ManifestContent.DATA for m in merged):
             raise Refused("a delete manifest of its parent's left out")
-        locations = [_owned(m.manifest_path, base) for m in merged]
-        raws = list(self._pool().map(self._read, locations)) if len(locations) > 1 else [*map(self._read, locations)]
+        wanted: list[tuple[str, int]] = []  # each read at most the length its list gives: the bound in all
+        for m in merged:
+            if not is_int(m.manifest_length) or not 0 < m.manifest_length <= MAX_FILE_BYTES:
+                raise Refused(f"a manifest of its parent's of {m.manifest_length} bytes")
+            wanted.append((_owned(m.manifest_path, base), m.manifest_length))
+        if sum(size for _, size in wanted) > MAX_MERGED_BYTES:
+            raise Refused("its parent's manifests it merged are too large to check")
+
+        def read(item: tuple[str, int]) -> bytes:
+            return self.storage.read(*item)
+
+        raws = list(self._pool().map(read, wanted)) if len(wanted) > 1 else [read(w) for w in wanted]
         live: dict[str, tuple] = {}
         for m, raw in zip(merged, raws, strict=True):
             for entry in read_records(_bounded(raw), ENTRY_READ)[0]:
