@@ -122,18 +122,25 @@ def test_overwrites_are_never_rebased_and_appends_rebase_on_them(server, ns):
     check_table(table, [30, 31, 40])
 
 
-def test_merged_manifests_are_refused(server, ns):
-    """pyiceberg's merge-append rewrites earlier manifests into one (EXISTING entries): not a pure
-    append, so a stale one is a 409 even with rebase on."""
+def test_merged_manifests_are_rebased(server, ns):
+    """pyiceberg's merge-append rewrites its parent's manifests into its new one (EXISTING entries):
+    a stale one that merged exactly its parent's live files is rebased as a fast append would be
+    (its added file in a new manifest, then the head's manifests): every file live once."""
     catalog = server.catalog()
     props = {**REBASE, "commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "2"}
     catalog.create_table(f"{ns}.merged", PY_SCHEMA, properties=props).append(rows(0, 1))
     stale = catalog.load_table(f"{ns}.merged")
-    catalog.load_table(f"{ns}.merged").append(rows(1, 1))
-    with pytest.raises(CommitFailedException, match="branch main has changed"):
-        stale.append(rows(2, 1))  # its list: one merged manifest (the old file EXISTING + the new one)
+    catalog.load_table(f"{ns}.merged").append(rows(1, 1))  # merged too: main's one manifest holds 0 and 1
+    stale.append(rows(2, 1))  # its list: one merged manifest (0 EXISTING + 2 ADDED), on the old main
     table = catalog.load_table(f"{ns}.merged")
-    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [0, 1]
+    check_table(table, [0, 1, 2])
+    head = table.current_snapshot()
+    assert head.snapshot_id == stale.current_snapshot().snapshot_id
+    manifests = head.manifests(table.io)
+    assert manifests[0].added_snapshot_id == head.snapshot_id
+    assert (manifests[0].added_files_count, manifests[0].existing_files_count) == (1, 0)
+    paths = [e.data_file.file_path for m in manifests for e in m.fetch_manifest_entry(table.io)]
+    assert len(paths) == len(set(paths)) == 3
 
 
 def test_a_client_that_asserted_no_branch_is_not_rebased(server, ns):
@@ -392,6 +399,189 @@ def test_refusals_are_the_original_409(local, caplog):
     assert [n for n in sorted(p.name for p in _metadata_dir(local, "t").iterdir()) if n not in before] == []
 
 
+def merged_append(meta: dict, snapshot_id: int, records: int, merge=None, tamper=None) -> tuple[list, list]:
+    """What Java's MergeAppend sends past ``commit.manifest.min-count-to-merge`` on ``meta``'s main:
+    ONE new manifest holding the live files of the parent's manifests that ``merge`` picks (all by
+    default) as EXISTING entries (snapshot ids and sequence numbers explicit, as read) and a new
+    file ADDED, then the parent's other manifests. ``tamper`` rewrites the carried entries first: a
+    list of (status, entry), "existing" or "deleted"."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.manifest import ManifestFile, write_manifest, write_manifest_list
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from catalog.storage import manifests as manifest_io
+
+    io, version, where = PyArrowFileIO(), meta["format-version"], meta["location"] + "/metadata"
+    parent = next(s for s in meta["snapshots"] if s["snapshot-id"] == meta["current-snapshot-id"])
+    listed = read_list(parent["manifest-list"])
+    merged = listed if merge is None else merge(listed)
+    kept = [m for m in listed if m.manifest_path not in {n.manifest_path for n in merged}]
+    carried = [("existing", e) for m in merged for e in m.fetch_manifest_entry(io, discard_deleted=True)]
+    if tamper is not None:
+        carried = tamper(carried)
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    path = f"{where}/{uuid.uuid4()}-m0.avro"
+    with write_manifest(2, UNPARTITIONED_PARTITION_SPEC, schema, io.new_output(path), snapshot_id, "null") as w:
+        w.add(_added_entry(meta, snapshot_id, records))
+        for status, entry in carried:
+            (w.existing if status == "existing" else w.delete)(entry)
+    manifest = w.to_manifest_file()
+    sequence = meta["last-sequence-number"] + 1
+    location = f"{where}/snap-{snapshot_id}-0-{uuid.uuid4()}.avro"
+    if version >= 3:
+        writer = manifest_io.ListWriterV3(
+            io.new_output(location), snapshot_id, parent["snapshot-id"], sequence, meta["next-row-id"], "null"
+        )
+        with writer:
+            writer.add_manifests([ManifestFile(*manifest._data, None), *kept])
+        added_rows = writer.next_row_id - meta["next-row-id"]
+    else:
+        with write_manifest_list(version, io.new_output(location), snapshot_id, parent["snapshot-id"], sequence,
+                                 "null") as writer:  # fmt: skip
+            writer.add_manifests([manifest, *[ManifestFile(*m._data[:15]) for m in kept]])
+    snapshot = {
+        "snapshot-id": snapshot_id,
+        "parent-snapshot-id": parent["snapshot-id"],
+        "sequence-number": sequence,
+        "timestamp-ms": meta["last-updated-ms"] + 1,
+        "manifest-list": location,
+        "summary": {"operation": "append", "added-records": str(records), "added-data-files": "1"},
+        "schema-id": 0,
+    }
+    if version >= 3:
+        snapshot["first-row-id"], snapshot["added-rows"] = meta["next-row-id"], added_rows
+    requirements = [
+        {"type": "assert-table-uuid", "uuid": meta["table-uuid"]},
+        {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent["snapshot-id"]},
+    ]
+    updates = [
+        {"action": "add-snapshot", "snapshot": snapshot},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+    ]
+    return requirements, updates
+
+
+def _added_entry(meta: dict, snapshot_id: int, records: int, status=None):
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntry, ManifestEntryStatus
+    from pyiceberg.typedef import Record
+
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=f"{meta['location']}/data/{uuid.uuid4()}.parquet",
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=records,
+        file_size_in_bytes=100 + records,
+    )
+    status = ManifestEntryStatus.ADDED if status is None else status
+    return ManifestEntry.from_args(status=status, snapshot_id=snapshot_id, data_file=data_file)
+
+
+def live_files(meta: dict) -> list[tuple]:
+    """The main branch's live files as a reader sees them: (path, snapshot id, data sequence number),
+    and (v3) their first row ids and record counts."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    head = next(s for s in meta["snapshots"] if s["snapshot-id"] == meta["current-snapshot-id"])
+    out = []
+    for m in read_list(head["manifest-list"]):
+        for e in m.fetch_manifest_entry(PyArrowFileIO(), discard_deleted=True):
+            out.append((e.data_file.file_path, e.snapshot_id, e.sequence_number))
+    return out
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_merged_append_that_merged_its_parent_is_rebased(local, version):
+    """Java's MergeAppend racing another append: its list is one manifest holding its parent's live
+    files EXISTING and its new file ADDED (or, merging only some of the parent's manifests, those
+    and the rest of the parent's). Rebased: its added file in a new manifest of the server's, then
+    the head's manifests; every file of both commits live exactly once, each with its own sequence
+    number, and (v3) row ids disjoint and covering every row."""
+    name = f"merge{version}"
+    meta = commit(local, name, *client_append(new_table(local, name, **{"format-version": str(version)}), 1, 2))
+    for i in (2, 3):
+        meta = commit(local, name, *client_append(meta, i, 1))  # three manifests of one file each
+    x = meta
+    racer = client_append(x, 4, 3)
+    merging = merged_append(x, 5, 4)  # merged every manifest of its parent
+    partial = merged_append(x, 6, 5, merge=lambda ms: ms[:2])  # merged two of three, kept the third
+    for requirements, updates in (racer, merging, partial):
+        meta = commit(local, name, requirements, updates)
+    assert meta["current-snapshot-id"] == 6
+    files = live_files(meta)
+    assert len(files) == len({f[0] for f in files}) == 6  # three of x, one each of 4, 5 and 6
+    by_snapshot = {f[1]: f[2] for f in files}
+    assert by_snapshot == {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6}
+    snaps = {s["snapshot-id"]: s for s in meta["snapshots"]}
+    assert [snaps[i]["parent-snapshot-id"] for i in (4, 5, 6)] == [3, 4, 5]
+    assert [snaps[i]["summary"]["total-records"] for i in (4, 5, 6)] == ["7", "11", "16"]
+    assert [snaps[i]["summary"]["total-data-files"] for i in (4, 5, 6)] == ["4", "5", "6"]
+    manifests = read_list(snaps[6]["manifest-list"])
+    assert [(m.added_snapshot_id, m.added_files_count, m.existing_files_count) for m in manifests[:2]] == [
+        (6, 1, 0),
+        (5, 1, 0),
+    ]
+    assert all("/rebased-" in m.manifest_path for m in manifests[:2])
+    if version >= 3:
+        ranges = sorted((m._data[15], m._data[15] + m.added_rows_count + m.existing_rows_count) for m in manifests)
+        assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        assert ranges[-1][1] == meta["next-row-id"] == 16
+        assert [(snaps[i]["first-row-id"], snaps[i]["added-rows"]) for i in (5, 6)] == [(7, 4), (11, 5)]
+
+
+def test_wrong_merges_are_refused(local, caplog):
+    """A merged append is rebased only when what it carried is exactly its parent's live files: a
+    file of the parent missing, an extra EXISTING file, a carried file with another sequence number,
+    a DELETED entry, a file carried twice: each the original 409, nothing written, the table as it was."""
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    from catalog import errors
+
+    meta = commit(local, "w", *client_append(new_table(local, "w"), 1, 1))
+    for i in (2, 3):
+        meta = commit(local, "w", *client_append(meta, i, 1))
+    x = meta
+    head = commit(local, "w", *client_append(x, 4, 1))  # main moves on
+
+    def shifted(carried):
+        status, entry = carried[0]
+        entry.sequence_number = entry.file_sequence_number = 7
+        return carried
+
+    extra = _added_entry(x, 2, 1, ManifestEntryStatus.EXISTING)  # as if snapshot 2 had added it
+    extra.sequence_number = extra.file_sequence_number = 2
+    not_live = "not its parent's live files"
+    cases = {
+        "missing": (lambda carried: carried[1:], not_live),
+        "extra": (lambda carried: [*carried, ("existing", extra)], not_live),
+        "sequence": (shifted, not_live),
+        "deleted": (lambda carried: [("deleted", carried[0][1]), *carried[1:]], "deleted entries"),
+        "twice": (lambda carried: [*carried, carried[0]], not_live),
+    }
+    before = sorted(p.name for p in _metadata_dir(local, "w").iterdir())
+    for i, (case, (tamper, reason)) in enumerate(cases.items()):
+        attempt = merged_append(x, 10 + i, 1, tamper=tamper)
+        written = sorted(p.name for p in _metadata_dir(local, "w").iterdir())
+        caplog.clear()
+        with (
+            caplog.at_level(logging.DEBUG, logger="catalog.commit"),
+            pytest.raises(errors.RequirementFailed, match="branch main has changed"),
+        ):
+            commit(local, "w", *attempt)
+        refused = [r.getMessage() for r in caplog.records if "not rebased" in r.getMessage()]
+        assert len(refused) == 1 and reason in refused[0], (case, refused)
+        assert sorted(p.name for p in _metadata_dir(local, "w").iterdir()) == written, case
+    from catalog.service import TABLE
+
+    now = local.load(TABLE, ("n",), "w").data
+    assert now["current-snapshot-id"] == head["current-snapshot-id"] == 4
+    assert now["snapshots"] == head["snapshots"]
+    assert not [n for n in sorted(p.name for p in _metadata_dir(local, "w").iterdir()) if "rebased" in n]
+    assert len(before) < len(written)  # the clients' own files were there, nothing of the server's
+
+
 def test_a_client_list_is_checked_by_its_bytes(local, monkeypatch):
     """A stale append's list is the new manifest followed by its parent's records byte for byte: the
     server takes the new manifests without decoding the rest. A list that keeps its parent's
@@ -587,6 +777,59 @@ def test_queued_appends_land_as_one_group(local, monkeypatch):
     assert len(rebased) == 6 and all(thread.startswith("rebase-io") for thread, _ in rebased), rebased
 
 
+def test_a_merge_too_large_to_check_is_refused(local, monkeypatch, caplog):
+    """The parent's manifests a merged append left out are read to check it, bounded: more of them
+    than MAX_MERGED_MANIFESTS, or more bytes than MAX_MERGED_BYTES, is the original 409."""
+    from catalog import errors
+    from catalog.commit import rebase
+
+    meta = commit(local, "big", *client_append(new_table(local, "big"), 1, 1))
+    meta = commit(local, "big", *client_append(meta, 2, 1))
+    commit(local, "big", *client_append(meta, 3, 1))  # main moves on
+    for i, (bound, value, reason) in enumerate(
+        [("MAX_MERGED_MANIFESTS", 1, "2 of its parent's manifests merged"), ("MAX_MERGED_BYTES", 100, "too large")]
+    ):
+        monkeypatch.setattr(rebase, bound, value)
+        caplog.clear()
+        with (
+            caplog.at_level(logging.DEBUG, logger="catalog.commit"),
+            pytest.raises(errors.RequirementFailed, match="branch main has changed"),
+        ):
+            commit(local, "big", *merged_append(meta, 10 + i, 1))
+        assert any(reason in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+        monkeypatch.undo()
+    assert commit(local, "big", *merged_append(meta, 12, 1))["current-snapshot-id"] == 12  # unbounded: lands
+
+
+def test_merged_appends_land_in_a_group(local):
+    """Merged appends queued behind a commit in flight land in one group: each rebased (its added
+    files in a new manifest of the server's, written before the group's metadata file), one refused
+    (it merged less than its parent's live files) with its own 409, its files never written."""
+    from catalog import errors
+    from catalog.service import TABLE
+
+    meta = commit(local, "mg", *client_append(new_table(local, "mg"), 1, 1))
+    meta = commit(local, "mg", *client_append(meta, 2, 1))
+    appends = [
+        client_append(meta, 10, 1),
+        merged_append(meta, 11, 2),
+        merged_append(meta, 12, 3, tamper=lambda carried: carried[1:]),  # lost one of its parent's files
+        merged_append(meta, 13, 4, merge=lambda ms: ms[:1]),
+    ]
+    results = land_queued(local, "mg", appends)
+    assert isinstance(results[2], errors.RequirementFailed), results[2]
+    assert results[1].location == results[3].location != results[0].location
+    final = local.load(TABLE, ("n",), "mg").data
+    files = live_files(final)
+    assert sorted(f[1] for f in files) == [1, 2, 10, 11, 13] and len({f[0] for f in files}) == 5
+    assert final["snapshots"][-1]["summary"]["total-records"] == str(1 + 1 + 1 + 2 + 4)
+    listed = read_list(final["snapshots"][-1]["manifest-list"])
+    unmerged = [m.manifest_path for m in listed if "/rebased-" in m.manifest_path]
+    assert len(unmerged) == 2 and not [n for n in _metadata_dir(local, "mg").iterdir() if "-rebased-" in n.name and
+                                       "snap-12-" in n.name]  # fmt: skip
+    assert len([n for n in _metadata_dir(local, "mg").iterdir() if n.name.startswith("rebased-")]) == 2
+
+
 def test_a_group_whose_lists_cannot_be_written_lands_nothing(local, monkeypatch):
     """The group's rebased lists are written together before its metadata file; when one PUT fails,
     every member gets a 503 (the store failed, nothing was committed: a 409 would send the clients to
@@ -755,6 +998,78 @@ def test_lists_carrying_blocks_read_in_spark_and_pyiceberg(spark, server, ns):
     assert ids == sorted([0, *(i * 10 + k for i in range(1, 7) for k in range(2))])
     added = [r[0] for r in spark.sql(f"SELECT added_snapshot_id FROM {name}.manifests").collect()]
     assert sorted(added) == sorted(s.snapshot_id for s in table.snapshots())
+
+
+def _409s(url: str) -> float:
+    """The 409s the server answered so far (its /metrics): clients retry a 409 silently."""
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("catalog_http_requests_total{") and 'status="409"' in line
+    )
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_spark_merging_inserts_racing_appenders_get_no_409(spark, server, ns, version):
+    """Spark's INSERT is Java's MergeAppend: with ``commit.manifest.min-count-to-merge=3`` nearly
+    every one merges its parent's manifests into its new one (EXISTING entries). Racing appenders
+    that keep moving main (pyiceberg's fast appends on v2; on v3, which pyiceberg 0.12 does not
+    write, more Spark INSERTs), each merged INSERT meets a moved head and is rebased by the server:
+    no 409 is answered at all (clients retry 409s silently, so the server counts them), and every
+    row written is in the table once."""
+    catalog = server.catalog()
+    props = {
+        "format-version": version,
+        "catalog.append-rebase.enabled": "true",
+        "commit.manifest.min-count-to-merge": "3",
+    }
+    catalog.create_table(f"{ns}.merging", PY_SCHEMA, properties=props)
+    lake = register_catalog(spark, server)
+    name = f"{lake}.{ns}.merging"
+    spark.sql(f"INSERT INTO {name} VALUES (0, 'n0', NULL)")  # main exists, the session's table is loaded
+    before, rebased = _409s(server.url), metric_total(server.url, "catalog_commit_append_rebase_total")
+    done, inserts, appenders = threading.Event(), 6, 2
+    written: list[int] = [0]
+
+    def work(i: int) -> list[int]:
+        if i == 0:  # Spark: one INSERT after another, each built on the head it last saw
+            try:
+                for k in range(inserts):
+                    spark.sql(f"INSERT INTO {name} VALUES ({10 + 2 * k}, 'a', NULL), ({11 + 2 * k}, 'b', NULL)")
+            finally:
+                done.set()
+            return [10 + k for k in range(2 * inserts)]
+        table, ids = (catalog.load_table(f"{ns}.merging") if version == "2" else None), []
+        while not done.is_set() and len(ids) < 200:
+            row = 1000 * i + len(ids)
+            if table is not None:
+                table.append(rows(row, 1))
+            else:
+                spark.sql(f"INSERT INTO {name} VALUES ({row}, 'r', NULL)")
+            ids.append(row)
+        return ids
+
+    for ids in race(1 + appenders, work):
+        written.extend(ids)
+    answered_409 = _409s(server.url) - before
+    assert sorted(r[0] for r in spark.sql(f"SELECT id FROM {name}").collect()) == sorted(written)
+    if version == "2":
+        check_table(catalog.load_table(f"{ns}.merging"), written)  # and totals, one chain, sequence numbers
+    else:  # row lineage: every row its own _row_id
+        spark.conf.set("spark.sql.iceberg.vectorization.enabled", "false")  # see tests/test_v3.py
+        try:
+            row_ids = [r[0] for r in spark.sql(f"SELECT _row_id FROM {name}").collect()]
+        finally:
+            spark.conf.unset("spark.sql.iceberg.vectorization.enabled")
+        assert len(set(row_ids)) == len(row_ids) == len(written)
+    assert metric_total(server.url, "catalog_commit_append_rebase_total") > rebased
+    assert answered_409 == 0, f"{answered_409} commits were answered 409"
+    # and merged INSERTs were among the rebased: their added files got a manifest of the server's
+    paths = [r[0] for r in spark.sql(f"SELECT path FROM {name}.all_manifests").collect()]
+    assert any("/rebased-" in p for p in paths), "no merged INSERT was rebased"
 
 
 def test_what_qualifies_for_a_rebase():

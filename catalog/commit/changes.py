@@ -100,6 +100,7 @@ class Staged:
     location: str  # the entry's normalised location after the commit
     lists: tuple[str, ...] = ()  # manifest lists written by rebases of pure appends (commit/rebase.py)
     commits: int = 1  # the commits it carries: more than one for a group commit (commit/grouping.py)
+    manifests: tuple[str, ...] = ()  # manifests written by rebases of merged appends (commit/rebase.py)
 
 
 class Grouping(Protocol):

@@ -147,7 +147,9 @@ class CommitEngine:
             new, rebased = self.apply(change, base, rebasable=alone)
         if base is not None and new is base.data:
             return base
-        return self.write(change, entry, base, new, kind, (rebased.manifest_list,) if rebased else ())
+        if rebased is None:
+            return self.write(change, entry, base, new, kind)
+        return self.write(change, entry, base, new, kind, (rebased.manifest_list,), manifests=rebased.manifests)
 
     def write(
         self,
@@ -158,9 +160,10 @@ class CommitEngine:
         kind: str,
         lists: tuple[str, ...] = (),
         commits: int = 1,
+        manifests: tuple[str, ...] = (),
     ) -> Staged:
         """Step 3: the new metadata file, written create-only after the location rules are checked.
-        If it fails, the manifest lists rebases wrote for it are deleted."""
+        If it fails, the manifest lists (and manifests) rebases wrote for it are deleted."""
         try:
             with _step(kind, "write"):
                 location = self.ownership.check_new(entry.id if entry else None, base.data if base else None, new)
@@ -170,10 +173,10 @@ class CommitEngine:
                 except errors.IcebergError as e:
                     raise not_committed(e) from e
         except BaseException:
-            for location in lists:
+            for location in (*lists, *manifests):
                 self._delete_quietly(location)
             raise
-        return Staged(change, entry, base, written, location, lists, commits)
+        return Staged(change, entry, base, written, location, lists, commits, manifests)
 
     def read(self, change: Change) -> tuple[Entry | None, MetadataFile | None]:
         entry = self.store.get_entry(change.namespace, change.name)
@@ -241,8 +244,9 @@ class CommitEngine:
             try:
                 new = self._apply_updates(change, base, rebased.requirements, rebased.updates, now_ms)
             except errors.IcebergError:
-                self.rebaser.forget(rebased.manifest_list)  # in a group: not written yet
-                self._delete_quietly(rebased.manifest_list)
+                for location in rebased.files:
+                    self.rebaser.forget(location)  # in a group: not written yet
+                    self._delete_quietly(location)
                 raise self._conflict(change, e) from None
             log.debug(
                 "rebased append %s to %s onto snapshot %s",
@@ -422,7 +426,7 @@ class CommitEngine:
 
     def discard(self, staged: Sequence[Staged]) -> None:
         for one in staged:
-            for location in (one.new.location, *one.lists):
+            for location in (one.new.location, *one.lists, *one.manifests):
                 self._delete_quietly(location)
 
     def _delete_quietly(self, location: str) -> None:

@@ -182,7 +182,7 @@ class GroupCommitter:
         entry, base = engine.read(change)
         assert entry is not None and base is not None
         files.fetch([one.change.updates[0]["snapshot"] for one in members], base.data)
-        current, lists, live = base, [], []
+        current, lists, manifests, live = base, [], [], []
         for one in members:
             try:
                 new, rebased = engine.apply(one.change, current, rebasable=True)
@@ -191,6 +191,7 @@ class GroupCommitter:
                 continue
             if rebased is not None:
                 lists.append(rebased.manifest_list)
+                manifests.extend(rebased.manifests)
             if new is not current.data:
                 current = MetadataFile(None, b"", new)  # type: ignore[arg-type]  # no file: no log entry
             live.append(one)
@@ -199,7 +200,7 @@ class GroupCommitter:
                 one.outcome, one.done = _committed(base), True
             return live, True
         files.flush()  # the rebased lists, before the metadata file that names them
-        staged = engine.write(change, entry, base, current.data, "table", tuple(lists), len(live))
+        staged = engine.write(change, entry, base, current.data, "table", tuple(lists), len(live), tuple(manifests))
         if engine.swap([staged.new], [staged], None, "table") is None:  # lost: the files are orphans
             engine.discard([staged])
             return live, False

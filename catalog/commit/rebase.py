@@ -8,14 +8,26 @@ setting, overridden per table by ``catalog.append-rebase.enabled``; whatever it 
 by the catalog's own maintenance snapshots, ``rollback.py``):
 
 * the client's manifest list is read (bounded, confined to the table's own locations); every manifest
-  the snapshot adds (``added_snapshot_id`` = its id) must hold data files with ADDED entries only
-  (existing = deleted = 0, checked in the list and in the manifest itself) whose sequence numbers and
-  (v3) row ids are inherited; the other manifests must be exactly X's (or X's less those that hold
-  no live file, which writers leave out). Anything else is refused;
-* a new manifest list = those new manifests followed by Y's manifests is written create-only next to
-  the client's (pyiceberg's Avro writers; the new manifests get the new sequence number and, v3,
-  fresh ``first_row_id``s from the table's ``next-row-id``; Y's list is carried as Avro blocks,
-  ``manifest_io.extend``, when its schema and codec allow, else re-encoded);
+  the snapshot adds (``added_snapshot_id`` = its id) must hold data files, ADDED entries whose
+  sequence numbers and (v3) row ids are inherited, and no DELETED entry (checked in the list and in
+  the manifest itself); the other manifests must be X's, each once;
+* X's manifests it left out are those that hold no live file (which writers leave out) and those it
+  merged: Java's MergeAppend (Spark's ``INSERT``, pyiceberg's merge-append), once a spec has
+  ``commit.manifest.min-count-to-merge`` manifests, rewrites X's manifests into its new one, their
+  live files as EXISTING entries. Those are accepted when the files carried as EXISTING are exactly
+  the live files of X's manifests it left out (so, with the ones it kept unchanged, exactly X's live
+  files): by path, each once, with the snapshot id and data and file sequence numbers they have in X
+  (as a reader inherits them; X's left-out manifests are read, at most ``MAX_MERGED_MANIFESTS`` and
+  ``MAX_MERGED_BYTES``, confined as above). Anything else is refused;
+* a merged manifest's ADDED entries are written create-only, next to the client's list, into a new
+  manifest of this snapshot (``rebased-<uuid>-m<n>.avro``, sequence numbers inherited); its EXISTING
+  entries are dropped, since Y's manifests hold Y's live files (Java's retry on a refreshed base
+  would merge Y's instead: the same live files);
+* a new manifest list = the new manifests (the client's, or those written for its merged ones)
+  followed by Y's manifests is written create-only next to the client's (pyiceberg's Avro writers;
+  the new manifests get the new sequence number and, v3, fresh ``first_row_id``s from the table's
+  ``next-row-id``; Y's list is carried as Avro blocks, ``manifest_io.extend``, when its schema and
+  codec allow, else re-encoded);
 * the snapshot keeps its id (Java's post-commit cleanup keeps exactly the files the committed
   snapshot references), gets parent Y, sequence number last+1, a new timestamp, recomputed
   ``first-row-id``/``added-rows`` (v3) and summary totals (Y's totals + this snapshot's changes).
@@ -28,7 +40,8 @@ a client that asserted that B does not exist (``snapshot-id: null``).
 
 ``candidate`` is pure (no I/O): the engine uses it to tell a rebase-eligible conflict from a 409
 without reading files. ``Rebaser.rebuild`` does the I/O, through ``catalog.storage.manifests``
-(pyiceberg's Avro reader and writers over the server's storage).
+(pyiceberg's Avro reader and writers over the server's storage). The files a rebase writes are
+named in ``Rebased.files``; the engine deletes them when the commit does not land.
 """
 
 from __future__ import annotations
@@ -47,6 +60,7 @@ from pyiceberg.manifest import (
     UNASSIGNED_SEQ,
     DataFileContent,
     ManifestContent,
+    ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
 )
@@ -67,7 +81,9 @@ from catalog.storage.manifests import (
     extend,
     leading_added,
     list_writer,
+    manifest_writer,
     read_records,
+    spec_and_schema,
 )
 
 log = logging.getLogger("catalog.rebase")
@@ -75,6 +91,12 @@ log = logging.getLogger("catalog.rebase")
 PROPERTY = "catalog.append-rebase.enabled"
 # The most manifests one rebased append may add (each is read to check its entries).
 MAX_NEW_MANIFESTS = 32
+# A merged append (Java's MergeAppend past ``commit.manifest.min-count-to-merge``): the most of its
+# parent's manifests it may have merged, and their bytes in all (each is read to check that the
+# merge carried exactly their live files; Java packs a merge into ``commit.manifest.target-size-bytes``,
+# 8 MB by default).
+MAX_MERGED_MANIFESTS = 1_000
+MAX_MERGED_BYTES = 64 * 2**20
 # Manifest lists are cached parsed (they never change): the bound, in manifests across all lists.
 CACHED_MANIFESTS = 50_000
 # The largest manifest list or new manifest a rebase reads (a list of 10,000 manifests is ~2 MB);
@@ -135,6 +157,11 @@ class Rebased:
     requirements: list[dict]
     updates: list[dict]
     manifest_list: str  # written, not yet committed: delete it if the commit does not land
+    manifests: tuple[str, ...] = ()  # the same: the new manifests written for a merged append
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (self.manifest_list, *self.manifests)
 
 
 def enabled(base: dict, default: bool) -> bool:
@@ -245,47 +272,68 @@ class Rebaser:
         parent, parent_body = self._list(_owned(c.parent.get("manifest-list"), base))
         raw = _bounded(self._read(client_list))
         new = added_by(raw, snapshot_id, parent_body)  # the client's list is read once: not cached
+        merged: list[ManifestFile] = []  # the parent's manifests with live files it left out
         if new is None:  # not shown by its bytes: every manifest decoded and compared by path
             client, _ = read_records(raw)
             new = [m for m in client if m.added_snapshot_id == snapshot_id]
-            rest = sorted(m.manifest_path for m in client if m.added_snapshot_id != snapshot_id)
-            # A writer may leave out the parent's manifests that hold no live file (only DELETED
-            # entries: what a compaction or an overwrite leaves), as pyiceberg's and Java's do.
-            if rest != sorted(m.manifest_path for m in parent) and rest != sorted(
-                m.manifest_path for m in parent if _holds_files(m)
-            ):
+            rest = [m.manifest_path for m in client if m.added_snapshot_id != snapshot_id]
+            if len(set(rest)) != len(rest) or not set(rest) <= {m.manifest_path for m in parent}:
                 raise Refused("the manifests it keeps are not its parent's")
+            # A writer may leave out the parent's manifests that hold no live file (only DELETED
+            # entries: what a compaction or an overwrite leaves), as pyiceberg's and Java's do; the
+            # others it left out it must have merged into its new manifests (``_check_merged``).
+            merged = [m for m in parent if m.manifest_path not in set(rest) and _holds_files(m)]
         if not new or len(new) > MAX_NEW_MANIFESTS:
             raise Refused(f"{len(new)} new manifests")
         for manifest in new:
             _check_counts(manifest, c.snapshot, version)
+        merges = any(m.existing_files_count for m in new)
+        if merged and not merges:
+            raise Refused("the manifests it keeps are not its parent's")
+        if merges and not merged:
+            raise Refused("a manifest with existing or deleted entries, but none of its parent's manifests merged")
+        carried: list[tuple[str, tuple]] = []  # (path, snapshot id and sequence numbers) of EXISTING entries
+        added: dict[str, list[ManifestEntry]] = {}  # a merged manifest's added entries, by its path
         for manifest in new:
-            self._check_entries(manifest, c.snapshot, base)
+            mine, theirs = self._check_entries(manifest, c.snapshot, base)
+            if theirs:
+                carried.extend((e.data_file.file_path, _identity(e, manifest)) for e in theirs)
+                added[manifest.manifest_path] = mine
+        if merges:
+            self._check_merged(carried, merged, base)
         head, head_body = self._list(_owned(c.head.get("manifest-list"), base))  # v1's inline lists: refused
         sequence = base.get("last-sequence-number", 0) + 1
-        location = f"{client_list.rsplit('/', 1)[0]}/snap-{snapshot_id}-rebased-{uuid.uuid4()}.avro"
+        directory = client_list.rsplit("/", 1)[0]
+        location = f"{directory}/snap-{snapshot_id}-rebased-{uuid.uuid4()}.avro"
         codec = (base.get("properties") or {}).get("write.avro.compression-codec", "gzip")
         first_row_id = base.get("next-row-id", 0)
+        written_manifests: list[str] = []
+        try:  # the manifests written for merged ones are deleted if the list is not written
+            if added:  # a merged manifest: its added entries alone, in a new manifest (Java's FastAppend's)
+                new = self._unmerged(new, added, base, directory, snapshot_id, codec, written_manifests)
 
-        def write(records: list[ManifestFile]) -> tuple[bytes, int]:
-            out = BufferOutput(location)
-            writer = list_writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
-            with writer:  # assigns the v3 first_row_ids in place
-                writer.add_manifests(records)
-            return out.value, writer.next_row_id - first_row_id
+            def write(records: list[ManifestFile]) -> tuple[bytes, int]:
+                out = BufferOutput(location)
+                writer = list_writer(version, out, snapshot_id, c.head["snapshot-id"], sequence, first_row_id, codec)
+                with writer:  # assigns the v3 first_row_ids in place
+                    writer.add_manifests(records)
+                return out.value, writer.next_row_id - first_row_id
 
-        written = None
-        if head_body.blocks < MAX_BLOCKS and _numbered(head, version):
-            mine = [_renumbered(m, version, sequence) for m in new]
-            raw, added_rows = write(mine)
-            written = extend(raw, head_body)  # None: another schema or codec (a client's list)
-        if written is None:  # the whole list, re-encoded
-            records = [_renumbered(m, version, sequence) for m in new] + [_fresh(m, version) for m in head]
-            raw, added_rows = write(records)
-            written = raw, body_of(raw)
-            mine, head = records[: len(new)], tuple(records[len(new) :])
-        raw, body = written
-        self._write(location, raw)
+            written = None
+            if head_body.blocks < MAX_BLOCKS and _numbered(head, version):
+                mine = [_renumbered(m, version, sequence) for m in new]
+                raw, added_rows = write(mine)
+                written = extend(raw, head_body)  # None: another schema or codec (a client's list)
+            if written is None:  # the whole list, re-encoded
+                records = [_renumbered(m, version, sequence) for m in new] + [_fresh(m, version) for m in head]
+                raw, added_rows = write(records)
+                written = raw, body_of(raw)
+                mine, head = records[: len(new)], tuple(records[len(new) :])
+            raw, body = written
+            self._write(location, raw)
+        except BaseException:
+            self._delete_quietly(written_manifests)
+            raise
         self._remember(location, (*mine, *head), body)  # as written: the next rebase builds on it
         snapshot = {
             **c.snapshot,
@@ -300,22 +348,118 @@ class Rebaser:
             snapshot["first-row-id"] = first_row_id
             snapshot["added-rows"] = added_rows
         updates = [{"action": "add-snapshot", "snapshot": snapshot}, c.ref_update]
-        return Rebased(c.requirements, updates, location)
+        return Rebased(c.requirements, updates, location, tuple(written_manifests))
 
-    def _check_entries(self, m: ManifestFile, snapshot: dict, base: dict) -> None:
-        """Its entries: only ADDED data files of this snapshot that inherit sequence numbers and row ids."""
+    def _check_entries(
+        self, m: ManifestFile, snapshot: dict, base: dict
+    ) -> tuple[list[ManifestEntry], list[ManifestEntry]]:
+        """Its entries: ADDED data files of this snapshot that inherit sequence numbers and row ids,
+        and (a merged manifest) EXISTING data files of earlier snapshots, nothing DELETED. Both, in order."""
         entries, _ = read_records(_bounded(self._read(_owned(m.manifest_path, base))), ENTRY_READ)
+        added, existing = [], []
         for entry in entries:
+            if entry.data_file.content != DataFileContent.DATA:
+                raise Refused("an entry that adds a delete file")
+            if entry.status == ManifestEntryStatus.EXISTING:
+                if entry.snapshot_id in (None, snapshot["snapshot-id"]):
+                    raise Refused("an existing entry that is not of an earlier snapshot")
+                existing.append(entry)
+                continue
             mine = entry.snapshot_id in (None, snapshot["snapshot-id"])
             if entry.status != ManifestEntryStatus.ADDED or not mine:
                 raise Refused("an entry that is not an added file of this snapshot")
-            if entry.data_file.content != DataFileContent.DATA:
-                raise Refused("an entry that adds a delete file")
             explicit = (entry.sequence_number, entry.file_sequence_number, entry.data_file[FILE_ROW_ID])
             if explicit != (None, None, None):
                 raise Refused("an entry with an explicit sequence number or row id")
-        if len(entries) != m.added_files_count:
+            added.append(entry)
+        if (len(added), len(existing)) != (m.added_files_count, m.existing_files_count):
             raise Refused("a manifest whose counts do not match its entries")
+        return added, existing
+
+    def _check_merged(self, carried: list[tuple[str, tuple]], merged: list[ManifestFile], base: dict) -> None:
+        """What a merged append carried as EXISTING is exactly the live files of its parent's
+        manifests it left out: each file once, by path, with the snapshot id and sequence numbers it
+        has there (read as Java's reader inherits them). Together with the parent's manifests it kept
+        as they are, that is every live file of its parent and nothing else."""
+        if len(merged) > MAX_MERGED_MANIFESTS:
+            raise Refused(f"{len(merged)} of its parent's manifests merged")
+        if any(m.content != ManifestContent.DATA for m in merged):
+            raise Refused("a delete manifest of its parent's left out")
+        wanted: list[tuple[str, int]] = []  # each read at most the length its list gives: the bound in all
+        for m in merged:
+            if not is_int(m.manifest_length) or not 0 < m.manifest_length <= MAX_FILE_BYTES:
+                raise Refused(f"a manifest of its parent's of {m.manifest_length} bytes")
+            wanted.append((_owned(m.manifest_path, base), m.manifest_length))
+        if sum(size for _, size in wanted) > MAX_MERGED_BYTES:
+            raise Refused("its parent's manifests it merged are too large to check")
+
+        def read(item: tuple[str, int]) -> bytes:
+            return self.storage.read(*item)
+
+        raws = list(self._pool().map(read, wanted)) if len(wanted) > 1 else [read(w) for w in wanted]
+        live: dict[str, tuple] = {}
+        for m, raw in zip(merged, raws, strict=True):
+            for entry in read_records(_bounded(raw), ENTRY_READ)[0]:
+                if entry.status != ManifestEntryStatus.DELETED:
+                    if entry.data_file.file_path in live:
+                        raise Refused("a file live twice in its parent")
+                    live[entry.data_file.file_path] = _identity(entry, m)
+        kept = dict(carried)
+        if len(kept) != len(carried) or kept != live:
+            raise Refused("the files it carried over are not its parent's live files")
+
+    def _unmerged(
+        self,
+        new: list[ManifestFile],
+        added: dict[str, list[ManifestEntry]],
+        base: dict,
+        directory: str,
+        snapshot_id: int,
+        codec: str,
+        written: list[str],
+    ) -> list[ManifestFile]:
+        """``new`` with each merged manifest replaced by a new one holding only its ADDED entries
+        (none when it added nothing), written create-only next to the client's list; their locations
+        are appended to ``written`` as they are written."""
+        out: list[ManifestFile] = []
+        version = base["format-version"]
+        try:
+            for m in new:
+                entries = added.get(m.manifest_path)
+                if entries is None:
+                    out.append(m)
+                    continue
+                if not entries:
+                    continue
+                location = f"{directory}/rebased-{uuid.uuid4()}-m{len(written)}.avro"
+                buffer = BufferOutput(location)
+                try:
+                    spec, schema = spec_and_schema(base, m.partition_spec_id)
+                    with manifest_writer(version, ManifestContent.DATA, spec, schema, buffer, snapshot_id, codec) as w:
+                        for entry in entries:
+                            entry.data_file.spec_id = m.partition_spec_id
+                            w.add(entry)
+                    manifest = w.to_manifest_file()
+                except (errors.IcebergError, ValueError, TypeError, KeyError) as e:
+                    raise Refused(f"its added entries could not be written again: {e}") from e
+                self._write(location, buffer.value)
+                written.append(location)
+                out.append(ManifestFile(*manifest._data[:FIRST_ROW_ID], *([None] if version >= 3 else [])))
+        except BaseException:
+            self._delete_quietly(written)
+            raise
+        return out
+
+    def _delete_quietly(self, locations: list[str]) -> None:
+        """Files a rebase wrote and will not name after all (in a group: not written yet)."""
+        for location in locations:
+            self.forget(location)
+            try:
+                if getattr(self._local, "group", None) is None:
+                    self.storage.delete(location)
+            except Exception:  # noqa: BLE001 - an orphan is harmless
+                log.warning("could not delete uncommitted file %s", location)
+        locations.clear()
 
     @contextmanager
     def for_group(self) -> Iterator[GroupFiles]:
@@ -439,6 +583,16 @@ class GroupFiles:
             ) from failed[0]
 
 
+def _identity(entry: ManifestEntry, m: ManifestFile) -> tuple:
+    """A live entry's snapshot id and sequence numbers as Java's reader inherits them from its
+    manifest (spec: "Sequence Number Inheritance": only ADDED entries, or any in v1's sequence 0)."""
+    inherits = m.sequence_number == 0 or entry.status == ManifestEntryStatus.ADDED
+    snapshot_id = m.added_snapshot_id if entry.snapshot_id is None else entry.snapshot_id
+    sequence = m.sequence_number if entry.sequence_number is None and inherits else entry.sequence_number
+    file_sequence = m.sequence_number if entry.file_sequence_number is None and inherits else entry.file_sequence_number
+    return snapshot_id, sequence, file_sequence
+
+
 def _holds_files(m: ManifestFile) -> bool:
     """Whether a manifest has live (ADDED or EXISTING) entries, or may have (counts missing)."""
     added, existing = m.added_files_count, m.existing_files_count
@@ -452,15 +606,18 @@ def _bounded(raw: bytes) -> bytes:
 
 
 def _check_counts(m: ManifestFile, snapshot: dict, version: int) -> None:
-    """What the list says of a new manifest: data files, only added ones, inherited sequence numbers."""
+    """What the list says of a new manifest: data files, added ones with inherited sequence numbers,
+    and existing ones only in a merged manifest (whose least sequence number is then its oldest
+    file's), never deleted ones."""
     if m.content != ManifestContent.DATA:
         raise Refused("a delete manifest")
-    counts = (m.existing_files_count, m.deleted_files_count, m.existing_rows_count, m.deleted_rows_count)
-    if counts != (0, 0, 0, 0) or m.added_files_count is None or m.added_rows_count is None:
-        raise Refused("a manifest with existing or deleted entries")
+    counts = (m.added_files_count, m.added_rows_count, m.existing_files_count, m.existing_rows_count)
+    if None in counts or (m.deleted_files_count, m.deleted_rows_count) != (0, 0):
+        raise Refused("a manifest with deleted entries (or without its counts)")
     if version >= 2:
         expected = {snapshot.get("sequence-number"), UNASSIGNED_SEQ}
-        if m.sequence_number not in expected or m.min_sequence_number not in expected:
+        least_ok = m.existing_files_count > 0 or m.min_sequence_number in expected
+        if m.sequence_number not in expected or not least_ok:
             raise Refused("a manifest with sequence numbers of its own")
 
 

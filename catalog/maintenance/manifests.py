@@ -50,16 +50,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyiceberg.manifest import (
-    DEFAULT_READ_VERSION,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
-    ManifestWriterV1,
-    ManifestWriterV2,
 )
-from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.schema import Schema
 
 from catalog import errors, metrics
 from catalog.commit.changes import MAINTENANCE_JOB, TABLE, Change
@@ -72,7 +67,9 @@ from catalog.storage.manifests import (
     BufferOutput,
     body_of,
     list_writer,
+    manifest_writer,
     read_records,
+    spec_and_schema,
 )
 from catalog.store.pointers import Entry
 
@@ -189,63 +186,6 @@ def _cut(entries: list[ManifestEntry], count: int) -> list[list[ManifestEntry]]:
         runs.append(entries[start:end])
         start = end
     return [r for r in runs if r]
-
-
-# -- writers -------------------------------------------------------------------------------------
-
-
-class _DataV3(ManifestWriterV2):
-    """A v3 data manifest (pyiceberg 0.12 writes v1/v2 manifests): v2's writer over the v3 entry schema."""
-
-    @property
-    def version(self):  # noqa: ANN201 - pyiceberg's TableVersion
-        return 3
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "format-version": "3"}
-
-    def new_writer(self):  # noqa: ANN201
-        from pyiceberg.avro.file import AvroOutputFile
-
-        schema = self._with_partition(3)
-        return AvroOutputFile[ManifestEntry](
-            output_file=self._output_file,
-            file_schema=schema,
-            record_schema=schema,
-            schema_name="manifest_entry",
-            metadata=self._meta,
-        )
-
-
-class _DeletesV2(ManifestWriterV2):
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
-
-
-class _DeletesV3(_DataV3):
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
-
-
-def manifest_writer(version: int, content: ManifestContent, spec: PartitionSpec, schema: Schema, out: BufferOutput,
-            snapshot_id: int, codec: str) -> Any:  # fmt: skip
-    deletes = content == ManifestContent.DELETES
-    if version == 1:
-        cls: Any = ManifestWriterV1
-    elif version == 2:
-        cls = _DeletesV2 if deletes else ManifestWriterV2
-    else:
-        cls = _DeletesV3 if deletes else _DataV3
-    return cls(spec, schema, out, snapshot_id, codec)
 
 
 # -- the job -------------------------------------------------------------------------------------
@@ -536,25 +476,6 @@ def listed(m: ManifestFile, version: int) -> ManifestFile:
     return ManifestFile(*m._data, *([None] * (FIRST_ROW_ID + 1 - len(m._data))))
 
 
-def spec_and_schema(metadata: dict[str, Any], spec_id: int) -> tuple[PartitionSpec, Schema]:
-    spec_json = next((s for s in metadata.get("partition-specs") or [] if s.get("spec-id") == spec_id), None)
-    if spec_json is None:
-        raise errors.BadRequest(f"A manifest of partition spec {spec_id}, which the table does not have")
-    spec = PartitionSpec.model_validate(spec_json)
-    schemas = sorted(
-        metadata.get("schemas") or [],
-        key=lambda s: s.get("schema-id") != metadata.get("current-schema-id"),
-    )
-    for schema_json in schemas:  # the current schema, else the newest that has the spec's sources
-        schema = Schema.model_validate(schema_json)
-        try:
-            spec.partition_type(schema)
-        except Exception:  # noqa: BLE001 - a source column dropped since: another schema
-            continue
-        return spec, schema
-    raise errors.BadRequest(f"No schema of the table has the source columns of partition spec {spec_id}")
-
-
 def metadata_dir(metadata: dict[str, Any]) -> str:
     props = metadata.get("properties") or {}
     return (props.get("write.metadata.path") or f"{metadata['location'].rstrip('/')}/metadata").rstrip("/")
@@ -571,6 +492,3 @@ def new_snapshot_id(metadata: dict[str, Any]) -> int:
 
 def ident(entry: Entry) -> str:
     return ".".join((*entry.namespace, entry.name))
-
-
-assert DEFAULT_READ_VERSION == 2  # the v2 writer's record schema; v3 uses its own (``_DataV3``)

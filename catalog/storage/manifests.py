@@ -2,7 +2,9 @@
 
 The server reads and writes these files only through ``catalog.storage.backends`` (confined, size-capped,
 create-only), so pyiceberg's FileIO is replaced by in-memory inputs and outputs. pyiceberg 0.12 writes
-v1 and v2 manifest lists only; ``ListWriterV3`` is Java's ``ManifestListWriter.V3Writer``.
+v1 and v2 manifest lists only; ``ListWriterV3`` is Java's ``ManifestListWriter.V3Writer``; and v1 and
+v2 data manifests only: ``manifest_writer`` writes every version and content (the catalog's
+maintenance and the rebase of a merged append write manifests).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pyiceberg.avro.resolver import resolve_reader
 from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
+    DEFAULT_READ_VERSION,
     MANIFEST_ENTRY_SCHEMAS,
     MANIFEST_LIST_FILE_SCHEMAS,
     UNASSIGNED_SEQ,
@@ -32,9 +35,15 @@ from pyiceberg.manifest import (
     ManifestEntryStatus,
     ManifestFile,
     ManifestListWriter,
+    ManifestWriterV1,
+    ManifestWriterV2,
     PartitionFieldSummary,
     write_manifest_list,
 )
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+
+from catalog import errors
 
 # Avro readers kept, one per (file schema, read schema): a table's manifests share one schema.
 READERS = 256
@@ -323,3 +332,82 @@ class BufferOutput(OutputFile):
 
     def create(self, overwrite: bool = False) -> OutputStream:
         return self._stream
+
+
+# -- manifest writers (pyiceberg 0.12 writes v1/v2 data manifests only) -------------------------
+
+
+class _DataV3(ManifestWriterV2):
+    """A v3 data manifest (pyiceberg 0.12 writes v1/v2 manifests): v2's writer over the v3 entry schema."""
+
+    @property
+    def version(self):  # noqa: ANN201 - pyiceberg's TableVersion
+        return 3
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "format-version": "3"}
+
+    def new_writer(self):  # noqa: ANN201
+        from pyiceberg.avro.file import AvroOutputFile
+
+        schema = self._with_partition(3)
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=schema,
+            record_schema=schema,
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+
+class _DeletesV2(ManifestWriterV2):
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+class _DeletesV3(_DataV3):
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+def manifest_writer(version: int, content: ManifestContent, spec: PartitionSpec, schema: Schema, out: BufferOutput,
+            snapshot_id: int, codec: str) -> Any:  # fmt: skip
+    deletes = content == ManifestContent.DELETES
+    if version == 1:
+        cls: Any = ManifestWriterV1
+    elif version == 2:
+        cls = _DeletesV2 if deletes else ManifestWriterV2
+    else:
+        cls = _DeletesV3 if deletes else _DataV3
+    return cls(spec, schema, out, snapshot_id, codec)
+
+
+def spec_and_schema(metadata: dict[str, Any], spec_id: int) -> tuple[PartitionSpec, Schema]:
+    spec_json = next((s for s in metadata.get("partition-specs") or [] if s.get("spec-id") == spec_id), None)
+    if spec_json is None:
+        raise errors.BadRequest(f"A manifest of partition spec {spec_id}, which the table does not have")
+    spec = PartitionSpec.model_validate(spec_json)
+    schemas = sorted(
+        metadata.get("schemas") or [],
+        key=lambda s: s.get("schema-id") != metadata.get("current-schema-id"),
+    )
+    for schema_json in schemas:  # the current schema, else the newest that has the spec's sources
+        schema = Schema.model_validate(schema_json)
+        try:
+            spec.partition_type(schema)
+        except Exception:  # noqa: BLE001 - a source column dropped since: another schema
+            continue
+        return spec, schema
+    raise errors.BadRequest(f"No schema of the table has the source columns of partition spec {spec_id}")
+
+
+assert DEFAULT_READ_VERSION == 2  # the v2 writer's record schema; v3 uses its own (``_DataV3``)
