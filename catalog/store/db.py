@@ -283,8 +283,9 @@ def _ping_when_idle(engine: Engine) -> None:
     """Ping a connection as it leaves the pool only when it sat there for a while.
 
     Pinging every checkout (SQLAlchemy's ``pool_pre_ping``) is one more round trip per request:
-    measured here, a pointer read (one per loadTable) took 125 us with it and 44 us without. What a ping catches, connections the server closed (a restart, a failover, an idle
-    timeout), happens while connections sit idle; one in steady use needs none. A stale connection
+    measured here, a pointer read (one per loadTable) took 125 us with it and 44 us without. What a
+    ping catches, connections the server closed (a restart, a failover, an idle timeout), happens
+    while connections sit idle; one in steady use needs none. A stale connection
     makes the pool open a new one (``DisconnectionError``), so the first requests after an outage
     succeed as before; a connection that dies while in use is a 503, as it always was.
     """
