@@ -134,10 +134,7 @@ class Catalog:
         return self.store.list_entries(ns, kind.name, after, limit)
 
     def entry(self, kind: Kind, ns: Namespace, name: str) -> Entry:
-        entry = self.store.get_entry(ns, name)
-        if entry is None or entry.kind != kind.name:
-            raise kind.missing(f"{kind.noun} does not exist: {ident(ns, name)}")
-        return entry
+        return _found(self.store.get_entry(ns, name), kind, ns, name)
 
     def load(self, kind: Kind, ns: Namespace, name: str) -> MetadataFile:
         return self.files.read(self.entry(kind, ns, name).metadata_location)
@@ -150,6 +147,14 @@ class Catalog:
         if not self.store.local:
             return None
         return self.files.cached(self.entry(kind, ns, name).metadata_location)
+
+    async def load_awaited(self, kind: Kind, ns: Namespace, name: str) -> MetadataFile | None:
+        """``load`` with the pointer read awaited on the event loop (PostgreSQL: no thread hop,
+        ``store/async_reads.py``) when the file is cached. None: call ``load`` on a thread."""
+        if not self.store.awaits_reads:
+            return None
+        entry = _found(await self.store.get_entry_awaited(ns, name), kind, ns, name)
+        return self.files.cached(entry.metadata_location)
 
     # -- entries: create, register, drop, rename -------------------------------------------------
 
@@ -443,3 +448,9 @@ class Catalog:
 
 def ident(ns: Namespace, name: str) -> str:
     return ".".join((*ns, name))
+
+
+def _found(entry: Entry | None, kind: Kind, ns: Namespace, name: str) -> Entry:
+    if entry is None or entry.kind != kind.name:
+        raise kind.missing(f"{kind.noun} does not exist: {ident(ns, name)}")
+    return entry

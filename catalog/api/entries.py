@@ -78,7 +78,11 @@ async def load_table(namespace: FromPath[str], table: FromPath[str], request: Re
     mode = (request.query_params.get("snapshots") or "all").lower()
     if mode not in ("all", "refs"):
         raise errors.BadRequest(f"Invalid snapshots mode: {mode!r}, expected 'all' or 'refs'")
-    file = ctx.catalog.load_inline(TABLE, ns, name) or await wire.blocking(ctx.catalog.load, TABLE, ns, name)
+    file = (
+        ctx.catalog.load_inline(TABLE, ns, name)
+        or await ctx.catalog.load_awaited(TABLE, ns, name)
+        or await wire.blocking(ctx.catalog.load, TABLE, ns, name)
+    )
     tag = etag(file.location, mode)
     if _matches(request.headers.get("if-none-match"), tag):
         return Response(content=None, status_code=304, headers={"ETag": tag})

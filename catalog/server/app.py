@@ -142,6 +142,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             publishing.set()
             tracing.shutdown()
             metrics.process_exited()
+            catalog.store.close_async_reads()
             catalog.store.engine.dispose()
 
     app = Litestar(

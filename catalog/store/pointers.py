@@ -14,7 +14,9 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Engine
 
+from catalog import tracing
 from catalog.events.records import Event
+from catalog.store import async_reads
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import idempotency_keys as keys
 from catalog.store.db import join_namespace, split_namespace
@@ -74,9 +76,14 @@ class PointerOutcomeUnknown(Exception):
         self.settled = settled
 
 
+def _entry(row: tuple | None) -> Entry | None:
+    return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
+
+
 class Pointers(EventRows):
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
+        self._async_reads = async_reads.for_engine(engine, engine.pool.size())
         self._get_entry = Compiled(
             sa.select(
                 entries.c.id, entries.c.namespace, entries.c.name, entries.c.kind, entries.c.metadata_location
@@ -98,8 +105,22 @@ class Pointers(EventRows):
 
     def get_entry(self, ns: tuple[str, ...], name: str) -> Entry | None:
         """The pointer read of every load and commit: see ``_fetch_one``."""
-        row = self._fetch_one(self._get_entry, {"namespace": join_namespace(ns), "name": name})
-        return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
+        return _entry(self._fetch_one(self._get_entry, {"namespace": join_namespace(ns), "name": name}))
+
+    @property
+    def awaits_reads(self) -> bool:
+        return self._async_reads is not None
+
+    async def get_entry_awaited(self, ns: tuple[str, ...], name: str) -> Entry | None:
+        """``get_entry`` awaited on the event loop, where ``awaits_reads`` (``async_reads.py``)."""
+        assert self._async_reads is not None
+        with tracing.span("db.read"):
+            row = await self._async_reads.fetch_one(self._get_entry, {"namespace": join_namespace(ns), "name": name})
+        return _entry(row)
+
+    def close_async_reads(self) -> None:
+        if self._async_reads is not None:
+            self._async_reads.close()
 
     # -- the compare-and-swap --------------------------------------------------------------------
 
