@@ -25,6 +25,9 @@ import sqlalchemy as sa
 from catalog.store.sql import Compiled, translate
 
 CONNECT_TIMEOUT_SECONDS = 5
+# At most this many per process (fewer when CATALOG_DB_POOL_SIZE is smaller): a read holds its
+# connection for one round trip, so a few serve every load one event loop can have in flight.
+CONNECTIONS = 8
 
 
 class AsyncReads:

@@ -83,7 +83,7 @@ def _entry(row: tuple | None) -> Entry | None:
 class Pointers(EventRows):
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
-        self._async_reads = async_reads.for_engine(engine, engine.pool.size())
+        self._async_reads = async_reads.for_engine(engine, min(async_reads.CONNECTIONS, engine.pool.size()))
         self._get_entry = Compiled(
             sa.select(
                 entries.c.id, entries.c.namespace, entries.c.name, entries.c.kind, entries.c.metadata_location
