@@ -47,7 +47,18 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1, description="Server processes (uvicorn workers).")
     prefix: str = Field(
         default="",
-        description="Advertised URL prefix (overrides.prefix). Requests are accepted with or without one.",
+        description="Advertised URL prefix (overrides.prefix) of the default warehouse, also its name among the "
+        "warehouses (default when empty). Requests are accepted with or without it.",
+    )
+    warehouses_file: str | None = Field(
+        default=None,
+        description="A YAML file of warehouses besides the default one ({warehouses: [{name, location, s3: {...}}]}), "
+        "created or changed at start to match it (README, Warehouses).",
+    )
+    database_schema: str | None = Field(
+        default=None,
+        description="PostgreSQL schema (search_path) holding the catalog's tables; the server sets it per warehouse.",
+        pattern=r"^[a-z_][a-z0-9_]{0,62}$",
     )
     log_level: str = Field(default="info", description="debug, info, warning, error or critical.")
     log_format: str = Field(

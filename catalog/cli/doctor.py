@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,7 +145,7 @@ def _database_checks(settings: Any) -> tuple[Any, list[_Check]]:
 
 def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
     from catalog import errors
-    from catalog.storage.backends import create_storage
+    from catalog.storage.backends import create_storage, probe_writable
 
     kind = settings.storage_kind
     s3 = kind == "s3"
@@ -186,14 +185,8 @@ def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
             yield _Check(kind, False, e.message)
     else:
         yield _Check("s3", None, "skipped: the warehouse is a local directory")
-    probe = f"{storage.root().rstrip('/')}/.iceberg-catalog-doctor-{uuid.uuid4().hex}"
     try:
-        storage.write_new(probe, b"doctor probe\n")
-        try:
-            if storage.read(probe) != b"doctor probe\n":
-                raise OSError("the probe read back differs from what was written")
-        finally:
-            storage.delete(probe)
+        probe_writable(storage)
         yield _Check("warehouse", True, f"writable: wrote, read and deleted a probe file in {storage.root()}")
     except errors.IcebergError as e:
         yield _Check("warehouse", False, f"not writable: {e.message}")

@@ -18,6 +18,8 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
   ``maintenance_runs``: each (entry, kind)'s last finished run, which scheduling reads;
   ``leases``: named leases (the one scheduler per deployment holds ``scheduler``).
 - ``events``: the outbox of change events; ``event_sinks``: each push sink's cursor (store/events.py).
+- ``warehouses``: the warehouses besides the default one (``catalog/warehouses.py``); read only in
+  the server's own database, each warehouse's objects are in a database of its own.
 
 Every lock and serialisation on SQLite's write path, outermost first, and why each exists (SQLite
 has ONE writer at a time per database file; PostgreSQL needs none of the in-process ones, and the
@@ -234,6 +236,19 @@ event_sinks = sa.Table(
     sa.Column("delivered_ms", sa.BigInteger, nullable=True),
 )
 
+warehouses = sa.Table(
+    "warehouses",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(63), nullable=False),
+    sa.Column("location", sa.String(2048), nullable=False),
+    sa.Column("profile", sa.JSON, nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    sa.Index("uq_warehouses_name", "name", unique=True),
+    sqlite_autoincrement=True,
+)
+
 
 def join_namespace(levels: tuple[str, ...] | list[str]) -> str:
     return SEP.join(levels)
@@ -268,13 +283,14 @@ def create_engine(settings: Settings) -> Engine:
         max_overflow=settings.db_max_overflow,
         pool_timeout=settings.db_pool_timeout,
         pool_pre_ping=True,
-        connect_args=_postgres_connect_args(url),
+        connect_args=_postgres_connect_args(url, settings.database_schema),
     )
 
 
-def _postgres_connect_args(url: str) -> dict[str, Any]:
+def _postgres_connect_args(url: str, schema: str | None = None) -> dict[str, Any]:
     if url.startswith("postgresql"):
-        return {"connect_timeout": 5}
+        # a warehouse's own schema (catalog/warehouses.py): every unqualified table name resolves there
+        return {"connect_timeout": 5, **({"options": f"-csearch_path={schema}"} if schema else {})}
     return {}
 
 
