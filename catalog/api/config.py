@@ -7,11 +7,11 @@ it can never claim an operation that is not there, nor hide one that is.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Any
 
 from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
-from litestar.params import Parameter
+from litestar.params import FromQuery
 
 from catalog import errors
 from catalog.api import wire
@@ -23,7 +23,7 @@ _NOT_ADVERTISED = ("/v1/config", "/v1/oauth/tokens")
 
 
 @get("/v1/config", sync_to_thread=False)
-def get_config(ctx: Ctx, warehouse: Annotated[str | None, Parameter(query="warehouse")] = None) -> Response:
+def get_config(ctx: Ctx, warehouse: FromQuery[str | None] = None) -> Response:
     """``?warehouse=<name>``: that warehouse's answer (its ``prefix`` and storage defaults); 404
     (``NoSuchWarehouseException``) for a name that is none (``server.warehouses.Registry.for_config``)."""
     if warehouse is None or ctx.prefix == warehouse:
