@@ -20,6 +20,7 @@ from catalog import __version__, logs
 from catalog.cli import browse, doctor, dropped, maintenance
 from catalog.cli import events as events_cli
 from catalog.cli import migrate as migrate_cli
+from catalog.cli import warehouses as warehouses_cli
 from catalog.server import startup
 from catalog.settings import Settings
 
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     doctor.register(sub)
     maintenance.register(sub)
     events_cli.register(sub)
+    warehouses_cli.register(sub)
     args = parser.parse_args(argv)
     if args.command == "tables" and args.action in dropped.ACTIONS:
         return dropped.run(args)
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         return maintenance.run(args)
     if args.command == "events":
         return events_cli.run(args)
+    if args.command == "warehouses":
+        return warehouses_cli.run(args)
 
     for field in _FLAGS:
         value = getattr(args, field, None)
