@@ -21,7 +21,7 @@ from pyiceberg.exceptions import ForbiddenError, NoSuchTableError
 
 from catalog.auth.grants import in_warehouse
 from catalog.auth.policy import ROOT, Grant, Privilege, Target, parse_target
-from tests.support import CLIENTS, PY_SCHEMA, as_, assert_error, auth_env, rows, start_server, token
+from tests.support import CLIENTS, PY_SCHEMA, assert_error, auth_env, rows, start_server, token
 
 MGMT = "/management/v1/warehouses"
 
@@ -261,7 +261,6 @@ def test_a_principal_granted_one_warehouse_cannot_touch_the_other(tmp_path: Path
         assert requests.post(server.url + MGMT, json=doc, headers=ingest_h, timeout=30).status_code == 403
         assert requests.get(server.url + MGMT, headers=ingest_h, timeout=30).status_code == 403
 
-        admin_b = as_(server, "admin").__class__  # noqa: F841 - keep pyiceberg's import used
         signin = {"credential": "", "oauth2-server-uri": server.url + "/v1/oauth/tokens"}
 
         def as_in(client: str, warehouse: str) -> RestCatalog:
