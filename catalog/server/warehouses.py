@@ -23,6 +23,7 @@ from catalog import errors
 from catalog.api.context import AppState
 from catalog.auth.policy import WAREHOUSE, Target
 from catalog.locations import normalise, overlaps
+from catalog.server import startup
 from catalog.settings import Settings
 from catalog.storage.backends import create_storage, probe_writable
 from catalog.store import migrate
@@ -123,7 +124,7 @@ class Registry:
 
     def _opened(self, w: Warehouse, updated_ms: int) -> Opened:
         assert w.id is not None
-        settings = settings_for(self.settings, w, w.id)
+        settings = checked_settings(self.settings, w, w.id)
         self._prepare_database(settings)
         state, parts = self._opener(settings, w.name)
         return Opened(w, state, settings, updated_ms, parts)
@@ -232,8 +233,6 @@ class Registry:
     def _check_apart(self, w: Warehouse) -> None:
         """A warehouse's location overlaps no other's (nor the default's): each owns its tree."""
         mine = normalise(w.location, "warehouse location")
-        from catalog.server import startup
-
         local = startup.local_warehouse(self.settings)
         others = [(self.default_name, str(local) if local else self.settings.warehouse)]
         others += [(o.name, o.location) for o, _ in self.rows.list() if o.name != w.name]
@@ -248,9 +247,7 @@ class Registry:
 
     def _probe(self, w: Warehouse) -> None:
         """The storage profile works: a probe written, read back and deleted at the location."""
-        settings = settings_for(self.settings, w, 0)
-        from catalog.server import startup
-
+        settings = checked_settings(self.settings, w, 0)
         if (refusal := startup.warehouse_refusal(settings)) is not None:
             reason = refusal.replace(" (CATALOG_WAREHOUSE / --warehouse)", "")
             raise errors.BadRequest(f"Storage probe failed: {reason}")
@@ -282,3 +279,14 @@ class Registry:
             except errors.IcebergError as e:
                 raise ValueError(f"CATALOG_WAREHOUSES_FILE: {path}: warehouses[{i}]: {e.message}") from None
         log.info("warehouses bootstrap %s: %d warehouses", path, len(doc.get("warehouses") or []))
+
+
+def checked_settings(base: Settings, w: Warehouse, warehouse_id: int) -> Settings:
+    """``settings_for``, refused (400) where the server would refuse them at start (an Azure
+    location without a key, vending without STS, ...)."""
+    settings = settings_for(base, w, warehouse_id)
+    try:
+        startup.check_settings(settings)
+    except Exception as e:  # noqa: BLE001 - ConfigurationError and the like: the client's profile is wrong
+        raise errors.BadRequest(f"Invalid warehouse: {str(e).splitlines()[0][:300]}") from None
+    return settings
