@@ -50,6 +50,11 @@ class Settings(BaseSettings):
         description="Advertised URL prefix (overrides.prefix) of the default warehouse, also its name among the "
         "warehouses (default when empty). Requests are accepted with or without it.",
     )
+    warehouse_aliases: str = Field(
+        default="warehouse",
+        description="Comma-separated names that also select the default warehouse (in /v1/config?warehouse= and as "
+        "a route prefix), for clients from before warehouses that send a fixed name (DuckDB's ATTACH 'warehouse').",
+    )
     warehouses_file: str | None = Field(
         default=None,
         description="A YAML file of warehouses besides the default one ({warehouses: [{name, location, s3: {...}}]}), "
@@ -549,6 +554,12 @@ class Settings(BaseSettings):
         if level.lower() not in LOG_LEVELS:
             raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
         return level.lower()
+
+    @property
+    def default_warehouse_names(self) -> frozenset[str]:
+        """The names of the default warehouse: its own (``prefix``, else ``default``) and the aliases."""
+        aliases = {a.strip() for a in self.warehouse_aliases.split(",") if a.strip()}
+        return frozenset({self.prefix or "default", *aliases})
 
     @property
     def allowed_location_list(self) -> list[str]:

@@ -120,7 +120,7 @@ def check_name(name: Any, settings: Settings) -> str:
             "A warehouse's name is 1 to 63 characters: lower-case letters, digits, '-' and '_', "
             "starting with a letter or digit"
         )
-    if name in RESERVED or name == default_name(settings):
+    if name in RESERVED or name in settings.default_warehouse_names:
         raise errors.BadRequest(f"The warehouse name {name!r} is reserved")
     return name
 

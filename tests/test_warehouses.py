@@ -137,7 +137,7 @@ def test_unknown_warehouse_is_404_on_config_and_routes(plain) -> None:
     assert_error(requests.get(plain.url + MGMT + "/nope", timeout=10), 404, "NoSuchWarehouseException")
     # the default: no warehouse, its name, or its location (what clients from before may send)
     base = requests.get(plain.url + "/v1/config", timeout=10).json()
-    for asked in ("default", plain.env["CATALOG_WAREHOUSE"]):
+    for asked in ("default", "warehouse", plain.env["CATALOG_WAREHOUSE"]):  # "warehouse": DuckDB's ATTACH
         got = requests.get(plain.url + "/v1/config", params={"warehouse": asked}, timeout=10).json()
         assert got == base
 
@@ -148,6 +148,7 @@ def test_unknown_warehouse_is_404_on_config_and_routes(plain) -> None:
         ({"name": "Bad Name", "location": "/tmp/x"}, 400),
         ({"name": "a" * 64, "location": "/tmp/x"}, 400),
         ({"name": "default", "location": "/tmp/x"}, 400),  # the default's name
+        ({"name": "warehouse", "location": "/tmp/x"}, 400),  # an alias of the default (CATALOG_WAREHOUSE_ALIASES)
         ({"name": "namespaces", "location": "/tmp/x"}, 400),  # a route word
         ({"name": "ok", "location": "relative/dir"}, 400),
         ({"name": "ok", "location": "/tmp/" + "x" * 3000}, 400),

@@ -60,6 +60,7 @@ class Registry:
         self.settings = settings
         self.default = default
         self.default_name = default_name(settings)
+        self.default_names = settings.default_warehouse_names
         self.rows = WarehouseRows(default.catalog.store.engine)
         self._opener = opener
         self._open: dict[str, Opened] = {}
@@ -70,10 +71,10 @@ class Registry:
     # -- requests ------------------------------------------------------------------------------
 
     def knows(self, name: str) -> bool:
-        return name == self.default_name or name in self._open
+        return name in self.default_names or name in self._open
 
     def state(self, name: str | None) -> AppState:
-        if name is None or name == self.default_name:
+        if name is None or name in self.default_names:
             return self.default
         opened = self._open.get(name)
         if opened is None:
@@ -82,9 +83,10 @@ class Registry:
         return opened.state
 
     def for_config(self, asked: str | None) -> AppState:
-        """``/v1/config?warehouse=``: nothing, the default's name or its location (what clients from
-        before warehouses may send) is the default warehouse; a created one's name is that one."""
-        if not asked or asked == self.default_name or asked.rstrip("/") == self.settings.warehouse.rstrip("/"):
+        """``/v1/config?warehouse=``: nothing, the default's name, an alias of it
+        (``CATALOG_WAREHOUSE_ALIASES``) or its location (what clients from before warehouses may send)
+        is the default warehouse; a created one's name is that one."""
+        if not asked or asked in self.default_names or asked.rstrip("/") == self.settings.warehouse.rstrip("/"):
             return self.default
         return self.state(asked)
 
