@@ -21,7 +21,17 @@ from pyiceberg.exceptions import ForbiddenError, NoSuchTableError
 
 from catalog.auth.grants import in_warehouse
 from catalog.auth.policy import ROOT, Grant, Privilege, Target, parse_target
-from tests.support import CLIENTS, PY_SCHEMA, assert_error, auth_env, rows, start_server, token
+from tests.support import (
+    CLIENTS,
+    PY_SCHEMA,
+    assert_error,
+    auth_env,
+    backends,
+    new_pg_database,
+    rows,
+    start_server,
+    token,
+)
 
 MGMT = "/management/v1/warehouses"
 
@@ -341,7 +351,10 @@ def _code_before_warehouses(into: Path) -> Path:
     return into
 
 
-def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", backends())
+def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     import sqlalchemy as sa
 
     from catalog.settings import Settings
@@ -350,7 +363,10 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(tmp_p
 
     old_code = _code_before_warehouses(tmp_path / "old-code")
     workdir = tmp_path / "srv"
-    old_env = {"PYTHONPATH": str(old_code)}
+    db: dict[str, str] = {}
+    if backend == "postgres-s3":  # PostgreSQL with a local warehouse: the database is what migrates
+        db = {"CATALOG_DATABASE_URL": new_pg_database(request.getfixturevalue("services")["pg"], "before_wh")}
+    old_env = {"PYTHONPATH": str(old_code), **db}
     # a deployment from before: its server, its tables, its rows
     server = start_server(workdir, extra_env=old_env)
     try:
@@ -366,7 +382,7 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(tmp_p
     engine.dispose()
 
     # this version: migrates at start, serves the old clients unchanged, nothing moved
-    server = start_server(workdir)
+    server = start_server(workdir, extra_env=db)
     try:
         client = _client(server.url)  # an old client: no warehouse
         table = client.load_table("legacy.t")
@@ -376,6 +392,16 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(tmp_p
         assert _ids(by_location.load_table("legacy.t")) == [0, 1, 2, 3]
         resp = requests.post(server.url + MGMT, json={"name": "new", "location": str(tmp_path / "new")}, timeout=30)
         assert resp.status_code == 201, resp.text
+        new = _client(server.url, "new")  # on PostgreSQL: a schema of its own
+        new.create_namespace("legacy")
+        new.create_table("legacy.t", PY_SCHEMA).append(rows(100, 1))
+        assert _ids(new.load_table("legacy.t")) == [100] and _ids(client.load_table("legacy.t")) == [0, 1, 2, 3]
+        new.drop_table("legacy.t")
+        new.drop_namespace("legacy")
+        assert requests.delete(server.url + MGMT + "/new", timeout=30).status_code == 204
+        resp = requests.post(server.url + MGMT, json={"name": "new", "location": str(tmp_path / "new")}, timeout=30)
+        assert resp.status_code == 201, resp.text
+        assert _client(server.url, "new").list_namespaces() == []  # a new warehouse starts empty
         grant = {"principal": "client:x", "privileges": ["read"], "on": {"warehouse": "new"}}
         assert requests.post(server.url + "/management/v1/grants", json=grant, timeout=10).status_code == 201
     finally:
