@@ -223,6 +223,13 @@ def _serve(settings: Settings) -> int:
     sock = startup.listen(settings)
     startup.prepare_warehouse(settings)
     startup.prepare_database(settings)
+    if settings.warehouses_file:  # checked here, in one line; applied (and probed) by each worker at start
+        from catalog.server.warehouses import read_file
+
+        try:
+            read_file(settings.warehouses_file, settings)
+        except ValueError as e:
+            raise startup.Refused(str(e)) from None
     config = uvicorn.Config(
         "catalog.server.app:app_from_env",
         factory=True,

@@ -419,3 +419,33 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(
         assert _ids(_client(server.url).load_table("legacy.t")) == [0, 1, 2, 3]
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("warehouses: [{name: Bad, location: /tmp/x}]", "warehouses[0]"),
+        ("warehouses: {name: a}", "'warehouses' list"),
+        ("warehouses: [{name: a, location: /tmp/a}, {name: a, location: /tmp/b}]", "twice"),
+        ("warehouses: [", "cannot read"),
+    ],
+)
+def test_serve_refuses_a_broken_warehouses_file_in_one_line(tmp_path: Path, content: str, says: str) -> None:
+    import os
+
+    from tests.support import free_port
+
+    broken = tmp_path / "warehouses.yaml"
+    broken.write_text(content)
+    env = {
+        **os.environ,
+        "CATALOG_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}",
+        "CATALOG_WAREHOUSE": str(tmp_path / "wh"),
+        "CATALOG_WAREHOUSES_FILE": str(broken),
+        "CATALOG_PORT": str(free_port()),
+    }
+    served = subprocess.run(
+        [sys.executable, "-m", "catalog", "serve"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert served.returncode == 2, served.stderr
+    assert "CATALOG_WAREHOUSES_FILE" in served.stderr and says in served.stderr and "Traceback" not in served.stderr

@@ -263,14 +263,10 @@ class Registry:
 
     def bootstrap(self, path: str) -> None:
         """Create or change the warehouses of the bootstrap file (``CATALOG_WAREHOUSES_FILE``) to match
-        it; warehouses not in it are left alone (delete them through the API or the CLI)."""
-        try:
-            doc = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ValueError(f"CATALOG_WAREHOUSES_FILE: cannot read {path}: {e}") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("warehouses", []), list):
-            raise ValueError(f"CATALOG_WAREHOUSES_FILE: {path}: a mapping with a 'warehouses' list")
-        for i, item in enumerate(doc.get("warehouses") or []):
+        it; warehouses not in it are left alone (delete them through the API or the CLI). Several
+        workers may apply it at once: a warehouse another one created first is taken as it is."""
+        items = read_file(path, self.settings)
+        for i, item in enumerate(items):
             try:
                 w = parse(item, self.settings)
                 existing = self.rows.get(w.name)
@@ -278,9 +274,32 @@ class Registry:
                     self.create(item)
                 elif (existing.location, existing.profile) != (w.location, w.profile):
                     self.update(w.name, item)
+            except errors.AlreadyExists:
+                self.refresh()
             except errors.IcebergError as e:
                 raise ValueError(f"CATALOG_WAREHOUSES_FILE: {path}: warehouses[{i}]: {e.message}") from None
-        log.info("warehouses bootstrap %s: %d warehouses", path, len(doc.get("warehouses") or []))
+        log.info("warehouses bootstrap %s: %d warehouses", path, len(items))
+
+
+def read_file(path: str, settings: Settings) -> list[Any]:
+    """The warehouses of a bootstrap file, each checked (not probed); ``ValueError`` naming the
+    file and the problem otherwise (``serve`` refuses to start with it, in one line)."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"CATALOG_WAREHOUSES_FILE: cannot read {path}: {str(e).splitlines()[0]}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("warehouses", []), list):
+        raise ValueError(f"CATALOG_WAREHOUSES_FILE: {path}: a mapping with a 'warehouses' list")
+    items = doc.get("warehouses") or []
+    names = []
+    for i, item in enumerate(items):
+        try:
+            names.append(parse(item, settings).name)
+        except errors.IcebergError as e:
+            raise ValueError(f"CATALOG_WAREHOUSES_FILE: {path}: warehouses[{i}]: {e.message}") from None
+    if len(set(names)) != len(names):
+        raise ValueError(f"CATALOG_WAREHOUSES_FILE: {path}: a warehouse name appears twice")
+    return items
 
 
 def checked_settings(base: Settings, w: Warehouse, warehouse_id: int) -> Settings:
