@@ -449,3 +449,33 @@ def test_serve_refuses_a_broken_warehouses_file_in_one_line(tmp_path: Path, cont
     )
     assert served.returncode == 2, served.stderr
     assert "CATALOG_WAREHOUSES_FILE" in served.stderr and says in served.stderr and "Traceback" not in served.stderr
+
+
+def test_each_warehouse_has_its_own_feed_and_its_events_name_it(tmp_path: Path) -> None:
+    from tests.support import free_port
+    from tests.test_delivery import FAST, Receiver, wait_for
+
+    hook = Receiver(free_port())
+    hook.up()
+    server = start_server(tmp_path / "srv", extra_env={"CATALOG_EVENTS_WEBHOOKS": f"hook={hook.url}", **FAST})
+    try:
+        made = requests.post(server.url + MGMT, json={"name": "team-a", "location": str(tmp_path / "a")}, timeout=30)
+        assert made.status_code == 201, made.text
+        _client(server.url, "team-a").create_namespace("only_in_a")
+        _client(server.url).create_namespace("only_in_default")
+
+        def feed(prefix: str) -> list[str]:
+            resp = requests.post(f"{server.url}/v1/{prefix}events", json={"page-size": 100}, timeout=10)
+            assert resp.status_code == 200, resp.text
+            return [".".join(e["operation"]["namespace"]) for e in resp.json()["events"]]
+
+        assert feed("team-a/") == ["only_in_a"] and feed("") == ["only_in_default"]
+        wait_for(lambda: len(hook.received) >= 2, "both events at the webhook")
+        sources = {e["subject"]: e["source"] for _, e, _ in hook.received}
+        assert sources == {
+            "only_in_a": "/iceberg-catalog/events/team-a",
+            "only_in_default": "/iceberg-catalog/events",
+        }
+    finally:
+        server.stop()
+        hook.down()

@@ -146,7 +146,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             """Another warehouse: a catalog of its own on its database and storage (the grants are the
             server's, seen from that warehouse: ``auth.grants.in_warehouse``)."""
             opened = build_catalog(of)
-            parts = [*start_care(opened), *delivery.start_delivery(opened.store, of, sinks.configured(of))]
+            parts = [*start_care(opened), *delivery.start_delivery(opened.store, of, sinks.configured(of, name))]
             return state(of, opened, Access(of, catalog.store, warehouse=name)), parts
 
         app.state.ctx = state(settings, catalog, access)
