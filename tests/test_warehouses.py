@@ -299,6 +299,10 @@ def test_a_principal_granted_one_warehouse_cannot_touch_the_other(tmp_path: Path
             server.url + "/v1/team-b/namespaces/sales/tables/orders", json=commit, headers=headers, timeout=10
         )
         assert resp.status_code == 403, resp.text
+        resp = requests.get(
+            server.url + "/v1/team-b/namespaces/sales/tables/orders/credentials", headers=headers, timeout=10
+        )
+        assert resp.status_code == 403, resp.text  # no vended credentials either
         # nor in the default warehouse
         assert _client(server.url, **{**signin, "credential": f"ingest:{CLIENTS['ingest']}"}).list_namespaces() == []
 
