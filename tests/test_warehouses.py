@@ -483,3 +483,37 @@ def test_each_warehouse_has_its_own_feed_and_its_events_name_it(tmp_path: Path) 
     finally:
         server.stop()
         hook.down()
+
+
+def test_duckdb_selects_a_warehouse_by_attach_name(tmp_path: Path) -> None:
+    """DuckDB's ``ATTACH '<warehouse>'`` sends it to /v1/config and uses the prefix it gets back:
+    one connection, two catalogs, the same table name in each."""
+    from tests.services import duckdb_connection
+
+    server = start_server(tmp_path / "srv")
+    try:
+        made = requests.post(server.url + MGMT, json={"name": "team-a", "location": str(tmp_path / "a")}, timeout=30)
+        assert made.status_code == 201, made.text
+        for name in ("team-a", "warehouse"):  # "warehouse": the default's alias, what DuckDB's examples send
+            catalog = _client(server.url, None if name == "warehouse" else name)
+            catalog.create_namespace("sales")
+            catalog.create_table("sales.orders", PY_SCHEMA)
+        con = duckdb_connection()
+        for alias, name in (("a", "team-a"), ("d", "warehouse")):
+            con.execute(
+                f"ATTACH '{name}' AS {alias} (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none')"
+            )
+        con.execute("INSERT INTO a.sales.orders (id, name) VALUES (1, 'in a'), (2, 'in a')")
+        con.execute("INSERT INTO d.sales.orders (id, name) VALUES (7, 'in default')")
+        assert con.execute("SELECT id, name FROM a.sales.orders ORDER BY id").fetchall() == [(1, "in a"), (2, "in a")]
+        assert con.execute("SELECT id, name FROM d.sales.orders").fetchall() == [(7, "in default")]
+        assert _ids(_client(server.url, "team-a").load_table("sales.orders")) == [1, 2]
+        assert any((tmp_path / "a" / "sales" / "orders" / "data").iterdir())
+        refused = None
+        try:
+            con.execute(f"ATTACH 'nope' AS n (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none')")
+        except Exception as e:  # noqa: BLE001 - DuckDB's error type for a failed attach
+            refused = str(e)
+        assert refused is not None and "warehouse=nope" in refused and "404" in refused, refused
+    finally:
+        server.stop()
