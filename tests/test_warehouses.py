@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -515,5 +516,57 @@ def test_duckdb_selects_a_warehouse_by_attach_name(tmp_path: Path) -> None:
         except Exception as e:  # noqa: BLE001 - DuckDB's error type for a failed attach
             refused = str(e)
         assert refused is not None and "warehouse=nope" in refused and "404" in refused, refused
+    finally:
+        server.stop()
+
+
+def test_a_warehouse_changes_only_to_a_profile_that_works(plain, tmp_path: Path) -> None:
+    doc = {"name": "changing", "location": str(tmp_path / "changing")}
+    assert requests.post(plain.url + MGMT, json=doc, timeout=30).status_code == 201
+    try:
+        changed = {**doc, "maintenance": {"min-snapshots-to-keep": 3}}
+        resp = requests.put(plain.url + MGMT + "/changing", json=changed, timeout=30)
+        assert resp.status_code == 200, resp.text
+        shown = requests.get(plain.url + MGMT + "/changing", timeout=10).json()
+        assert shown["maintenance"] == {"min-snapshots-to-keep": 3}
+        far = {"location": "s3://bucket/x", "s3": {"endpoint": "http://127.0.0.1:1", "access-key-id": "a"}}
+        assert_error(requests.put(plain.url + MGMT + "/changing", json=far, timeout=120), 400, "BadRequestException")
+        renamed = {**doc, "name": "other"}
+        assert_error(requests.put(plain.url + MGMT + "/changing", json=renamed, timeout=30), 400, "BadRequestException")
+        assert_error(
+            requests.put(plain.url + MGMT + "/nope", json={"location": doc["location"]}, timeout=30),
+            404,
+            "NoSuchWarehouseException",
+        )
+        catalog = _client(plain.url, "changing")
+        catalog.create_namespace("n")
+        moved = {"location": str(tmp_path / "elsewhere")}
+        assert_error(requests.put(plain.url + MGMT + "/changing", json=moved, timeout=30), 409, "ConflictException")
+        assert requests.get(plain.url + MGMT + "/changing", timeout=10).json()["location"] == doc["location"]
+        assert ("n",) in _client(plain.url, "changing").list_namespaces()  # reopened, same database
+        catalog.drop_namespace("n")
+    finally:
+        requests.delete(plain.url + MGMT + "/changing", timeout=10)
+
+
+def test_several_workers_apply_the_file_and_see_a_new_warehouse(tmp_path: Path) -> None:
+    declared = tmp_path / "warehouses.yaml"
+    declared.write_text(f"warehouses: [{{name: team-a, location: {tmp_path / 'a'}}}]\n")
+    env = {"CATALOG_WORKERS": "2", "CATALOG_WAREHOUSES_FILE": str(declared)}
+    server = start_server(tmp_path / "srv", extra_env=env)
+    try:
+        made = requests.post(server.url + MGMT, json={"name": "team-b", "location": str(tmp_path / "b")}, timeout=30)
+        assert made.status_code == 201, made.text
+        deadline = time.monotonic() + 15  # the other worker reads the table every 5 s
+        while True:
+            answers = {
+                requests.get(server.url + "/v1/config", params={"warehouse": w}, timeout=10).status_code
+                for w in ("team-a", "team-b")
+                for _ in range(6)
+            }
+            if answers == {200} or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert answers == {200}
     finally:
         server.stop()
