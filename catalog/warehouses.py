@@ -51,6 +51,7 @@ _MAINTENANCE = (
     "min_snapshots_to_keep",
 )
 _SECRET = ("secret_access_key", "account_key")
+MASK = "********"  # a secret as it is shown
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Warehouse:
     def to_json(self) -> dict[str, Any]:
         """The warehouse as the management API and the CLI show it: secrets never leave."""
         shown = {
-            section: {k: ("********" if k.replace("-", "_") in _SECRET else v) for k, v in keys.items()}
+            section: {k: (MASK if k.replace("-", "_") in _SECRET else v) for k, v in keys.items()}
             for section, keys in self.profile.items()
         }
         return {"name": self.name, "location": self.location, **shown, "default": False}
@@ -85,9 +86,11 @@ def parse(doc: Any, settings: Settings) -> Warehouse:
     """A warehouse from a client's (or the bootstrap file's) mapping; 400 naming what is wrong."""
     if not isinstance(doc, Mapping):
         raise errors.BadRequest("A warehouse is a mapping: {name, location, s3|azure|gcs|maintenance: {...}}")
-    unknown = set(doc) - {"name", "location", "maintenance", *_SECTIONS}
+    unknown = set(doc) - {"name", "location", "maintenance", "default", *_SECTIONS}  # default: as shown
     if unknown:
         raise errors.BadRequest(f"Unknown warehouse keys: {', '.join(sorted(map(str, unknown)))[:200]}")
+    if doc.get("default", False) is not False:
+        raise errors.BadRequest("Only the server's settings make the default warehouse")
     name = check_name(doc.get("name"), settings)
     location = doc.get("location")
     if not isinstance(location, str) or not location or len(location) > MAX_LOCATION:

@@ -570,3 +570,29 @@ def test_several_workers_apply_the_file_and_see_a_new_warehouse(tmp_path: Path) 
         assert answers == {200}
     finally:
         server.stop()
+
+
+def test_what_get_shows_can_be_sent_back_and_keeps_the_secret(plain, tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    doc = {
+        "name": "secretive",
+        "location": str(tmp_path / "s"),
+        "s3": {"access-key-id": "k", "secret-access-key": "s3cr3t"},
+    }
+    assert requests.post(plain.url + MGMT, json=doc, timeout=30).status_code == 201
+    try:
+        shown = requests.get(plain.url + MGMT + "/secretive", timeout=10).json()
+        assert shown["s3"]["secret-access-key"] == "********" and "s3cr3t" not in str(shown)
+        shown["maintenance"] = {"enabled": False}
+        resp = requests.put(plain.url + MGMT + "/secretive", json=shown, timeout=30)
+        assert resp.status_code == 200, resp.text
+        engine = sa.create_engine(plain.env["CATALOG_DATABASE_URL"])
+        with engine.connect() as conn:
+            profile = conn.execute(sa.text("SELECT profile FROM warehouses WHERE name = 'secretive'")).scalar_one()
+        engine.dispose()
+        assert '"s3cr3t"' in profile and '"enabled": false' in profile.replace('"enabled":false', '"enabled": false')
+        flagged = {**doc, "default": True}
+        assert requests.put(plain.url + MGMT + "/secretive", json=flagged, timeout=30).status_code == 400
+    finally:
+        requests.delete(plain.url + MGMT + "/secretive", timeout=10)

@@ -28,7 +28,7 @@ from catalog.settings import Settings
 from catalog.storage.backends import create_storage, probe_writable
 from catalog.store import migrate
 from catalog.store.warehouse_rows import WarehouseRows
-from catalog.warehouses import Warehouse, default_name, parse, settings_for
+from catalog.warehouses import MASK, Warehouse, default_name, parse, settings_for
 
 log = logging.getLogger("catalog.warehouses")
 REFRESH_SECONDS = 5.0
@@ -112,17 +112,24 @@ class Registry:
                 log.warning("could not read the warehouses: %s", e)
 
     def refresh(self) -> None:
+        """Open what is new, reopen what changed (the new one serves before the old one closes, so a
+        change never makes a warehouse unknown for a moment), close what is gone."""
         with self._lock:
             rows = {w.name: (w, updated) for w, updated in self.rows.list()}
             for name in list(self._open):
-                if name not in rows or rows[name][1] != self._open[name].updated_ms:
+                if name not in rows:
                     self._open.pop(name).close()
             for name, (w, updated) in rows.items():
-                if name not in self._open:
-                    try:
-                        self._open[name] = self._opened(w, updated)
-                    except Exception as e:  # noqa: BLE001 - one warehouse that cannot open leaves the others
-                        log.error("cannot open warehouse %s: %s", name, e)
+                old = self._open.get(name)
+                if old is not None and old.updated_ms == updated:
+                    continue
+                try:
+                    self._open[name] = self._opened(w, updated)
+                except Exception as e:  # noqa: BLE001 - one warehouse that cannot open leaves the others
+                    log.error("cannot open warehouse %s: %s", name, e)
+                    continue
+                if old is not None:
+                    old.close()
 
     def _opened(self, w: Warehouse, updated_ms: int) -> Opened:
         assert w.id is not None
@@ -184,11 +191,11 @@ class Registry:
             raise errors.BadRequest("The default warehouse is the server's settings: change them instead")
         if isinstance(doc, dict) and doc.get("name", name) != name:
             raise errors.BadRequest("A warehouse keeps its name")
-        w = parse({**doc, "name": name} if isinstance(doc, dict) else doc, self.settings)
         with self._lock:
             old = self.rows.get(name)
             if old is None:
                 raise errors.NoSuchWarehouse(f"Warehouse does not exist: {name}")
+            w = parse(kept_secrets({**doc, "name": name}, old) if isinstance(doc, dict) else doc, self.settings)
             if normalise(w.location) != normalise(old.location) and not self._empty(name):
                 raise errors.Conflict(f"Warehouse {name} is not empty: its location cannot change")
             self._check_apart(w)
@@ -279,6 +286,16 @@ class Registry:
             except errors.IcebergError as e:
                 raise ValueError(f"CATALOG_WAREHOUSES_FILE: {path}: warehouses[{i}]: {e.message}") from None
         log.info("warehouses bootstrap %s: %d warehouses", path, len(items))
+
+
+def kept_secrets(doc: dict[str, Any], old: Warehouse) -> dict[str, Any]:
+    """A change that sends a secret back as shown (``********``) keeps the stored one: what ``GET``
+    answered can be edited and sent back with ``PUT``."""
+    out = dict(doc)
+    for section, keys in doc.items():
+        if isinstance(keys, dict):
+            out[section] = {k: old.profile.get(section, {}).get(k, v) if v == MASK else v for k, v in keys.items()}
+    return out
 
 
 def read_file(path: str, settings: Settings) -> list[Any]:
