@@ -596,3 +596,22 @@ def test_what_get_shows_can_be_sent_back_and_keeps_the_secret(plain, tmp_path: P
         assert requests.put(plain.url + MGMT + "/secretive", json=flagged, timeout=30).status_code == 400
     finally:
         requests.delete(plain.url + MGMT + "/secretive", timeout=10)
+
+
+def test_doctor_probes_each_warehouse(plain, tmp_path: Path) -> None:
+    doc = {"name": "doctored", "location": str(tmp_path / "d")}
+    assert requests.post(plain.url + MGMT, json=doc, timeout=30).status_code == 201
+    env = {k: v for k, v in plain.env.items() if k in ("CATALOG_DATABASE_URL", "CATALOG_WAREHOUSE", "PATH", "HOME")}
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "catalog", "doctor"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert "✓ warehouse doctored: writable" in run.stdout, run.stdout + run.stderr
+        (tmp_path / "d").rename(tmp_path / "d-away")  # a file where the warehouse's directory was
+        (tmp_path / "d").write_text("not a directory")
+        run = subprocess.run(
+            [sys.executable, "-m", "catalog", "doctor"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert "✗ warehouse doctored:" in run.stdout and run.returncode == 1, run.stdout
+    finally:
+        requests.delete(plain.url + MGMT + "/doctored", timeout=10)
