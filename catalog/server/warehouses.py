@@ -93,7 +93,10 @@ class Registry:
     # -- keeping in step with the table ---------------------------------------------------------
 
     def start(self) -> None:
-        self.refresh()
+        try:
+            self.refresh()
+        except Exception as e:  # noqa: BLE001 - e.g. the schema not migrated yet: the default serves, retried
+            log.warning("could not read the warehouses (retried every %.0f s): %s", REFRESH_SECONDS, e)
         self._thread = threading.Thread(target=self._refreshing, name="warehouses", daemon=True)
         self._thread.start()
 
