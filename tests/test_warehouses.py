@@ -401,6 +401,19 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(
         new.create_namespace("legacy")
         new.create_table("legacy.t", PY_SCHEMA).append(rows(100, 1))
         assert _ids(new.load_table("legacy.t")) == [100] and _ids(client.load_table("legacy.t")) == [0, 1, 2, 3]
+        if backend == "postgres-s3":  # the new warehouse's rows are in its own schema, none in the server's
+            from catalog.settings import normalise_database_url
+
+            engine = sa.create_engine(normalise_database_url(db["CATALOG_DATABASE_URL"]))
+            with engine.connect() as conn:
+                schemas = conn.execute(
+                    sa.text("SELECT table_schema FROM information_schema.tables WHERE table_name = 'catalog_entries'")
+                ).scalars()
+                own = [x for x in schemas if x.startswith("warehouse_")]
+                assert len(own) == 1, own
+                assert conn.execute(sa.text(f"SELECT count(*) FROM {own[0]}.catalog_entries")).scalar() == 1
+                assert conn.execute(sa.text("SELECT count(*) FROM public.catalog_entries")).scalar() == 1
+            engine.dispose()
         new.drop_table("legacy.t")
         new.drop_namespace("legacy")
         assert requests.delete(server.url + MGMT + "/new", timeout=30).status_code == 204

@@ -278,20 +278,29 @@ def create_engine(settings: Settings) -> Engine:
         _configure_sqlite(engine)
         return engine
     return sa.create_engine(
-        url,
+        with_schema(url, settings.database_schema),
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_timeout=settings.db_pool_timeout,
         pool_pre_ping=True,
-        connect_args=_postgres_connect_args(url, settings.database_schema),
+        connect_args=_postgres_connect_args(url),
     )
 
 
-def _postgres_connect_args(url: str, schema: str | None = None) -> dict[str, Any]:
+def _postgres_connect_args(url: str) -> dict[str, Any]:
     if url.startswith("postgresql"):
-        # a warehouse's own schema (catalog/warehouses.py): every unqualified table name resolves there
-        return {"connect_timeout": 5, **({"options": f"-csearch_path={schema}"} if schema else {})}
+        return {"connect_timeout": 5}
     return {}
+
+
+def with_schema(url: str, schema: str | None) -> sa.URL:
+    """The database URL, on PostgreSQL with ``options=-csearch_path=<schema>`` when a schema is set (a
+    warehouse's own, catalog/warehouses.py): every unqualified table name resolves there, and the
+    option is in the URL itself, so every connection made from ``engine.url`` carries it."""
+    parsed = sa.make_url(url)
+    if not schema or parsed.get_backend_name() != "postgresql":
+        return parsed
+    return parsed.update_query_dict({"options": f"-csearch_path={schema}"})
 
 
 def _configure_sqlite(engine: Engine) -> None:
