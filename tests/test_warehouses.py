@@ -628,3 +628,41 @@ def test_doctor_probes_each_warehouse(plain, tmp_path: Path) -> None:
         assert "✗ warehouse doctored:" in run.stdout and run.returncode == 1, run.stdout
     finally:
         requests.delete(plain.url + MGMT + "/doctored", timeout=10)
+
+
+@pytest.mark.s3
+def test_a_warehouse_on_s3_beside_a_local_default(services, tmp_path: Path) -> None:
+    """An S3 warehouse (SeaweedFS) created through the API on a server whose default is local disk:
+    its storage comes from its profile alone, clients get its endpoint from /v1/config."""
+    s3 = services["s3"]
+    root = f"wh-{uuid.uuid4().hex[:8]}"
+    server = start_server(tmp_path / "srv")
+    try:
+        doc = {
+            "name": "on-s3",
+            "location": f"s3://{s3.bucket}/{root}",
+            "s3": {
+                "endpoint": s3.endpoint,
+                "region": s3.region,
+                "access-key-id": s3.access_key,
+                "secret-access-key": s3.secret_key,
+                "path-style-access": True,
+            },
+        }
+        made = requests.post(server.url + MGMT, json=doc, timeout=60)
+        assert made.status_code == 201, made.text
+        config = requests.get(server.url + "/v1/config", params={"warehouse": "on-s3"}, timeout=10).json()
+        assert config["defaults"]["s3.endpoint"] == s3.endpoint and config["overrides"]["prefix"] == "on-s3"
+        assert s3.secret_key not in str(config)
+        keys = {"s3.access-key-id": s3.access_key, "s3.secret-access-key": s3.secret_key}
+        catalog = _client(server.url, "on-s3", **keys)
+        catalog.create_namespace("sales")
+        catalog.create_table("sales.orders", PY_SCHEMA).append(rows(0, 2))
+        assert _ids(_client(server.url, "on-s3", **keys).load_table("sales.orders")) == [0, 1]
+        listed = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=f"{root}/")
+        names = [o["Key"] for o in listed.get("Contents", [])]
+        assert any(n.startswith(f"{root}/sales/orders/metadata/") for n in names), names
+        assert any(n.startswith(f"{root}/sales/orders/data/") for n in names), names
+        assert not (tmp_path / "srv" / "warehouse" / "sales").exists()  # nothing on the default's disk
+    finally:
+        server.stop()
