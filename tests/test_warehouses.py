@@ -52,6 +52,9 @@ def _ids(table) -> list[int]:
 @pytest.mark.azure
 def test_two_warehouses_local_and_azurite(tmp_path: Path, azurite) -> None:
     root = f"wh-{uuid.uuid4().hex[:8]}"
+    # a container of its own (team-b's bucket): the session's are other tests' to keep clean
+    container = f"team-b-{uuid.uuid4().hex[:8]}"
+    azurite.service().create_container(container)
     declared = tmp_path / "warehouses.yaml"
     declared.write_text(
         f"""
@@ -59,7 +62,7 @@ warehouses:
   - name: team-a
     location: {tmp_path / "team-a"}
   - name: team-b
-    location: {azurite.location(root, container="other")}
+    location: {azurite.location(root, container=container)}
     azure:
       account-key: "{azurite.key}"
       blob-endpoint: {azurite.endpoint}
@@ -96,11 +99,11 @@ warehouses:
         ]
         assert any(f.startswith("sales/orders/metadata/") and f.endswith(".metadata.json") for f in a_files)
         assert sum(f.startswith("sales/orders/data/") for f in a_files) >= 1
-        names = azurite.names("other")
+        names = azurite.names(container)
         assert any(n.startswith(f"{root}/sales/orders/metadata/") for n in names), names
         assert any(n.startswith(f"{root}/sales/orders/data/") for n in names), names
         assert (tmp_path / "srv" / "warehouse" / "sales" / "orders").is_dir()
-        assert b.load_table("sales.orders").location().startswith(f"abfss://other@{azurite.host}/{root}/")
+        assert b.load_table("sales.orders").location().startswith(f"abfss://{container}@{azurite.host}/{root}/")
 
         # Lists in one warehouse never show another's.
         a.create_namespace("only_a")
@@ -119,12 +122,13 @@ warehouses:
             404,
             "NoSuchWarehouseException",
         )
-        assert not list((tmp_path / "srv").glob("catalog.warehouse-*.db")) or all(
-            "warehouse-1" not in p.name for p in (tmp_path / "srv").glob("catalog.warehouse-*.db")
-        )  # its database went with it
+        # its database went with it (team-a was the file's first: id 1); team-b's stays
+        assert not (tmp_path / "srv" / "catalog.warehouse-1.db").exists()
+        assert (tmp_path / "srv" / "catalog.warehouse-2.db").exists()
         assert _ids(_client(server.url, "team-b").load_table("sales.orders")) == [100, 101]
     finally:
         server.stop()
+        azurite.service().delete_container(container)
 
 
 # -- selection, validation, the probe, the CLI -------------------------------------------------------------
@@ -666,3 +670,7 @@ def test_a_warehouse_on_s3_beside_a_local_default(services, tmp_path: Path) -> N
         assert not (tmp_path / "srv" / "warehouse" / "sales").exists()  # nothing on the default's disk
     finally:
         server.stop()
+        client = s3.client()  # the session's bucket is shared: leave it as it was
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=f"{root}/"):
+            for o in page.get("Contents", []):
+                client.delete_object(Bucket=s3.bucket, Key=o["Key"])
