@@ -125,11 +125,13 @@ def _traceback_if_debug() -> None:
 
 _GRANTS = """Grants give a principal (user:<name> for an identity provider's user, client:<id> for a
 built-in client of CATALOG_OAUTH_CLIENTS, or role:<name> for a group/role in its token) a privilege
-on the catalog, a namespace (inherited below it), a table or a view. Privileges: read, write, alter,
+on the catalog (every warehouse), a warehouse (everything in it), a namespace (inherited below it), a
+table or a view. Privileges: read, write, alter,
 manage-properties, create, drop, purge, register, manage-grants, admin. Running servers see a change
 within CATALOG_AUTHZ_CACHE_SECONDS. Examples:
   iceberg-catalog grants add --principal role:platform --privilege admin --on catalog
   iceberg-catalog grants add --principal client:ingest --privilege write --on table=raw.events
+  iceberg-catalog grants add --principal role:team-a --privilege admin --on warehouse=team-a
   iceberg-catalog grants list --principal client:ingest
   iceberg-catalog grants remove --id 7"""
 
