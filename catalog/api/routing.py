@@ -1,5 +1,5 @@
 """Routing on the raw path: the optional ``{prefix}`` segment removed (it names the warehouse the
-request is for, ``api.context.WAREHOUSE``), percent-encoding kept."""
+request is for, ``api.selection.WAREHOUSE``), percent-encoding kept."""
 
 from __future__ import annotations
 
@@ -45,6 +45,6 @@ class RawPathRouting:
                     await send_error(send, errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}"))
                     return
                 path = f"/v1/{match.group(2)}{match.group(3) or ''}"
-            WAREHOUSE.set(warehouse)  # the handlers' ``ctx`` is this warehouse's (api.context)
+            WAREHOUSE.set(warehouse)  # the handlers' ``ctx`` is this warehouse's (api.selection)
             scope = {**scope, "path": path}
         await self.observed(scope, receive, send)
