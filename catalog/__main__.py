@@ -20,6 +20,7 @@ from catalog import __version__, logs
 from catalog.cli import browse, doctor, dropped, maintenance
 from catalog.cli import events as events_cli
 from catalog.cli import migrate as migrate_cli
+from catalog.cli import warehouses as warehouses_cli
 from catalog.server import startup
 from catalog.settings import Settings
 
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     doctor.register(sub)
     maintenance.register(sub)
     events_cli.register(sub)
+    warehouses_cli.register(sub)
     args = parser.parse_args(argv)
     if args.command == "tables" and args.action in dropped.ACTIONS:
         return dropped.run(args)
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         return maintenance.run(args)
     if args.command == "events":
         return events_cli.run(args)
+    if args.command == "warehouses":
+        return warehouses_cli.run(args)
 
     for field in _FLAGS:
         value = getattr(args, field, None)
@@ -121,11 +125,13 @@ def _traceback_if_debug() -> None:
 
 _GRANTS = """Grants give a principal (user:<name> for an identity provider's user, client:<id> for a
 built-in client of CATALOG_OAUTH_CLIENTS, or role:<name> for a group/role in its token) a privilege
-on the catalog, a namespace (inherited below it), a table or a view. Privileges: read, write, alter,
+on the catalog (every warehouse), a warehouse (everything in it), a namespace (inherited below it), a
+table or a view. Privileges: read, write, alter,
 manage-properties, create, drop, purge, register, manage-grants, admin. Running servers see a change
 within CATALOG_AUTHZ_CACHE_SECONDS. Examples:
   iceberg-catalog grants add --principal role:platform --privilege admin --on catalog
   iceberg-catalog grants add --principal client:ingest --privilege write --on table=raw.events
+  iceberg-catalog grants add --principal role:team-a --privilege admin --on warehouse=team-a
   iceberg-catalog grants list --principal client:ingest
   iceberg-catalog grants remove --id 7"""
 
@@ -219,6 +225,13 @@ def _serve(settings: Settings) -> int:
     sock = startup.listen(settings)
     startup.prepare_warehouse(settings)
     startup.prepare_database(settings)
+    if settings.warehouses_file:  # checked here, in one line; applied (and probed) by each worker at start
+        from catalog.server.warehouses import read_file
+
+        try:
+            read_file(settings.warehouses_file, settings)
+        except ValueError as e:
+            raise startup.Refused(str(e)) from None
     config = uvicorn.Config(
         "catalog.server.app:app_from_env",
         factory=True,

@@ -83,6 +83,12 @@ class NamespaceNotEmpty(IcebergError):
     type, code = "NamespaceNotEmptyException", 409
 
 
+class Conflict(IcebergError):
+    """409: the request conflicts with what is there (a warehouse that is not empty, overlapping ones)."""
+
+    type, code = "ConflictException", 409
+
+
 class CommitFailed(IcebergError):
     """409: nothing happened; the client may refresh and retry."""
 

@@ -47,7 +47,23 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1, description="Server processes (uvicorn workers).")
     prefix: str = Field(
         default="",
-        description="Advertised URL prefix (overrides.prefix). Requests are accepted with or without one.",
+        description="Advertised URL prefix (overrides.prefix) of the default warehouse, also its name among the "
+        "warehouses (default when empty). Requests are accepted with or without it.",
+    )
+    warehouse_aliases: str = Field(
+        default="warehouse",
+        description="Comma-separated names that also select the default warehouse (in /v1/config?warehouse= and as "
+        "a route prefix), for clients from before warehouses that send a fixed name (DuckDB's ATTACH 'warehouse').",
+    )
+    warehouses_file: str | None = Field(
+        default=None,
+        description="A YAML file of warehouses besides the default one ({warehouses: [{name, location, s3: {...}}]}), "
+        "created or changed at start to match it (README, Warehouses).",
+    )
+    database_schema: str | None = Field(
+        default=None,
+        description="PostgreSQL schema (search_path) holding the catalog's tables; the server sets it per warehouse.",
+        pattern=r"^[a-z_][a-z0-9_]{0,62}$",
     )
     log_level: str = Field(default="info", description="debug, info, warning, error or critical.")
     log_format: str = Field(
@@ -538,6 +554,12 @@ class Settings(BaseSettings):
         if level.lower() not in LOG_LEVELS:
             raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
         return level.lower()
+
+    @property
+    def default_warehouse_names(self) -> frozenset[str]:
+        """The names of the default warehouse: its own (``prefix``, else ``default``) and the aliases."""
+        aliases = {a.strip() for a in self.warehouse_aliases.split(",") if a.strip()}
+        return frozenset({self.prefix or "default", *aliases})
 
     @property
     def allowed_location_list(self) -> list[str]:

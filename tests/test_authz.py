@@ -314,6 +314,11 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
         ("POST", "/management/v1/dropped/{dropped_id}/undrop"): {},
         ("DELETE", "/management/v1/dropped/{dropped_id}"): {},
         ("POST", "/v1/events"): None,  # the change feed: only events of what it may see: none
+        ("GET", "/management/v1/warehouses"): {},  # warehouses are for admins only
+        ("POST", "/management/v1/warehouses"): {"json": {"name": "mine", "location": "/tmp/mine"}},
+        ("GET", "/management/v1/warehouses/{name}"): {},
+        ("PUT", "/management/v1/warehouses/{name}"): {"json": {"location": "/tmp/mine"}},
+        ("DELETE", "/management/v1/warehouses/{name}"): {},
     }
     open_routes = {
         "/",
@@ -334,7 +339,8 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
             .replace("{view:str}", "{view}")
             .replace("{grant_id:str}", "{grant_id}")
             .replace("{task_id:str}", "{task_id}")
-            .replace("{dropped_id:str}", "{dropped_id}"),
+            .replace("{dropped_id:str}", "{dropped_id}")
+            .replace("{name:str}", "{name}"),
         )
         for route in app.routes
         for handler in route.route_handlers
@@ -360,7 +366,13 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
     task_id = queued.json()["tasks"][0]["id"]  # the secured server runs no task: it stays queued
     for (method, path), kwargs in calls.items():
         url = path.format(
-            namespace="raw", table="events", view="events", grant_id=grant_id, task_id=task_id, dropped_id=dropped_id
+            namespace="raw",
+            table="events",
+            view="events",
+            grant_id=grant_id,
+            task_id=task_id,
+            dropped_id=dropped_id,
+            name="default",
         )
         resp = http(method, url, **(kwargs or {}))
         if kwargs is None:

@@ -163,6 +163,8 @@ def test_settings_cover_the_documented_interface() -> None:
 
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
+    # warehouses besides the default, from a Secret of the user's (README "Warehouses")
+    "warehouses": {"warehouses": {"existingSecret": "lake-warehouses"}},
     "hpa": {
         "autoscaling": {
             "enabled": True,
@@ -1008,6 +1010,20 @@ def test_bootstrap_grants_are_a_mounted_config_map(render: Any, value_set: str) 
     # A change of the grants rolls the pods.
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/authz-bootstrap"])
+
+
+def test_the_warehouses_file_is_the_users_secret_mounted_read_only(render: Any) -> None:
+    rendered = render("warehouses")
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    container = server_container(rendered)
+    env = resolve_env(container, rendered.chart_secrets())
+    (volume,) = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "lake-warehouses"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True
+    (item,) = volume["secret"]["items"]
+    assert item["key"] == "warehouses.yaml"
+    assert env["CATALOG_WAREHOUSES_FILE"] == f"{mount['mountPath']}/{item['path']}"
+    assert "CATALOG_WAREHOUSES_FILE" not in resolve_env(server_container(render("defaults")), {})
 
 
 def test_changing_bootstrap_grants_rolls_the_pods(chart: Any) -> None:

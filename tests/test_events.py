@@ -235,7 +235,9 @@ def test_the_feed_refuses_forged_and_foreign_tokens_and_bad_requests_with_400(se
 def test_the_feed_is_advertised_and_served_with_a_prefix_and_absent_when_off(server: Server, tmp_path: Path) -> None:
     endpoints = requests.get(f"{server.url}/v1/config", timeout=10).json()["endpoints"]
     assert "POST /v1/{prefix}/events" in endpoints
-    assert requests.post(f"{server.url}/v1/anyprefix/events", json={}, timeout=10).status_code == 200
+    # the default warehouse's name as the prefix; one that names no warehouse is 404 (tests/test_warehouses.py)
+    assert requests.post(f"{server.url}/v1/default/events", json={}, timeout=10).status_code == 200
+    assert requests.post(f"{server.url}/v1/anyprefix/events", json={}, timeout=10).status_code == 404
     off = start_server(tmp_path, "sqlite", {"CATALOG_EVENTS_ENABLED": "false"})
     try:
         endpoints = requests.get(f"{off.url}/v1/config", timeout=10).json()["endpoints"]

@@ -44,7 +44,8 @@ SEED_NS, SEED_TABLE, SEED_VIEW = "seed", "t", "v"
 
 CONFIG = schemathesis.Config.from_dict(
     {
-        # The prefix is free-form on this server; fuzzing it only tests the router's word list.
+        # The prefix names a warehouse besides the default one (``_warehouse_env``); the steering
+        # hook sends part of the cases there, the others get an unknown warehouse's 404.
         "parameters": {"prefix": PREFIX},
         "generation": {"mode": "all"},
     }
@@ -92,20 +93,29 @@ CHECKS = [
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """Its own SQLite server: fuzzed garbage stays out of the shared one. Seeded with a namespace, a
     table and a view that generated requests are steered to part of the time."""
-    srv = start_server(tmp_path_factory.mktemp("fuzz"))
+    workdir = tmp_path_factory.mktemp("fuzz")
+    srv = start_server(workdir, extra_env=_warehouse_env(workdir))
     try:
         _seed(srv.url)
+        _seed(srv.url, prefix=f"{PREFIX}/")
         yield srv
     finally:
         srv.stop()
 
 
-def _seed(url: str, headers: dict[str, str] | None = None) -> None:
+def _warehouse_env(workdir: Path) -> dict[str, str]:
+    """The warehouse ``PREFIX`` names, declared in a bootstrap file, on local disk next to the default."""
+    (workdir / "warehouses.yaml").write_text(f"warehouses: [{{name: {PREFIX}, location: {workdir / PREFIX}}}]\n")
+    return {"CATALOG_WAREHOUSES_FILE": str(workdir / "warehouses.yaml")}
+
+
+def _seed(url: str, headers: dict[str, str] | None = None, prefix: str = "") -> None:
+    """The seed objects in the default warehouse, or (``prefix``: ``"fuzz/"``) in the fuzzed one."""
     schema_json = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
-    ok = requests.post(f"{url}/v1/namespaces", json={"namespace": [SEED_NS]}, timeout=30, headers=headers)
+    ok = requests.post(f"{url}/v1/{prefix}namespaces", json={"namespace": [SEED_NS]}, timeout=30, headers=headers)
     assert ok.status_code == 200, ok.text
     ok = requests.post(
-        f"{url}/v1/namespaces/{SEED_NS}/tables",
+        f"{url}/v1/{prefix}namespaces/{SEED_NS}/tables",
         json={"name": SEED_TABLE, "schema": schema_json},
         timeout=30,
         headers=headers,
@@ -124,11 +134,12 @@ def _seed(url: str, headers: dict[str, str] | None = None) -> None:
         },
         "properties": {},
     }
-    ok = requests.post(f"{url}/v1/namespaces/{SEED_NS}/views", json=view, timeout=30, headers=headers)
+    ok = requests.post(f"{url}/v1/{prefix}namespaces/{SEED_NS}/views", json=view, timeout=30, headers=headers)
     assert ok.status_code == 200, ok.text
 
 
-_STEER = {"namespace": SEED_NS, "table": SEED_TABLE, "view": SEED_VIEW}
+# The prefix too: a random one is an unknown warehouse (404), the fuzzed warehouse is PREFIX.
+_STEER = {"prefix": PREFIX, "namespace": SEED_NS, "table": SEED_TABLE, "view": SEED_VIEW}
 
 
 @schema.hook
@@ -192,6 +203,8 @@ def test_stateful_links_conform(fuzz_server: Server) -> None:
 
         def before_call(self, case: Any) -> None:
             _fresh_names(case)
+            if case.path_parameters and "prefix" in case.path_parameters:
+                case.path_parameters["prefix"] = PREFIX  # the scenarios run in the fuzzed warehouse
 
         def after_call(self, response: Any, case: Any) -> None:
             seen[(case.operation.definition.raw["operationId"], response.status_code)] += 1
@@ -239,9 +252,10 @@ def secured_fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
         "CATALOG_TOKEN_SECRET": _SECRET,
         "CATALOG_AUTHZ_BOOTSTRAP": str(workdir / "grants.yaml"),
     }
-    srv = start_server(workdir, extra_env=env)
+    srv = start_server(workdir, extra_env={**env, **_warehouse_env(workdir)})
     try:
         _seed(srv.url, _bearer(srv.url, "owner"))
+        _seed(srv.url, _bearer(srv.url, "owner"), prefix=f"{PREFIX}/")
         yield srv
     finally:
         srv.stop()

@@ -39,7 +39,11 @@ def test_config_shape(http):
     body = http.get("/v1/config").json()
     assert isinstance(body["defaults"], dict) and isinstance(body["overrides"], dict)
     assert set(body["endpoints"]) >= EXPECTED_ENDPOINTS
-    assert http.get("/v1/config", params={"warehouse": "anything"}).status_code == 200
+    # With warehouses, `warehouse` names one: the default's name (or its location, as clients from
+    # before warehouses may send) is the default; any other name is 404 in the Iceberg error shape.
+    assert http.get("/v1/config", params={"warehouse": "default"}).json()["overrides"] == body["overrides"]
+    unknown = http.get("/v1/config", params={"warehouse": "anything"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "NoSuchWarehouseException"
 
 
 def test_every_advertised_endpoint_is_served(http, ns):
@@ -59,12 +63,16 @@ def test_every_advertised_endpoint_is_served(http, ns):
 def test_prefixed_and_unprefixed_routes_are_the_same(http, ns):
     create(http, ns, "t")
     plain = http.get(f"/v1/namespaces/{ns}/tables/t")
-    prefixed = http.get(f"/v1/main/namespaces/{ns}/tables/t")
+    # The default warehouse's name (CATALOG_PREFIX, or `default`) is a prefix of its routes; a prefix
+    # that names no warehouse is 404 (before warehouses, any prefix was accepted and ignored).
+    prefixed = http.get(f"/v1/default/namespaces/{ns}/tables/t")
     assert plain.status_code == prefixed.status_code == 200
     assert plain.json()["metadata-location"] == prefixed.json()["metadata-location"]
-    assert http.get("/v1/wh/namespaces").status_code == 200
+    assert http.get("/v1/default/namespaces").status_code == 200
+    unknown = http.get("/v1/wh/namespaces")
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "NoSuchWarehouseException"
     resp = http.post(
-        "/v1/wh/tables/rename",
+        "/v1/default/tables/rename",
         json={"source": {"namespace": [ns], "name": "t"}, "destination": {"namespace": [ns], "name": "u"}},
     )
     assert resp.status_code == 204, resp.text

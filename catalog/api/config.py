@@ -11,7 +11,9 @@ from typing import Any
 
 from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
+from litestar.params import FromQuery
 
+from catalog import errors
 from catalog.api import wire
 from catalog.api.context import Ctx
 from catalog.settings import Settings
@@ -21,8 +23,14 @@ _NOT_ADVERTISED = ("/v1/config", "/v1/oauth/tokens")
 
 
 @get("/v1/config", sync_to_thread=False)
-def get_config(ctx: Ctx) -> Response:
-    return wire.raw_json_response(ctx.config_body)
+def get_config(ctx: Ctx, warehouse: FromQuery[str | None] = None) -> Response:
+    """``?warehouse=<name>``: that warehouse's answer (its ``prefix`` and storage defaults); 404
+    (``NoSuchWarehouseException``) for a name that is none (``server.warehouses.Registry.for_config``)."""
+    if warehouse is None or ctx.prefix == warehouse:
+        return wire.raw_json_response(ctx.config_body)
+    if len(warehouse) > 1024:
+        raise errors.NoSuchWarehouse("Warehouse does not exist")
+    return wire.raw_json_response(ctx.registry().for_config(warehouse).config_body)
 
 
 def body(settings: Settings, client_io: dict[str, str], served: list[HTTPRouteHandler]) -> dict[str, Any]:

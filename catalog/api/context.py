@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from litestar.di import NamedDependency
 
@@ -31,6 +33,7 @@ class AppState:
     table_config: bytes  # ``client_io`` as the JSON of a load result's ``config``
     config_body: bytes  # the answer to GET /v1/config
     prefix: str  # the advertised route prefix ('' for none)
+    registry: Callable[[], Any]  # the warehouses served (``server.warehouses.Registry``)
 
 
 # A route handler's ``ctx: Ctx`` parameter: the AppState, by the dependency named ``ctx``.

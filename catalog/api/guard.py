@@ -13,7 +13,7 @@ from typing import Any
 from litestar import Request
 
 from catalog import errors
-from catalog.api import wire
+from catalog.api import selection, wire
 from catalog.auth.policy import Policy, Privilege, Target, principal_keys
 from catalog.auth.principals import ANONYMOUS, Principal
 
@@ -23,7 +23,7 @@ def principal(request: Request) -> Principal:
     off; with it on, a request without one is refused rather than let through."""
     who = request.scope.get("principal")
     if who is None:
-        if request.app.state.ctx.access.enforced:
+        if selection.current(request.app.state).access.enforced:
             raise errors.NotAuthorized("Not authorized: no principal")
         return ANONYMOUS
     return who
@@ -81,7 +81,7 @@ async def holds(request: Request, privilege: Privilege, target: Target) -> bool:
 
 
 async def _policy(request: Request, who: Principal) -> tuple[list[str], Policy] | None:
-    access = request.app.state.ctx.access
+    access = selection.current(request.app.state).access
     if who.unrestricted or not access.enforced:
         return None
     policy = access.cached() or await wire.blocking(access.policy)

@@ -36,7 +36,7 @@ from litestar import Request, Response
 from litestar.params import RawBody
 
 from catalog import errors
-from catalog.api import wire
+from catalog.api import selection, wire
 from catalog.api.context import AppState
 from catalog.service import Committed
 from catalog.store.pointers import KeyRecord
@@ -64,7 +64,7 @@ def settle(request: Request, outcome: Committed) -> None:
 
 async def replay(request: Request) -> Response:
     """The recorded response for this request's key (a commit lost its key to a concurrent twin)."""
-    ctx, pending = request.scope["app"].state.ctx, request.scope["idempotency"]
+    ctx, pending = selection.current(request.scope["app"].state), request.scope["idempotency"]
     record = await wire.blocking(ctx.catalog.recorded, pending.key)
     if record is None:  # the twin's transaction rolled back after all: let the client retry
         raise errors.CommitFailed("Commit failed: a request with the same Idempotency-Key did not complete")
@@ -106,7 +106,7 @@ class Idempotency:
         if key is None:  # loads and the rest pass straight through
             await self.app(scope, receive, send)
             return
-        ctx = scope["app"].state.ctx
+        ctx = selection.current(scope["app"].state)
         key_text = key.decode("latin-1").strip()
         if not 0 < len(key_text) <= 128:
             await _send(
@@ -185,7 +185,7 @@ async def _recorded_response(scope: dict[str, Any], record: KeyRecord) -> tuple[
     if record.metadata_location is None:
         headers = [(b"content-type", wire.JSON.encode())] if record.body else []
         return record.status, headers, record.body or b""
-    ctx = scope["app"].state.ctx
+    ctx = selection.current(scope["app"].state)
     try:
         file = await wire.blocking(ctx.catalog.read_file, record.metadata_location)
     except errors.NotFound:

@@ -10,6 +10,7 @@ from typing import Any
 
 from catalog import logs, metrics
 from catalog.api import guard
+from catalog.api.selection import WAREHOUSE
 from catalog.auth.principals import ANONYMOUS
 
 audit_log = logging.getLogger("catalog.audit")
@@ -139,6 +140,8 @@ def _audit(scope: dict[str, Any], handler: Any, audit: dict[str, Any], status: i
         "method": scope["method"],
         "path": scope.get("path"),
     }
+    if (warehouse := WAREHOUSE.get()) is not None:  # a request under /v1/<warehouse>/
+        fields["warehouse"] = warehouse
     if audit_log.isEnabledFor(logging.INFO):
         message = f"{fields['principal']} {fields['action']} {fields['object'] or '-'} -> {status}"
         logs.line(audit_log, logging.INFO, message, fields)

@@ -1,13 +1,16 @@
-"""Routing on the raw path: the optional ``{prefix}`` segment removed, percent-encoding kept."""
+"""Routing on the raw path: the optional ``{prefix}`` segment removed (it names the warehouse the
+request is for, ``api.selection.WAREHOUSE``), percent-encoding kept."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from catalog import errors
 from catalog.api.exceptions import send_error
 from catalog.api.observation import RequestObservation
+from catalog.api.selection import WAREHOUSE
 
 # /v1/<prefix>/<resource>...: the optional prefix segment clients insert after /v1/.
 _PREFIXED = re.compile(r"^/v1/([^/]+)/(namespaces|tables|views|transactions|events)(/.*)?$")
@@ -22,9 +25,10 @@ class RawPathRouting:
     parameters themselves (``api.wire``).
     """
 
-    def __init__(self, app: Any, prefix: str) -> None:
+    def __init__(self, app: Any, knows: Callable[[str], bool] | None = None) -> None:
+        """``knows``: whether a prefix names a warehouse (the default's, or one created); None: any."""
         self.app = app
-        self.prefix = prefix
+        self.knows = knows
         # Outside Litestar, so that requests no route matches (404) are observed and logged too.
         self.observed = RequestObservation(app)
 
@@ -33,10 +37,14 @@ class RawPathRouting:
             raw = scope.get("raw_path")
             path = raw.decode("latin-1") if raw else scope["path"]
             match = _PREFIXED.match(path)
+            warehouse = None
             if match and match.group(1) not in _UNPREFIXED_FIRST:
-                if self.prefix and match.group(1) != self.prefix:
-                    await send_error(send, errors.NoSuchWarehouse(f"Warehouse does not exist: {match.group(1)}"))
+                warehouse = match.group(1)
+                if self.knows is not None and not self.knows(warehouse):
+                    shown = warehouse if len(warehouse) <= 64 else warehouse[:64] + "..."
+                    await send_error(send, errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}"))
                     return
                 path = f"/v1/{match.group(2)}{match.group(3) or ''}"
+            WAREHOUSE.set(warehouse)  # the handlers' ``ctx`` is this warehouse's (api.selection)
             scope = {**scope, "path": path}
         await self.observed(scope, receive, send)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from catalog import errors
-from catalog.auth.policy import Grant, Policy, as_client, parse_grants, refuse_ambiguous
+from catalog.auth.policy import CATALOG, ROOT, WAREHOUSE, Grant, Policy, as_client, parse_grants, refuse_ambiguous
 from catalog.auth.tokens import parse_clients
 from catalog.settings import Settings
 from catalog.store.entries import Store
@@ -25,8 +26,12 @@ log = logging.getLogger("catalog.access")
 
 
 class Access:
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(self, settings: Settings, store: Store, warehouse: str | None = None) -> None:
+        """``warehouse``: the name of a warehouse besides the default one, whose decisions these are
+        (the grants are all in the server's database, ``store``; see ``in_warehouse``)."""
         self.store = store
+        self.warehouse = warehouse
+        self.default_name = settings.prefix or "default"
         # Without authentication every request is anonymous and unrestricted; with it, grants decide
         # unless the operator chose authorization "none" (any valid token may do anything).
         self.enforced = settings.auth_required and settings.authorization == "grants"
@@ -44,7 +49,7 @@ class Access:
         """A fresh snapshot, reloaded if stale (blocking)."""
         with self._lock:
             if time.monotonic() >= self._expires:
-                self._policy = Policy(self.store.list_grants())
+                self._policy = Policy(in_warehouse(self.store.list_grants(), self.warehouse, self.default_name))
                 self._expires = time.monotonic() + self.ttl
             return self._policy
 
@@ -93,6 +98,22 @@ class Access:
                 g.principal.partition(":")[2],
             )
         self.changed()
+
+
+def in_warehouse(grants: list[Grant], warehouse: str | None, default_name: str) -> list[Grant]:
+    """The grants that decide inside one warehouse (``None``: the default one). Catalog-level
+    grants span every warehouse; ``warehouse:<name>`` is that warehouse's catalog level; grants on
+    namespaces, tables and views name the default warehouse's objects (finer grants inside another
+    warehouse are not built yet)."""
+    name = warehouse or default_name
+    kept = []
+    for g in grants:
+        if g.target.kind == WAREHOUSE:
+            if g.target.path == (name,):
+                kept.append(replace(g, target=ROOT))
+        elif warehouse is None or g.target.kind == CATALOG:
+            kept.append(g)
+    return kept
 
 
 def read_bootstrap(path: str) -> list[Grant]:

@@ -27,6 +27,7 @@ directly (tests/test_authz.py).
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,9 @@ _GIVEN_BY: dict[Privilege, frozenset[Privilege]] = {
 }
 
 CATALOG, NAMESPACE, TABLE, VIEW = "catalog", "namespace", "table", "view"
+# A warehouse (path: its name): inside that warehouse, a grant on it is a grant on its catalog
+# (``Access`` maps it to ``ROOT`` there); catalog-level grants span every warehouse.
+WAREHOUSE = "warehouse"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,8 @@ class Target:
         return self.kind if self.kind == CATALOG else f"{self.kind} {'.'.join(self.path)}"
 
     def to_json(self) -> dict[str, Any]:
+        if self.kind == WAREHOUSE:
+            return {WAREHOUSE: self.path[0]}
         return {"catalog": True} if self.kind == CATALOG else {self.kind: list(self.path)}
 
 
@@ -242,12 +248,14 @@ def refuse_ambiguous(grants: Iterable[Grant], client_ids: Collection[str]) -> No
 
 
 def parse_target(value: Any) -> Target:
-    """``"catalog"``, ``{"catalog": true}``, or ``{"namespace"|"table"|"view": "a.b.t"}`` (a list
-    of levels when a level contains a dot)."""
+    """``"catalog"``, ``{"catalog": true}``, ``{"warehouse": "name"}``, or
+    ``{"namespace"|"table"|"view": "a.b.t"}`` (a list of levels when a level contains a dot)."""
     if value == CATALOG or value == {CATALOG: True}:
         return ROOT
     if isinstance(value, Mapping) and len(value) == 1:
         ((kind, name),) = value.items()
+        if kind == WAREHOUSE and isinstance(name, str) and re.match(r"^[a-z0-9][a-z0-9_-]{0,62}$", name):
+            return Target(WAREHOUSE, (name,))
         if kind in (NAMESPACE, TABLE, VIEW):
             levels = name.split(".") if isinstance(name, str) else name
             if (
@@ -263,7 +271,7 @@ def parse_target(value: Any) -> Target:
                     names.check_name(levels[-1])
                 return Target(kind, tuple(levels))
     raise errors.BadRequest(
-        "A grant's object is 'catalog' or one of {namespace: a.b}, {table: a.b.t}, {view: a.b.v} "
+        "A grant's object is 'catalog' or one of {warehouse: name}, {namespace: a.b}, {table: a.b.t}, {view: a.b.v} "
         "(a list of levels when a level contains a dot; a table or view needs a namespace)"
     )
 

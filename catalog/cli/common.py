@@ -64,4 +64,4 @@ class Management:
                 message = response.text[:200]
             status = 2 if response.status_code in (400, 401, 403) else 1
             raise CliError(f"{response.status_code}: {message}", status)
-        return response.json()
+        return response.json() if response.content else None

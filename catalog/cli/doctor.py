@@ -1,7 +1,7 @@
 """``iceberg-catalog doctor``: checks the LOCAL configuration (``CATALOG_*`` variables, as ``serve``
 reads them): the database is reachable and at the migration head, the warehouse is writable, S3
-answers, the clock agrees with the storage's, and which settings are risky. One line per check; the
-exit status is 1 if any check failed.
+answers, each other warehouse's storage takes a probe, the clock agrees with the storage's, and
+which settings are risky. One line per check; the exit status is 1 if any check failed.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,11 +84,42 @@ def _doctor_checks(settings: Any) -> Iterator[_Check]:
         engine, db_checks = _database_checks(settings)
         yield from db_checks
         yield from _storage_checks(settings, engine)
+        yield from _warehouse_checks(settings, engine)
     finally:
         if engine is not None:
             engine.dispose()
     for warning in [*warnings, *startup.risky(settings)]:
         yield _Check("settings", None, warning, warning=True)
+
+
+def _warehouse_checks(settings: Any, engine: Any) -> Iterator[_Check]:
+    """Each warehouse besides the default: its settings, and the probe through its own storage."""
+    import sqlalchemy as sa
+
+    from catalog import errors
+    from catalog.server.warehouses import checked_settings
+    from catalog.storage.backends import create_storage, probe_writable
+    from catalog.store.warehouse_rows import WarehouseRows
+
+    if engine is None:
+        return
+    try:
+        with engine.connect() as conn:
+            if not sa.inspect(conn).has_table("warehouses"):
+                return
+        rows = WarehouseRows(engine).list()
+    except Exception:  # noqa: BLE001 - the database checks above said why
+        return
+    for w, _ in rows:
+        assert w.id is not None
+        try:
+            own = checked_settings(settings, w, w.id)
+            probe_writable(create_storage(own))
+            yield _Check(f"warehouse {w.name}", True, f"writable: wrote, read and deleted a probe file in {w.location}")
+        except errors.IcebergError as e:
+            yield _Check(f"warehouse {w.name}", False, f"{w.location}: {e.message}")
+        except Exception as e:  # noqa: BLE001
+            yield _Check(f"warehouse {w.name}", False, f"{w.location}: {first_line(e)}")
 
 
 def _sqlite_path(url: str) -> str | None:
@@ -146,7 +176,7 @@ def _database_checks(settings: Any) -> tuple[Any, list[_Check]]:
 
 def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
     from catalog import errors
-    from catalog.storage.backends import create_storage
+    from catalog.storage.backends import create_storage, probe_writable
 
     kind = settings.storage_kind
     s3 = kind == "s3"
@@ -186,14 +216,8 @@ def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
             yield _Check(kind, False, e.message)
     else:
         yield _Check("s3", None, "skipped: the warehouse is a local directory")
-    probe = f"{storage.root().rstrip('/')}/.iceberg-catalog-doctor-{uuid.uuid4().hex}"
     try:
-        storage.write_new(probe, b"doctor probe\n")
-        try:
-            if storage.read(probe) != b"doctor probe\n":
-                raise OSError("the probe read back differs from what was written")
-        finally:
-            storage.delete(probe)
+        probe_writable(storage)
         yield _Check("warehouse", True, f"writable: wrote, read and deleted a probe file in {storage.root()}")
     except errors.IcebergError as e:
         yield _Check("warehouse", False, f"not writable: {e.message}")

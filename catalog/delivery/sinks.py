@@ -41,8 +41,9 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-def structured(event: StoredEvent) -> tuple[dict[str, str], bytes]:
-    """The event as a structured-mode CloudEvent: (headers, body)."""
+def structured(event: StoredEvent, source: str = SOURCE) -> tuple[dict[str, str], bytes]:
+    """The event as a structured-mode CloudEvent: (headers, body). ``source``: ``SOURCE``, or
+    ``SOURCE/<warehouse>`` for a warehouse besides the default one."""
     # imported here: a server without sinks never loads the SDK
     from cloudevents.core.bindings.http import to_structured_event
     from cloudevents.core.v1.event import CloudEvent
@@ -52,7 +53,7 @@ def structured(event: StoredEvent) -> tuple[dict[str, str], bytes]:
         attributes={
             "id": event.event_id,
             "type": TYPE_PREFIX + event.type,
-            "source": SOURCE,
+            "source": source,
             "subject": subject,
             "time": datetime.fromtimestamp(event.created_ms / 1000, UTC),
             "datacontenttype": "application/json",
@@ -69,16 +70,16 @@ def signature(secret: str, body: bytes) -> str:
 
 
 class Webhook:
-    def __init__(self, name: str, url: str, secret: str | None) -> None:
+    def __init__(self, name: str, url: str, secret: str | None, source: str = SOURCE) -> None:
         import httpx
 
-        self.name, self.url, self.secret = name, url, secret
+        self.name, self.url, self.secret, self.source = name, url, secret, source
         self._http = httpx
         self._client = httpx.Client(timeout=TIMEOUT_SECONDS, follow_redirects=False)
 
     def send(self, events: Sequence[StoredEvent]) -> int:
         for sent, event in enumerate(events):
-            headers, body = structured(event)
+            headers, body = structured(event, self.source)
             if self.secret:
                 headers[SIGNATURE_HEADER] = signature(self.secret, body)
             try:
@@ -98,8 +99,8 @@ class Webhook:
 
 
 class Nats:
-    def __init__(self, name: str, url: str, subject: str) -> None:
-        self.name, self.url, self.subject = name, url, subject
+    def __init__(self, name: str, url: str, subject: str, source: str = SOURCE) -> None:
+        self.name, self.url, self.subject, self.source = name, url, subject, source
         self._loop = asyncio.new_event_loop()
         self._conn: Any = None
 
@@ -118,7 +119,7 @@ class Nats:
                 self.url, connect_timeout=5, max_reconnect_attempts=0, allow_reconnect=False
             )
         for event in events:
-            headers, body = structured(event)
+            headers, body = structured(event, self.source)
             await self._conn.publish(
                 f"{self.subject}.{event.type}", body, headers={**headers, "Nats-Msg-Id": event.event_id}
             )
@@ -142,13 +143,17 @@ class DeliveryFailed(Exception):
     pass
 
 
-def configured(settings: Settings) -> list[Sink]:
-    """The sinks the settings name (``CATALOG_EVENTS_WEBHOOKS``, ``CATALOG_EVENTS_NATS_URL``)."""
+def configured(settings: Settings, warehouse: str | None = None) -> list[Sink]:
+    """The sinks the settings name (``CATALOG_EVENTS_WEBHOOKS``, ``CATALOG_EVENTS_NATS_URL``). The
+    events of a warehouse besides the default one say which: their CloudEvents ``source`` is
+    ``/iceberg-catalog/events/<warehouse>`` and their NATS subject ``<prefix>.<warehouse>.<type>``."""
+    source = f"{SOURCE}/{warehouse}" if warehouse else SOURCE
+    subject = f"{settings.events_nats_subject}.{warehouse}" if warehouse else settings.events_nats_subject
     sinks: list[Sink] = []
     for name, url in parse_webhooks(settings.events_webhooks):
-        sinks.append(Webhook(name, url, settings.events_webhook_secret))
+        sinks.append(Webhook(name, url, settings.events_webhook_secret, source))
     if settings.events_nats_url:
-        sinks.append(Nats("nats", settings.events_nats_url, settings.events_nats_subject))
+        sinks.append(Nats("nats", settings.events_nats_url, subject, source))
     return sinks
 
 

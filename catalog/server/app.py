@@ -34,9 +34,11 @@ from catalog.api import (
     unserved,
 )
 from catalog.api import signing as signing_api
+from catalog.api import warehouses as warehouses_api
 from catalog.api.context import AppState
 from catalog.api.exceptions import error_response
 from catalog.api.routing import RawPathRouting
+from catalog.api.selection import WAREHOUSE
 from catalog.api.tracing import Traced
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
@@ -46,6 +48,7 @@ from catalog.delivery import sinks
 from catalog.maintenance.worker import Scheduler, Workers
 from catalog.server import startup
 from catalog.server.memory import large_buffers_from_the_heap
+from catalog.server.warehouses import Registry
 from catalog.service import Catalog
 from catalog.settings import Settings
 from catalog.storage import signing, vending
@@ -83,6 +86,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         *operations.ROUTES,
         *oauth.ROUTES,
         *management.ROUTES,
+        *warehouses_api.ROUTES,
         *maintenance.ROUTES,
         *dropped.ROUTES,
         *unserved.ROUTES,
@@ -95,9 +99,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
     this: list[Litestar] = []  # the app, once built: the `ctx` dependency reads its state
 
     def ctx() -> AppState:
-        """The handlers' ``ctx``: this app's AppState, set by the lifespan before the first request.
-        No parameters, so that resolving it costs no other injection (a ``State`` per request)."""
-        return this[0].state.ctx
+        """The handlers' ``ctx``: the AppState of the request's warehouse (``api.context.WAREHOUSE``),
+        set by the lifespan before the first request. No parameters, so that resolving it costs no
+        other injection (a ``State`` per request)."""
+        return this[0].state.ctx.registry().state(WAREHOUSE.get())
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -110,33 +115,53 @@ def create_app(settings: Settings | None = None) -> Litestar:
             access.bootstrap(settings.authz_bootstrap)
         # Rows from before migration 0003 get their locations in the background (a no-op after).
         threading.Thread(target=_backfill, args=(catalog,), name="backfill", daemon=True).start()
-        # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
-        signs = settings.s3_remote_signing and signing.is_s3(settings.warehouse)
-        served = [
-            *CATALOG_ROUTES,
-            *(signing_api.ROUTES if signs else []),
-            *(events.ROUTES if settings.events_enabled else []),
-        ]
-        client_io = vending.client_io_properties(settings)
-        app.state.ctx = AppState(
-            catalog=catalog,
-            access=access,
-            authenticator=authenticator,
-            limiter=limiter,
-            pages=paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV)),
-            signer=signing.Signer(settings) if signs else None,
-            vendor=vending.create_vendor(settings),
-            client_io=client_io,
-            table_config=orjson.dumps(client_io),
-            config_body=orjson.dumps(config_api.body(settings, client_io, served)),
-            prefix=settings.prefix,
-        )
+        pages = paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
+        registry: list[Registry] = []
+
+        def state(of: Settings, catalog: Catalog, access: Access) -> AppState:
+            # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
+            signs = of.s3_remote_signing and signing.is_s3(of.warehouse)
+            served = [
+                *CATALOG_ROUTES,
+                *(signing_api.ROUTES if signs else []),
+                *(events.ROUTES if of.events_enabled else []),
+            ]
+            client_io = vending.client_io_properties(of)
+            return AppState(
+                catalog=catalog,
+                access=access,
+                authenticator=authenticator,
+                limiter=limiter,
+                pages=pages,
+                signer=signing.Signer(of) if signs else None,
+                vendor=vending.create_vendor(of),
+                client_io=client_io,
+                table_config=orjson.dumps(client_io),
+                config_body=orjson.dumps(config_api.body(of, client_io, served)),
+                prefix=of.prefix,
+                registry=lambda: registry[0],
+            )
+
+        def open_warehouse(of: Settings, name: str) -> tuple[AppState, list]:
+            """Another warehouse: a catalog of its own on its database and storage (the grants are the
+            server's, seen from that warehouse: ``auth.grants.in_warehouse``)."""
+            opened = build_catalog(of)
+            parts = [*start_care(opened), *delivery.start_delivery(opened.store, of, sinks.configured(of, name))]
+            return state(of, opened, Access(of, catalog.store, warehouse=name)), parts
+
+        app.state.ctx = state(settings, catalog, access)
+        registry.append(Registry(settings, app.state.ctx, open_warehouse))
+        registry[0].start()
+        if settings.warehouses_file:
+            registry[0].bootstrap(settings.warehouses_file)
+        app.state.warehouses = registry[0]
         _publish_gauges(catalog)
         publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
         care = [*start_care(catalog), *delivery.start_delivery(catalog.store, settings, sinks.configured(settings))]
         try:
             yield
         finally:
+            registry[0].stop()
             for part in care:
                 part.stop()
             publishing.set()
@@ -179,9 +204,15 @@ def app_from_env() -> RawPathRouting:
     large_buffers_from_the_heap()
     settings = Settings()
     logs.configure(settings.log_level, settings.log_format)  # worker processes start without it (audit lines)
+    app = create_app(settings)
+
+    def knows(name: str) -> bool:  # the warehouses, once the lifespan opened them
+        registry = getattr(app.state, "warehouses", None)
+        return registry is None or registry.knows(name)
+
     if tracing.configure():  # OTEL_* asks for traces: a span per request, the commit's steps under it
-        return RawPathRouting(Traced(create_app(settings)), settings.prefix)
-    return RawPathRouting(create_app(settings), settings.prefix)
+        return RawPathRouting(Traced(app), knows)
+    return RawPathRouting(app, knows)
 
 
 def start_care(catalog: Catalog) -> list[Workers | Scheduler]:

@@ -52,6 +52,20 @@ class Storage(Protocol):
     def listing(self, prefix: str) -> Iterator[StoredFile]: ...
 
 
+def probe_writable(storage: Storage) -> None:
+    """Write a probe file at the storage's root, read it back and delete it; raises what failed
+    (``doctor``, and a warehouse's storage profile before it is accepted)."""
+    import uuid
+
+    probe = f"{storage.root().rstrip('/')}/.iceberg-catalog-doctor-{uuid.uuid4().hex}"
+    storage.write_new(probe, b"doctor probe\n")
+    try:
+        if storage.read(probe) != b"doctor probe\n":
+            raise OSError("the probe read back differs from what was written")
+    finally:
+        storage.delete(probe)
+
+
 def create_storage(settings: Settings) -> Storage:
     kind = settings.storage_kind
     if kind == "s3":

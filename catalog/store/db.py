@@ -18,6 +18,8 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
   ``maintenance_runs``: each (entry, kind)'s last finished run, which scheduling reads;
   ``leases``: named leases (the one scheduler per deployment holds ``scheduler``).
 - ``events``: the outbox of change events; ``event_sinks``: each push sink's cursor (store/events.py).
+- ``warehouses``: the warehouses besides the default one (``catalog/warehouses.py``); read only in
+  the server's own database, each warehouse's objects are in a database of its own.
 
 Every lock and serialisation on SQLite's write path, outermost first, and why each exists (SQLite
 has ONE writer at a time per database file; PostgreSQL needs none of the in-process ones, and the
@@ -235,6 +237,19 @@ event_sinks = sa.Table(
     sa.Column("delivered_ms", sa.BigInteger, nullable=True),
 )
 
+warehouses = sa.Table(
+    "warehouses",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(63), nullable=False),
+    sa.Column("location", sa.String(2048), nullable=False),
+    sa.Column("profile", sa.JSON, nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    sa.Index("uq_warehouses_name", "name", unique=True),
+    sqlite_autoincrement=True,
+)
+
 
 def join_namespace(levels: tuple[str, ...] | list[str]) -> str:
     return SEP.join(levels)
@@ -265,7 +280,7 @@ def create_engine(settings: Settings) -> Engine:
         _configure_sqlite(engine)
         return engine
     engine = sa.create_engine(
-        url,
+        with_schema(url, settings.database_schema),
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_timeout=settings.db_pool_timeout,
@@ -314,6 +329,16 @@ def _postgres_connect_args(url: str) -> dict[str, Any]:
     if url.startswith("postgresql"):
         return {"connect_timeout": 5}
     return {}
+
+
+def with_schema(url: str, schema: str | None) -> sa.URL:
+    """The database URL, on PostgreSQL with ``options=-csearch_path=<schema>`` when a schema is set (a
+    warehouse's own, catalog/warehouses.py): every unqualified table name resolves there, and the
+    option is in the URL itself, so every connection made from ``engine.url`` carries it."""
+    parsed = sa.make_url(url)
+    if not schema or parsed.get_backend_name() != "postgresql":
+        return parsed
+    return parsed.update_query_dict({"options": f"-csearch_path={schema}"})
 
 
 def _configure_sqlite(engine: Engine) -> None:

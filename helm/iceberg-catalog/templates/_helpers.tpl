@@ -327,6 +327,9 @@ Refuse value sets that install but cannot work. Included by the Deployment (alwa
 {{- printf "%s-authz" (include "iceberg-catalog.fullname" . | trunc 57 | trimSuffix "-") }}
 {{- end }}
 
+{{- define "iceberg-catalog.warehouses.dir" -}}/etc/iceberg-catalog-warehouses{{- end }}
+{{- define "iceberg-catalog.warehouses.path" -}}{{ include "iceberg-catalog.warehouses.dir" . }}/warehouses.yaml{{- end }}
+
 {{- define "iceberg-catalog.authzBootstrap.dir" -}}/etc/iceberg-catalog{{- end }}
 {{- define "iceberg-catalog.authzBootstrap.path" -}}{{ include "iceberg-catalog.authzBootstrap.dir" . }}/authz.yaml{{- end }}
 
@@ -464,6 +467,10 @@ is renamed back to `on`, and the output quotes it.
 {{- if include "iceberg-catalog.authzBootstrap.enabled" . }}
 - name: CATALOG_AUTHZ_BOOTSTRAP
   value: {{ include "iceberg-catalog.authzBootstrap.path" . | quote }}
+{{- end }}
+{{- if .Values.warehouses.existingSecret }}
+- name: CATALOG_WAREHOUSES_FILE
+  value: {{ include "iceberg-catalog.warehouses.path" . | quote }}
 {{- end }}
 {{- end }}
 
