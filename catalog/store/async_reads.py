@@ -50,10 +50,10 @@ class AsyncReads:
                     conn = self._idle.pop() if pooled else await self._connect()
                     cursor = await conn.execute(query.sql, query.parameters(values))
                     row = await cursor.fetchone()
-                except (psycopg.OperationalError, psycopg.InterfaceError) as e:
-                    _close(conn)
-                    if pooled:  # the server closed it: so it did the other idle ones; a new one
-                        self.close()
+                except psycopg.Error as e:  # translated as every database error (a 503 for a schema not
+                    _close(conn)  # migrated, say); closed: its state is not worth knowing
+                    if pooled and isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError)):
+                        self.close()  # the server closed it, so it did the other idle ones: a new one
                         continue
                     translated = translate(e)
                     if translated is None:
