@@ -43,8 +43,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntry, ManifestFile
@@ -72,12 +70,14 @@ from catalog.maintenance.manifests import (
     manifest_writer,
     metadata_dir,
     new_snapshot_id,
+    read_live_entries,
+    read_manifests,
     replace_on_main,
     spec_and_schema,
 )
-from catalog.maintenance.rows import Rewritten, delete_quietly, rewrite
+from catalog.maintenance.rows import Rewritten, rewrite
 from catalog.maintenance.spark import SparkEngine
-from catalog.storage.backends import Storage
+from catalog.storage.backends import Storage, delete_quietly
 from catalog.storage.manifests import ENTRY_READ, BufferOutput, list_writer, read_records
 from catalog.store.pointers import Entry
 
@@ -86,7 +86,6 @@ log = logging.getLogger("catalog.maintenance")
 KIND = "rewrite-data-files"
 REPLANS = 5
 LANDINGS = 20
-READ_THREADS = 8
 
 
 class Compactor:
@@ -221,21 +220,10 @@ class Compactor:
 
     def _live(self, head: dict[str, Any]) -> Live:
         manifests, _ = read_records(self.storage.read(head["manifest-list"]))
-        entries = self._entries(manifests)
+        entries = read_live_entries(self.storage, manifests)
         data = [e for e in entries if e.data_file.content == DataFileContent.DATA]
         deletes = [e for e in entries if e.data_file.content != DataFileContent.DATA]
         return Live(manifests, data, deletes)
-
-    def _entries(self, manifests: Iterable[ManifestFile]) -> list[ManifestEntry]:
-        manifests = list(manifests)
-        with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="compaction") as pool:
-            raws = list(pool.map(lambda m: self.storage.read(m.manifest_path), manifests))
-        out: list[ManifestEntry] = []
-        for m, raw in zip(manifests, raws, strict=True):
-            out.extend(live_entries(m, read_records(raw, ENTRY_READ)[0]))
-        return out
-
-    # -- the rewrite -----------------------------------------------------------------------------
 
     # -- the commit ------------------------------------------------------------------------------
 
@@ -276,7 +264,7 @@ class Compactor:
 
         touched = [m for m in manifests if self._may_hold(m, written)]
         untouched = [m for m in manifests if not self._may_hold(m, written)]
-        for m, raw in zip(touched, self._reads(touched), strict=True):
+        for m, raw in zip(touched, read_manifests(self.storage, touched), strict=True):
             entries = live_entries(m, read_records(raw, ENTRY_READ)[0])
             hits = [e for e in entries if _removed(e, written)]
             if not hits:
@@ -341,7 +329,7 @@ class Compactor:
         """Java's ``BaseRewriteFiles.validate`` on the head it would land on: '' when it holds."""
         if head["snapshot-id"] == start["snapshot-id"]:
             return ""
-        live = self._entries(manifests)
+        live = read_live_entries(self.storage, manifests)
         data = {e.data_file.file_path for e in live if e.data_file.content == DataFileContent.DATA}
         if missing := [p for p in written.replaced if p not in data]:
             return f"{len(missing)} of the files it rewrites were removed meanwhile (e.g. {missing[0]})"
@@ -368,12 +356,8 @@ class Compactor:
             return bool(written.removed_deletes)
         return True
 
-    def _reads(self, manifests: list[ManifestFile]) -> list[bytes]:
-        with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="compaction") as pool:
-            return list(pool.map(lambda m: self.storage.read(m.manifest_path), manifests))
-
     def _delete(self, paths: list[str]) -> None:
-        delete_quietly(self.storage, paths)
+        delete_quietly(self.storage, paths, "compaction")
 
 
 def _removed(e: ManifestEntry, written: Rewritten) -> bool:

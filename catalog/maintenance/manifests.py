@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +59,7 @@ from pyiceberg.manifest import (
 from catalog import errors, metrics
 from catalog.commit.changes import MAINTENANCE_JOB, TABLE, Change
 from catalog.commit.engine import CommitEngine
-from catalog.storage.backends import Storage
+from catalog.storage.backends import Storage, delete_quietly
 from catalog.storage.manifests import (
     ENTRY_READ,
     FILE_ROW_ID,
@@ -292,7 +292,7 @@ class Rewriter:
             suffix = 0
             for group in groups:
                 spec, schema = spec_and_schema(metadata, group.spec_id)
-                entries = self._entries(group.manifests)
+                entries = read_live_entries(self.storage, group.manifests)
                 if spec.fields:
                     entries.sort(key=_partition_key)
                 for run in _cut(entries, group.count):
@@ -311,15 +311,6 @@ class Rewriter:
             self._delete(written.paths)
             raise
         return written
-
-    def _entries(self, manifests: tuple[ManifestFile, ...]) -> list[ManifestEntry]:
-        """Every live entry of ``manifests``, in their order, with what it inherits made explicit."""
-        with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="rewrite-manifests") as pool:
-            raws = list(pool.map(lambda m: self.storage.read(m.manifest_path), manifests))
-        out: list[ManifestEntry] = []
-        for m, raw in zip(manifests, raws, strict=True):
-            out.extend(live_entries(m, read_records(raw, ENTRY_READ)[0]))
-        return out
 
     # -- the commit ------------------------------------------------------------------------------
 
@@ -363,12 +354,21 @@ class Rewriter:
         return None if committed is None else (committed, summary)
 
     def _delete(self, paths: list[str]) -> None:
-        for path in paths:
-            try:
-                self.storage.delete(path)
-            except Exception as e:  # noqa: BLE001 - an orphan; orphan removal takes it later
-                log.warning("manifest rewrite: could not delete %s: %s", path, e)
-        paths.clear()
+        delete_quietly(self.storage, paths, "manifest rewrite")
+
+
+def read_manifests(storage: Storage, manifests: Sequence[ManifestFile]) -> list[bytes]:
+    """The bytes of ``manifests``, in their order, read ``READ_THREADS`` at a time."""
+    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="maintenance-manifests") as pool:
+        return list(pool.map(lambda m: storage.read(m.manifest_path), manifests))
+
+
+def read_live_entries(storage: Storage, manifests: Sequence[ManifestFile]) -> list[ManifestEntry]:
+    """Every live entry of ``manifests``, in their order, with what it inherits made explicit."""
+    out: list[ManifestEntry] = []
+    for m, raw in zip(manifests, read_manifests(storage, manifests), strict=True):
+        out.extend(live_entries(m, read_records(raw, ENTRY_READ)[0]))
+    return out
 
 
 def live_entries(m: ManifestFile, entries: tuple[ManifestEntry, ...]) -> list[ManifestEntry]:

@@ -28,7 +28,7 @@ from pyiceberg.types import LongType, NestedField
 from catalog import errors
 from catalog.locations import normalise
 from catalog.maintenance.compaction_plan import Group, delete_key, inside, target_bytes
-from catalog.storage.backends import Storage
+from catalog.storage.backends import Storage, delete_quietly
 from catalog.storage.manifests import FILE_ROW_ID, BufferOutput, BytesInput
 from catalog.store.ownership import PATH_PROPERTIES
 
@@ -203,7 +203,7 @@ def rewrite(storage: Storage, metadata: dict[str, Any], groups: list[Group], lim
                         written.removed_deletes.add(key)
             io.cache.clear()
     except BaseException:
-        delete_quietly(storage, written.paths)
+        delete_quietly(storage, written.paths, "compaction")
         raise
     return written
 
@@ -241,13 +241,3 @@ def _read_group(
             rows = rows.take(_combine_positional_deletes(positions[f.file_path], 0, rows.num_rows))
         parts.append(rows)
     return pa.concat_tables(parts, promote_options="default"), referenced
-
-
-def delete_quietly(storage: Storage, paths: list[str]) -> None:
-    """Delete what a run wrote and will not commit; a file that stays is an orphan (orphan removal)."""
-    for path in paths:
-        try:
-            storage.delete(path)
-        except Exception as e:  # noqa: BLE001 - an orphan; orphan removal takes it later
-            log.warning("compaction: could not delete %s: %s", path, e)
-    paths.clear()

@@ -25,6 +25,7 @@ missing bucket) is 500.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -39,6 +40,8 @@ from catalog.storage.bounds import USER_AGENT, StoredFile
 from catalog.storage.bounds import Bounds as _Bounds
 from catalog.storage.bounds import not_found as _not_found
 
+log = logging.getLogger("catalog.storage")
+
 
 class Storage(Protocol):
     locations: Locations
@@ -50,6 +53,17 @@ class Storage(Protocol):
     def prepare_table_location(self, location: str) -> None: ...
     def ping(self) -> None: ...
     def listing(self, prefix: str) -> Iterator[StoredFile]: ...
+
+
+def delete_quietly(storage: Storage, paths: list[str], what: str) -> None:
+    """Delete files a run wrote and will not commit, and empty ``paths``; a file that stays is an
+    orphan, harmless, which orphan removal takes later. ``what``: the run, for the log."""
+    for path in paths:
+        try:
+            storage.delete(path)
+        except Exception as e:  # noqa: BLE001 - an orphan is harmless; never mask the run's own outcome
+            log.warning("%s: could not delete %s: %s", what, path, e)
+    paths.clear()
 
 
 def probe_writable(storage: Storage) -> None:
