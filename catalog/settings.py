@@ -128,6 +128,12 @@ class Settings(BaseSettings):
         "and replica. Required with oauth_clients unless one SQLite process (then random, lost at restart).",
     )
     token_ttl_seconds: int = Field(default=3600, ge=60, description="Lifetime of a built-in token.")
+    secrets_key: str | None = Field(
+        default=None,
+        description="Key(s) encrypting the storage secrets of created warehouses in the database (Fernet keys, "
+        "comma-separated: the first encrypts, each decrypts; every server re-encrypts what it finds with the first "
+        "at start). Unset: those secrets are stored as given.",
+    )
     oidc_issuer: str | None = Field(
         default=None,
         description="Issuer URL of an OIDC identity provider whose tokens are accepted (their iss must match); "
@@ -542,6 +548,15 @@ class Settings(BaseSettings):
     @classmethod
     def _drop_retention(cls, value: object) -> object:
         return duration_seconds(value)
+
+    @field_validator("secrets_key")
+    @classmethod
+    def _secrets_key(cls, value: str | None) -> str | None:
+        if value:
+            from catalog.sealing import keys
+
+            keys(value)  # raises what is wrong with it
+        return value
 
     @field_validator("database_url")
     @classmethod

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from catalog import errors
+from catalog.sealing import is_secret, plain
 from catalog.settings import Settings
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -50,7 +51,6 @@ _MAINTENANCE = (
     "max_snapshot_age_ms",
     "min_snapshots_to_keep",
 )
-_SECRET = ("secret_access_key", "account_key")
 MASK = "********"  # a secret as it is shown
 
 
@@ -64,7 +64,7 @@ class Warehouse:
     def to_json(self) -> dict[str, Any]:
         """The warehouse as the management API and the CLI show it: secrets never leave."""
         shown = {
-            section: {k: (MASK if k.replace("-", "_") in _SECRET else v) for k, v in keys.items()}
+            section: {k: (MASK if is_secret(k) else v) for k, v in keys.items()}
             for section, keys in self.profile.items()
         }
         return {"name": self.name, "location": self.location, **shown, "default": False}
@@ -139,7 +139,7 @@ def settings_for(base: Settings, warehouse: Warehouse, warehouse_id: int) -> Set
     for section, keys in warehouse.profile.items():
         allowed = _setting_keys(section)
         for key, value in keys.items():
-            values[allowed[key]] = value
+            values[allowed[key]] = plain(value, base.secrets_key, warehouse.name) if is_secret(key) else value
     values.update(
         warehouse=warehouse.location,
         prefix=warehouse.name,

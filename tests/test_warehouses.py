@@ -674,3 +674,106 @@ def test_a_warehouse_on_s3_beside_a_local_default(services, tmp_path: Path) -> N
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=f"{root}/"):
             for o in page.get("Contents", []):
                 client.delete_object(Bucket=s3.bucket, Key=o["Key"])
+
+
+# -- storage secrets sealed at rest (CATALOG_SECRETS_KEY) ------------------------------------------
+
+
+def test_sealing_seals_secrets_only_and_rotates() -> None:
+    from cryptography.fernet import Fernet
+
+    from catalog import errors, sealing
+
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    profile = {"s3": {"endpoint": "http://s3", "secret-access-key": "s3cr3t"}, "maintenance": {"enabled": True}}
+    sealed = sealing.seal(profile, old, "w")
+    assert sealed["s3"]["endpoint"] == "http://s3" and sealed["maintenance"] == {"enabled": True}
+    assert sealed["s3"]["secret-access-key"].startswith(sealing.PREFIX) and "s3cr3t" not in str(sealed)
+    assert sealing.unseal(sealed, old, "w") == profile
+    assert sealing.sealed_by_first(sealed, old) and not sealing.sealed_by_first(profile, old)
+    rotated = f"{new},{old}"
+    assert not sealing.sealed_by_first(sealed, rotated)  # sealed with a key that is no longer the first
+    resealed = sealing.seal(sealed, rotated, "w")
+    assert sealing.sealed_by_first(resealed, rotated) and sealing.unseal(resealed, new, "w") == profile
+    assert sealing.seal(profile, None, "w") == profile  # no key: as given
+    for setting in (None, Fernet.generate_key().decode()):
+        with pytest.raises(errors.BadRequest) as refused:
+            sealing.unseal(sealed, setting, "w")
+        assert "warehouse w" in refused.value.message and "s3cr3t" not in refused.value.message
+    with pytest.raises(ValueError, match="32 url-safe base64"):
+        sealing.keys("not-a-key")
+
+
+@pytest.mark.s3
+def test_warehouse_secrets_are_sealed_at_rest_rotated_and_needed(services, tmp_path: Path) -> None:
+    """With CATALOG_SECRETS_KEY the S3 secret of a created warehouse is in no database file, only its
+    Fernet token; a rotated key reseals it at start and the warehouse keeps working; without a key
+    that opens it the warehouse does not open (404), the default serves, and the log says why."""
+    import json
+    import sqlite3
+
+    from cryptography.fernet import Fernet, InvalidToken
+
+    s3 = services["s3"]
+    root = f"wh-{uuid.uuid4().hex[:8]}"
+    key1, key2 = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    workdir = tmp_path / "srv"
+    database = workdir / "catalog.db"
+    keys = {"s3.access-key-id": s3.access_key, "s3.secret-access-key": s3.secret_key}
+
+    def stored_secret() -> str:
+        with sqlite3.connect(database) as conn:
+            (profile,) = conn.execute("SELECT profile FROM warehouses WHERE name = 'sealed'").fetchone()
+        return json.loads(profile)["s3"]["secret-access-key"]
+
+    server = start_server(workdir, extra_env={"CATALOG_SECRETS_KEY": key1})
+    try:
+        doc = {
+            "name": "sealed",
+            "location": f"s3://{s3.bucket}/{root}",
+            "s3": {
+                "endpoint": s3.endpoint,
+                "region": s3.region,
+                "access-key-id": s3.access_key,
+                "secret-access-key": s3.secret_key,
+                "path-style-access": True,
+            },
+        }
+        assert requests.post(server.url + MGMT, json=doc, timeout=60).status_code == 201
+        catalog = _client(server.url, "sealed", **keys)
+        catalog.create_namespace("ns")
+        catalog.create_table("ns.t", PY_SCHEMA).append(rows(0, 2))
+        server.stop()
+        files = [p for p in workdir.iterdir() if p.name.startswith("catalog.db")]
+        assert files and all(s3.secret_key.encode() not in p.read_bytes() for p in files)
+        assert Fernet(key1).decrypt(stored_secret().removeprefix("fernet:").encode()).decode() == s3.secret_key
+
+        server = start_server(workdir, extra_env={"CATALOG_SECRETS_KEY": f"{key2},{key1}"})  # rotated
+        _client(server.url, "sealed", **keys).load_table("ns.t").append(rows(2, 2))
+        assert _ids(_client(server.url, "sealed", **keys).load_table("ns.t")) == [0, 1, 2, 3]
+        server.stop()
+        token_ = stored_secret().removeprefix("fernet:").encode()
+        assert Fernet(key2).decrypt(token_).decode() == s3.secret_key
+        with pytest.raises(InvalidToken):
+            Fernet(key1).decrypt(token_)
+
+        for env in ({}, {"CATALOG_SECRETS_KEY": key1}):  # no key, or only the retired one
+            server = start_server(workdir, extra_env=env)
+            resp = requests.get(server.url + "/v1/config", params={"warehouse": "sealed"}, timeout=10)
+            assert_error(resp, 404, "NoSuchWarehouseException")
+            assert requests.get(server.url + "/v1/namespaces", timeout=10).status_code == 200  # the default serves
+            server.stop()
+            log = server.log.read_text()
+            assert "The secrets of warehouse sealed are encrypted" in log and s3.secret_key not in log
+    finally:
+        server.stop()
+        client = s3.client()
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=f"{root}/"):
+            for o in page.get("Contents", []):
+                client.delete_object(Bucket=s3.bucket, Key=o["Key"])
+
+
+def test_serve_refuses_a_secrets_key_that_is_no_key(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError) as refused:
+        start_server(tmp_path / "srv", extra_env={"CATALOG_SECRETS_KEY": "hunter2-but-longer"})
+    assert "32 url-safe base64" in str(refused.value) and "hunter2" not in str(refused.value)

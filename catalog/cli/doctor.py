@@ -107,7 +107,7 @@ def _warehouse_checks(settings: Any, engine: Any) -> Iterator[_Check]:
         with engine.connect() as conn:
             if not sa.inspect(conn).has_table("warehouses"):
                 return
-        rows = WarehouseRows(engine).list()
+        rows = WarehouseRows(engine, settings.secrets_key).list()
     except Exception:  # noqa: BLE001 - the database checks above said why
         return
     for w, _ in rows:

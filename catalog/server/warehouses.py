@@ -23,6 +23,7 @@ from catalog import errors
 from catalog.api.context import AppState
 from catalog.auth.policy import WAREHOUSE, Target
 from catalog.locations import normalise, overlaps
+from catalog.sealing import unseal
 from catalog.server import startup
 from catalog.settings import Settings
 from catalog.storage.backends import create_storage, probe_writable
@@ -62,7 +63,7 @@ class Registry:
         self.default = default
         self.default_name = default_name(settings)
         self.default_names = settings.default_warehouse_names
-        self.rows = WarehouseRows(default.catalog.store.engine)
+        self.rows = WarehouseRows(default.catalog.store.engine, settings.secrets_key)
         self._opener = opener
         self._open: dict[str, Opened] = {}
         self._lock = threading.RLock()
@@ -95,6 +96,10 @@ class Registry:
 
     def start(self) -> None:
         try:
+            if resealed := self.rows.reseal():
+                log.info(
+                    "warehouses: sealed the secrets of %d warehouse(s) with the first CATALOG_SECRETS_KEY", resealed
+                )
             self.refresh()
         except Exception as e:  # noqa: BLE001 - e.g. the schema not migrated yet: the default serves, retried
             log.warning("could not read the warehouses (retried every %.0f s): %s", REFRESH_SECONDS, e)
@@ -283,7 +288,10 @@ class Registry:
                 existing = self.rows.get(w.name)
                 if existing is None:
                     self.create(item)
-                elif (existing.location, existing.profile) != (w.location, w.profile):
+                elif (existing.location, unseal(existing.profile, self.settings.secrets_key, w.name)) != (
+                    w.location,
+                    w.profile,
+                ):
                     self.update(w.name, item)
             except errors.AlreadyExists:
                 self.refresh()
