@@ -634,6 +634,24 @@ def test_doctor_probes_each_warehouse(plain, tmp_path: Path) -> None:
         requests.delete(plain.url + MGMT + "/doctored", timeout=10)
 
 
+def _s3_warehouse(s3, name: str, root: str) -> dict:  # noqa: ANN001 - the services' S3
+    """A warehouse on the session's S3 bucket under ``root``, with the server's own keys."""
+    keys = {"access-key-id": s3.access_key, "secret-access-key": s3.secret_key}
+    return {
+        "name": name,
+        "location": f"s3://{s3.bucket}/{root}",
+        "s3": {"endpoint": s3.endpoint, "region": s3.region, **keys, "path-style-access": True},
+    }
+
+
+def _empty(s3, root: str) -> None:  # noqa: ANN001
+    """The session's bucket is shared: leave it as it was."""
+    client = s3.client()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=f"{root}/"):
+        for o in page.get("Contents", []):
+            client.delete_object(Bucket=s3.bucket, Key=o["Key"])
+
+
 @pytest.mark.s3
 def test_a_warehouse_on_s3_beside_a_local_default(services, tmp_path: Path) -> None:
     """An S3 warehouse (SeaweedFS) created through the API on a server whose default is local disk:
@@ -642,18 +660,7 @@ def test_a_warehouse_on_s3_beside_a_local_default(services, tmp_path: Path) -> N
     root = f"wh-{uuid.uuid4().hex[:8]}"
     server = start_server(tmp_path / "srv")
     try:
-        doc = {
-            "name": "on-s3",
-            "location": f"s3://{s3.bucket}/{root}",
-            "s3": {
-                "endpoint": s3.endpoint,
-                "region": s3.region,
-                "access-key-id": s3.access_key,
-                "secret-access-key": s3.secret_key,
-                "path-style-access": True,
-            },
-        }
-        made = requests.post(server.url + MGMT, json=doc, timeout=60)
+        made = requests.post(server.url + MGMT, json=_s3_warehouse(s3, "on-s3", root), timeout=60)
         assert made.status_code == 201, made.text
         config = requests.get(server.url + "/v1/config", params={"warehouse": "on-s3"}, timeout=10).json()
         assert config["defaults"]["s3.endpoint"] == s3.endpoint and config["overrides"]["prefix"] == "on-s3"
@@ -670,10 +677,7 @@ def test_a_warehouse_on_s3_beside_a_local_default(services, tmp_path: Path) -> N
         assert not (tmp_path / "srv" / "warehouse" / "sales").exists()  # nothing on the default's disk
     finally:
         server.stop()
-        client = s3.client()  # the session's bucket is shared: leave it as it was
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=f"{root}/"):
-            for o in page.get("Contents", []):
-                client.delete_object(Bucket=s3.bucket, Key=o["Key"])
+        _empty(s3, root)
 
 
 # -- storage secrets sealed at rest (CATALOG_SECRETS_KEY) ------------------------------------------
@@ -728,18 +732,7 @@ def test_warehouse_secrets_are_sealed_at_rest_rotated_and_needed(services, tmp_p
 
     server = start_server(workdir, extra_env={"CATALOG_SECRETS_KEY": key1})
     try:
-        doc = {
-            "name": "sealed",
-            "location": f"s3://{s3.bucket}/{root}",
-            "s3": {
-                "endpoint": s3.endpoint,
-                "region": s3.region,
-                "access-key-id": s3.access_key,
-                "secret-access-key": s3.secret_key,
-                "path-style-access": True,
-            },
-        }
-        assert requests.post(server.url + MGMT, json=doc, timeout=60).status_code == 201
+        assert requests.post(server.url + MGMT, json=_s3_warehouse(s3, "sealed", root), timeout=60).status_code == 201
         catalog = _client(server.url, "sealed", **keys)
         catalog.create_namespace("ns")
         catalog.create_table("ns.t", PY_SCHEMA).append(rows(0, 2))
@@ -767,10 +760,7 @@ def test_warehouse_secrets_are_sealed_at_rest_rotated_and_needed(services, tmp_p
             assert "The secrets of warehouse sealed are encrypted" in log and s3.secret_key not in log
     finally:
         server.stop()
-        client = s3.client()
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=f"{root}/"):
-            for o in page.get("Contents", []):
-                client.delete_object(Bucket=s3.bucket, Key=o["Key"])
+        _empty(s3, root)
 
 
 def test_serve_refuses_a_secrets_key_that_is_no_key(tmp_path: Path) -> None:
