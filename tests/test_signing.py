@@ -90,9 +90,9 @@ def bucket_listing(s3: Any) -> dict[str, str]:
 class Signer:
     """Raw sign requests for one table, as one principal."""
 
-    def __init__(self, server: Server, client: str, ident: str) -> None:
+    def __init__(self, server: Server, client: str, ident: str, prefix: str = "") -> None:
         ns, name = ident.split(".")
-        self.url = f"{server.url}/v1/namespaces/{ns}/tables/{name}/sign"
+        self.url = f"{server.url}/v1/{prefix + '/' if prefix else ''}namespaces/{ns}/tables/{name}/sign"
         self.headers = {"Authorization": f"Bearer {token(server, client)}"}
 
     def __call__(self, method: str, uri: str, headers: dict | None = None, **extra: Any) -> requests.Response:
@@ -400,3 +400,67 @@ def test_signing_is_not_served_or_advertised_unless_switched_on(tmp_path: Path, 
         assert resp.status_code == 501 and resp.json()["error"]["type"] == "NotImplementedException"
     finally:
         server.stop()
+
+
+# -- inside created warehouses ---------------------------------------------------------------------
+
+
+def test_signing_in_created_warehouses_keeps_a_principal_to_its_own(s3, tmp_path: Path, monkeypatch):
+    """Two S3 warehouses with remote signing from their profiles: a keyless client writes and reads
+    in the warehouse it is granted, through the signer; it gets nothing signed in the other one,
+    neither through that warehouse's route nor by naming the other's objects through its own."""
+    from tests.support import auth_env
+
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setattr(ExecutorFactory, "_instance", ThreadPoolExecutor(max_workers=1))  # see above
+    monkeypatch.setattr(ExecutorFactory, "_instance_pid", os.getpid())
+    grants = """
+grants:
+  - {principal: client:admin, privileges: [admin], on: catalog}
+  - {principal: client:ingest, privileges: [admin], on: {warehouse: sign-a}}
+"""
+    server = start_server(tmp_path / "srv", "sqlite", auth_env(tmp_path, grants))
+    admin = {"Authorization": f"Bearer {token(server, 'admin')}"}
+    roots = {name: f"wh-{name}-{uuid.uuid4().hex[:6]}" for name in ("sign-a", "sign-b")}
+    try:
+        for name, root in roots.items():
+            keys = {"access-key-id": s3.access_key, "secret-access-key": s3.secret_key}
+            profile = {"endpoint": s3.endpoint, "region": s3.region, **keys, "path-style-access": True}
+            doc = {"name": name, "location": f"s3://{s3.bucket}/{root}", "s3": {**profile, "remote-signing": True}}
+            made = requests.post(f"{server.url}/management/v1/warehouses", json=doc, headers=admin, timeout=60)
+            assert made.status_code == 201, made.text
+        s3_keys = {"s3.access-key-id": s3.access_key, "s3.secret-access-key": s3.secret_key}
+        other = keyless("admin", server, warehouse="sign-b", **s3_keys)
+        other.create_namespace("n")
+        other.create_table("n.t", PY_SCHEMA).append(rows(0, 2))
+
+        mine = keyless(WRITER, server, warehouse="sign-a", **{"header.X-Iceberg-Access-Delegation": "remote-signing"})
+        mine.create_namespace("n")
+        table = mine.create_table("n.t", PY_SCHEMA)
+        assert table.io.properties["s3.remote-signing-enabled"] == "true"
+        assert "s3.secret-access-key" not in table.io.properties
+        table.append(rows(10, 3))
+        assert sorted(mine.load_table("n.t").scan().to_arrow().column("id").to_pylist()) == [10, 11, 12]
+
+        before = bucket_listing(s3)
+        theirs = next(k for k in before if k.startswith(roots["sign-b"] + "/n/t/metadata/"))
+        base = f"{s3.endpoint}/{s3.bucket}"
+        through_theirs = Signer(server, WRITER, "n.t", prefix="sign-b")
+        through_mine = Signer(server, WRITER, "n.t", prefix="sign-a")
+        for sign in (through_theirs, through_mine):
+            for method in ("GET", "PUT", "DELETE"):
+                resp = sign(method, f"{base}/{quote(theirs)}")
+                assert resp.status_code == 403, (sign.url, method, resp.text)
+        assert through_mine("PUT", f"{base}/{roots['sign-b']}/n/t/data/x.parquet").status_code == 403
+        assert bucket_listing(s3) == before
+        mine_key = next(k for k in before if k.startswith(roots["sign-a"] + "/n/t/metadata/"))
+        assert through_mine("GET", f"{base}/{quote(mine_key)}").status_code == 200  # its own: signed
+    finally:
+        server.stop()
+        client = s3.client()
+        for root in roots.values():
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=f"{root}/"):
+                for o in page.get("Contents", []):
+                    client.delete_object(Bucket=s3.bucket, Key=o["Key"])
