@@ -241,17 +241,26 @@ def s3_client_props(s3) -> dict[str, str]:
 
 class Http:
     """Raw HTTP against a server, for what no client would send: ``http.post("/v1/...", json=...)``.
-    Without a session it opens its own (closed by ``close`` or a ``with`` block)."""
+    Without a session it opens its own (closed by ``close`` or a ``with`` block). With ``prefix``
+    (a warehouse's name) the catalog routes ``/v1/...`` go to ``/v1/<prefix>/...``."""
 
-    def __init__(self, base: str, session: requests.Session | None = None, timeout: float = 60) -> None:
+    def __init__(
+        self, base: str, session: requests.Session | None = None, timeout: float = 60, prefix: str | None = None
+    ) -> None:
         self.base = base
+        self.prefix = prefix
         self._owned = session is None
         self.session = requests.Session() if session is None else session
         self.timeout = timeout
 
+    def url(self, path: str) -> str:
+        if self.prefix and path.startswith("/v1/") and not path.startswith(("/v1/config", "/v1/oauth")):
+            path = f"/v1/{self.prefix}/{path[len('/v1/') :]}"
+        return self.base + path
+
     def __call__(self, method: str, path: str, **kw) -> requests.Response:
         kw.setdefault("timeout", self.timeout)
-        return self.session.request(method, self.base + path, **kw)
+        return self.session.request(method, self.url(path), **kw)
 
     def get(self, path: str, **kw) -> requests.Response:
         return self("GET", path, **kw)
@@ -284,24 +293,30 @@ def assert_error(resp: requests.Response, code: int, type_: str, contains: str =
     return err
 
 
-def purge_now(url: str, ident: str, headers: dict[str, str] | None = None, timeout: float = 90) -> dict:
+def purge_now(
+    url: str, ident: str, headers: dict[str, str] | None = None, timeout: float = 90, warehouse: str | None = None
+) -> dict:
     """End the retention of the dropped table ``ident`` (``a.b.t``) now and wait until its purge
-    is done (the server needs a maintenance worker: ``CARE_ON_REQUEST``): the dropped entry as it was."""
+    is done (the server needs a maintenance worker: ``CARE_ON_REQUEST``): the dropped entry as it was.
+    ``warehouse``: a created warehouse's name (None: the default)."""
     ns, _, name = ident.rpartition(".")
+    where = {"warehouse": warehouse} if warehouse else {}
     found = requests.get(
-        f"{url}/management/v1/dropped", params={"namespace": ns, "name": name}, headers=headers, timeout=30
+        f"{url}/management/v1/dropped", params={"namespace": ns, "name": name, **where}, headers=headers, timeout=30
     )
     found.raise_for_status()
     gone = found.json()["dropped"][0]
-    ended = requests.delete(f"{url}/management/v1/dropped/{gone['id']}", headers=headers, timeout=30)
+    ended = requests.delete(f"{url}/management/v1/dropped/{gone['id']}", params=where, headers=headers, timeout=30)
     assert ended.status_code == 202, ended.text
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = requests.get(f"{url}/management/v1/dropped", params={"namespace": ns}, headers=headers, timeout=30)
+        left = requests.get(
+            f"{url}/management/v1/dropped", params={"namespace": ns, **where}, headers=headers, timeout=30
+        )
         if all(d["id"] != gone["id"] for d in left.json()["dropped"]):
             return gone
         time.sleep(0.25)
-    tasks = requests.get(f"{url}/management/v1/maintenance/tasks", headers=headers, timeout=30).json()
+    tasks = requests.get(f"{url}/management/v1/maintenance/tasks", params=where, headers=headers, timeout=30).json()
     raise AssertionError(f"the purge of {ident} did not finish in {timeout} s: {tasks}")
 
 

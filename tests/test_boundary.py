@@ -1,4 +1,5 @@
-"""The warehouse boundary, tried as an attacker would, on both backends.
+"""The warehouse boundary, tried as an attacker would, on both backends, in the default warehouse
+and in a warehouse created beside it (whose boundary keeps the default's files out too).
 
 Every test names storage paths the server must not touch (a directory outside the warehouse, a
 foreign bucket, the same bucket outside the warehouse prefix, another table's location) and then
@@ -13,11 +14,14 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
+from pyiceberg.catalog.rest import RestCatalog
 
 from tests.support import (
     JSON_SCHEMA,
@@ -75,28 +79,81 @@ class S3Place:
         return {o["Key"][len(self.prefix) + 1 :] for o in listed.get("Contents", [])}
 
 
+@dataclass(frozen=True)
+class Where:
+    """The warehouse a test attacks: the default one (``name`` None) or one created for the module,
+    beside the default, whose boundary must keep the default's files out too."""
+
+    name: str | None
+    location: str
+
+
+@pytest.fixture(scope="module", params=["default", "created"])
+def where(server, request, tmp_path_factory) -> Iterator[Where]:
+    if request.param == "default":
+        yield Where(None, server.env["CATALOG_WAREHOUSE"])
+        return
+    name = f"bnd-{uuid.uuid4().hex[:8]}"
+    doc: dict = {"name": name, "location": str(tmp_path_factory.mktemp("boundary-warehouse"))}
+    if server.backend == "postgres-s3":
+        s3 = request.getfixturevalue("services")["s3"]
+        keys = {"access-key-id": s3.access_key, "secret-access-key": s3.secret_key}
+        doc = {
+            "name": name,
+            "location": f"s3://{s3.bucket}/{name}",
+            "s3": {"endpoint": s3.endpoint, "region": s3.region, **keys, "path-style-access": True},
+        }
+    made = requests.post(f"{server.url}/management/v1/warehouses", json=doc, timeout=60)
+    assert made.status_code == 201, made.text
+    yield Where(name, doc["location"])
+
+
 @pytest.fixture
-def outside(server, request, tmp_path) -> list:
+def http(server, where) -> Iterator[Http]:
+    with requests.Session() as session:
+        yield Http(server.url, session, prefix=where.name)
+
+
+@pytest.fixture
+def catalog(server, where) -> RestCatalog:
+    return server.catalog(**({"warehouse": where.name} if where.name else {}))
+
+
+@pytest.fixture
+def ns(catalog) -> str:
+    name = f"ns_{uuid.uuid4().hex[:10]}"
+    catalog.create_namespace(name)
+    return name
+
+
+def _place(server, request, location: str, name: str) -> LocalPlace | S3Place:
+    if not location.startswith("s3://"):
+        return LocalPlace(Path(location) / name)
+    s3 = request.getfixturevalue("services")["s3"]
+    bucket, _, prefix = location[len("s3://") :].partition("/")
+    return S3Place(s3.client(), bucket, f"{prefix}/{name}")
+
+
+@pytest.fixture
+def outside(server, where, request, tmp_path) -> list:
     """Places outside the warehouse: a local directory; on S3 also a foreign bucket and the
-    warehouse's own bucket outside the warehouse prefix."""
-    if server.backend != "postgres-s3":
-        return [LocalPlace(tmp_path / "outside")]
-    s3 = request.getfixturevalue("services")["s3"]
-    client = s3.client()
-    foreign = f"foreign-{uuid.uuid4().hex[:8]}"
-    client.create_bucket(Bucket=foreign)
-    return [S3Place(client, foreign, "lake"), S3Place(client, s3.bucket, f"outside-{uuid.uuid4().hex[:8]}")]
+    warehouse's own bucket outside the warehouse prefix; for a created warehouse, the default's."""
+    places: list = [LocalPlace(tmp_path / "outside")]
+    if server.backend == "postgres-s3":
+        s3 = request.getfixturevalue("services")["s3"]
+        client = s3.client()
+        foreign = f"foreign-{uuid.uuid4().hex[:8]}"
+        client.create_bucket(Bucket=foreign)
+        places = [S3Place(client, foreign, "lake"), S3Place(client, s3.bucket, f"outside-{uuid.uuid4().hex[:8]}")]
+    if where.name is not None:
+        places.append(_place(server, request, server.env["CATALOG_WAREHOUSE"], f"foreign-{uuid.uuid4().hex[:8]}"))
+    return places
 
 
 @pytest.fixture
-def inside(server, request) -> LocalPlace | S3Place:
-    """The server's own warehouse, where a client with storage access may plant files."""
-    warehouse = server.env["CATALOG_WAREHOUSE"]
-    if server.backend != "postgres-s3":
-        return LocalPlace(Path(warehouse) / f"planted-{uuid.uuid4().hex[:8]}")
-    s3 = request.getfixturevalue("services")["s3"]
-    bucket, _, prefix = warehouse[len("s3://") :].partition("/")
-    return S3Place(s3.client(), bucket, f"{prefix}/planted-{uuid.uuid4().hex[:8]}")
+def inside(server, where, request) -> LocalPlace | S3Place:
+    """The warehouse attacked, where a client with storage access may plant files."""
+    return _place(server, request, where.location, f"planted-{uuid.uuid4().hex[:8]}")
 
 
 def snapshot(sid: int, manifest_list: str, parent: int | None = None, seq: int = 1) -> dict:
@@ -123,7 +180,7 @@ def no_leak(resp: requests.Response) -> None:
 # -- purge -----------------------------------------------------------------------------------------
 
 
-def test_purge_deletes_only_the_tables_own_files(server, http, ns, outside, inside):
+def test_purge_deletes_only_the_tables_own_files(server, where, http, ns, outside, inside):
     """A commit can no longer add another place's files (403, tests/test_hardening_lows.py), but a
     registered table may carry them: its purge must skip them."""
     victims = [place.put(f"victim-{i}.avro", b"precious") for i, place in enumerate(outside)]
@@ -151,7 +208,7 @@ def test_purge_deletes_only_the_tables_own_files(server, http, ns, outside, insi
     assert resp.status_code == 200, resp.text
     resp = http("DELETE", f"/v1/namespaces/{ns}/tables/doomed?purgeRequested=true")
     assert resp.status_code == 204, resp.text
-    purge_now(server.url, f"{ns}.doomed")
+    purge_now(server.url, f"{ns}.doomed", warehouse=where.name)
     for place, victim in zip(outside, victims, strict=True):
         assert victim.rsplit("/", 1)[1] in place.names()  # never deleted
     assert load(http, ns, "neighbour")["metadata-location"] == neighbour["metadata-location"]
@@ -163,7 +220,7 @@ def test_purge_deletes_only_the_tables_own_files(server, http, ns, outside, insi
     )  # the table's own files did go
 
 
-def test_a_purge_missing_a_manifest_still_deletes_the_whole_table(server, catalog, ns):
+def test_a_purge_missing_a_manifest_still_deletes_the_whole_table(server, where, catalog, ns):
     """A manifest gone missing hides its data files from the metadata; the drop answers 204 at once
     (no file I/O in it), and the purge, after the references, sweeps the table's own location."""
     table = catalog.create_table(f"{ns}.t", PY_SCHEMA)
@@ -174,7 +231,7 @@ def test_a_purge_missing_a_manifest_still_deletes_the_whole_table(server, catalo
         table.io.delete(manifest.manifest_path)
     catalog.purge_table(f"{ns}.t")  # raises on any error status
     assert not catalog.table_exists(f"{ns}.t")
-    purge_now(server.url, f"{ns}.t")
+    purge_now(server.url, f"{ns}.t", warehouse=where.name)
     assert not any(table.io.new_input(p).exists() for p in [*data_files, table.metadata_location])
 
 
@@ -310,7 +367,7 @@ def test_racing_creates_of_overlapping_locations_exactly_one_wins(http, ns):
     bodies = [{"name": f"r{i}", "schema": JSON_SCHEMA, "location": wanted[i % len(wanted)]} for i in range(n)]
 
     def create_at(i: int) -> int:
-        return requests.post(f"{http.base}/v1/namespaces/{ns}/tables", json=bodies[i], timeout=60).status_code
+        return requests.post(http.url(f"/v1/namespaces/{ns}/tables"), json=bodies[i], timeout=60).status_code
 
     codes = race(n, create_at)
     assert sorted(codes) == [200] + [409] * (n - 1), codes
