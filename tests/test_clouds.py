@@ -287,6 +287,49 @@ def test_pyiceberg_writes_and_reads_a_gcs_table(gcs_server: Server, gcs_emulator
 
 
 @pytest.mark.gcs
+def test_a_created_gcs_warehouse_beside_a_local_default(gcs_emulator, tmp_path: Path) -> None:
+    """A GCS warehouse created through the management API on a server whose default is local disk:
+    its storage comes from its profile alone, a client selecting it by name gets its endpoint and a
+    token vended, and its tables land under its prefix in the bucket, nothing on the default's disk."""
+    server = start_server(tmp_path / "srv")
+    root = f"wg-{uuid.uuid4().hex[:8]}"
+    try:
+        doc = {
+            "name": "team-g",
+            "location": f"gs://{gcs_emulator.bucket}/{root}",
+            "gcs": {"endpoint": gcs_emulator.endpoint, "no-auth": True, "vend-credentials": True},
+        }
+        made = requests.post(f"{server.url}/management/v1/warehouses", json=doc, timeout=60)
+        assert made.status_code == 201, made.text
+        catalog = RestCatalog(
+            f"c-{uuid.uuid4().hex[:6]}",
+            uri=server.url,
+            warehouse="team-g",
+            **{"header.X-Iceberg-Access-Delegation": "vended-credentials"},
+        )
+        catalog.create_namespace("g")
+        catalog.create_table("g.t", PY_SCHEMA).append(rows(0, 4))
+        again = catalog.load_table("g.t")
+        assert sorted(again.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 3]
+        assert again.io.properties["gcs.service.host"] == gcs_emulator.endpoint
+        assert "gcs.oauth2.token" in again.io.properties
+        names = gcs_emulator.names()
+        assert any(n.startswith(f"{root}/g/t/metadata/") for n in names)
+        assert any(n.startswith(f"{root}/g/t/data/") for n in names)
+        assert not (tmp_path / "srv" / "warehouse" / "g").exists()
+        assert RestCatalog("d", uri=server.url).list_namespaces() == []  # the default has none of it
+        elsewhere = {"name": "x", "schema": {"type": "struct", "schema-id": 0, "fields": []}}
+        for where in (f"gs://{gcs_emulator.bucket}/wh/x", f"gs://{gcs_emulator.bucket}/{root}/../x", str(tmp_path)):
+            resp = requests.post(
+                f"{server.url}/v1/team-g/namespaces/g/tables", json={**elsewhere, "location": where}, timeout=30
+            )
+            assert resp.status_code in (400, 403), (where, resp.text)
+        assert [n for n in gcs_emulator.names() if n.startswith(root)] == [n for n in names if n.startswith(root)]
+    finally:
+        server.stop()
+
+
+@pytest.mark.gcs
 def test_the_storage_backend_against_the_gcs_emulator(gcs_emulator) -> None:
     """What the emulator can show of the contract (it does not enforce ifGenerationMatch, so
     create-only is not verified here): bounded reads, idempotent deletes, listing, 503 unreachable."""
