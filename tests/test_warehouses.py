@@ -147,8 +147,18 @@ def test_unknown_warehouse_is_404_on_config_and_routes(plain) -> None:
     for name in ("nope", "x" * 300, "../etc", "default2"):
         resp = requests.get(plain.url + "/v1/config", params={"warehouse": name}, timeout=10)
         assert_error(resp, 404, "NoSuchWarehouseException")
+    counted = 'catalog_http_requests_total{method="GET",route="unmatched",status="404"}'
+
+    def unmatched() -> float:
+        found = [ln for ln in requests.get(plain.url + "/metrics", timeout=10).text.splitlines() if counted in ln]
+        return float(found[0].split()[-1]) if found else 0.0
+
+    before = unmatched()
     for path in ("/v1/nope/namespaces", "/v1/nope/namespaces/a/tables/t", "/v1/%1Ex/namespaces"):
-        assert_error(requests.get(plain.url + path, timeout=10), 404, "NoSuchWarehouseException")
+        resp = requests.get(plain.url + path, timeout=10)
+        assert_error(resp, 404, "NoSuchWarehouseException")
+        assert resp.headers["x-request-id"]  # observed like every request: counted and logged
+    assert unmatched() == before + 3
     assert_error(requests.get(plain.url + MGMT + "/nope", timeout=10), 404, "NoSuchWarehouseException")
     # the default: no warehouse, its name, or its location (what clients from before may send)
     base = requests.get(plain.url + "/v1/config", timeout=10).json()

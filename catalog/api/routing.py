@@ -15,6 +15,11 @@ from catalog.api.selection import WAREHOUSE
 # /v1/<prefix>/<resource>...: the optional prefix segment clients insert after /v1/.
 _PREFIXED = re.compile(r"^/v1/([^/]+)/(namespaces|tables|views|transactions|events)(/.*)?$")
 _UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "events", "config", "oauth"}
+_UNKNOWN = "catalog.unknown_warehouse"  # in the scope of a request whose prefix names no warehouse
+
+
+async def _no_such_warehouse(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await send_error(send, errors.NoSuchWarehouse(f"Warehouse does not exist: {scope[_UNKNOWN]}"))
 
 
 class RawPathRouting:
@@ -29,8 +34,10 @@ class RawPathRouting:
         """``knows``: whether a prefix names a warehouse (the default's, or one created); None: any."""
         self.app = app
         self.knows = knows
-        # Outside Litestar, so that requests no route matches (404) are observed and logged too.
+        # Outside Litestar, so that requests no route matches (404) are observed and logged too,
+        # and so are those whose prefix names no warehouse (answered here, never reaching the app).
         self.observed = RequestObservation(app)
+        self.unknown = RequestObservation(_no_such_warehouse)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -42,7 +49,7 @@ class RawPathRouting:
                 warehouse = match.group(1)
                 if self.knows is not None and not self.knows(warehouse):
                     shown = warehouse if len(warehouse) <= 64 else warehouse[:64] + "..."
-                    await send_error(send, errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}"))
+                    await self.unknown({**scope, _UNKNOWN: shown}, receive, send)
                     return
                 path = f"/v1/{match.group(2)}{match.group(3) or ''}"
             WAREHOUSE.set(warehouse)  # the handlers' ``ctx`` is this warehouse's (api.selection)
