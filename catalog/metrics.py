@@ -63,12 +63,6 @@ GROUP_COMMIT_SIZE = Histogram(
     buckets=(1, 2, 4, 8, 16, 32, 64, 128),
     registry=REGISTRY,
 )
-CAS_BATCH_SIZE = Histogram(
-    "catalog_cas_batch_size",
-    "Pointer swaps (commits, or groups of appends) landed in one database transaction (store/pointers.py)",
-    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
-    registry=REGISTRY,
-)
 UNKNOWN = Counter("catalog_commit_state_unknown_total", "Commits answered 500 CommitStateUnknown", registry=REGISTRY)
 COMMIT_SECONDS = Histogram(
     "catalog_commit_duration_seconds",

@@ -207,14 +207,6 @@ class Settings(BaseSettings):
         "commit landed go together in one metadata file and one compare-and-swap, at most this many; 1 turns "
         "grouping off. A lone commit never waits.",
     )
-    cas_batch_max_commits: int = Field(
-        default=32,
-        ge=1,
-        description="Commits to different tables that queued for the database while another commit's transaction "
-        "ran land in ONE transaction, at most this many; each is answered on its own (a lost compare-and-swap or a "
-        "taken Idempotency-Key is that commit's alone). 1: every commit its own transaction. A lone commit never "
-        "waits.",
-    )
     append_rebase_max_attempts: int = Field(
         default=100,
         ge=1,

@@ -71,8 +71,9 @@ def build_catalog(settings: Settings, migrated: bool = False) -> Catalog:
     if migrated and not migrate.is_at_head(engine):
         migrate.upgrade(engine)
     storage = create_storage(settings)
-    store = Store(engine, settings.events_enabled, settings.cas_batch_max_commits)
-    return Catalog(settings, store, storage, MetadataFiles(storage, settings.metadata_cache_bytes))
+    return Catalog(
+        settings, Store(engine, settings.events_enabled), storage, MetadataFiles(storage, settings.metadata_cache_bytes)
+    )
 
 
 def create_app(settings: Settings | None = None) -> Litestar:

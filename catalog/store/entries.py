@@ -65,8 +65,8 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
     change here writes its event in its own transaction). One object, so that one engine and one
     SQLite writer lock serve them all."""
 
-    def __init__(self, engine: Engine, events: bool = True, cas_batch: int = 1) -> None:
-        super().__init__(engine, cas_batch)
+    def __init__(self, engine: Engine, events: bool = True) -> None:
+        super().__init__(engine)
         self.events_on = events
 
     # -- namespaces ------------------------------------------------------------------------------

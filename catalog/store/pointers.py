@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import enum
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Engine
 
-from catalog import metrics, tracing
-from catalog.batching import Batcher, Member
+from catalog import tracing
 from catalog.events.records import Event
 from catalog.store import async_reads
 from catalog.store.db import catalog_entries as entries
@@ -79,33 +76,13 @@ class PointerOutcomeUnknown(Exception):
         self.settled = settled
 
 
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """One ``swap_pointers`` call, queued for a CAS transaction: its events prepared already."""
-
-    swaps: tuple[Swap, ...]
-    key: KeyRecord | None
-    events: tuple[str, list]
-
-
-def _joined(prepared: list[tuple[str, list]]) -> tuple[str, list]:
-    """Several calls' prepared event rows as one ``_emit_raw`` (they share the one INSERT)."""
-    sql = next((p[0] for p in prepared if p[1]), "")
-    return sql, [row for p in prepared for row in p[1]]
-
-
 def _entry(row: tuple | None) -> Entry | None:
     return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
 
 
 class Pointers(EventRows):
-    """``cas_batch``: how many ``swap_pointers`` calls one CAS transaction may land together
-    (``Settings.cas_batch_max_commits``); 1: each its own transaction, as they arrive."""
-
-    def __init__(self, engine: Engine, cas_batch: int = 1) -> None:
+    def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
-        self._cas_batch = cas_batch
-        self._batches = Batcher(self._take, self._land) if cas_batch > 1 else None
         self._async_reads = async_reads.for_engine(engine, min(async_reads.CONNECTIONS, engine.pool.size()))
         self._get_entry = Compiled(
             sa.select(
@@ -154,115 +131,58 @@ class Pointers(EventRows):
 
         Each pointer moves by a conditional UPDATE: the database serialises UPDATEs of a row and
         re-evaluates the WHERE clause against the latest committed version, so of N racing calls
-        with the same ``expected`` exactly one sees rowcount 1. Any rowcount 0 leaves the call's
-        pointers as they were (``LOST``). ``key`` is recorded in the same transaction: a commit and
-        its idempotency key land together or not at all; so do its ``events``, inserted after the
-        UPDATEs (each row lock held: two commits of one entry write their events in the order they
-        commit, see ``events.py``). Raises ``PointerOutcomeUnknown`` when the COMMIT itself fails.
-
-        Calls that arrive while another call's transaction runs queue, and the next transaction
-        lands up to ``cas_batch`` of them together (``_take``, ``_land``): each is answered on its
-        own, as if it had run alone.
+        with the same ``expected`` exactly one sees rowcount 1. Rows are updated in id order so that
+        two overlapping transactions lock in the same order and cannot deadlock; any rowcount 0
+        rolls the whole transaction back (``LOST``). ``key`` is recorded in the same transaction: a
+        commit and its idempotency key land together or not at all; so do its ``events``, inserted
+        after the UPDATEs (each row lock held: two commits of one entry write their events in the
+        order they commit, see ``events.py``). Raises
+        ``PointerOutcomeUnknown`` when the COMMIT itself fails.
         """
-        call = _Call(tuple(swaps), key, self._raw_rows(events))
-        if self._batches is None:
-            return self._land_one(call)
-        return self._batches.submit(call)
-
-    def _land_one(self, call: _Call) -> Swapped:
-        one = Member(call)
-        self._land([one])
-        if one.error is not None:
-            raise one.error
-        return one.result
-
-    def _take(self, queue: deque[Member]) -> list[Member]:
-        """The next batch, in arrival order: at most ``cas_batch`` calls whose entries are disjoint
-        (a call of an entry already in the batch waits for the next one: it would only lose to the
-        first). A call of several pointers (a multi-table transaction) goes alone: in a batch,
-        locking its rows in its own id order could deadlock against another process's batch."""
-        batch: list[Member] = []
-        ids: set[int] = set()
-        while queue and len(batch) < self._cas_batch:
-            swaps = queue[0].item.swaps
-            if batch and (len(swaps) > 1 or ids.intersection(s.entry_id for s in swaps)):
-                break
-            batch.append(queue.popleft())
-            ids.update(s.entry_id for s in swaps)
-            if len(swaps) > 1:
-                break
-        return batch
-
-    def _land(self, batch: list[Member]) -> None:
-        """The CAS transaction of a batch; settles every member. Until COMMIT is sent nothing can
-        have landed, so every failure before it is a known one (translated, at worst 503), for every
-        member; only a failed COMMIT is ``PointerOutcomeUnknown``, each member's own (the engine
-        settles each by a fresh read of its pointers).
-
-        Members run in order of their smallest entry id, so rows are locked in id order and two
-        overlapping transactions cannot deadlock. A member undoes only its own work: a 0-row UPDATE
-        changed nothing, and a member that has something to undo (an earlier UPDATE of its own,
-        before a lost one or a taken key) runs inside a SAVEPOINT, unless it is alone (then the
-        whole transaction rolls back)."""
+        prepared = self._raw_rows(events)
         with self._writers:
-            members = sorted(batch, key=lambda m: min(s.entry_id for s in m.item.swaps))
-            metrics.CAS_BATCH_SIZE.observe(len(members))
-            conn = self._raw_connection()
-            try:
-                cursor = conn.cursor()
-                try:
-                    if self.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
-                        cursor.execute("BEGIN IMMEDIATE")
-                    alone = len(members) == 1
-                    for one in members:
-                        one.result = self._swap_member(cursor, one.item, savepoint=not alone)
-                    won = [one for one in members if one.result is Swapped.WON]
-                    if not won:
-                        conn.rollback()
-                    else:
-                        self._emit_raw(cursor, _joined([one.item.events for one in won]))
-                except self._dbapi_error as e:
-                    quiet_rollback(conn)
-                    conn.invalidate(e)
-                    for one in members:
-                        one.settle(error=translate(e) or not_committed(e))
-                    return
-                if won:
-                    try:
-                        conn.commit()
-                    except Exception as e:  # noqa: BLE001 - whatever failed here, COMMIT may have been sent
-                        quiet_rollback(conn)
-                        conn.invalidate(e)
-                        for one in won:
-                            one.settle(error=PointerOutcomeUnknown(short(e), settled=self.local))
-                for one in members:
-                    if not one.done:
-                        one.settle(one.result)
-            finally:
-                conn.close()
+            return self._swap_pointers(swaps, key, prepared)
 
-    def _swap_member(self, cursor: Any, call: _Call, savepoint: bool) -> Swapped:
-        """One member's UPDATEs and key row; its own undo when it does not win (see ``_land``)."""
-        undo = savepoint and (len(call.swaps) > 1 or call.key is not None)
-        if undo:
-            cursor.execute("SAVEPOINT cas_member")
-        outcome = Swapped.WON
-        for swap in sorted(call.swaps, key=lambda s: s.entry_id):
-            values = {"id": swap.entry_id, "expected": swap.expected, "new": swap.new, "location": swap.location}
-            cursor.execute(self._swap.sql, self._swap.parameters(values))
-            if cursor.rowcount != 1:
-                outcome = Swapped.LOST
-                break
-        if outcome is Swapped.WON and call.key is not None:
+    def _swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None, events: tuple[str, list]) -> Swapped:
+        """The CAS transaction. Until COMMIT is sent nothing can have landed, so every failure before
+        it is a known one (translated, at worst 503); only a failed COMMIT is ``PointerOutcomeUnknown``."""
+        conn = self._raw_connection()
+        try:
+            cursor = conn.cursor()
             try:
-                cursor.execute(self._put_key.sql, self._put_key.parameters(key_row(call.key)))
-            except self._integrity_error:
-                outcome = Swapped.KEY_TAKEN
-        if undo:
-            if outcome is not Swapped.WON:
-                cursor.execute("ROLLBACK TO SAVEPOINT cas_member")
-            cursor.execute("RELEASE SAVEPOINT cas_member")
-        return outcome
+                if self.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
+                    cursor.execute("BEGIN IMMEDIATE")
+                for swap in sorted(swaps, key=lambda s: s.entry_id):
+                    values = {
+                        "id": swap.entry_id,
+                        "expected": swap.expected,
+                        "new": swap.new,
+                        "location": swap.location,
+                    }
+                    cursor.execute(self._swap.sql, self._swap.parameters(values))
+                    if cursor.rowcount != 1:
+                        conn.rollback()
+                        return Swapped.LOST
+                if key is not None:
+                    try:
+                        cursor.execute(self._put_key.sql, self._put_key.parameters(key_row(key)))
+                    except self._integrity_error:
+                        conn.rollback()
+                        return Swapped.KEY_TAKEN
+                self._emit_raw(cursor, events)
+            except self._dbapi_error as e:
+                quiet_rollback(conn)
+                conn.invalidate(e)
+                raise translate(e) or not_committed(e) from e
+            try:
+                conn.commit()
+            except Exception as e:  # noqa: BLE001 - whatever failed here, COMMIT may have been sent
+                quiet_rollback(conn)
+                conn.invalidate(e)
+                raise PointerOutcomeUnknown(short(e), settled=self.local) from e
+            return Swapped.WON
+        finally:
+            conn.close()
 
     def read_pointer(self, entry_id: int) -> str | None:
         with self._read() as conn:
