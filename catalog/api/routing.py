@@ -1,11 +1,13 @@
 """Routing on the raw path: the optional ``{prefix}`` segment removed (it names the warehouse the
-request is for, ``api.selection.WAREHOUSE``), percent-encoding kept."""
+request is for, ``api.selection.WAREHOUSE``), percent-encoding kept. The management routes of one
+warehouse's catalog (maintenance, dropped entries) name it in their ``?warehouse=`` instead."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 from catalog import errors
 from catalog.api.exceptions import send_error
@@ -15,6 +17,8 @@ from catalog.api.selection import WAREHOUSE
 # /v1/<prefix>/<resource>...: the optional prefix segment clients insert after /v1/.
 _PREFIXED = re.compile(r"^/v1/([^/]+)/(namespaces|tables|views|transactions|events)(/.*)?$")
 _UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "events", "config", "oauth"}
+# /management/v1/<resource>...: routes inside one warehouse's catalog, which take it as ``?warehouse=``.
+_QUERIED = re.compile(r"^/management/v1/(maintenance|dropped)(/|$)")
 
 
 class RawPathRouting:
@@ -36,15 +40,27 @@ class RawPathRouting:
         if scope["type"] == "http":
             raw = scope.get("raw_path")
             path = raw.decode("latin-1") if raw else scope["path"]
-            match = _PREFIXED.match(path)
-            warehouse = None
-            if match and match.group(1) not in _UNPREFIXED_FIRST:
-                warehouse = match.group(1)
-                if self.knows is not None and not self.knows(warehouse):
+            try:
+                warehouse, path = _addressed(path, scope.get("query_string", b""))
+                if warehouse is not None and self.knows is not None and not self.knows(warehouse):
                     shown = warehouse if len(warehouse) <= 64 else warehouse[:64] + "..."
-                    await send_error(send, errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}"))
-                    return
-                path = f"/v1/{match.group(2)}{match.group(3) or ''}"
+                    raise errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}")
+            except errors.IcebergError as e:
+                await send_error(send, e)
+                return
             WAREHOUSE.set(warehouse)  # the handlers' ``ctx`` is this warehouse's (api.selection)
             scope = {**scope, "path": path}
         await self.observed(scope, receive, send)
+
+
+def _addressed(path: str, query: bytes) -> tuple[str | None, str]:
+    """The warehouse a request names (None: the default) and its path without the prefix."""
+    match = _PREFIXED.match(path)
+    if match and match.group(1) not in _UNPREFIXED_FIRST:
+        return match.group(1), f"/v1/{match.group(2)}{match.group(3) or ''}"
+    if not _QUERIED.match(path):
+        return None, path
+    asked = parse_qs(query.decode("latin-1")).get("warehouse", [])
+    if len(asked) > 1:
+        raise errors.BadRequest("Give the warehouse once")
+    return (asked[0] if asked else None), path  # none, or empty: the default warehouse

@@ -2,8 +2,8 @@
 
 - ``run NS.TABLE [--kind K ...] [--dry-run] [--wait]``, ``status [NS.TABLE]`` (queued and running
   tasks) and ``history [NS.TABLE]`` (finished ones) talk to a RUNNING server over its management API
-  (``/management/v1/maintenance``), with the same ``--uri``/``--token``/``--credential`` as the
-  browse commands.
+  (``/management/v1/maintenance``), with the same ``--uri``/``--token``/``--credential``/``--warehouse``
+  as the browse commands.
 - ``worker`` runs table care in this process, on the LOCAL configuration (``CATALOG_*`` variables,
   as ``serve`` reads them): ``CATALOG_MAINTENANCE_WORKERS`` threads (at least one) and a scheduler,
   until interrupted. For deployments that keep maintenance off the request-serving replicas
@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -22,22 +21,15 @@ from typing import Any
 from urllib.parse import quote
 
 from catalog import logs
-from catalog.cli.browse import DEFAULT_URI, Output
-from catalog.cli.common import CliError, Management, first_line
+from catalog.cli.browse import Output
+from catalog.cli.common import CliError, Management, connection_options, first_line
 
 KINDS = ("expire-snapshots", "remove-orphans", "rewrite-manifests", "rewrite-data-files")
 WAIT_SECONDS = 600.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    client = argparse.ArgumentParser(add_help=False)
-    group = client.add_argument_group("connection (a running server)")
-    group.add_argument("--uri", default=os.environ.get("CATALOG_URI", DEFAULT_URI), help="the catalog's REST URI")
-    group.add_argument("--token", default=os.environ.get("CATALOG_TOKEN"), help="bearer token (env CATALOG_TOKEN)")
-    group.add_argument(
-        "--credential", default=os.environ.get("CATALOG_CREDENTIAL"), help="client credentials id:secret"
-    )
-    group.add_argument("--json", action="store_true", help="machine-readable output (one JSON document)")
+    client = connection_options()
     top = sub.add_parser("maintenance", help="the catalog's own table care: run it now, see what it did")
     actions = top.add_subparsers(dest="action", required=True)
     run = actions.add_parser("run", parents=[client], help="run table care on a table now")
