@@ -13,6 +13,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -28,6 +29,7 @@ from tests.support import (
     assert_error,
     auth_env,
     backends,
+    metric_total,
     new_pg_database,
     rows,
     s3_client_props,
@@ -240,3 +242,75 @@ def test_the_browse_commands_look_inside_the_warehouse_they_name(lake: Server) -
     assert namespaces.returncode == 0 and ns not in namespaces.stdout
     unknown = _cli(lake, "namespaces", "list", "--warehouse", "nope")
     assert unknown.returncode == 1 and "nope" in unknown.stderr, unknown.stderr
+
+
+# -- readiness and gauges cover every warehouse ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_readiness_names_the_warehouse_that_is_not_ready_and_gauges_add_them_up(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    import sqlalchemy as sa
+
+    from catalog.settings import normalise_database_url
+
+    env: dict[str, str] = {}
+    if backend == "postgres-s3":
+        services = request.getfixturevalue("services")
+        name = f"whready_{uuid.uuid4().hex[:8]}"
+        env = {"CATALOG_DATABASE_URL": new_pg_database(services["pg"], name), **s3_env(services["s3"], name)}
+    server = start_server(tmp_path / "srv", backend, env)
+    try:
+        pool_alone = metric_total(server.url, "catalog_db_pool_size")
+        resp = requests.post(
+            server.url + "/management/v1/warehouses",
+            json={"name": "team-a", "location": str(tmp_path / "a")},
+            timeout=60,
+        )
+        assert resp.status_code == 201, resp.text
+        ready = requests.get(server.url + "/health/ready", timeout=30)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["warehouses"] == {"team-a": {"database": "ok", "migrations": "ok"}}
+        # the gauges are the sums over the warehouses: a second pool, team-a's cache reads
+        assert metric_total(server.url, "catalog_db_pool_size") == 2 * pool_alone > 0
+        a = _plain(server, "team-a")
+        a.create_namespace("n")
+        a.create_table("n.t", PY_SCHEMA).append(rows(0, 1))
+        hits = metric_total(server.url, "catalog_metadata_cache_hits")
+        for _ in range(3):
+            a.load_table("n.t")
+        assert metric_total(server.url, "catalog_metadata_cache_hits") >= hits + 3
+
+        # team-a's database loses its schema: not ready, and the answer says which warehouse
+        url = server.env["CATALOG_DATABASE_URL"]
+        if backend == "postgres-s3":
+            engine = sa.create_engine(normalise_database_url(url))
+            with engine.begin() as conn:
+                (schema,) = conn.execute(
+                    sa.text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'warehouse\\_%'")
+                ).scalars()
+                conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        else:
+            (path,) = (tmp_path / "srv").glob("catalog.warehouse-*.db")
+            engine = sa.create_engine(f"sqlite:///{path}")
+            with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE alembic_version"))
+        engine.dispose()
+        not_ready = requests.get(server.url + "/health/ready", timeout=30)
+        assert not_ready.status_code == 503, not_ready.text
+        body = not_ready.json()
+        assert body["status"] == "not ready" and body["checks"] == {
+            "database": "ok",
+            "migrations": "ok",
+            "storage": "ok",
+        }
+        assert body["warehouses"]["team-a"]["migrations"] != "ok", body
+        for secret in (url, str(tmp_path), "postgres:"):
+            assert secret not in not_ready.text
+    finally:
+        server.stop()
+
+
+def _plain(server: Server, warehouse: str) -> RestCatalog:
+    return RestCatalog(f"c-{uuid.uuid4().hex[:6]}", uri=server.url, warehouse=warehouse)

@@ -83,6 +83,10 @@ class Registry:
             raise errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}")
         return opened.state
 
+    def opened(self) -> dict[str, AppState]:
+        """The created warehouses open now, by name (readiness and the gauges cover them)."""
+        return {name: opened.state for name, opened in dict(self._open).items()}
+
     def for_config(self, asked: str | None) -> AppState:
         """``/v1/config?warehouse=``: nothing, the default's name, an alias of it
         (``CATALOG_WAREHOUSE_ALIASES``) or its location (what clients from before warehouses may send)
