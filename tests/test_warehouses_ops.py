@@ -35,7 +35,9 @@ from tests.support import (
     s3_client_props,
     s3_env,
     start_server,
+    start_worker,
     token,
+    wait_task,
 )
 
 MAINTENANCE = "/management/v1/maintenance"
@@ -314,3 +316,48 @@ def test_readiness_names_the_warehouse_that_is_not_ready_and_gauges_add_them_up(
 
 def _plain(server: Server, warehouse: str) -> RestCatalog:
     return RestCatalog(f"c-{uuid.uuid4().hex[:6]}", uri=server.url, warehouse=warehouse)
+
+
+# -- a separate maintenance worker ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_a_separate_worker_runs_the_tasks_of_a_warehouse_created_after_it_started(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    env = {"CATALOG_MAINTENANCE_ENABLED": "false", "CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS": "0"}
+    if backend == "postgres-s3":
+        services = request.getfixturevalue("services")
+        name = f"whwork_{uuid.uuid4().hex[:8]}"
+        env.update({"CATALOG_DATABASE_URL": new_pg_database(services["pg"], name), **s3_env(services["s3"], name)})
+    server = start_server(tmp_path / "srv", backend, env)  # no maintenance threads of its own
+    worker = start_worker(server, CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS="0")
+    try:
+        resp = requests.post(
+            server.url + "/management/v1/warehouses",
+            json={"name": "team-a", "location": str(tmp_path / "a")},
+            timeout=60,
+        )
+        assert resp.status_code == 201, resp.text
+        a = _plain(server, "team-a")
+        a.create_namespace("n")
+        props = {"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "1"}
+        table = a.create_table("n.t", PY_SCHEMA, properties=props)
+        for i in range(3):
+            table.append(rows(i, 1))
+        run = requests.post(
+            f"{server.url}{MAINTENANCE}/tables/n/t",
+            params={"warehouse": "team-a"},
+            json={"kinds": ["expire-snapshots"]},
+            timeout=30,
+        )
+        assert run.status_code == 202, run.text
+        (queued,) = run.json()["tasks"]
+        task = wait_task(server.url, queued["id"], timeout=90, warehouse="team-a")
+        assert task["state"] == "done" and len(task["result"]["expired-snapshots"]) == 2, task
+        assert len(table.refresh().metadata.snapshots) == 1
+        assert worker.poll() is None
+    finally:
+        worker.kill()
+        worker.wait(30)
+        server.stop()

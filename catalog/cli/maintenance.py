@@ -5,9 +5,10 @@
   (``/management/v1/maintenance``), with the same ``--uri``/``--token``/``--credential``/``--warehouse``
   as the browse commands.
 - ``worker`` runs table care in this process, on the LOCAL configuration (``CATALOG_*`` variables,
-  as ``serve`` reads them): ``CATALOG_MAINTENANCE_WORKERS`` threads (at least one) and a scheduler,
-  until interrupted. For deployments that keep maintenance off the request-serving replicas
-  (``CATALOG_MAINTENANCE_WORKERS=0`` there).
+  as ``serve`` reads them): for the default warehouse and every created one (those created later
+  within seconds, ``server.care``), ``CATALOG_MAINTENANCE_WORKERS`` threads (at least one) and a
+  scheduler each, until interrupted. For deployments that keep maintenance off the request-serving
+  replicas (``CATALOG_MAINTENANCE_WORKERS=0`` there).
 """
 
 from __future__ import annotations
@@ -127,32 +128,34 @@ def _what(task: dict[str, Any]) -> str:
 
 
 def _worker() -> int:
-    from catalog.delivery.loop import start_delivery
-    from catalog.delivery.sinks import configured
-    from catalog.maintenance.worker import Scheduler, Workers
     from catalog.server.app import build_catalog
+    from catalog.server.care import Cared, start_parts
+    from catalog.server.warehouses import Registry
     from catalog.settings import Settings
 
     settings = Settings()
     logs.configure(settings.log_level, settings.log_format)
+    threads = max(1, settings.maintenance_workers)
     try:
         catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
     except Exception as e:  # noqa: BLE001 - one line, like serve
         print(f"iceberg-catalog maintenance worker: {first_line(e)}", file=sys.stderr)
         return 2
-    workers = Workers(catalog.care, max(1, settings.maintenance_workers))
-    scheduler = Scheduler(catalog.care)
+
+    def open_warehouse(of: Settings, name: str) -> tuple[Cared, list[Any]]:
+        opened = build_catalog(of)
+        return Cared(opened), start_parts(opened, name, threads)
+
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())
-    workers.start()
-    scheduler.start()
-    delivery = start_delivery(catalog.store, settings, configured(settings))  # change events to the sinks
-    print(f"iceberg-catalog maintenance worker: {workers.threads} threads; stop with Ctrl-C", file=sys.stderr)
+    parts = start_parts(catalog, None, threads)  # the default warehouse: its care, its change events
+    warehouses = Registry(settings, Cared(catalog), open_warehouse)  # every created one, as they come and go
+    warehouses.start()
+    print(f"iceberg-catalog maintenance worker: {threads} threads per warehouse; stop with Ctrl-C", file=sys.stderr)
     stopped.wait()
-    for loop in delivery:
-        loop.stop()
-    scheduler.stop()
-    workers.stop()
+    warehouses.stop()
+    for part in reversed(parts):
+        part.stop()
     catalog.store.engine.dispose()
     return 0

@@ -43,10 +43,8 @@ from catalog.api.tracing import Traced
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
-from catalog.delivery import loop as delivery
-from catalog.delivery import sinks
-from catalog.maintenance.worker import Scheduler, Workers
 from catalog.server import startup
+from catalog.server.care import start_parts
 from catalog.server.memory import large_buffers_from_the_heap
 from catalog.server.warehouses import Registry
 from catalog.service import Catalog
@@ -146,18 +144,17 @@ def create_app(settings: Settings | None = None) -> Litestar:
             """Another warehouse: a catalog of its own on its database and storage (the grants are the
             server's, seen from that warehouse: ``auth.grants.in_warehouse``)."""
             opened = build_catalog(of)
-            parts = [*start_care(opened), *delivery.start_delivery(opened.store, of, sinks.configured(of, name))]
-            return state(of, opened, Access(of, catalog.store, warehouse=name)), parts
+            return state(of, opened, Access(of, catalog.store, warehouse=name)), start_parts(opened, name)
 
         app.state.ctx = state(settings, catalog, access)
-        registry.append(Registry(settings, app.state.ctx, open_warehouse))
+        registry.append(Registry(settings, app.state.ctx, open_warehouse, grants_changed=access.changed))
         registry[0].start()
         if settings.warehouses_file:
             registry[0].bootstrap(settings.warehouses_file)
         app.state.warehouses = registry[0]
         _publish_gauges(registry[0])
         publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
-        care = [*start_care(catalog), *delivery.start_delivery(catalog.store, settings, sinks.configured(settings))]
+        care = start_parts(catalog)
         try:
             yield
         finally:
@@ -213,18 +210,6 @@ def app_from_env() -> RawPathRouting:
     if tracing.configure():  # OTEL_* asks for traces: a span per request, the commit's steps under it
         return RawPathRouting(Traced(app), knows)
     return RawPathRouting(app, knows)
-
-
-def start_care(catalog: Catalog) -> list[Workers | Scheduler]:
-    """The table-care workers of this process and its scheduler (which acts only while it holds
-    the deployment's scheduler lease); none with ``CATALOG_MAINTENANCE_WORKERS=0``."""
-    threads = catalog.settings.maintenance_workers
-    if threads == 0:
-        return []
-    workers, scheduler = Workers(catalog.care, threads), Scheduler(catalog.care)
-    workers.start()
-    scheduler.start()
-    return [workers, scheduler]
 
 
 def _publish_gauges(registry: Registry) -> None:
