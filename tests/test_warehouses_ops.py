@@ -54,24 +54,31 @@ def lake(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     """A server with authentication on, care on request, and the warehouse ``team-a`` (a local
     directory; on PostgreSQL its database is a schema of its own)."""
     workdir = tmp_path_factory.mktemp(f"wh-ops-{request.param}")
-    env = {**auth_env(workdir, GRANTS), **CARE_ON_REQUEST}
+    server = _server(request, request.param, workdir / "srv", **auth_env(workdir, GRANTS), **CARE_ON_REQUEST)
+    try:
+        _team_a(server, workdir / "team-a", _as("admin", server))
+        yield server
+    finally:
+        server.stop()
+
+
+def _server(request: pytest.FixtureRequest, backend: str, workdir: Path, **env: str) -> Server:
+    """A server of its own; on PostgreSQL with a database and an S3 prefix of its own."""
     io: dict[str, str] = {}
-    if request.param == "postgres-s3":
+    if backend == "postgres-s3":
         services = request.getfixturevalue("services")
         name = f"whops_{uuid.uuid4().hex[:8]}"
         env.update({"CATALOG_DATABASE_URL": new_pg_database(services["pg"], name), **s3_env(services["s3"], name)})
         io = s3_client_props(services["s3"])
-    server = start_server(workdir / "srv", request.param, env)
+    server = start_server(workdir, backend, env)
     server.io_props = io
-    try:
-        doc = {"name": "team-a", "location": str(workdir / "team-a")}
-        resp = requests.post(
-            server.url + "/management/v1/warehouses", json=doc, headers=_as("admin", server), timeout=60
-        )
-        assert resp.status_code == 201, resp.text
-        yield server
-    finally:
-        server.stop()
+    return server
+
+
+def _team_a(server: Server, location: Path, headers: dict[str, str] | None = None) -> None:
+    doc = {"name": "team-a", "location": str(location)}
+    resp = requests.post(server.url + "/management/v1/warehouses", json=doc, headers=headers, timeout=60)
+    assert resp.status_code == 201, resp.text
 
 
 def _as(client: str, server: Server) -> dict[str, str]:
@@ -257,26 +264,16 @@ def test_readiness_names_the_warehouse_that_is_not_ready_and_gauges_add_them_up(
 
     from catalog.settings import normalise_database_url
 
-    env: dict[str, str] = {}
-    if backend == "postgres-s3":
-        services = request.getfixturevalue("services")
-        name = f"whready_{uuid.uuid4().hex[:8]}"
-        env = {"CATALOG_DATABASE_URL": new_pg_database(services["pg"], name), **s3_env(services["s3"], name)}
-    server = start_server(tmp_path / "srv", backend, env)
+    server = _server(request, backend, tmp_path / "srv")
     try:
         pool_alone = metric_total(server.url, "catalog_db_pool_size")
-        resp = requests.post(
-            server.url + "/management/v1/warehouses",
-            json={"name": "team-a", "location": str(tmp_path / "a")},
-            timeout=60,
-        )
-        assert resp.status_code == 201, resp.text
+        _team_a(server, tmp_path / "a")
         ready = requests.get(server.url + "/health/ready", timeout=30)
         assert ready.status_code == 200, ready.text
         assert ready.json()["warehouses"] == {"team-a": {"database": "ok", "migrations": "ok"}}
         # the gauges are the sums over the warehouses: a second pool, team-a's cache reads
         assert metric_total(server.url, "catalog_db_pool_size") == 2 * pool_alone > 0
-        a = _plain(server, "team-a")
+        a = server.catalog(warehouse="team-a")
         a.create_namespace("n")
         a.create_table("n.t", PY_SCHEMA).append(rows(0, 1))
         hits = metric_total(server.url, "catalog_metadata_cache_hits")
@@ -314,10 +311,6 @@ def test_readiness_names_the_warehouse_that_is_not_ready_and_gauges_add_them_up(
         server.stop()
 
 
-def _plain(server: Server, warehouse: str) -> RestCatalog:
-    return RestCatalog(f"c-{uuid.uuid4().hex[:6]}", uri=server.url, warehouse=warehouse)
-
-
 # -- a separate maintenance worker ---------------------------------------------------------------------------
 
 
@@ -326,22 +319,20 @@ def test_a_separate_worker_runs_the_tasks_of_a_warehouse_created_after_it_starte
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     env = {"CATALOG_MAINTENANCE_ENABLED": "false", "CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS": "0"}
-    if backend == "postgres-s3":
-        services = request.getfixturevalue("services")
-        name = f"whwork_{uuid.uuid4().hex[:8]}"
-        env.update({"CATALOG_DATABASE_URL": new_pg_database(services["pg"], name), **s3_env(services["s3"], name)})
-    server = start_server(tmp_path / "srv", backend, env)  # no maintenance threads of its own
+    server = _server(request, backend, tmp_path / "srv", **env)  # no maintenance threads of its own
     worker = start_worker(server, CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS="0")
     try:
-        resp = requests.post(
-            server.url + "/management/v1/warehouses",
-            json={"name": "team-a", "location": str(tmp_path / "a")},
-            timeout=60,
-        )
-        assert resp.status_code == 201, resp.text
-        a = _plain(server, "team-a")
-        a.create_namespace("n")
         props = {"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "1"}
+        default = server.catalog()
+        default.create_namespace("n")
+        default.create_table("n.t", PY_SCHEMA, properties=props).append(rows(0, 1))
+        first = requests.post(f"{server.url}{MAINTENANCE}/tables/n/t", json={"kinds": ["expire-snapshots"]}, timeout=30)
+        assert first.status_code == 202, first.text
+        # the worker is up (it ran the default's task) before team-a exists
+        assert wait_task(server.url, first.json()["tasks"][0]["id"], timeout=90)["state"] == "done"
+        _team_a(server, tmp_path / "a")
+        a = server.catalog(warehouse="team-a")
+        a.create_namespace("n")
         table = a.create_table("n.t", PY_SCHEMA, properties=props)
         for i in range(3):
             table.append(rows(i, 1))
