@@ -52,15 +52,18 @@ class Catalog:
         self._probe_threads = ThreadPoolExecutor(max_workers=3, thread_name_prefix="readiness")
         self._probes: dict[str, Future] = {}
 
-    def probe(self) -> dict[str, Future]:
-        """Each dependency's check, as a future that resolves when it passed and raises why not.
-        A check still running from an earlier probe is joined, not started again."""
-        checks = {"database": self.store.ping, "migrations": self._at_head, "storage": self.storage.ping}
+    def probe(self, storage: bool = True) -> dict[str, Future]:
+        """Each dependency's check (the storage's too, unless ``storage`` is false), as a future
+        that resolves when it passed and raises why not. A check still running from an earlier
+        probe is joined, not started again."""
+        checks = {"database": self.store.ping, "migrations": self._at_head}
+        if storage:
+            checks["storage"] = self.storage.ping
         for name, check in checks.items():
             running = self._probes.get(name)
             if running is None or running.done():
                 self._probes[name] = self._probe_threads.submit(check)
-        return dict(self._probes)
+        return {name: self._probes[name] for name in checks}
 
     def _at_head(self) -> None:
         if not migrate.is_at_head(self.store.engine):

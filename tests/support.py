@@ -320,11 +320,17 @@ def purge_now(
     raise AssertionError(f"the purge of {ident} did not finish in {timeout} s: {tasks}")
 
 
-def wait_task(url: str, task_id: int, headers: dict[str, str] | None = None, timeout: float = 120) -> dict:
-    """The maintenance task once it is neither queued nor running (done or failed)."""
+def wait_task(
+    url: str, task_id: int, headers: dict[str, str] | None = None, timeout: float = 120, warehouse: str | None = None
+) -> dict:
+    """The maintenance task once it is neither queued nor running (done or failed); ``warehouse``:
+    a task of that warehouse's queue."""
     deadline = time.monotonic() + timeout
+    params = {"warehouse": warehouse} if warehouse else {}
     while True:
-        task = requests.get(f"{url}/management/v1/maintenance/tasks/{task_id}", headers=headers, timeout=30).json()
+        task = requests.get(
+            f"{url}/management/v1/maintenance/tasks/{task_id}", params=params, headers=headers, timeout=30
+        ).json()
         if task["state"] not in ("queued", "running"):
             return task
         assert time.monotonic() < deadline, task

@@ -1,4 +1,5 @@
-"""``/management/v1/dropped``: dropped tables and views, kept for ``CATALOG_DROP_RETENTION``.
+"""``/management/v1/dropped``: dropped tables and views, kept for ``CATALOG_DROP_RETENTION``, of the
+warehouse of ``?warehouse=`` (absent: the default; ``api.routing`` selects it, grants decide as in it).
 
 - ``GET /management/v1/dropped?namespace=a.b&name=t&limit=100``: the most recently dropped first,
   only those the caller may see (any privilege on the entry's name).

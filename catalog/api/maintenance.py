@@ -1,4 +1,5 @@
-"""``/management/v1/maintenance``: the catalog's own table care, seen and started over HTTP.
+"""``/management/v1/maintenance``: the catalog's own table care, seen and started over HTTP, in the
+warehouse of ``?warehouse=`` (absent: the default; ``api.routing`` selects it, grants decide as in it).
 
 - ``POST /management/v1/maintenance/tables/{namespace}/{table}`` with ``{"kinds": [...],
   "dry-run": bool}`` (default: every kind, not a dry run) -> 202 ``{"tasks": [...]}``: the tasks,

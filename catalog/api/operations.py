@@ -50,14 +50,22 @@ READY_WITHIN_S = 2.0
 @get("/health/ready")
 async def ready(ctx: Ctx) -> Response:
     """Database reachable, schema at head, storage reachable: 200; otherwise 503 with the reasons.
+    ``checks`` are the default warehouse's; ``warehouses`` (when any was created) each created
+    warehouse's own database and schema, by name, so a 503 says which warehouse is not ready.
 
-    The checks run on the service's own threads and are awaited here, never on a request thread:
+    The checks run on the services' own threads and are awaited here, never on a request thread:
     when every request thread waits on a stalled dependency, readiness still answers."""
     probes = ctx.catalog.probe()
-    await asyncio.wait([asyncio.wrap_future(f) for f in probes.values()], timeout=READY_WITHIN_S)
+    theirs = {name: state.catalog.probe(storage=False) for name, state in ctx.registry().opened().items()}
+    waited = [*probes.values(), *(f for each in theirs.values() for f in each.values())]
+    await asyncio.wait([asyncio.wrap_future(f) for f in waited], timeout=READY_WITHIN_S)
     checks = {name: _outcome(f) for name, f in probes.items()}
-    ok = all(v == "ok" for v in checks.values())
-    return wire.json_response({"status": "ready" if ok else "not ready", "checks": checks}, status=200 if ok else 503)
+    warehouses = {w: {name: _outcome(f) for name, f in each.items()} for w, each in sorted(theirs.items())}
+    ok = all(v == "ok" for v in [*checks.values(), *(v for each in warehouses.values() for v in each.values())])
+    body = {"status": "ready" if ok else "not ready", "checks": checks}
+    if warehouses:
+        body["warehouses"] = warehouses
+    return wire.json_response(body, status=200 if ok else 503)
 
 
 def _outcome(probe: Future) -> str:

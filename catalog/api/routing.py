@@ -1,11 +1,13 @@
 """Routing on the raw path: the optional ``{prefix}`` segment removed (it names the warehouse the
-request is for, ``api.selection.WAREHOUSE``), percent-encoding kept."""
+request is for, ``api.selection.WAREHOUSE``), percent-encoding kept. The management routes of one
+warehouse's catalog (maintenance, dropped entries) name it in their ``?warehouse=`` instead."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 from catalog import errors
 from catalog.api.exceptions import send_error
@@ -15,11 +17,13 @@ from catalog.api.selection import WAREHOUSE
 # /v1/<prefix>/<resource>...: the optional prefix segment clients insert after /v1/.
 _PREFIXED = re.compile(r"^/v1/([^/]+)/(namespaces|tables|views|transactions|events)(/.*)?$")
 _UNPREFIXED_FIRST = {"namespaces", "tables", "views", "transactions", "events", "config", "oauth"}
-_UNKNOWN = "catalog.unknown_warehouse"  # in the scope of a request whose prefix names no warehouse
+# /management/v1/<resource>...: routes inside one warehouse's catalog, which take it as ``?warehouse=``.
+_QUERIED = re.compile(r"^/management/v1/(maintenance|dropped)(/|$)")
+_REFUSED = "catalog.refused"  # in the scope of a request refused here: the error it is answered
 
 
-async def _no_such_warehouse(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    await send_error(send, errors.NoSuchWarehouse(f"Warehouse does not exist: {scope[_UNKNOWN]}"))
+async def _refused(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await send_error(send, scope[_REFUSED])
 
 
 class RawPathRouting:
@@ -35,23 +39,35 @@ class RawPathRouting:
         self.app = app
         self.knows = knows
         # Outside Litestar, so that requests no route matches (404) are observed and logged too,
-        # and so are those whose prefix names no warehouse (answered here, never reaching the app).
+        # and so are those refused here (a warehouse named that does not exist), never reaching it.
         self.observed = RequestObservation(app)
-        self.unknown = RequestObservation(_no_such_warehouse)
+        self.refused = RequestObservation(_refused)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             raw = scope.get("raw_path")
             path = raw.decode("latin-1") if raw else scope["path"]
-            match = _PREFIXED.match(path)
-            warehouse = None
-            if match and match.group(1) not in _UNPREFIXED_FIRST:
-                warehouse = match.group(1)
-                if self.knows is not None and not self.knows(warehouse):
+            try:
+                warehouse, path = _addressed(path, scope.get("query_string", b""))
+                if warehouse is not None and self.knows is not None and not self.knows(warehouse):
                     shown = warehouse if len(warehouse) <= 64 else warehouse[:64] + "..."
-                    await self.unknown({**scope, _UNKNOWN: shown}, receive, send)
-                    return
-                path = f"/v1/{match.group(2)}{match.group(3) or ''}"
+                    raise errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}")
+            except errors.IcebergError as e:
+                await self.refused({**scope, _REFUSED: e}, receive, send)
+                return
             WAREHOUSE.set(warehouse)  # the handlers' ``ctx`` is this warehouse's (api.selection)
             scope = {**scope, "path": path}
         await self.observed(scope, receive, send)
+
+
+def _addressed(path: str, query: bytes) -> tuple[str | None, str]:
+    """The warehouse a request names (None: the default) and its path without the prefix."""
+    match = _PREFIXED.match(path)
+    if match and match.group(1) not in _UNPREFIXED_FIRST:
+        return match.group(1), f"/v1/{match.group(2)}{match.group(3) or ''}"
+    if not _QUERIED.match(path):
+        return None, path
+    asked = parse_qs(query.decode("latin-1")).get("warehouse", [])
+    if len(asked) > 1:
+        raise errors.BadRequest("Give the warehouse once")
+    return (asked[0] if asked else None), path  # none, or empty: the default warehouse

@@ -1,4 +1,5 @@
-"""Which warehouse a request addresses: its ``/v1/<prefix>/`` (set by ``api.routing``), None for none."""
+"""Which warehouse a request addresses: its ``/v1/<prefix>/``, or a management route's
+``?warehouse=`` (set by ``api.routing``), None for none (the default)."""
 
 from __future__ import annotations
 

@@ -17,9 +17,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from catalog.cli.common import CliError, first_line
+from catalog.cli.common import CliError, connection_options, first_line
 
-DEFAULT_URI = "http://127.0.0.1:8181"
 REST_COMMANDS = ("namespaces", "tables", "views")
 COMMANDS = REST_COMMANDS
 
@@ -43,23 +42,7 @@ _HIGHLIGHTS = (
 def register(sub: argparse._SubParsersAction) -> tuple[argparse._SubParsersAction, argparse.ArgumentParser]:
     """Add ``namespaces``, ``tables`` and ``views`` to the top-level parser; returns the actions of
     ``tables`` and the connection options, for the commands of other modules under ``tables``."""
-    client = argparse.ArgumentParser(add_help=False)
-    group = client.add_argument_group("connection (a running server)")
-    group.add_argument(
-        "--uri",
-        default=os.environ.get("CATALOG_URI", DEFAULT_URI),
-        help=f"the catalog's REST URI (env CATALOG_URI; default {DEFAULT_URI})",
-    )
-    group.add_argument("--token", default=os.environ.get("CATALOG_TOKEN"), help="bearer token (env CATALOG_TOKEN)")
-    group.add_argument(
-        "--credential",
-        default=os.environ.get("CATALOG_CREDENTIAL"),
-        help="client credentials id:secret, exchanged for a token (env CATALOG_CREDENTIAL)",
-    )
-    group.add_argument(
-        "--warehouse", dest="rest_warehouse", metavar="WAREHOUSE", help="warehouse to ask the server for (optional)"
-    )
-    group.add_argument("--json", action="store_true", help="machine-readable output (one JSON document)")
+    client = connection_options()
 
     ns = sub.add_parser("namespaces", help="list and show namespaces of a running catalog")
     ns_sub = ns.add_subparsers(dest="action", required=True)

@@ -1,10 +1,14 @@
-"""What the commands share: the one-line error with its exit status, and the client of the
-management API (``/management/v1``) that ``maintenance`` and ``tables dropped|undrop|purge-now`` use."""
+"""What the commands share: the one-line error with its exit status, the options that reach a
+running server, and the client of the management API (``/management/v1``) that ``maintenance`` and
+``tables dropped|undrop|end-retention`` use."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
+
+DEFAULT_URI = "http://127.0.0.1:8181"
 
 
 class CliError(Exception):
@@ -21,13 +25,41 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
-class Management:
-    """Requests to a running server's management API, with the caller's token."""
+def connection_options() -> argparse.ArgumentParser:
+    """The options of the commands that talk to a running server (a parent parser): where it is,
+    who is calling, which warehouse (``args.rest_warehouse``) and the output."""
+    client = argparse.ArgumentParser(add_help=False)
+    group = client.add_argument_group("connection (a running server)")
+    group.add_argument(
+        "--uri",
+        default=os.environ.get("CATALOG_URI", DEFAULT_URI),
+        help=f"the catalog's REST URI (env CATALOG_URI; default {DEFAULT_URI})",
+    )
+    group.add_argument("--token", default=os.environ.get("CATALOG_TOKEN"), help="bearer token (env CATALOG_TOKEN)")
+    group.add_argument(
+        "--credential",
+        default=os.environ.get("CATALOG_CREDENTIAL"),
+        help="client credentials id:secret, exchanged for a token (env CATALOG_CREDENTIAL)",
+    )
+    group.add_argument(
+        "--warehouse",
+        dest="rest_warehouse",
+        metavar="NAME",
+        help="the warehouse, by name (default: the server's default warehouse)",
+    )
+    group.add_argument("--json", action="store_true", help="machine-readable output (one JSON document)")
+    return client
 
-    def __init__(self, uri: str, token: str | None) -> None:
+
+class Management:
+    """Requests to a running server's management API, with the caller's token; with a warehouse,
+    every request names it (``?warehouse=``)."""
+
+    def __init__(self, uri: str, token: str | None, warehouse: str | None = None) -> None:
         import requests
 
         self.uri = uri.rstrip("/")
+        self.warehouse = warehouse
         self.http = requests.Session()
         if token:
             self.http.headers["Authorization"] = f"Bearer {token}"
@@ -48,11 +80,13 @@ class Management:
             if response.status_code != 200:
                 raise CliError(f"not authenticated at {args.uri}: {response.text[:200]}", 2)
             token = response.json()["access_token"]
-        return cls(args.uri, token)
+        return cls(args.uri, token, getattr(args, "rest_warehouse", None))
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         import requests
 
+        if self.warehouse:
+            kwargs["params"] = {**kwargs.get("params", {}), "warehouse": self.warehouse}
         try:
             response = self.http.request(method, self.uri + path, timeout=30, **kwargs)
         except requests.exceptions.RequestException:

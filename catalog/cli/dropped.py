@@ -1,6 +1,6 @@
 """``iceberg-catalog tables dropped|undrop|end-retention``: dropped tables and views, kept for
 ``CATALOG_DROP_RETENTION``, over a RUNNING server's management API (``/management/v1/dropped``),
-with the same ``--uri``/``--token``/``--credential`` as the browse commands.
+with the same ``--uri``/``--token``/``--credential``/``--warehouse`` as the browse commands.
 
 - ``tables dropped [NAMESPACE]``: what is kept, most recently dropped first.
 - ``tables undrop NS.NAME [--id ID]``: restore it under its name (the most recently dropped of that

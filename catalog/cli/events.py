@@ -16,8 +16,7 @@ import sys
 import time
 from typing import Any
 
-from catalog.cli.browse import DEFAULT_URI
-from catalog.cli.common import CliError, Management
+from catalog.cli.common import DEFAULT_URI, CliError, Management
 
 POLL_SECONDS = 1.0
 

@@ -2,18 +2,18 @@
 
 - ``run NS.TABLE [--kind K ...] [--dry-run] [--wait]``, ``status [NS.TABLE]`` (queued and running
   tasks) and ``history [NS.TABLE]`` (finished ones) talk to a RUNNING server over its management API
-  (``/management/v1/maintenance``), with the same ``--uri``/``--token``/``--credential`` as the
-  browse commands.
+  (``/management/v1/maintenance``), with the same ``--uri``/``--token``/``--credential``/``--warehouse``
+  as the browse commands.
 - ``worker`` runs table care in this process, on the LOCAL configuration (``CATALOG_*`` variables,
-  as ``serve`` reads them): ``CATALOG_MAINTENANCE_WORKERS`` threads (at least one) and a scheduler,
-  until interrupted. For deployments that keep maintenance off the request-serving replicas
-  (``CATALOG_MAINTENANCE_WORKERS=0`` there).
+  as ``serve`` reads them): for the default warehouse and every created one (those created later
+  within seconds, ``server.care``), ``CATALOG_MAINTENANCE_WORKERS`` threads (at least one) and a
+  scheduler each, until interrupted. For deployments that keep maintenance off the request-serving
+  replicas (``CATALOG_MAINTENANCE_WORKERS=0`` there).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -22,22 +22,15 @@ from typing import Any
 from urllib.parse import quote
 
 from catalog import logs
-from catalog.cli.browse import DEFAULT_URI, Output
-from catalog.cli.common import CliError, Management, first_line
+from catalog.cli.browse import Output
+from catalog.cli.common import CliError, Management, connection_options, first_line
 
 KINDS = ("expire-snapshots", "remove-orphans", "rewrite-manifests", "rewrite-data-files")
 WAIT_SECONDS = 600.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    client = argparse.ArgumentParser(add_help=False)
-    group = client.add_argument_group("connection (a running server)")
-    group.add_argument("--uri", default=os.environ.get("CATALOG_URI", DEFAULT_URI), help="the catalog's REST URI")
-    group.add_argument("--token", default=os.environ.get("CATALOG_TOKEN"), help="bearer token (env CATALOG_TOKEN)")
-    group.add_argument(
-        "--credential", default=os.environ.get("CATALOG_CREDENTIAL"), help="client credentials id:secret"
-    )
-    group.add_argument("--json", action="store_true", help="machine-readable output (one JSON document)")
+    client = connection_options()
     top = sub.add_parser("maintenance", help="the catalog's own table care: run it now, see what it did")
     actions = top.add_subparsers(dest="action", required=True)
     run = actions.add_parser("run", parents=[client], help="run table care on a table now")
@@ -135,32 +128,34 @@ def _what(task: dict[str, Any]) -> str:
 
 
 def _worker() -> int:
-    from catalog.delivery.loop import start_delivery
-    from catalog.delivery.sinks import configured
-    from catalog.maintenance.worker import Scheduler, Workers
     from catalog.server.app import build_catalog
+    from catalog.server.care import Cared, start_parts
+    from catalog.server.warehouses import Registry
     from catalog.settings import Settings
 
     settings = Settings()
     logs.configure(settings.log_level, settings.log_format)
+    threads = max(1, settings.maintenance_workers)
     try:
         catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
     except Exception as e:  # noqa: BLE001 - one line, like serve
         print(f"iceberg-catalog maintenance worker: {first_line(e)}", file=sys.stderr)
         return 2
-    workers = Workers(catalog.care, max(1, settings.maintenance_workers))
-    scheduler = Scheduler(catalog.care)
+
+    def open_warehouse(of: Settings, name: str) -> tuple[Cared, list[Any]]:
+        opened = build_catalog(of)
+        return Cared(opened), start_parts(opened, name, threads)
+
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())
-    workers.start()
-    scheduler.start()
-    delivery = start_delivery(catalog.store, settings, configured(settings))  # change events to the sinks
-    print(f"iceberg-catalog maintenance worker: {workers.threads} threads; stop with Ctrl-C", file=sys.stderr)
+    parts = start_parts(catalog, None, threads)  # the default warehouse: its care, its change events
+    warehouses = Registry(settings, Cared(catalog), open_warehouse)  # every created one, as they come and go
+    warehouses.start()
+    print(f"iceberg-catalog maintenance worker: {threads} threads per warehouse; stop with Ctrl-C", file=sys.stderr)
     stopped.wait()
-    for loop in delivery:
-        loop.stop()
-    scheduler.stop()
-    workers.stop()
+    warehouses.stop()
+    for part in reversed(parts):
+        part.stop()
     catalog.store.engine.dispose()
     return 0

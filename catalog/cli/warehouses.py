@@ -23,8 +23,7 @@ from typing import Any
 
 import yaml
 
-from catalog.cli.browse import DEFAULT_URI
-from catalog.cli.common import CliError, Management
+from catalog.cli.common import DEFAULT_URI, CliError, Management
 
 BASE = "/management/v1/warehouses"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import orjson
@@ -43,10 +43,8 @@ from catalog.api.tracing import Traced
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
-from catalog.delivery import loop as delivery
-from catalog.delivery import sinks
-from catalog.maintenance.worker import Scheduler, Workers
 from catalog.server import startup
+from catalog.server.care import start_parts
 from catalog.server.memory import large_buffers_from_the_heap
 from catalog.server.warehouses import Registry
 from catalog.service import Catalog
@@ -146,18 +144,17 @@ def create_app(settings: Settings | None = None) -> Litestar:
             """Another warehouse: a catalog of its own on its database and storage (the grants are the
             server's, seen from that warehouse: ``auth.grants.in_warehouse``)."""
             opened = build_catalog(of)
-            parts = [*start_care(opened), *delivery.start_delivery(opened.store, of, sinks.configured(of, name))]
-            return state(of, opened, Access(of, catalog.store, warehouse=name)), parts
+            return state(of, opened, Access(of, catalog.store, warehouse=name)), start_parts(opened, name)
 
         app.state.ctx = state(settings, catalog, access)
-        registry.append(Registry(settings, app.state.ctx, open_warehouse))
+        registry.append(Registry(settings, app.state.ctx, open_warehouse, grants_changed=access.changed))
         registry[0].start()
         if settings.warehouses_file:
             registry[0].bootstrap(settings.warehouses_file)
         app.state.warehouses = registry[0]
-        _publish_gauges(catalog)
+        _publish_gauges(registry[0])
         publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
-        care = [*start_care(catalog), *delivery.start_delivery(catalog.store, settings, sinks.configured(settings))]
+        care = start_parts(catalog)
         try:
             yield
         finally:
@@ -215,38 +212,34 @@ def app_from_env() -> RawPathRouting:
     return RawPathRouting(app, knows)
 
 
-def start_care(catalog: Catalog) -> list[Workers | Scheduler]:
-    """The table-care workers of this process and its scheduler (which acts only while it holds
-    the deployment's scheduler lease); none with ``CATALOG_MAINTENANCE_WORKERS=0``."""
-    threads = catalog.settings.maintenance_workers
-    if threads == 0:
-        return []
-    workers, scheduler = Workers(catalog.care, threads), Scheduler(catalog.care)
-    workers.start()
-    scheduler.start()
-    return [workers, scheduler]
+def _publish_gauges(registry: Registry) -> None:
+    """The cache, pool and queue gauges, each the sum over the warehouses served at scrape time (the
+    default's alone until one is created: the series dashboards already read keep their meaning)."""
 
+    def each(read: Callable[[Catalog], float]) -> list[float]:
+        return [read(s.catalog) for s in [registry.default, *registry.opened().values()]]
 
-def _publish_gauges(catalog: Catalog) -> None:
-    files, pool = catalog.files, catalog.store.engine.pool
-    metrics.GAUGES.add("catalog_metadata_cache_hits", "Metadata file reads served from memory", lambda: files.hits)
-    metrics.GAUGES.add("catalog_metadata_cache_misses", "Metadata file reads from storage", lambda: files.misses)
-    metrics.GAUGES.add(
-        "catalog_metadata_cache_bytes", "Memory charged to cached metadata files", lambda: files.cached_bytes
-    )
-    metrics.GAUGES.add("catalog_db_pool_checked_out", "Database connections in use", pool.checkedout)
-    metrics.GAUGES.add("catalog_db_pool_size", "Database pool size", pool.size)
-    store = catalog.store
-    metrics.GAUGES.add(
-        "catalog_maintenance_queue_depth",
-        "Maintenance tasks queued or running",
-        lambda: sum(v for k, v in store.queue_depth().items() if k in ("queued", "running")),
-        shared_by_workers=True,
-    )
-    metrics.GAUGES.add(
+    def total(read: Callable[[Catalog], float]) -> Callable[[], float]:
+        return lambda: sum(each(read))
+
+    def queued(c: Catalog) -> float:
+        return sum(v for k, v in c.store.queue_depth().items() if k in ("queued", "running"))
+
+    def oldest(c: Catalog) -> float:
+        return c.store.queue_depth()["oldest_queued_age_ms"] / 1000
+
+    add = metrics.GAUGES.add
+    add("catalog_metadata_cache_hits", "Metadata file reads served from memory", total(lambda c: c.files.hits))
+    add("catalog_metadata_cache_misses", "Metadata file reads from storage", total(lambda c: c.files.misses))
+    cached = total(lambda c: c.files.cached_bytes)
+    add("catalog_metadata_cache_bytes", "Memory charged to cached metadata files", cached)
+    add("catalog_db_pool_checked_out", "Database connections in use", total(lambda c: c.store.engine.pool.checkedout()))
+    add("catalog_db_pool_size", "Database pool size", total(lambda c: c.store.engine.pool.size()))
+    add("catalog_maintenance_queue_depth", "Maintenance tasks queued or running", total(queued), shared_by_workers=True)
+    add(
         "catalog_maintenance_oldest_queued_age_seconds",
         "Age of the oldest due maintenance task that waits for a worker",
-        lambda: store.queue_depth()["oldest_queued_age_ms"] / 1000,
+        lambda: max(each(oldest)),
         shared_by_workers=True,
     )
 

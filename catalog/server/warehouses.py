@@ -3,8 +3,10 @@
 kept apart). Requests find theirs by name (``state``); the management API and the bootstrap file
 create, change and delete them here (``create``, ``update``, ``delete``).
 
-Other processes (uvicorn workers, replicas) see a change within ``REFRESH_SECONDS``: each reads the
-table again in the background and opens, reopens (a changed profile) or closes warehouses to match.
+Other processes (uvicorn workers, replicas, ``maintenance worker``) see a change within
+``REFRESH_SECONDS``: each reads the table again in the background and opens, reopens (a changed
+profile) or closes warehouses to match. What a warehouse is opened as is the opener's: a server's
+``AppState``, a worker's ``server.care.Cared``; the Registry needs only its ``catalog``.
 """
 
 from __future__ import annotations
@@ -14,17 +16,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 import yaml
 
 from catalog import errors
-from catalog.api.context import AppState
 from catalog.auth.policy import WAREHOUSE, Target
 from catalog.locations import normalise, overlaps
 from catalog.sealing import unseal
 from catalog.server import startup
+from catalog.service import Catalog
 from catalog.settings import Settings
 from catalog.storage.backends import create_storage, probe_writable
 from catalog.store import migrate
@@ -36,12 +38,22 @@ REFRESH_SECONDS = 5.0
 MAX_WAREHOUSES = 1000
 
 
+class Served(Protocol):
+    """What a warehouse is opened as (a server's ``AppState``): at least its catalog."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+
+S = TypeVar("S", bound=Served)
+
+
 @dataclass
-class Opened:
+class Opened(Generic[S]):
     """One open warehouse: its handlers' state, what runs for it (care, delivery), when it changed."""
 
     warehouse: Warehouse
-    state: AppState
+    state: S
     settings: Settings
     updated_ms: int
     parts: list[Any] = field(default_factory=list)
@@ -53,19 +65,24 @@ class Opened:
         self.state.catalog.store.engine.dispose()
 
 
-# (the warehouse's settings, its name) -> its AppState and what runs for it; given by server/app.py
-Opener = Callable[[Settings, str], tuple[AppState, list[Any]]]
+# (the warehouse's settings, its name) -> what it is opened as, and what runs for it (each with stop())
+Opener = Callable[[Settings, str], tuple[S, list[Any]]]
 
 
-class Registry:
-    def __init__(self, settings: Settings, default: AppState, opener: Opener) -> None:
+class Registry(Generic[S]):
+    def __init__(
+        self, settings: Settings, default: S, opener: Opener[S], grants_changed: Callable[[], None] = lambda: None
+    ) -> None:
+        """``grants_changed``: called when deleting a warehouse deleted its grants (the process's
+        grants in force reload)."""
         self.settings = settings
         self.default = default
+        self._grants_changed = grants_changed
         self.default_name = default_name(settings)
         self.default_names = settings.default_warehouse_names
         self.rows = WarehouseRows(default.catalog.store.engine, settings.secrets_key)
         self._opener = opener
-        self._open: dict[str, Opened] = {}
+        self._open: dict[str, Opened[S]] = {}
         self._lock = threading.RLock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -75,7 +92,7 @@ class Registry:
     def knows(self, name: str) -> bool:
         return name in self.default_names or name in self._open
 
-    def state(self, name: str | None) -> AppState:
+    def state(self, name: str | None) -> S:
         if name is None or name in self.default_names:
             return self.default
         opened = self._open.get(name)
@@ -84,7 +101,11 @@ class Registry:
             raise errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}")
         return opened.state
 
-    def for_config(self, asked: str | None) -> AppState:
+    def opened(self) -> dict[str, S]:
+        """The created warehouses open now, by name (readiness and the gauges cover them)."""
+        return {name: opened.state for name, opened in dict(self._open).items()}
+
+    def for_config(self, asked: str | None) -> S:
         """``/v1/config?warehouse=``: nothing, the default's name, an alias of it
         (``CATALOG_WAREHOUSE_ALIASES``) or its location (what clients from before warehouses may send)
         is the default warehouse; a created one's name is that one."""
@@ -140,7 +161,7 @@ class Registry:
                 if old is not None:
                     old.close()
 
-    def _opened(self, w: Warehouse, updated_ms: int) -> Opened:
+    def _opened(self, w: Warehouse, updated_ms: int) -> Opened[S]:
         assert w.id is not None
         settings = checked_settings(self.settings, w, w.id)
         self._prepare_database(settings)
@@ -232,7 +253,7 @@ class Registry:
             for g in store.list_grants():
                 if g.target == Target(WAREHOUSE, (name,)) and g.id is not None:
                     store.delete_grant(g.id)
-            self.default.access.changed()
+            self._grants_changed()
         log.info("warehouse %s deleted", name)
 
     def _empty(self, name: str) -> bool:
