@@ -9,6 +9,7 @@ warehouses migrates and serves its old clients unchanged.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -502,6 +503,13 @@ def test_each_warehouse_has_its_own_feed_and_its_events_name_it(tmp_path: Path) 
             return [".".join(e["operation"]["namespace"]) for e in resp.json()["events"]]
 
         assert feed("team-a/") == ["only_in_a"] and feed("") == ["only_in_default"]
+        for warehouse, shown in (("team-a", "only_in_a"), (None, "only_in_default")):
+            tail = [sys.executable, "-m", "catalog", "events", "tail", "--uri", server.url, "--json"]
+            run = subprocess.run(
+                tail + (["--warehouse", warehouse] if warehouse else []), capture_output=True, text=True, timeout=60
+            )
+            assert run.returncode == 0, run.stderr
+            assert [".".join(json.loads(ln)["operation"]["namespace"]) for ln in run.stdout.splitlines()] == [shown]
         wait_for(lambda: len(hook.received) >= 2, "both events at the webhook")
         sources = {e["subject"]: e["source"] for _, e, _ in hook.received}
         assert sources == {
@@ -723,7 +731,6 @@ def test_warehouse_secrets_are_sealed_at_rest_rotated_and_needed(services, tmp_p
     """With CATALOG_SECRETS_KEY the S3 secret of a created warehouse is in no database file, only its
     Fernet token; a rotated key reseals it at start and the warehouse keeps working; without a key
     that opens it the warehouse does not open (404), the default serves, and the log says why."""
-    import json
     import sqlite3
 
     from cryptography.fernet import Fernet, InvalidToken

@@ -53,7 +53,8 @@ def connection_options() -> argparse.ArgumentParser:
 
 class Management:
     """Requests to a running server's management API, with the caller's token; with a warehouse,
-    every request names it (``?warehouse=``)."""
+    every management request names it (``?warehouse=``; the ``/v1`` routes name it in their
+    prefix: ``v1``)."""
 
     def __init__(self, uri: str, token: str | None, warehouse: str | None = None) -> None:
         import requests
@@ -82,10 +83,16 @@ class Management:
             token = response.json()["access_token"]
         return cls(args.uri, token, getattr(args, "rest_warehouse", None))
 
+    def v1(self, route: str) -> str:
+        """The path of an Iceberg REST ``route`` (``/events``) in this session's warehouse."""
+        from urllib.parse import quote
+
+        return f"/v1/{quote(self.warehouse, safe='')}{route}" if self.warehouse else f"/v1{route}"
+
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         import requests
 
-        if self.warehouse:
+        if self.warehouse and path.startswith("/management/"):
             kwargs["params"] = {**kwargs.get("params", {}), "warehouse": self.warehouse}
         try:
             response = self.http.request(method, self.uri + path, timeout=30, **kwargs)

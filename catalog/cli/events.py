@@ -1,6 +1,6 @@
 """``iceberg-catalog events tail [--follow]``: the change feed of a running server (``POST
 /v1/events``), one line per event (or one JSON object per line with ``--json``), oldest first, with
-the same ``--uri``/``--token``/``--credential`` as the other client commands.
+the same ``--uri``/``--token``/``--credential``/``--warehouse`` as the other client commands.
 
   iceberg-catalog events tail                         # every event kept, then exit
   iceberg-catalog events tail --follow --from-now     # only what happens from now on, until Ctrl-C
@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Any
 
-from catalog.cli.common import DEFAULT_URI, CliError, Management
+from catalog.cli.common import CliError, Management, connection_options
 
 POLL_SECONDS = 1.0
 
@@ -24,11 +23,11 @@ POLL_SECONDS = 1.0
 def register(sub: argparse._SubParsersAction) -> None:
     top = sub.add_parser("events", help="the catalog's change events")
     actions = top.add_subparsers(dest="action", required=True)
-    tail = actions.add_parser("tail", help="print the change events, oldest first (--follow: keep printing)")
-    tail.add_argument("--uri", default=os.environ.get("CATALOG_URI", DEFAULT_URI), help="the catalog's REST URI")
-    tail.add_argument("--token", default=os.environ.get("CATALOG_TOKEN"), help="bearer token (env CATALOG_TOKEN)")
-    tail.add_argument("--credential", default=os.environ.get("CATALOG_CREDENTIAL"), help="client credentials id:secret")
-    tail.add_argument("--json", action="store_true", help="one JSON object per line")
+    tail = actions.add_parser(
+        "tail",
+        help="print the change events, oldest first (--follow: keep printing)",
+        parents=[connection_options()],
+    )
     tail.add_argument("--follow", "-f", action="store_true", help="keep waiting for new events until Ctrl-C")
     tail.add_argument("--from-now", action="store_true", help="skip the events already there")
     tail.add_argument("--namespace", action="append", help="only this namespace (a.b) and below (repeatable)")
@@ -57,7 +56,9 @@ def _tail(session: Management, args: argparse.Namespace) -> int:
     token = None
     skipping = args.from_now
     while True:
-        page = session.call("POST", "/v1/events", json={**query, **({"continuation-token": token} if token else {})})
+        page = session.call(
+            "POST", session.v1("/events"), json={**query, **({"continuation-token": token} if token else {})}
+        )
         if not skipping:
             for event in page["events"]:
                 print(json.dumps(event) if args.json else line(event), flush=True)
