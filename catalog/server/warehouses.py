@@ -21,7 +21,6 @@ import yaml
 
 from catalog import errors
 from catalog.api.context import AppState
-from catalog.auth.policy import WAREHOUSE, Target
 from catalog.locations import normalise, overlaps
 from catalog.server import startup
 from catalog.settings import Settings
@@ -79,8 +78,7 @@ class Registry:
             return self.default
         opened = self._open.get(name)
         if opened is None:
-            shown = name if len(name) <= 64 else name[:64] + "..."
-            raise errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}")
+            raise errors.NoSuchWarehouse.named(name)
         return opened.state
 
     def for_config(self, asked: str | None) -> AppState:
@@ -223,9 +221,9 @@ class Registry:
             if opened is not None:
                 opened.close()
                 self._drop_database(opened.settings)
-            store = self.default.catalog.store
+            store = self.default.catalog.store  # its grants go too: a later one of the name starts anew
             for g in store.list_grants():
-                if g.target == Target(WAREHOUSE, (name,)) and g.id is not None:
+                if g.target.where()[0] == name and g.id is not None:
                     store.delete_grant(g.id)
             self.default.access.changed()
         log.info("warehouse %s deleted", name)
