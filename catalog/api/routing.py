@@ -41,8 +41,7 @@ class RawPathRouting:
             if match and match.group(1) not in _UNPREFIXED_FIRST:
                 warehouse = match.group(1)
                 if self.knows is not None and not self.knows(warehouse):
-                    shown = warehouse if len(warehouse) <= 64 else warehouse[:64] + "..."
-                    await send_error(send, errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}"))
+                    await send_error(send, errors.NoSuchWarehouse.named(warehouse))
                     return
                 path = f"/v1/{match.group(2)}{match.group(3) or ''}"
             WAREHOUSE.set(warehouse)  # the handlers' ``ctx`` is this warehouse's (api.selection)
