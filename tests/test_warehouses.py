@@ -515,6 +515,54 @@ def test_grants_on_objects_inside_a_warehouse_decide_there_only(fresh, tmp_path:
     assert any(g["on"] == {"warehouse": "team-a", "namespace": ["sales"]} for g in listed)
 
 
+@pytest.mark.parametrize("backend", backends())
+def test_migration_0010_keeps_the_grants_and_goes_back_without_the_warehouse_ones(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Forward: the grants made before keep naming what they named (the default warehouse's
+    objects, the catalog, a warehouse). Back: a grant on a created warehouse's table goes (the
+    revision before would read it as one on the default's table of that name), the others stay."""
+    import sqlalchemy as sa
+
+    from catalog.settings import Settings
+    from catalog.store import migrate
+    from catalog.store.db import create_engine
+    from catalog.store.entries import Store
+
+    if backend == "postgres-s3":
+        url = new_pg_database(request.getfixturevalue("services")["pg"], f"g_{uuid.uuid4().hex[:8]}")
+    else:
+        url = f"sqlite:///{tmp_path / 'g.db'}"
+    engine = create_engine(Settings(database_url=url))
+    try:
+        migrate.upgrade(engine, "0009")
+        with engine.begin() as conn:
+            for kind, name in (("table", "sales\x1forders"), ("warehouse", "team-a"), ("catalog", "")):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO grants (principal, privilege, object_kind, object_name, source, created_ms) "
+                        "VALUES ('role:r', 'read', :kind, :name, 'api', 0)"
+                    ),
+                    {"kind": kind, "name": name},
+                )
+        migrate.upgrade(engine)
+        orders = Target("table", ("sales", "orders"))
+        before = {(g.principal, g.target) for g in Store(engine).list_grants()}
+        assert before == {("role:r", orders), ("role:r", Target("warehouse", ("team-a",))), ("role:r", ROOT)}
+        # the same grant on team-a's table of the same name is another grant
+        added = Store(engine).add_grants([Grant("role:r", Privilege.READ, Target("table", orders.path, "team-a"))])
+        assert added[0].id is not None and added[0].target.warehouse == "team-a"
+        assert len(Store(engine).list_grants()) == 4
+        migrate.downgrade(engine, "0009")
+        with engine.connect() as conn:
+            left = conn.execute(sa.text("SELECT object_kind, object_name FROM grants")).all()
+        assert sorted(left) == [("catalog", ""), ("table", "sales\x1forders"), ("warehouse", "team-a")]
+        migrate.upgrade(engine)
+        assert {(g.principal, g.target) for g in Store(engine).list_grants()} == before
+    finally:
+        engine.dispose()
+
+
 # -- a database from before warehouses -------------------------------------------------------------------------
 
 
