@@ -321,6 +321,21 @@ def test_a_principal_granted_one_warehouse_cannot_touch_the_other(tmp_path: Path
             reader.load_table("sales.orders").append(rows(5, 1))
         with pytest.raises(RESTError, match="NoSuchWarehouseException"):
             as_in("analyst", "team-a")
+
+        # the admin of team-a manages the grants inside team-a, and only there
+        def grant(on: dict) -> requests.Response:
+            doc = {"principal": "client:analyst", "privileges": ["read"], "on": on}
+            return requests.post(server.url + "/management/v1/grants", json=doc, headers=ingest_h, timeout=10)
+
+        for elsewhere in ({"warehouse": "team-b", "table": "sales.orders"}, {"table": "sales.orders"}, "catalog"):
+            assert_error(grant(elsewhere), 403, "ForbiddenException")
+        assert grant({"warehouse": "team-a", "table": "sales.orders"}).status_code == 201
+        assert _ids(as_in("analyst", "team-a").load_table("sales.orders")) == [10]
+        mine = requests.get(server.url + "/management/v1/grants", headers=ingest_h, timeout=10).json()["grants"]
+        assert {str(g["on"]) for g in mine} == {
+            str({"warehouse": "team-a"}),
+            str({"warehouse": "team-a", "table": ["sales", "orders"]}),
+        }
     finally:
         server.stop()
 
