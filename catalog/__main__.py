@@ -46,7 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     grants.add_argument("--database-url", dest="database_url")
     grants.add_argument("--principal", help="user:<name>, client:<id> or role:<name>")
     grants.add_argument("--privilege", action="append", help="read, write, alter, ..., admin (repeatable)")
-    grants.add_argument("--on", help="catalog | namespace=a.b | table=a.b.t | view=a.b.v")
+    grants.add_argument(
+        "--on",
+        action="append",
+        help="catalog | warehouse=w | namespace=a.b | table=a.b.t | view=a.b.v; with warehouse=w beside a "
+        "namespace, table or view (--on warehouse=w --on table=a.b.t): that warehouse's object",
+    )
     grants.add_argument("--id", type=int, help="the grant to remove")
     grants.add_argument("--file", help="a bootstrap file to check (check-bootstrap)")
     tables, client = browse.register(sub)
@@ -132,6 +137,7 @@ within CATALOG_AUTHZ_CACHE_SECONDS. Examples:
   iceberg-catalog grants add --principal role:platform --privilege admin --on catalog
   iceberg-catalog grants add --principal client:ingest --privilege write --on table=raw.events
   iceberg-catalog grants add --principal role:team-a --privilege admin --on warehouse=team-a
+  iceberg-catalog grants add --principal role:bi --privilege read --on warehouse=team-a --on table=sales.orders
   iceberg-catalog grants list --principal client:ingest
   iceberg-catalog grants remove --id 7"""
 
@@ -145,6 +151,7 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
     from catalog.auth.tokens import parse_clients
     from catalog.store.db import create_engine
     from catalog.store.entries import Store
+    from catalog.store.warehouse_rows import WarehouseRows
 
     try:
         if args.action == "check-bootstrap":
@@ -159,8 +166,11 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
         elif args.action == "add":
             if not (args.principal and args.privilege and args.on):
                 raise errors.BadRequest("grants add needs --principal, --privilege and --on")
-            kind, _, name = args.on.partition("=")
-            target = policy.parse_target(kind if kind == "catalog" else {kind: name})
+            target = policy.parse_target(_grant_object(args.on))
+            where = target.where()[0]
+            known = where is None or where in settings.default_warehouse_names
+            if not known and WarehouseRows(store.engine).get(where) is None:
+                raise errors.NoSuchWarehouse.named(where)
             wanted = [
                 policy.Grant(policy.parse_principal(args.principal), policy.parse_privilege(p), target)
                 for p in args.privilege
@@ -180,6 +190,16 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
         print(f"iceberg-catalog grants: {getattr(e, 'message', e)}", file=sys.stderr)
         return 2
     return 0
+
+
+def _grant_object(on: list[str]) -> object:
+    """``--on`` as a grant object: ``catalog``, or the ``kind=name`` pairs as one mapping (checked by
+    ``policy.parse_target``: ``warehouse=w`` alone, or beside one namespace, table or view)."""
+    if on == ["catalog"]:
+        return "catalog"
+    pairs = [item.partition("=") for item in on]
+    found = {kind: name for kind, _, name in pairs}
+    return found if len(found) == len(pairs) else None
 
 
 def _migrate(settings: Settings, revision: str, down: bool, yes: bool = False) -> int:

@@ -66,6 +66,12 @@ class NoSuchView(IcebergError):
 class NoSuchWarehouse(IcebergError):
     type, code = "NoSuchWarehouseException", 404
 
+    @classmethod
+    def named(cls, name: str) -> NoSuchWarehouse:
+        """The one answer for a warehouse that is none or that the caller may not see (the name is
+        the client's: shortened)."""
+        return cls(f"Warehouse does not exist: {name if len(name) <= 64 else name[:64] + '...'}")
+
 
 class NotFound(IcebergError):
     type, code = "NotFoundException", 404

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 import requests
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.exceptions import ForbiddenError, NoSuchTableError
+from pyiceberg.exceptions import ForbiddenError, RESTError
 
 from catalog.auth.grants import in_warehouse
 from catalog.auth.policy import ROOT, Grant, Privilege, Target, parse_target
+from catalog.errors import BadRequest
 from tests.support import (
     CLIENTS,
     PY_SCHEMA,
@@ -302,12 +303,14 @@ def test_a_principal_granted_one_warehouse_cannot_touch_the_other(tmp_path: Path
         a.create_table("sales.orders", PY_SCHEMA).append(rows(10, 1))
         assert _ids(a.load_table("sales.orders")) == [10]
 
-        # the same principal in team-b: sees nothing, loads nothing, commits nothing
-        b = as_in("ingest", "team-b")
-        assert b.list_namespaces() == []
-        with pytest.raises((ForbiddenError, NoSuchTableError)):
-            b.load_table("sales.orders")
+        # the same principal in team-b: is told it does not exist, sees nothing, loads nothing, commits nothing
+        with pytest.raises(RESTError, match="NoSuchWarehouseException"):
+            as_in("ingest", "team-b")
         headers = ingest_h
+        resp = requests.get(server.url + "/v1/team-b/namespaces", headers=headers, timeout=10)
+        assert resp.json()["namespaces"] == []
+        resp = requests.get(server.url + "/v1/team-b/namespaces/sales/tables/orders", headers=headers, timeout=10)
+        assert resp.status_code == 403
         resp = requests.get(server.url + "/v1/team-b/namespaces/sales/tables", headers=headers, timeout=10)
         assert resp.status_code == 403
         commit = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"x": "1"}}]}
@@ -327,24 +330,263 @@ def test_a_principal_granted_one_warehouse_cannot_touch_the_other(tmp_path: Path
         assert _ids(reader.load_table("sales.orders")) == [0, 1]
         with pytest.raises(ForbiddenError):
             reader.load_table("sales.orders").append(rows(5, 1))
-        assert as_in("analyst", "team-a").list_namespaces() == []
+        with pytest.raises(RESTError, match="NoSuchWarehouseException"):
+            as_in("analyst", "team-a")
+
+        # the admin of team-a manages the grants inside team-a, and only there
+        def grant(on: dict) -> requests.Response:
+            doc = {"principal": "client:analyst", "privileges": ["read"], "on": on}
+            return requests.post(server.url + "/management/v1/grants", json=doc, headers=ingest_h, timeout=10)
+
+        for elsewhere in ({"warehouse": "team-b", "table": "sales.orders"}, {"table": "sales.orders"}, "catalog"):
+            assert_error(grant(elsewhere), 403, "ForbiddenException")
+        assert grant({"warehouse": "team-a", "table": "sales.orders"}).status_code == 201
+        assert _ids(as_in("analyst", "team-a").load_table("sales.orders")) == [10]
+        mine = requests.get(server.url + "/management/v1/grants", headers=ingest_h, timeout=10).json()["grants"]
+        assert {str(g["on"]) for g in mine} == {
+            str({"warehouse": "team-a"}),
+            str({"warehouse": "team-a", "table": ["sales", "orders"]}),
+        }
     finally:
         server.stop()
 
 
 def test_warehouse_grants_decide_inside_their_warehouse_only() -> None:
+    orders = Target("table", ("sales", "orders"))
     grants = [
         Grant("client:a", Privilege.READ, ROOT, id=1),
         Grant("client:b", Privilege.WRITE, Target("warehouse", ("team-a",)), id=2),
         Grant("client:c", Privilege.READ, Target("namespace", ("sales",)), id=3),
+        Grant("client:d", Privilege.READ, Target("table", ("sales", "orders"), "team-a"), id=4),
+        Grant("client:e", Privilege.READ, Target("table", ("sales", "orders"), "default"), id=5),
     ]
-    in_a = in_warehouse(grants, "team-a", "default")
-    assert {(g.principal, g.target) for g in in_a} == {("client:a", ROOT), ("client:b", ROOT)}
-    in_default = in_warehouse(grants, None, "default")
-    assert {g.principal for g in in_default} == {"client:a", "client:c"}
+    default = frozenset({"default", "warehouse"})
+    in_a = in_warehouse(grants, "team-a", {"team-a"})
+    assert {(g.principal, g.target) for g in in_a} == {("client:a", ROOT), ("client:b", ROOT), ("client:d", orders)}
+    in_b = in_warehouse(grants, "team-b", {"team-b"})
+    assert {(g.principal, g.target) for g in in_b} == {("client:a", ROOT)}
+    in_default = in_warehouse(grants, None, default)
+    assert {(g.principal, g.target) for g in in_default} == {
+        ("client:a", ROOT),
+        ("client:c", Target("namespace", ("sales",))),
+        ("client:e", orders),  # the default warehouse named explicitly
+    }
     assert parse_target({"warehouse": "team-a"}) == Target("warehouse", ("team-a",))
-    with pytest.raises(Exception, match="object"):
-        parse_target({"warehouse": "Not A Name"})
+    assert parse_target({"warehouse": "team-a", "table": "sales.orders"}) == Target("table", orders.path, "team-a")
+    assert parse_target({"view": ["a.b", "v"], "warehouse": "team-a"}) == Target("view", ("a.b", "v"), "team-a")
+    shown = {"warehouse": "team-a", "namespace": ["sales"]}
+    assert parse_target(shown).to_json() == shown and parse_target(shown).where() == (
+        "team-a",
+        Target("namespace", ("sales",)),
+    )
+    for hostile in (
+        {"warehouse": "Not A Name"},
+        {"warehouse": "../etc", "table": "a.t"},
+        {"warehouse": "x" * 100_000, "namespace": "a"},
+        {"warehouse": ["team-a"], "table": "a.t"},
+        {"warehouse": "team-a", "catalog": True},
+        {"warehouse": "team-a", "table": "a.b", "view": "a.c"},
+        {"warehouse": "team-a", "table": "t"},
+        {"warehouse": "team-a", "namespace": "a\x00b"},
+        {"warehouse": "team-a", "table": ["a", "..", "t"]},
+        {"warehouse": "team-a", "namespace": ["a" * 100_000]},
+        {"warehouse": "team-a", "warehouses": "a"},
+    ):
+        with pytest.raises(BadRequest):
+            parse_target(hostile)
+
+
+# -- grants on the objects inside a warehouse ------------------------------------------------------------
+
+FINE = """
+grants:
+  - {principal: client:admin, privileges: [admin], on: catalog}
+  # team-a does not exist yet when the server starts: a bootstrap grant may name it before
+  - {principal: client:analyst, privileges: [read], "on": {warehouse: team-a, table: sales.orders}}
+"""
+
+
+def test_grants_on_objects_inside_a_warehouse_decide_there_only(fresh, tmp_path: Path) -> None:
+    server = fresh(auth_env(tmp_path, FINE))
+    admin_h = {"Authorization": f"Bearer {token(server, 'admin')}"}
+    for name in ("team-a", "team-b"):
+        doc = {"name": name, "location": str(tmp_path / name)}
+        assert requests.post(server.url + MGMT, json=doc, headers=admin_h, timeout=30).status_code == 201
+    signin = {"oauth2-server-uri": server.url + "/v1/oauth/tokens"}
+
+    def as_in(client: str, warehouse: str | None) -> RestCatalog:
+        return _client(server.url, warehouse, **signin, credential=f"{client}:{CLIENTS[client]}")
+
+    def http(client: str, method: str, path: str, **kw) -> requests.Response:
+        headers = {"Authorization": f"Bearer {token(server, client)}"}
+        return requests.request(method, server.url + path, headers=headers, timeout=30, **kw)
+
+    # the same names in all three warehouses
+    for warehouse in ("team-a", "team-b", None):
+        admin = as_in("admin", warehouse)
+        admin.create_namespace("sales")
+        admin.create_table("sales.orders", PY_SCHEMA)
+    a_admin = as_in("admin", "team-a")
+    a_admin.create_table("sales.refunds", PY_SCHEMA)
+    a_admin.load_table("sales.orders").append(rows(0, 2))
+    as_in("admin", "team-b").load_table("sales.orders").append(rows(20, 1))
+
+    # read on team-a's sales.orders: that one table there, read only
+    analyst = as_in("analyst", "team-a")
+    assert analyst.list_namespaces() == [("sales",)]
+    assert analyst.list_tables("sales") == [("sales", "orders")]
+    assert _ids(analyst.load_table("sales.orders")) == [0, 1]
+    with pytest.raises(ForbiddenError):
+        analyst.load_table("sales.refunds")
+    with pytest.raises(ForbiddenError):
+        analyst.load_table("sales.orders").append(rows(5, 1))
+    commit = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"x": "1"}}]}
+    resp = http("analyst", "POST", "/v1/team-a/namespaces/sales/tables/orders", json=commit)
+    assert_error(resp, 403, "ForbiddenException")
+    # the same names in the default warehouse and in team-b are other objects: nothing of them
+    elsewhere = as_in("analyst", None)
+    assert elsewhere.list_namespaces() == []
+    with pytest.raises(ForbiddenError):
+        elsewhere.load_table("sales.orders")
+    with pytest.raises(RESTError, match="NoSuchWarehouseException"):  # team-b's /v1/config: see below
+        as_in("analyst", "team-b")
+    assert http("analyst", "GET", "/v1/team-b/namespaces").json()["namespaces"] == []
+    assert_error(http("analyst", "GET", "/v1/team-b/namespaces/sales/tables/orders"), 403, "ForbiddenException")
+
+    # /v1/config: a created warehouse the caller holds nothing in is answered as one that is none
+    def config(client: str, warehouse: str) -> requests.Response:
+        return http(client, "GET", "/v1/config", params={"warehouse": warehouse})
+
+    assert config("analyst", "team-a").json()["overrides"]["prefix"] == "team-a"
+    unknown = assert_error(config("analyst", "no-such"), 404, "NoSuchWarehouseException")
+    hidden = assert_error(config("analyst", "team-b"), 404, "NoSuchWarehouseException")
+    assert hidden["message"] == unknown["message"].replace("no-such", "team-b")
+    assert_error(config("nobody", "team-a"), 404, "NoSuchWarehouseException")
+    assert config("nobody", "default").status_code == 200  # the default warehouse is not hidden
+    assert config("admin", "team-b").json()["overrides"]["prefix"] == "team-b"  # catalog grants span all
+
+    # through the management API: write on team-b's sales.orders, and nowhere else
+    grant = {
+        "principal": "client:ingest",
+        "privileges": ["write"],
+        "on": {"warehouse": "team-b", "table": "sales.orders"},
+    }
+    created = http("admin", "POST", "/management/v1/grants", json=grant)
+    assert created.status_code == 201, created.text
+    assert created.json()["grants"][0]["on"] == {"warehouse": "team-b", "table": ["sales", "orders"]}
+    ingest = as_in("ingest", "team-b")
+    ingest.load_table("sales.orders").append(rows(21, 1))
+    assert _ids(as_in("admin", "team-b").load_table("sales.orders")) == [20, 21]
+    resp = http("ingest", "POST", "/v1/namespaces/sales/tables/orders", json=commit)  # the default's
+    assert_error(resp, 403, "ForbiddenException")
+    assert_error(
+        http("ingest", "POST", "/v1/team-a/namespaces/sales/tables/orders", json=commit), 403, "ForbiddenException"
+    )
+    assert_error(config("ingest", "team-a"), 404, "NoSuchWarehouseException")
+    assert config("ingest", "team-b").status_code == 200
+    # who may not manage the catalog's grants cannot grant inside a warehouse, nor learn which exist
+    for on in ({"warehouse": "team-b", "namespace": "sales"}, {"warehouse": "no-such", "namespace": "sales"}):
+        resp = http("ingest", "POST", "/management/v1/grants", json={**grant, "on": on})
+        assert_error(resp, 403, "ForbiddenException")
+
+    # hostile objects: 4xx in the Iceberg shape
+    for on, status, kind in (
+        ({"warehouse": "no-such", "table": "sales.orders"}, 404, "NoSuchWarehouseException"),
+        ({"warehouse": "../team-a", "table": "sales.orders"}, 400, "BadRequestException"),
+        ({"warehouse": "team-a" * 5000, "namespace": "sales"}, 400, "BadRequestException"),
+        ({"warehouse": "team-a", "namespace": "s" * 100_000}, 400, "BadRequestException"),
+        ({"warehouse": "team-a", "table": "sales/../x.orders"}, 400, "BadRequestException"),
+        ({"warehouse": "team-a", "catalog": True}, 400, "BadRequestException"),
+        ({"warehouse": {"name": "team-a"}, "table": "sales.orders"}, 400, "BadRequestException"),
+    ):
+        assert_error(http("admin", "POST", "/management/v1/grants", json={**grant, "on": on}), status, kind)
+
+    # a rename inside a warehouse treats grants as the default warehouse does: they name the object,
+    # so the renamed table leaves the grant behind, and a new table of the name has it
+    move = {
+        "source": {"namespace": ["sales"], "name": "orders"},
+        "destination": {"namespace": ["sales"], "name": "old"},
+    }
+    assert http("admin", "POST", "/v1/team-a/tables/rename", json=move).status_code == 204
+    with pytest.raises(ForbiddenError):
+        analyst.load_table("sales.old")
+    assert analyst.list_tables("sales") == []
+    a_admin.create_table("sales.orders", PY_SCHEMA)
+    assert analyst.list_tables("sales") == [("sales", "orders")]
+
+    # the CLI: the same objects, --on repeated
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "catalog", "grants", *args]
+        return subprocess.run(command, env=server.env, capture_output=True, text=True, timeout=60)
+
+    added = cli(
+        "add", "--principal", "role:bi", "--privilege", "read", "--on", "warehouse=team-a", "--on", "namespace=sales"
+    )
+    assert added.returncode == 0, added.stderr
+    assert '"on": {"warehouse": "team-a", "namespace": ["sales"]}' in added.stdout
+    refused = cli(
+        "add", "--principal", "role:bi", "--privilege", "read", "--on", "warehouse=no-such", "--on", "table=a.t"
+    )
+    assert refused.returncode == 2 and "Warehouse does not exist: no-such" in refused.stderr, refused.stderr
+    refused = cli("add", "--principal", "role:bi", "--privilege", "read", "--on", "warehouse=team-a", "--on", "catalog")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+
+    # a deleted warehouse takes the grants naming its objects with it
+    b_admin = as_in("admin", "team-b")
+    b_admin.drop_table("sales.orders")
+    b_admin.drop_namespace("sales")
+    assert http("admin", "DELETE", MGMT + "/team-b").status_code == 204
+    listed = http("admin", "GET", "/management/v1/grants").json()["grants"]
+    assert [g for g in listed if g["on"].get("warehouse") == "team-b"] == []
+    assert any(g["on"] == {"warehouse": "team-a", "namespace": ["sales"]} for g in listed)
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_migration_0010_keeps_the_grants_and_goes_back_without_the_warehouse_ones(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Forward: the grants made before keep naming what they named (the default warehouse's
+    objects, the catalog, a warehouse). Back: a grant on a created warehouse's table goes (the
+    revision before would read it as one on the default's table of that name), the others stay."""
+    import sqlalchemy as sa
+
+    from catalog.settings import Settings
+    from catalog.store import migrate
+    from catalog.store.db import create_engine
+    from catalog.store.entries import Store
+
+    if backend == "postgres-s3":
+        url = new_pg_database(request.getfixturevalue("services")["pg"], f"g_{uuid.uuid4().hex[:8]}")
+    else:
+        url = f"sqlite:///{tmp_path / 'g.db'}"
+    engine = create_engine(Settings(database_url=url))
+    try:
+        migrate.upgrade(engine, "0009")
+        with engine.begin() as conn:
+            for kind, name in (("table", "sales\x1forders"), ("warehouse", "team-a"), ("catalog", "")):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO grants (principal, privilege, object_kind, object_name, source, created_ms) "
+                        "VALUES ('role:r', 'read', :kind, :name, 'api', 0)"
+                    ),
+                    {"kind": kind, "name": name},
+                )
+        migrate.upgrade(engine)
+        orders = Target("table", ("sales", "orders"))
+        before = {(g.principal, g.target) for g in Store(engine).list_grants()}
+        assert before == {("role:r", orders), ("role:r", Target("warehouse", ("team-a",))), ("role:r", ROOT)}
+        # the same grant on team-a's table of the same name is another grant
+        added = Store(engine).add_grants([Grant("role:r", Privilege.READ, Target("table", orders.path, "team-a"))])
+        assert added[0].id is not None and added[0].target.warehouse == "team-a"
+        assert len(Store(engine).list_grants()) == 4
+        migrate.downgrade(engine, "0009")
+        with engine.connect() as conn:
+            left = conn.execute(sa.text("SELECT object_kind, object_name FROM grants")).all()
+        assert sorted(left) == [("catalog", ""), ("table", "sales\x1forders"), ("warehouse", "team-a")]
+        migrate.upgrade(engine)
+        assert {(g.principal, g.target) for g in Store(engine).list_grants()} == before
+    finally:
+        engine.dispose()
 
 
 # -- a database from before warehouses -------------------------------------------------------------------------

@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from litestar import Response, get
+from litestar import Request, Response, get
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromQuery
 
 from catalog import errors
-from catalog.api import wire
+from catalog.api import guard, wire
 from catalog.api.context import Ctx
 from catalog.settings import Settings
 
@@ -22,15 +22,20 @@ _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 _NOT_ADVERTISED = ("/v1/config", "/v1/oauth/tokens")
 
 
-@get("/v1/config", sync_to_thread=False)
-def get_config(ctx: Ctx, warehouse: FromQuery[str | None] = None) -> Response:
+@get("/v1/config")
+async def get_config(request: Request, ctx: Ctx, warehouse: FromQuery[str | None] = None) -> Response:
     """``?warehouse=<name>``: that warehouse's answer (its ``prefix`` and storage defaults); 404
-    (``NoSuchWarehouseException``) for a name that is none (``server.warehouses.Registry.for_config``)."""
+    (``NoSuchWarehouseException``) for a name that is none (``server.warehouses.Registry.for_config``)
+    and, when grants are enforced, for a created warehouse the caller holds no grant in (none on
+    the catalog, the warehouse or anything in it): the same answer, so a name tells nothing."""
     if warehouse is None or ctx.prefix == warehouse:
         return wire.raw_json_response(ctx.config_body)
     if len(warehouse) > 1024:
         raise errors.NoSuchWarehouse("Warehouse does not exist")
-    return wire.raw_json_response(ctx.registry().for_config(warehouse).config_body)
+    chosen = ctx.registry().for_config(warehouse)
+    if chosen.access.warehouse is not None and not await guard.holds_any(request, chosen.access):
+        raise errors.NoSuchWarehouse.named(warehouse)
+    return wire.raw_json_response(chosen.config_body)
 
 
 def body(settings: Settings, client_io: dict[str, str], served: list[HTTPRouteHandler]) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from litestar import Request
 
 from catalog import errors
 from catalog.api import selection, wire
-from catalog.auth.policy import Policy, Privilege, Target, principal_keys
+from catalog.auth.grants import Access
+from catalog.auth.policy import ROOT, Policy, Privilege, Target, principal_keys
 from catalog.auth.principals import ANONYMOUS, Principal
 
 
@@ -36,22 +37,37 @@ def grantee(request: Request) -> str:
 
 
 async def require(request: Request, needs: Iterable[tuple[Privilege, Target]]) -> Principal:
+    """403 unless the caller holds every privilege on its object (decided by the grants of the
+    object's warehouse: ``deciding``)."""
     needs = list(needs)
     who = principal(request)
     _audit(request, who, needs)
-    checked = await _policy(request, who)
-    if checked is not None:
-        keys, policy = checked
-        for privilege, target in needs:
-            if not policy.allows(keys, privilege, target):
-                raise errors.Forbidden(f"Forbidden: {who.name} does not have privilege {privilege} on {target}")
+    for privilege, target in needs:
+        access, inside = deciding(request, target)
+        checked = await _policy(access, who)
+        if checked is not None and not checked[1].allows(checked[0], privilege, inside):
+            raise errors.Forbidden(f"Forbidden: {who.name} does not have privilege {privilege} on {target}")
     return who
+
+
+def deciding(request: Request, target: Target) -> tuple[Access, Target]:
+    """Whose grants decide on ``target`` and the target as seen by them: the request's warehouse's
+    for an object that names no warehouse (what the catalog routes ask about), else the named
+    warehouse's (``{warehouse: w}`` is w's catalog). A warehouse not served (deleted meanwhile, or
+    never one) is the request's catalog level: only a catalog-wide grant decides on it."""
+    where, inside = target.where()
+    if where is None:
+        return selection.current(request.app.state).access, target
+    registry = request.app.state.ctx.registry()
+    if not registry.knows(where):
+        return selection.current(request.app.state).access, ROOT
+    return registry.state(where).access, inside
 
 
 async def visible(request: Request, targets: Iterable[Target]) -> list[bool]:
     """For each target, whether the caller may see it (``Policy.sees``)."""
     targets = list(targets)
-    checked = await _policy(request, principal(request))
+    checked = await _policy(selection.current(request.app.state).access, principal(request))
     if checked is None:
         return [True] * len(targets)
     keys, policy = checked
@@ -61,7 +77,7 @@ async def visible(request: Request, targets: Iterable[Target]) -> list[bool]:
 async def readable(request: Request, targets: Iterable[Target]) -> list[bool]:
     """For each target, whether the caller may read it (``read``, or a privilege that gives it)."""
     targets = list(targets)
-    checked = await _policy(request, principal(request))
+    checked = await _policy(selection.current(request.app.state).access, principal(request))
     if checked is None:
         return [True] * len(targets)
     keys, policy = checked
@@ -76,12 +92,19 @@ async def require_visible(request: Request, target: Target) -> None:
 
 
 async def holds(request: Request, privilege: Privilege, target: Target) -> bool:
-    checked = await _policy(request, principal(request))
-    return checked is None or checked[1].allows(checked[0], privilege, target)
+    access, inside = deciding(request, target)
+    checked = await _policy(access, principal(request))
+    return checked is None or checked[1].allows(checked[0], privilege, inside)
 
 
-async def _policy(request: Request, who: Principal) -> tuple[list[str], Policy] | None:
-    access = selection.current(request.app.state).access
+async def holds_any(request: Request, access: Access) -> bool:
+    """The caller holds some grant among those deciding in ``access``'s warehouse (on its catalog
+    or on anything in it): it may know the warehouse exists."""
+    checked = await _policy(access, principal(request))
+    return checked is None or checked[1].sees(checked[0], ROOT)
+
+
+async def _policy(access: Access, who: Principal) -> tuple[list[str], Policy] | None:
     if who.unrestricted or not access.enforced:
         return None
     policy = access.cached() or await wire.blocking(access.policy)

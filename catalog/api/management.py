@@ -9,7 +9,10 @@
   the stored grants (a grant already held is returned as it is).
 - ``DELETE /management/v1/grants/{id}`` -> 204.
 
-Changing a grant needs ``manage-grants`` on its object (or above). Documented in spec/management.yaml.
+Changing a grant needs ``manage-grants`` on its object (or above), decided by the grants of the
+object's warehouse (``guard.deciding``): an admin of a warehouse manages the grants inside it. A
+grant naming a warehouse that is none is 404 ``NoSuchWarehouseException``. Documented in
+spec/management.yaml.
 """
 
 from __future__ import annotations
@@ -60,8 +63,13 @@ async def add_grants(body: RawBody, request: Request, ctx: Ctx) -> Response:
     grants = [Grant(g.principal, g.privilege, g.target) for g in policy.parse_grants({"grants": [doc]})]
     if len(grants) > MAX_GRANTS_PER_REQUEST:
         raise errors.BadRequest(f"At most {MAX_GRANTS_PER_REQUEST} privileges per request")
-    await guard.require(request, [(Privilege.MANAGE_GRANTS, grants[0].target)])
-    stored = await wire.blocking(ctx.access.grant, grants)
+    target = grants[0].target
+    await guard.require(request, [(Privilege.MANAGE_GRANTS, target)])
+    where = target.where()[0]
+    if where is not None and not ctx.registry().knows(where):  # told only to who may manage the catalog's grants
+        raise errors.NoSuchWarehouse.named(where)
+    access, _ = guard.deciding(request, target)  # its warehouse's snapshot reloads at once
+    stored = await wire.blocking(access.grant, grants)
     return wire.json_response({"grants": [g.to_json() for g in _ordered(stored)]}, status=201)
 
 
@@ -73,7 +81,8 @@ async def revoke_grant(grant_id: FromPath[str], request: Request, ctx: Ctx) -> N
     if not found:
         raise errors.NotFound(f"No grant with id {grant_id}")
     await guard.require(request, [(Privilege.MANAGE_GRANTS, found[0].target)])
-    await wire.blocking(ctx.access.revoke, found[0].id)
+    access, _ = guard.deciding(request, found[0].target)
+    await wire.blocking(access.revoke, found[0].id)
 
 
 def _json(body: RawBody) -> Any:

@@ -50,8 +50,7 @@ class RawPathRouting:
             try:
                 warehouse, path = _addressed(path, scope.get("query_string", b""))
                 if warehouse is not None and self.knows is not None and not self.knows(warehouse):
-                    shown = warehouse if len(warehouse) <= 64 else warehouse[:64] + "..."
-                    raise errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}")
+                    raise errors.NoSuchWarehouse.named(warehouse)
             except errors.IcebergError as e:
                 await self.refused({**scope, _REFUSED: e}, receive, send)
                 return

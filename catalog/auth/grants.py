@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from catalog import errors
-from catalog.auth.policy import CATALOG, ROOT, WAREHOUSE, Grant, Policy, as_client, parse_grants, refuse_ambiguous
+from catalog.auth.policy import CATALOG, Grant, Policy, as_client, parse_grants, refuse_ambiguous
 from catalog.auth.tokens import parse_clients
 from catalog.settings import Settings
 from catalog.store.entries import Store
@@ -31,7 +32,9 @@ class Access:
         (the grants are all in the server's database, ``store``; see ``in_warehouse``)."""
         self.store = store
         self.warehouse = warehouse
-        self.default_name = settings.prefix or "default"
+        # the names this warehouse's grants may give it: a created one's own, or the default's (its
+        # name and aliases; a created warehouse's settings carry its name as their prefix instead)
+        self.names = frozenset({warehouse}) if warehouse else settings.default_warehouse_names
         # Without authentication every request is anonymous and unrestricted; with it, grants decide
         # unless the operator chose authorization "none" (any valid token may do anything).
         self.enforced = settings.auth_required and settings.authorization == "grants"
@@ -49,7 +52,7 @@ class Access:
         """A fresh snapshot, reloaded if stale (blocking)."""
         with self._lock:
             if time.monotonic() >= self._expires:
-                self._policy = Policy(in_warehouse(self.store.list_grants(), self.warehouse, self.default_name))
+                self._policy = Policy(in_warehouse(self.store.list_grants(), self.warehouse, self.names))
                 self._expires = time.monotonic() + self.ttl
             return self._policy
 
@@ -100,19 +103,19 @@ class Access:
         self.changed()
 
 
-def in_warehouse(grants: list[Grant], warehouse: str | None, default_name: str) -> list[Grant]:
-    """The grants that decide inside one warehouse (``None``: the default one). Catalog-level
-    grants span every warehouse; ``warehouse:<name>`` is that warehouse's catalog level; grants on
-    namespaces, tables and views name the default warehouse's objects (finer grants inside another
-    warehouse are not built yet)."""
-    name = warehouse or default_name
+def in_warehouse(grants: list[Grant], warehouse: str | None, names: Collection[str]) -> list[Grant]:
+    """The grants that decide inside one warehouse (``None``: the default one), named ``names``
+    (the default's: its name and aliases), each as seen from inside it. Catalog-level grants span
+    every warehouse; ``{warehouse: w}`` is w's catalog level; a namespace, table or view grant
+    naming a warehouse names that warehouse's object, and one naming none the default's."""
     kept = []
     for g in grants:
-        if g.target.kind == WAREHOUSE:
-            if g.target.path == (name,):
-                kept.append(replace(g, target=ROOT))
-        elif warehouse is None or g.target.kind == CATALOG:
+        if g.target.kind == CATALOG:
             kept.append(g)
+            continue
+        where, target = g.target.where()
+        if (where in names) if where is not None else warehouse is None:
+            kept.append(replace(g, target=target))
     return kept
 
 

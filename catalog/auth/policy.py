@@ -9,7 +9,9 @@ A grant gives one privilege on one object to one principal:
   ``drop``, ``purge`` (drop and delete the files), ``register``, ``manage-grants``, and ``admin``
   (all of them);
 - objects: the ``catalog``, a namespace, a table or a view. A grant on the catalog or a namespace is
-  inherited by everything below it (child namespaces and their tables and views);
+  inherited by everything below it (child namespaces and their tables and views). With
+  warehouses, ``{warehouse: name}`` is that warehouse's catalog level, and a namespace, table or
+  view may name the warehouse it is in (``Target.warehouse``; none: the default warehouse's);
 - principals: ``user:<name>`` (an identity provider's token: its principal claim), ``client:<id>``
   (a built-in client of the token endpoint) or ``role:<name>`` (one of the token's groups/roles).
 
@@ -27,12 +29,12 @@ directly (tests/test_authz.py).
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from catalog import errors, names
+from catalog.warehouses import NAME
 
 
 class Privilege(enum.StrEnum):
@@ -66,10 +68,13 @@ WAREHOUSE = "warehouse"
 @dataclass(frozen=True, slots=True)
 class Target:
     """An object grants are given on: ``path`` is the namespace levels, then the name of a table
-    or view; empty for the catalog."""
+    or view; empty for the catalog. ``warehouse``: the warehouse a namespace, table or view is in
+    (None: the default one); decisions are made on targets seen from inside their warehouse, where
+    it is None (``auth.grants.in_warehouse``)."""
 
     kind: str
     path: tuple[str, ...] = ()
+    warehouse: str | None = None
 
     def scopes(self) -> Iterable[Target]:
         """The objects whose grants apply to this one: the catalog, each enclosing namespace, itself."""
@@ -92,12 +97,21 @@ class Target:
         return self.kind == NAMESPACE and other.levels[: len(self.path)] == self.path
 
     def __str__(self) -> str:
-        return self.kind if self.kind == CATALOG else f"{self.kind} {'.'.join(self.path)}"
+        shown = self.kind if self.kind == CATALOG else f"{self.kind} {'.'.join(self.path)}"
+        return f"{shown} in warehouse {self.warehouse}" if self.warehouse else shown
 
     def to_json(self) -> dict[str, Any]:
         if self.kind == WAREHOUSE:
             return {WAREHOUSE: self.path[0]}
-        return {"catalog": True} if self.kind == CATALOG else {self.kind: list(self.path)}
+        shown = {"catalog": True} if self.kind == CATALOG else {self.kind: list(self.path)}
+        return {WAREHOUSE: self.warehouse, **shown} if self.warehouse else shown
+
+    def where(self) -> tuple[str | None, Target]:
+        """The warehouse whose grants decide on this object (None: the default one) and the object
+        as seen from inside it: ``{warehouse: w}`` is w's catalog, ``{warehouse: w, table: t}`` w's t."""
+        if self.kind == WAREHOUSE:
+            return self.path[0], ROOT
+        return self.warehouse, Target(self.kind, self.path)
 
 
 ROOT = Target(CATALOG)
@@ -249,31 +263,48 @@ def refuse_ambiguous(grants: Iterable[Grant], client_ids: Collection[str]) -> No
 
 def parse_target(value: Any) -> Target:
     """``"catalog"``, ``{"catalog": true}``, ``{"warehouse": "name"}``, or
-    ``{"namespace"|"table"|"view": "a.b.t"}`` (a list of levels when a level contains a dot)."""
+    ``{"namespace"|"table"|"view": "a.b.t"}`` (a list of levels when a level contains a dot), the
+    last ones with ``"warehouse": "name"`` beside them for that warehouse's object."""
     if value == CATALOG or value == {CATALOG: True}:
         return ROOT
-    if isinstance(value, Mapping) and len(value) == 1:
-        ((kind, name),) = value.items()
-        if kind == WAREHOUSE and isinstance(name, str) and re.match(r"^[a-z0-9][a-z0-9_-]{0,62}$", name):
-            return Target(WAREHOUSE, (name,))
-        if kind in (NAMESPACE, TABLE, VIEW):
-            levels = name.split(".") if isinstance(name, str) else name
-            if (
-                isinstance(levels, list)
-                and levels
-                and all(isinstance(s, str) and s and len(s) <= 255 for s in levels)
-                and (kind == NAMESPACE or len(levels) >= 2)
-                and len(levels) <= 32
-            ):
-                # named like every namespace, table and view: no NUL, control characters, '/', '..'
-                names.check_namespace(tuple(levels) if kind == NAMESPACE else tuple(levels[:-1]))
-                if kind != NAMESPACE:
-                    names.check_name(levels[-1])
-                return Target(kind, tuple(levels))
+    if isinstance(value, Mapping) and WAREHOUSE in value and 1 <= len(value) <= 2:
+        name = value[WAREHOUSE]
+        if isinstance(name, str) and NAME.match(name):
+            if len(value) == 1:
+                return Target(WAREHOUSE, (name,))
+            inner = _object({k: v for k, v in value.items() if k != WAREHOUSE})
+            if inner is not None:
+                return Target(inner.kind, inner.path, name)
+    elif (inner := _object(value)) is not None:
+        return inner
     raise errors.BadRequest(
         "A grant's object is 'catalog' or one of {warehouse: name}, {namespace: a.b}, {table: a.b.t}, {view: a.b.v} "
-        "(a list of levels when a level contains a dot; a table or view needs a namespace)"
+        "(a list of levels when a level contains a dot; a table or view needs a namespace), the last three with "
+        "'warehouse: name' for an object of that warehouse"
     )
+
+
+def _object(value: Any) -> Target | None:
+    """``{"namespace"|"table"|"view": levels}`` as a target; None when it is not one."""
+    if not isinstance(value, Mapping) or len(value) != 1:
+        return None
+    ((kind, name),) = value.items()
+    if kind not in (NAMESPACE, TABLE, VIEW):
+        return None
+    levels = name.split(".") if isinstance(name, str) else name
+    if not (
+        isinstance(levels, list)
+        and levels
+        and all(isinstance(s, str) and s and len(s) <= 255 for s in levels)
+        and (kind == NAMESPACE or len(levels) >= 2)
+        and len(levels) <= 32
+    ):
+        return None
+    # named like every namespace, table and view: no NUL, control characters, '/', '..'
+    names.check_namespace(tuple(levels) if kind == NAMESPACE else tuple(levels[:-1]))
+    if kind != NAMESPACE:
+        names.check_name(levels[-1])
+    return Target(kind, tuple(levels))
 
 
 def parse_grants(doc: Any) -> list[Grant]:

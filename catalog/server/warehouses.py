@@ -22,7 +22,6 @@ import sqlalchemy as sa
 import yaml
 
 from catalog import errors
-from catalog.auth.policy import WAREHOUSE, Target
 from catalog.locations import normalise, overlaps
 from catalog.sealing import unseal
 from catalog.server import startup
@@ -97,8 +96,7 @@ class Registry(Generic[S]):
             return self.default
         opened = self._open.get(name)
         if opened is None:
-            shown = name if len(name) <= 64 else name[:64] + "..."
-            raise errors.NoSuchWarehouse(f"Warehouse does not exist: {shown}")
+            raise errors.NoSuchWarehouse.named(name)
         return opened.state
 
     def opened(self) -> dict[str, S]:
@@ -249,9 +247,9 @@ class Registry(Generic[S]):
             if opened is not None:
                 opened.close()
                 self._drop_database(opened.settings)
-            store = self.default.catalog.store
+            store = self.default.catalog.store  # its grants go too: a later one of the name starts anew
             for g in store.list_grants():
-                if g.target == Target(WAREHOUSE, (name,)) and g.id is not None:
+                if g.target.where()[0] == name and g.id is not None:
                     store.delete_grant(g.id)
             self._grants_changed()
         log.info("warehouse %s deleted", name)

@@ -13,7 +13,9 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
 - ``grants``: one privilege on one object for one principal (see ``auth/policy.py``); the object is
   its kind and its path joined like namespace names ('' for the catalog); ``source`` is ``api``
   (management API, CLI) or ``bootstrap`` (the ``CATALOG_AUTHZ_BOOTSTRAP`` file, kept in step with it);
-  ``legacy`` marks the ``user:`` grants from before principal kinds, until start-up settles them.
+  ``legacy`` marks the ``user:`` grants from before principal kinds, until start-up settles them;
+  ``warehouse`` is the warehouse a namespace, table or view grant names an object of ('' for the
+  default warehouse's objects, and for the catalog and warehouse kinds).
 - ``maintenance_tasks``: the durable queue of the catalog's own table care (``store/tasks.py``);
   ``maintenance_runs``: each (entry, kind)'s last finished run, which scheduling reads;
   ``leases``: named leases (the one scheduler per deployment holds ``scheduler``).
@@ -121,7 +123,9 @@ grants = sa.Table(
     # True for a ``user:`` grant made before migration 0005 (when built-in clients were ``user:`` too)
     # until the server settles it at start-up (``GrantRows.settle_legacy``).
     sa.Column("legacy", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.UniqueConstraint("principal", "privilege", "object_kind", "object_name", name="uq_grants"),
+    # not NULL for the default's objects: the unique constraint must see two such grants as equal
+    sa.Column("warehouse", sa.String(63), nullable=False, server_default=""),
+    sa.UniqueConstraint("principal", "privilege", "object_kind", "object_name", "warehouse", name="uq_grants"),
 )
 
 

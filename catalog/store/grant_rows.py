@@ -77,7 +77,7 @@ class GrantRows(Database):
                 principal, name = row.principal, row.principal.removeprefix("user:")
                 if not principal.startswith("user:") or name not in client_ids:
                     continue
-                key = ("client:" + name, *tuple(row)[2:5])
+                key = ("client:" + name, *tuple(row)[2:6])
                 same = [column == value for column, value in zip(_GRANT_KEY, key, strict=True)]
                 held = conn.execute(sa.select(grant_rows.c.id).where(*same)).first()
                 if held is None:
@@ -89,7 +89,7 @@ class GrantRows(Database):
                 conn.execute(grant_rows.update().where(grant_rows.c.legacy == sa.true()).values(legacy=False))
         return moved
 
-    def _sync_bootstrap(self, grants: Sequence[Grant], wanted: set[tuple[str, str, str, str]]) -> tuple[int, int]:
+    def _sync_bootstrap(self, grants: Sequence[Grant], wanted: set[tuple[str, ...]]) -> tuple[int, int]:
         with self._write() as conn:
             rows = conn.execute(sa.select(grant_rows.c.id, *_GRANT_KEY).where(grant_rows.c.source == "bootstrap")).all()
             stale = [r.id for r in rows if tuple(r[1:]) not in wanted]
@@ -106,19 +106,25 @@ class GrantRows(Database):
             key = _grant_key(g)
             if key not in seen:
                 seen.add(key)
-                rows.append(dict(zip(("principal", "privilege", "object_kind", "object_name"), key, strict=True)))
+                rows.append({c.name: value for c, value in zip(_GRANT_KEY, key, strict=True)})
                 rows[-1].update(source=g.source, created_ms=now)
         if rows:
             conn.execute(grant_rows.insert(), rows)
         return len(rows)
 
 
-_GRANT_KEY = (grant_rows.c.principal, grant_rows.c.privilege, grant_rows.c.object_kind, grant_rows.c.object_name)
+_GRANT_KEY = (
+    grant_rows.c.principal,
+    grant_rows.c.privilege,
+    grant_rows.c.object_kind,
+    grant_rows.c.object_name,
+    grant_rows.c.warehouse,
+)
 _COLUMNS = (grant_rows.c.id, *_GRANT_KEY, grant_rows.c.source)
 
 
-def _grant_key(g: Grant) -> tuple[str, str, str, str]:
-    return g.principal, str(g.privilege), g.target.kind, join_namespace(g.target.path)
+def _grant_key(g: Grant) -> tuple[str, ...]:
+    return g.principal, str(g.privilege), g.target.kind, join_namespace(g.target.path), g.target.warehouse or ""
 
 
 def _select_grants(grants: Sequence[Grant]) -> sa.Select:
@@ -128,4 +134,5 @@ def _select_grants(grants: Sequence[Grant]) -> sa.Select:
 
 
 def _grant(row: sa.Row) -> Grant:
-    return Grant(row[1], parse_privilege(row[2]), Target(row[3], split_namespace(row[4])), id=row[0], source=row[5])
+    target = Target(row.object_kind, split_namespace(row.object_name), row.warehouse or None)
+    return Grant(row.principal, parse_privilege(row.privilege), target, id=row.id, source=row.source)
