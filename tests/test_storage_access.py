@@ -466,3 +466,54 @@ def test_spark_without_s3_settings_writes_and_reads_with_vended_credentials(stac
     assert any("aws-sdk-java" in a for a in public.agents[before:]), public.agents[before:]
     assert internal.refused == []
     assert as_(server, "analyst").load_table("lake.spark_t").scan().to_arrow().num_rows == 2
+
+
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
+def test_vending_inside_created_warehouses_keeps_a_principal_to_its_own(stack: dict, tmp_path: Path) -> None:
+    """Two S3 warehouses created with vending in their profiles, on a server whose default is local
+    disk: a principal granted one gets credentials scoped to its table there, which reach nothing of
+    the other warehouse, and gets no credentials of the other warehouse's tables at all."""
+    from tests.support import auth_env
+
+    s3 = stack["s3"]
+    grants = """
+grants:
+  - {principal: client:admin, privileges: [admin], on: catalog}
+  - {principal: client:ingest, privileges: [admin], on: {warehouse: vend-a}}
+"""
+    server = start_server(tmp_path / "srv", "sqlite", auth_env(tmp_path, grants))
+    admin = {"Authorization": f"Bearer {token(server, 'admin')}"}
+    ingest = {"Authorization": f"Bearer {token(server, 'ingest')}", **VENDED}
+    try:
+        for name in ("vend-a", "vend-b"):
+            keys = {"access-key-id": s3.access_key, "secret-access-key": s3.secret_key}
+            vending = {"vend-credentials": True, "sts-endpoint": s3.endpoint, "sts-role-arn": s3.sts_role_arn}
+            profile = {"endpoint": s3.endpoint, "region": s3.region, "path-style-access": True, **keys, **vending}
+            doc = {"name": name, "location": f"s3://{s3.bucket}/{name}-{uuid.uuid4().hex[:6]}", "s3": profile}
+            made = requests.post(f"{server.url}/management/v1/warehouses", json=doc, headers=admin, timeout=60)
+            assert made.status_code == 201, made.text
+            base = f"{server.url}/v1/{name}/namespaces"
+            assert requests.post(base, json={"namespace": ["lake"]}, headers=admin, timeout=30).status_code == 200
+            body = {"name": "t", "schema": {"type": "struct", "schema-id": 0, "fields": []}}
+            assert requests.post(f"{base}/lake/tables", json=body, headers=admin, timeout=30).status_code == 200
+
+        mine = requests.get(f"{server.url}/v1/vend-a/namespaces/lake/tables/t", headers=ingest, timeout=30)
+        assert mine.status_code == 200, mine.text
+        assert s3.secret_key not in mine.text
+        [vended] = mine.json()["storage-credentials"]
+        assert vended["prefix"] == mine.json()["metadata"]["location"]
+        client = _s3(s3.endpoint, vended["config"])
+        bucket, own = _split(mine.json()["metadata-location"])
+        assert client.get_object(Bucket=bucket, Key=own)["Body"].read()
+
+        theirs = requests.get(f"{server.url}/v1/vend-b/namespaces/lake/tables/t", headers=admin, timeout=30).json()
+        _, their_key = _split(theirs["metadata-location"])
+        _, their_prefix = _split(theirs["metadata"]["location"])
+        _denied(lambda: client.get_object(Bucket=bucket, Key=their_key))
+        _denied(lambda: client.put_object(Bucket=bucket, Key=their_prefix + "/data/evil.parquet", Body=b"x"))
+        for path in ("", "/credentials"):
+            resp = requests.get(f"{server.url}/v1/vend-b/namespaces/lake/tables/t{path}", headers=ingest, timeout=30)
+            assert resp.status_code == 403, resp.text
+            assert "storage-credentials" not in resp.text and s3.secret_key not in resp.text
+    finally:
+        server.stop()
