@@ -62,8 +62,19 @@ class Catalog:
         for name, check in checks.items():
             running = self._probes.get(name)
             if running is None or running.done():
-                self._probes[name] = self._probe_threads.submit(check)
+                try:
+                    self._probes[name] = self._probe_threads.submit(check)
+                except RuntimeError:  # closed (a warehouse closed or reopened meanwhile): not ready
+                    self._probes[name] = closed = Future()
+                    closed.set_exception(errors.ServiceUnavailable("closed"))
         return {name: self._probes[name] for name in checks}
+
+    def close(self) -> None:
+        """Let go of what this catalog holds: its database connections and its readiness threads
+        (a warehouse closed, or reopened with a changed profile)."""
+        self._probe_threads.shutdown(wait=False, cancel_futures=True)
+        self.store.close_async_reads()
+        self.store.engine.dispose()
 
     def _at_head(self) -> None:
         if not migrate.is_at_head(self.store.engine):

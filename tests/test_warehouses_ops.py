@@ -352,3 +352,28 @@ def test_a_separate_worker_runs_the_tasks_of_a_warehouse_created_after_it_starte
         worker.kill()
         worker.wait(30)
         server.stop()
+
+
+def test_a_closed_catalog_lets_go_of_its_readiness_threads_and_is_not_ready(tmp_path: Path) -> None:
+    """What a warehouse closed or reopened (a changed profile) leaves: no readiness thread, no
+    connection; a readiness probe that still reaches it answers 'not ready', never an error."""
+    import threading
+
+    from catalog import errors
+    from catalog.server.app import build_catalog
+    from catalog.settings import Settings
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "wh"))
+    before = set(threading.enumerate())
+    catalog = build_catalog(settings, migrated=True)
+    for future in catalog.probe().values():
+        future.result(timeout=10)
+    its = [t for t in threading.enumerate() if t not in before and t.name.startswith("readiness")]
+    assert its
+    catalog.close()
+    for thread in its:
+        thread.join(timeout=10)
+    assert not any(t.is_alive() for t in its)
+    for future in catalog.probe().values():
+        with pytest.raises(errors.ServiceUnavailable):
+            future.result(timeout=10)

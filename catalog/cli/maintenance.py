@@ -157,5 +157,5 @@ def _worker() -> int:
     warehouses.stop()
     for part in reversed(parts):
         part.stop()
-    catalog.store.engine.dispose()
+    catalog.close()
     return 0

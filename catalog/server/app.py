@@ -64,7 +64,7 @@ CATALOG_ROUTES = [*namespaces.ROUTES, *entries.ROUTES]
 def build_catalog(settings: Settings, migrated: bool = False) -> Catalog:
     """The catalog service over its database and storage. ``migrated``: bring the schema to head
     first (what ``serve`` does for SQLite, or with ``CATALOG_AUTO_MIGRATE``). The caller owns it:
-    ``catalog.store.engine.dispose()`` when done."""
+    ``catalog.close()`` when done."""
     engine = create_engine(settings)
     if migrated and not migrate.is_at_head(engine):
         migrate.upgrade(engine)
@@ -164,8 +164,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             publishing.set()
             tracing.shutdown()
             metrics.process_exited()
-            catalog.store.close_async_reads()
-            catalog.store.engine.dispose()
+            catalog.close()
 
     app = Litestar(
         route_handlers=handlers,

@@ -60,8 +60,7 @@ class Opened(Generic[S]):
     def close(self) -> None:
         for part in self.parts:
             part.stop()
-        self.state.catalog.store.close_async_reads()
-        self.state.catalog.store.engine.dispose()
+        self.state.catalog.close()
 
 
 # (the warehouse's settings, its name) -> what it is opened as, and what runs for it (each with stop())
