@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(DEFAULT),
         type=_parts,
         help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, compaction, "
-        "events, care-scale, weed (default: all but care-scale and weed)",
+        "events, warehouses, care-scale, weed (default: all but care-scale and weed)",
     )
     parser.add_argument(
         "--care-appends",

@@ -1,0 +1,162 @@
+"""Several warehouses vs one (``--only warehouses``): issue 31's done-when, "no slower loadTable or
+commit with several warehouses than with one (same run)".
+
+Two servers of their own on the backend's services (``Backend.own_server``), at the default
+settings (log level info included), identical but for their warehouses:
+
+- ``one``: the default warehouse only; the clients use unprefixed paths (``/v1/namespaces/...``),
+  as every client from before warehouses does;
+- ``several``: the default and ``CREATED`` warehouses created through ``/management/v1/warehouses``
+  (each a catalog with its own database: a SQLite file, or a PostgreSQL schema), the tables spread
+  round-robin over the created ones, the clients selecting them by prefix (``/v1/<name>/...``).
+  On ``sqlite`` the created warehouses are directories on local disk, as the default is; on
+  ``postgres-s3`` they are prefixes of the same S3 bucket as the default (the same storage on
+  both sides: local disk there would make ``several`` faster for the wrong reason).
+
+Each server gets ``LOADERS`` load tables (10 snapshots, 50 columns, never committed to) and
+``WRITERS`` append tables, the same names. Per round, on one server and then the other (the order
+flipped each round, ``ROUNDS`` rounds): ``LOADERS`` clients, client i loading load table i, for
+the plan's loadTable window; then ``WRITERS`` writers, writer i appending to table i (the commit
+scenarios' append, ``clients.commit_worker``), for the plan's 16-writer window. Reported: each
+side's median loadTable/s and commits/s, several / one with the per-round ratios (target >= 0.90),
+the server's CPU per operation, and the integrity check of both sides (every acknowledged snapshot
+on main's chain, no 5xx).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import orjson
+
+from . import clients, wire
+
+CREATED = 3
+LOADERS = 8
+WRITERS = 16
+COLUMNS = 50
+ROUNDS = 3
+SIDES = ("one", "several")
+KINDS = ("load", "commit")
+
+
+def _create_warehouses(backend: Any, http: wire.Http, server: str) -> list[str]:
+    """``CREATED`` warehouses on ``server``, next to its default and on the same kind of storage."""
+    names = []
+    for i in range(1, CREATED + 1):
+        name = f"team-{i}"
+        if backend.name == "sqlite":
+            doc: dict[str, Any] = {"name": name, "location": str(backend.workdir / server / name)}
+        else:
+            s3 = backend.s3
+            doc = {
+                "name": name,
+                "location": f"s3://{s3.bucket}/{server}-{name}",
+                "s3": {
+                    "endpoint": s3.endpoint,
+                    "region": s3.region,
+                    "access-key-id": s3.access_key,
+                    "secret-access-key": s3.secret_key,
+                    "path-style-access": True,
+                },
+            }
+        status, data = http.request("POST", "/management/v1/warehouses", orjson.dumps(doc))
+        assert status == 201, data[:300]
+        names.append(name)
+    return names
+
+
+def _setup(backend: Any, url: str, side: str, server: str) -> dict[str, list[tuple]]:
+    """The load and append tables of one side: ``{"load": [...], "commit": [...]}`` (writer tuples)."""
+    http = wire.client(url)
+    try:
+        prefixes = _create_warehouses(backend, http, server) if side == "several" else [""]
+        tables: dict[str, list[tuple]] = {"load": [], "commit": []}
+        for j, prefix in enumerate(prefixes):  # table i goes to warehouse i % len(prefixes)
+            loads = [f"l{i:02d}" for i in range(j, LOADERS, len(prefixes))]
+            appends = [f"a{i:02d}" for i in range(j, WRITERS, len(prefixes))]
+            made = wire.create_tables(http, loads + appends, COLUMNS, prefix)
+            tables["load"] += made[: len(loads)]
+            tables["commit"] += made[len(loads) :]
+        for path, location, _, _ in tables["load"]:  # 10 snapshots, as the headline load table
+            sids = [wire.new_snapshot_id() for _ in range(10)]
+            status, data = http.request("POST", path, wire.append_body(location, sids, None, 1))
+            assert status == 200, data[:300]
+        for key in KINDS:
+            tables[key].sort(key=lambda t: t[0].rsplit("/", 1)[1])
+        return tables
+    finally:
+        http.close()
+
+
+def _window(kind: str, url: str, pid: int, tables: list[tuple], warmup: bool, plan: Any) -> tuple[float, float, list]:
+    if kind == "load":
+        args = [{"url": url, "path": t[0], "client": "http"} for t in tables]
+        return clients.measured(clients.load_worker, args, plan.load_s, pid, lambda x: len(x["lat"]))
+    args = [{"url": url, "tables": [t], "client": "http", "warmup": warmup} for t in tables]
+    return clients.measured(clients.commit_worker, args, plan.distinct_s, pid, lambda x: x["commits"])
+
+
+def _integrity(url: str, acked: dict[str, list[int]], statuses: dict[int, int]) -> dict[str, int]:
+    http = wire.client(url)
+    try:
+        lost = 0
+        for path, ids in acked.items():
+            status, data = http.request("GET", path)
+            assert status == 200, data[:300]
+            ancestry = wire.main_ancestry(orjson.loads(data)["metadata"])
+            lost += sum(1 for sid in ids if sid not in ancestry)
+    finally:
+        http.close()
+    return {
+        "acknowledged": sum(len(v) for v in acked.values()),
+        "lost": lost,
+        "http_5xx": sum(n for s, n in statuses.items() if s >= 500 or s == 0),
+    }
+
+
+def run(backend: Any, plan: Any, server_env: dict[str, str], log: Any) -> dict[str, Any]:
+    env = {"CATALOG_LOG_LEVEL": "info", **server_env}
+    servers = {side: backend.own_server(f"warehouses-{side}", env) for side in SIDES}
+    try:
+        tables = {side: _setup(backend, srv.url, side, f"warehouses-{side}") for side, srv in servers.items()}
+        rates = {(s, k): [] for s in SIDES for k in KINDS}
+        cpu = {(s, k): [] for s in SIDES for k in KINDS}
+        acked: dict[str, dict[str, list[int]]] = {s: {} for s in SIDES}
+        statuses: dict[str, dict[int, int]] = {s: {} for s in SIDES}
+        for r in range(ROUNDS):
+            for side in SIDES if r % 2 == 0 else SIDES[::-1]:
+                srv = servers[side]
+                for kind in KINDS:
+                    rate, cpu_ms, results = _window(kind, srv.url, srv.proc.pid, tables[side][kind], r == 0, plan)
+                    rates[side, kind].append(rate)
+                    cpu[side, kind].append(cpu_ms)
+                    for x in results:
+                        for status, n in x["statuses"].items():
+                            statuses[side][int(status)] = statuses[side].get(int(status), 0) + n
+                        for path, ids in x.get("acked", {}).items():
+                            acked[side].setdefault(path, []).extend(ids)
+                log(
+                    f"[{backend.name}] warehouses {side}, round {r + 1}: {rates[side, 'load'][-1]:,.0f} loads/s, "
+                    f"{rates[side, 'commit'][-1]:,.0f} commits/s"
+                )
+        out: dict[str, Any] = {"created": CREATED, "loaders": LOADERS, "writers": WRITERS, "rounds": ROUNDS}
+        for kind in KINDS:
+            one, several = (statistics.median(rates[s, kind]) for s in SIDES)
+            out[kind] = {
+                "one": one,
+                "several": several,
+                "ratio": several / one if one else float("nan"),
+                "per_round": [
+                    b / a if a else float("nan")
+                    for a, b in zip(rates["one", kind], rates["several", kind], strict=True)
+                ],
+                "one_cpu_ms": statistics.median(cpu["one", kind]),
+                "several_cpu_ms": statistics.median(cpu["several", kind]),
+            }
+        out["integrity"] = {s: _integrity(servers[s].url, acked[s], statuses[s]) for s in SIDES}
+        return out
+    finally:
+        for srv in servers.values():
+            srv.stop()
