@@ -171,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         "print the ratios (bench/compare.py; default backend sqlite)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=3, help="--compare and --only weed: rounds of alternation (default 3)"
+        "--rounds",
+        type=int,
+        default=3,
+        help="--compare, --only weed and --only warehouses: rounds of alternation (default 3)",
     )
     parser.add_argument(
         "--ref-server-env",

@@ -490,7 +490,11 @@ class Run:
 
     def warehouses(self) -> None:
         """loadTable and commits over 3 created warehouses vs the default only (``bench/warehouses.py``)."""
-        self.r["warehouses"] = w = warehouses.run(self.b, self.plan, dict(self.args.server_env), log)
+        prof = self.prof_dir if self.args.profile else None
+        self.r["warehouses"] = w = warehouses.run(
+            self.b, self.plan, getattr(self.args, "rounds", 3), dict(self.args.server_env), log, prof
+        )
+        self.r["profiles"].update(w.pop("profiles"))
         for side, i in w["integrity"].items():
             log(f"[{self.b.name}] warehouses {side}: {i}")
 

@@ -15,7 +15,7 @@ settings (log level info included), identical but for their warehouses:
 
 Each server gets ``LOADERS`` load tables (10 snapshots, 50 columns, never committed to) and
 ``WRITERS`` append tables, the same names. Per round, on one server and then the other (the order
-flipped each round, ``ROUNDS`` rounds): ``LOADERS`` clients, client i loading load table i, for
+flipped each round, ``--rounds`` rounds, default 3): ``LOADERS`` clients, client i loading load table i, for
 the plan's loadTable window; then ``WRITERS`` writers, writer i appending to table i (the commit
 scenarios' append, ``clients.commit_worker``), for the plan's 16-writer window. Reported: each
 side's median loadTable/s and commits/s, several / one with the per-round ratios (target >= 0.90),
@@ -26,17 +26,17 @@ on main's chain, no 5xx).
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from . import clients, wire
+from . import clients, profiling, wire
 
 CREATED = 3
 LOADERS = 8
 WRITERS = 16
 COLUMNS = 50
-ROUNDS = 3
 SIDES = ("one", "several")
 KINDS = ("load", "commit")
 
@@ -116,7 +116,11 @@ def _integrity(url: str, acked: dict[str, list[int]], statuses: dict[int, int]) 
     }
 
 
-def run(backend: Any, plan: Any, server_env: dict[str, str], log: Any) -> dict[str, Any]:
+def run(
+    backend: Any, plan: Any, rounds: int, server_env: dict[str, str], log: Any, prof_dir: Path | None = None
+) -> dict[str, Any]:
+    """``rounds`` rounds (``--rounds``); with ``prof_dir`` (``--profile``) py-spy records each side's
+    commit window of the last round (cpu mode), summarised under ``out["profiles"]``."""
     env = {"CATALOG_LOG_LEVEL": "info", **server_env}
     servers = {side: backend.own_server(f"warehouses-{side}", env) for side in SIDES}
     try:
@@ -125,11 +129,18 @@ def run(backend: Any, plan: Any, server_env: dict[str, str], log: Any) -> dict[s
         cpu = {(s, k): [] for s in SIDES for k in KINDS}
         acked: dict[str, dict[str, list[int]]] = {s: {} for s in SIDES}
         statuses: dict[str, dict[int, int]] = {s: {} for s in SIDES}
-        for r in range(ROUNDS):
+        profiles: dict[str, Any] = {}
+        for r in range(rounds):
             for side in SIDES if r % 2 == 0 else SIDES[::-1]:
                 srv = servers[side]
                 for kind in KINDS:
+                    rec = None
+                    if prof_dir is not None and kind == "commit" and r == rounds - 1:
+                        raw = prof_dir / f"{backend.name}-warehouses-{side}.txt"
+                        rec = profiling.Recording(srv.proc.pid, raw, "cpu")
                     rate, cpu_ms, results = _window(kind, srv.url, srv.proc.pid, tables[side][kind], r == 0, plan)
+                    if rec is not None:
+                        profiles[f"warehouses-{side}-commit"] = rec.stop()
                     rates[side, kind].append(rate)
                     cpu[side, kind].append(cpu_ms)
                     for x in results:
@@ -141,7 +152,7 @@ def run(backend: Any, plan: Any, server_env: dict[str, str], log: Any) -> dict[s
                     f"[{backend.name}] warehouses {side}, round {r + 1}: {rates[side, 'load'][-1]:,.0f} loads/s, "
                     f"{rates[side, 'commit'][-1]:,.0f} commits/s"
                 )
-        out: dict[str, Any] = {"created": CREATED, "loaders": LOADERS, "writers": WRITERS, "rounds": ROUNDS}
+        out: dict[str, Any] = {"created": CREATED, "loaders": LOADERS, "writers": WRITERS, "rounds": rounds}
         for kind in KINDS:
             one, several = (statistics.median(rates[s, kind]) for s in SIDES)
             out[kind] = {
@@ -155,6 +166,7 @@ def run(backend: Any, plan: Any, server_env: dict[str, str], log: Any) -> dict[s
                 "one_cpu_ms": statistics.median(cpu["one", kind]),
                 "several_cpu_ms": statistics.median(cpu["several", kind]),
             }
+        out["profiles"] = profiles
         out["integrity"] = {s: _integrity(servers[s].url, acked[s], statuses[s]) for s in SIDES}
         return out
     finally:
