@@ -165,6 +165,30 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     # warehouses besides the default, from a Secret of the user's (README "Warehouses")
     "warehouses": {"warehouses": {"existingSecret": "lake-warehouses"}},
+    # ... or declared in values, rendered into a Secret of the chart's
+    "warehouses-declared": {
+        "warehouses": {
+            "declared": [
+                {
+                    "name": "team-a",
+                    "location": "s3://lake-a/warehouse",
+                    "s3": {
+                        "endpoint": "http://minio:9000",
+                        "region": "us-east-1",
+                        "access-key-id": "team-a",
+                        "secret-access-key": "team-a-secret-access-key",
+                        "path-style-access": True,
+                    },
+                    "maintenance": {"max-snapshot-age-ms": 86400000},
+                },
+                {
+                    "name": "team-b",
+                    "location": "abfss://lake@account.dfs.core.windows.net/warehouse",
+                    "azure": {"account-key": "dGVhbS1iLWFjY291bnQta2V5", "vend-credentials": True},
+                },
+            ]
+        }
+    },
     "hpa": {
         "autoscaling": {
             "enabled": True,
@@ -512,6 +536,9 @@ def test_schema_rejects_bad_values(chart: Any, helm: ModuleType) -> None:
         {"database": {"url": "not a url"}},
         {"dataVolume": {"mountPath": "data"}},
         {"dataVolume": {"source": "pvc"}},
+        {"warehouses": {"declared": [{"name": "Team A", "location": "/data/a"}]}},
+        {"warehouses": {"declared": [{"name": "team-a"}]}},
+        {"warehouses": {"declared": [{"name": "team-a", "location": "/data/a", "s4": {}}]}},
     ]
     for values in bad:
         with pytest.raises(helm.HelmValuesError):
@@ -595,7 +622,10 @@ def test_secrets_feed_the_database_url_and_s3_keys(render: Any, value_set: str) 
     db, s3 = values.get("database", {}), values.get("s3", {})
     rendered = render(value_set)
     secrets = rendered.chart_secrets()
-    assert set(secrets) <= {FULLNAME}, "the chart renders at most its own Secret"
+    declared = bool(values.get("warehouses", {}).get("declared"))
+    assert set(secrets) <= {FULLNAME, *[f"{FULLNAME}-warehouses"] * declared}, (
+        "the chart renders at most its own Secret (and the declared warehouses')"
+    )
     container = server_container(rendered)
     by_name = {e["name"]: e for e in container["env"]}
     env = resolve_env(container, secrets)
@@ -1024,6 +1054,51 @@ def test_the_warehouses_file_is_the_users_secret_mounted_read_only(render: Any) 
     assert item["key"] == "warehouses.yaml"
     assert env["CATALOG_WAREHOUSES_FILE"] == f"{mount['mountPath']}/{item['path']}"
     assert "CATALOG_WAREHOUSES_FILE" not in resolve_env(server_container(render("defaults")), {})
+
+
+def test_declared_warehouses_are_a_secret_of_the_chart_mounted_read_only(
+    render: Any, chart: Any, helm: ModuleType, tmp_path: Any
+) -> None:
+    from catalog.server.warehouses import read_file
+    from catalog.settings import Settings
+    from catalog.warehouses import parse
+
+    declared = VALUE_SETS["warehouses-declared"]["warehouses"]["declared"]
+    rendered = render("warehouses-declared")
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    container = server_container(rendered)
+    secrets = rendered.chart_secrets()
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "warehouses"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "warehouses"]
+    assert mount["readOnly"] is True
+    (item,) = volume["secret"]["items"]
+    assert resolve_env(container, secrets)["CATALOG_WAREHOUSES_FILE"] == f"{mount['mountPath']}/{item['path']}"
+    assert volume["secret"]["secretName"] == f"{FULLNAME}-warehouses"
+    content = secrets[volume["secret"]["secretName"]][item["key"]]
+
+    # The server reads what the pods get as the warehouses that were declared.
+    path = tmp_path / "warehouses.yaml"
+    path.write_text(content)
+    settings = Settings(_env_file=None, database_url=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "w"))
+    assert [parse(i, settings) for i in read_file(str(path), settings)] == [parse(i, settings) for i in declared]
+    assert "max-snapshot-age-ms: 86400000" in content, "integers stay integers"
+    # The keys are in Secrets only: in no ConfigMap, env value or other manifest.
+    for doc in rendered.docs:
+        if doc["kind"] != "Secret":
+            text = json.dumps(doc)
+            assert "team-a-secret-access-key" not in text and "dGVhbS1iLWFjY291bnQta2V5" not in text, doc["kind"]
+
+    def checksum(name: str) -> str:
+        values = {"warehouses": {"declared": [{"name": name, "location": "/data/x"}]}, "database": {"password": "pw"}}
+        files = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        deployment = Rendered(files).one("Deployment")
+        return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/warehouses"]
+
+    assert checksum("team-a") == checksum("team-a") != checksum("team-b"), "a change rolls the pods"
+    both = {"existingSecret": "mine", "declared": declared}
+    with pytest.raises(helm.HelmError, match="not both"):
+        chart.render({"warehouses": both, "database": {"password": "pw"}}, name=RELEASE, namespace=NAMESPACE)
+    assert not [d for d in render("warehouses").docs if d["metadata"]["name"].endswith("-warehouses")]
 
 
 def test_changing_bootstrap_grants_rolls_the_pods(chart: Any) -> None:
