@@ -544,6 +544,13 @@ def _warehouses(kind: str) -> Callable[[dict], tuple[str, bool | None]]:
     return cell
 
 
+def _warehouses_idle(r: dict) -> tuple[str, bool | None]:
+    w = _get(r, "warehouses", "idle_cpu_ms_per_s")
+    if not w:
+        return "n/a", None
+    return f"several {w['several']:.1f} ms/s, one {w['one']:.1f} ms/s", None
+
+
 def _warehouses_integrity(r: dict) -> tuple[str, bool | None]:
     w = _get(r, "warehouses", "integrity")
     if not w:
@@ -630,6 +637,7 @@ ROWS: list[Row] = [
     ("commit, 16 writers/16 tables: change events on vs off", "on/off >= 0.90", _events),
     ("loadTable, 8 clients over 3 created warehouses vs the default only", "several/one >= 0.90", _warehouses("load")),
     ("commit, 16 writers over 3 created warehouses vs the default only", "several/one >= 0.90", _warehouses("commit")),
+    ("... several warehouses vs one: server CPU while idle", "", _warehouses_idle),
     ("... several warehouses vs one: 5xx, lost commits", "0 5xx, 0 lost", _warehouses_integrity),
     ("table care: after the appends, maintenance ON (keep 100 snapshots)", "", _care_table("on")),
     ("table care: after the appends, maintenance OFF", "", _care_table("off")),

@@ -19,13 +19,15 @@ flipped each round, ``--rounds`` rounds, default 3): ``LOADERS`` clients, client
 the plan's loadTable window; then ``WRITERS`` writers, writer i appending to table i (the commit
 scenarios' append, ``clients.commit_worker``), for the plan's 16-writer window. Reported: each
 side's median loadTable/s and commits/s, several / one with the per-round ratios (target >= 0.90),
-the server's CPU per operation, and the integrity check of both sides (every acknowledged snapshot
-on main's chain, no 5xx).
+the server's CPU per operation (steadier than the rates on a shared machine), each server's CPU
+while idle for ``IDLE_S`` before the rounds (what its warehouses' background loops cost), and the
+integrity check of both sides (every acknowledged snapshot on main's chain, no 5xx).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,8 @@ WRITERS = 16
 COLUMNS = 50
 SIDES = ("one", "several")
 KINDS = ("load", "commit")
+PROFILE = {"load": "gil", "commit": "cpu"}  # py-spy modes (bench/profiling.py)
+IDLE_S = 5.0
 
 
 def _create_warehouses(backend: Any, http: wire.Http, server: str) -> list[str]:
@@ -98,6 +102,13 @@ def _window(kind: str, url: str, pid: int, tables: list[tuple], warmup: bool, pl
     return clients.measured(clients.commit_worker, args, plan.distinct_s, pid, lambda x: x["commits"])
 
 
+def _idle_cpu(pid: int) -> float:
+    """The server's CPU while no client calls it (its background loops, per warehouse): ms per second."""
+    before = clients.cpu_seconds(pid)
+    time.sleep(IDLE_S)
+    return 1000 * (clients.cpu_seconds(pid) - before) / IDLE_S
+
+
 def _integrity(url: str, acked: dict[str, list[int]], statuses: dict[int, int]) -> dict[str, int]:
     http = wire.client(url)
     try:
@@ -120,55 +131,70 @@ def run(
     backend: Any, plan: Any, rounds: int, server_env: dict[str, str], log: Any, prof_dir: Path | None = None
 ) -> dict[str, Any]:
     """``rounds`` rounds (``--rounds``); with ``prof_dir`` (``--profile``) py-spy records each side's
-    commit window of the last round (cpu mode), summarised under ``out["profiles"]``."""
+    windows of the last round (loads: gil mode, commits: cpu), summarised under ``out["profiles"]``."""
     env = {"CATALOG_LOG_LEVEL": "info", **server_env}
     servers = {side: backend.own_server(f"warehouses-{side}", env) for side in SIDES}
     try:
         tables = {side: _setup(backend, srv.url, side, f"warehouses-{side}") for side, srv in servers.items()}
-        rates = {(s, k): [] for s in SIDES for k in KINDS}
-        cpu = {(s, k): [] for s in SIDES for k in KINDS}
-        acked: dict[str, dict[str, list[int]]] = {s: {} for s in SIDES}
-        statuses: dict[str, dict[int, int]] = {s: {} for s in SIDES}
-        profiles: dict[str, Any] = {}
+        out: dict[str, Any] = {"created": CREATED, "loaders": LOADERS, "writers": WRITERS, "rounds": rounds}
+        out["idle_cpu_ms_per_s"] = {side: _idle_cpu(srv.proc.pid) for side, srv in servers.items()}
+        m = _Measured()
         for r in range(rounds):
             for side in SIDES if r % 2 == 0 else SIDES[::-1]:
                 srv = servers[side]
                 for kind in KINDS:
-                    rec = None
-                    if prof_dir is not None and kind == "commit" and r == rounds - 1:
-                        raw = prof_dir / f"{backend.name}-warehouses-{side}.txt"
-                        rec = profiling.Recording(srv.proc.pid, raw, "cpu")
-                    rate, cpu_ms, results = _window(kind, srv.url, srv.proc.pid, tables[side][kind], r == 0, plan)
+                    raw = prof_dir / f"{backend.name}-warehouses-{side}-{kind}.txt" if prof_dir else None
+                    rec = profiling.Recording(srv.proc.pid, raw, PROFILE[kind]) if raw and r == rounds - 1 else None
+                    m.add(side, kind, *_window(kind, srv.url, srv.proc.pid, tables[side][kind], r == 0, plan))
                     if rec is not None:
-                        profiles[f"warehouses-{side}-commit"] = rec.stop()
-                    rates[side, kind].append(rate)
-                    cpu[side, kind].append(cpu_ms)
-                    for x in results:
-                        for status, n in x["statuses"].items():
-                            statuses[side][int(status)] = statuses[side].get(int(status), 0) + n
-                        for path, ids in x.get("acked", {}).items():
-                            acked[side].setdefault(path, []).extend(ids)
+                        m.profiles[f"warehouses-{side}-{kind}"] = rec.stop()
                 log(
-                    f"[{backend.name}] warehouses {side}, round {r + 1}: {rates[side, 'load'][-1]:,.0f} loads/s, "
-                    f"{rates[side, 'commit'][-1]:,.0f} commits/s"
+                    f"[{backend.name}] warehouses {side}, round {r + 1}: {m.rates[side, 'load'][-1]:,.0f} loads/s, "
+                    f"{m.rates[side, 'commit'][-1]:,.0f} commits/s"
                 )
-        out: dict[str, Any] = {"created": CREATED, "loaders": LOADERS, "writers": WRITERS, "rounds": rounds}
-        for kind in KINDS:
-            one, several = (statistics.median(rates[s, kind]) for s in SIDES)
-            out[kind] = {
-                "one": one,
-                "several": several,
-                "ratio": several / one if one else float("nan"),
-                "per_round": [
-                    b / a if a else float("nan")
-                    for a, b in zip(rates["one", kind], rates["several", kind], strict=True)
-                ],
-                "one_cpu_ms": statistics.median(cpu["one", kind]),
-                "several_cpu_ms": statistics.median(cpu["several", kind]),
-            }
-        out["profiles"] = profiles
-        out["integrity"] = {s: _integrity(servers[s].url, acked[s], statuses[s]) for s in SIDES}
+        out.update(m.summary())
+        out["integrity"] = {s: _integrity(servers[s].url, m.acked[s], m.statuses[s]) for s in SIDES}
         return out
     finally:
         for srv in servers.values():
             srv.stop()
+
+
+class _Measured:
+    """The windows' numbers per (side, kind), the acknowledged snapshots and the statuses per side."""
+
+    def __init__(self) -> None:
+        self.rates: dict[tuple[str, str], list[float]] = {(s, k): [] for s in SIDES for k in KINDS}
+        self.cpu: dict[tuple[str, str], list[float]] = {(s, k): [] for s in SIDES for k in KINDS}
+        self.acked: dict[str, dict[str, list[int]]] = {s: {} for s in SIDES}
+        self.statuses: dict[str, dict[int, int]] = {s: {} for s in SIDES}
+        self.profiles: dict[str, Any] = {}
+
+    def add(self, side: str, kind: str, rate: float, cpu_ms: float, results: list[dict]) -> None:
+        self.rates[side, kind].append(rate)
+        self.cpu[side, kind].append(cpu_ms)
+        for x in results:
+            for status, n in x["statuses"].items():
+                self.statuses[side][int(status)] = self.statuses[side].get(int(status), 0) + n
+            for path, ids in x.get("acked", {}).items():
+                self.acked[side].setdefault(path, []).extend(ids)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"profiles": self.profiles}
+        for kind in KINDS:
+            one, several = (statistics.median(self.rates[s, kind]) for s in SIDES)
+            out[kind] = {
+                "one": one,
+                "several": several,
+                "ratio": several / one if one else float("nan"),
+                "per_round": [b / a if a else float("nan") for a, b in zip(*self._pair(self.rates, kind), strict=True)],
+                "one_cpu_ms": statistics.median(self.cpu["one", kind]),
+                "several_cpu_ms": statistics.median(self.cpu["several", kind]),
+                "rates": dict(zip(SIDES, self._pair(self.rates, kind), strict=True)),
+                "cpu_ms": dict(zip(SIDES, self._pair(self.cpu, kind), strict=True)),
+            }
+        return out
+
+    @staticmethod
+    def _pair(values: dict[tuple[str, str], list[float]], kind: str) -> tuple[list[float], list[float]]:
+        return values["one", kind], values["several", kind]
