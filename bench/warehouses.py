@@ -33,6 +33,8 @@ from typing import Any
 
 import orjson
 
+from tests.support import s3_profile
+
 from . import clients, profiling, wire
 
 CREATED = 3
@@ -53,18 +55,8 @@ def _create_warehouses(backend: Any, http: wire.Http, server: str) -> list[str]:
         if backend.name == "sqlite":
             doc: dict[str, Any] = {"name": name, "location": str(backend.workdir / server / name)}
         else:
-            s3 = backend.s3
-            doc = {
-                "name": name,
-                "location": f"s3://{s3.bucket}/{server}-{name}",
-                "s3": {
-                    "endpoint": s3.endpoint,
-                    "region": s3.region,
-                    "access-key-id": s3.access_key,
-                    "secret-access-key": s3.secret_key,
-                    "path-style-access": True,
-                },
-            }
+            location = f"s3://{backend.s3.bucket}/{server}-{name}"
+            doc = {"name": name, "location": location, "s3": s3_profile(backend.s3)}
         status, data = http.request("POST", "/management/v1/warehouses", orjson.dumps(doc))
         assert status == 201, data[:300]
         names.append(name)

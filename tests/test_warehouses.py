@@ -30,6 +30,7 @@ from tests.support import (
     backends,
     new_pg_database,
     rows,
+    s3_profile,
     start_server,
     token,
 )
@@ -645,13 +646,7 @@ def test_a_warehouse_on_s3_beside_a_local_default(services, tmp_path: Path) -> N
         doc = {
             "name": "on-s3",
             "location": f"s3://{s3.bucket}/{root}",
-            "s3": {
-                "endpoint": s3.endpoint,
-                "region": s3.region,
-                "access-key-id": s3.access_key,
-                "secret-access-key": s3.secret_key,
-                "path-style-access": True,
-            },
+            "s3": s3_profile(s3),
         }
         made = requests.post(server.url + MGMT, json=doc, timeout=60)
         assert made.status_code == 201, made.text
