@@ -6,8 +6,9 @@ operation (``time.process_time``) in one process, with nothing else in it:
 
 - ``load``: the whole ASGI app (the raw-path router and every middleware, as uvicorn calls it, minus
   the socket), GET of a 50-column table, 5 x N requests;
-- ``load-warehouses``: the same on a server with 3 created warehouses (local directories), the table
-  in one of them and loaded through its prefix (``/v1/team-3/...``): what several warehouses cost a load;
+- ``load-warehouses``: the same on a server with 3 created warehouses (local directories), a table
+  in each, loaded round-robin through their prefixes (``/v1/team-1/...``): what several warehouses
+  cost a load;
 - ``commit``: the commit engine (``Catalog.commit``, no HTTP): appends round-robin over 100 tables;
 - ``props``: the commit engine: ``set-properties`` on one table, its metadata log at its maximum.
 
@@ -91,7 +92,6 @@ def _timed(fn, n: int, rounds: int = 5) -> list[float]:
 
 
 async def _loads(n: int, warehouses: bool, tmp: Path) -> list[float]:
-    from bench import wire
 
     try:
         from catalog.server.app import app_from_env
@@ -137,12 +137,27 @@ async def _loads(n: int, warehouses: bool, tmp: Path) -> list[float]:
         await app(scope, receive, send)
         return answer["status"], answer["body"]
 
-    prefix = ""
-    for i in range(1, 4) if warehouses else ():
-        prefix = f"team-{i}"
+    prefixes = [f"team-{i}" for i in range(1, 4)] if warehouses else [""]
+    for prefix in filter(None, prefixes):
         doc = {"name": prefix, "location": str(tmp / prefix)}
         status, data = await call("POST", "/management/v1/warehouses", json.dumps(doc).encode())
         assert status == 201, data
+    paths = [await _load_table(call, prefix) for prefix in prefixes]
+    out = []
+    for _ in range(5):
+        t = time.process_time()
+        for k in range(n):
+            status, _ = await call("GET", paths[k % len(paths)])
+            assert status == 200
+        out.append((time.process_time() - t) / n * 1e6)
+    lifespan.cancel()
+    return out
+
+
+async def _load_table(call, prefix: str) -> str:
+    """Namespace ``bench`` and a 50-column table of 10 snapshots in warehouse ``prefix``: its path."""
+    from bench import wire
+
     base = f"/v1/{prefix + '/' if prefix else ''}namespaces"
     await call("POST", base, json.dumps({"namespace": [wire.NS]}).encode())
     status, data = await call("POST", f"{base}/{wire.NS}/tables", wire.create_table_body("load", 50))
@@ -153,15 +168,7 @@ async def _loads(n: int, warehouses: bool, tmp: Path) -> list[float]:
         status, data = await call("POST", path, wire.append_body(location, [sid], head, seq))
         assert status == 200, data
         head = sid
-    out = []
-    for _ in range(5):
-        t = time.process_time()
-        for _ in range(n):
-            status, _ = await call("GET", path)
-            assert status == 200
-        out.append((time.process_time() - t) / n * 1e6)
-    lifespan.cancel()
-    return out
+    return path
 
 
 def _commits(kind: str, n: int) -> list[float]:

@@ -43,7 +43,6 @@ WRITERS = 16
 COLUMNS = 50
 SIDES = ("one", "several")
 KINDS = ("load", "commit")
-PROFILE = {"load": "gil", "commit": "cpu"}  # py-spy modes (bench/profiling.py)
 IDLE_S = 5.0
 
 
@@ -123,7 +122,8 @@ def run(
     backend: Any, plan: Any, rounds: int, server_env: dict[str, str], log: Any, prof_dir: Path | None = None
 ) -> dict[str, Any]:
     """``rounds`` rounds (``--rounds``); with ``prof_dir`` (``--profile``) py-spy records each side's
-    windows of the last round (loads: gil mode, commits: cpu), summarised under ``out["profiles"]``."""
+    windows of the last round (cpu mode: every thread, the background loops too), summarised under
+    ``out["profiles"]``."""
     env = {"CATALOG_LOG_LEVEL": "info", **server_env}
     servers = {side: backend.own_server(f"warehouses-{side}", env) for side in SIDES}
     try:
@@ -136,7 +136,7 @@ def run(
                 srv = servers[side]
                 for kind in KINDS:
                     raw = prof_dir / f"{backend.name}-warehouses-{side}-{kind}.txt" if prof_dir else None
-                    rec = profiling.Recording(srv.proc.pid, raw, PROFILE[kind]) if raw and r == rounds - 1 else None
+                    rec = profiling.Recording(srv.proc.pid, raw, "cpu") if raw and r == rounds - 1 else None
                     m.add(side, kind, *_window(kind, srv.url, srv.proc.pid, tables[side][kind], r == 0, plan))
                     if rec is not None:
                         m.profiles[f"warehouses-{side}-{kind}"] = rec.stop()
