@@ -205,6 +205,26 @@ def _refresh(http: Any, t: TableState) -> None:
         t.parent, t.seq = wire.head_of(orjson.loads(data)["metadata"])
 
 
+def measured(
+    worker: Worker, args: list[Any], duration: float, pid: int, count: Callable[[dict], int]
+) -> tuple[float, float, list[dict]]:
+    """One window of ``worker`` on the server process ``pid``: (operations/s over the longest client
+    window, the server's CPU ms per operation, the clients' results). ``count`` says how many
+    operations a client's result holds. A client that failed raises ``RuntimeError``."""
+    before: dict[str, float] = {}
+
+    def ready() -> None:
+        before["cpu"] = cpu_seconds(pid)
+
+    results = fan_out(worker, args, duration, 10**6, ready)
+    failed = [x["error"] for x in results if "error" in x]
+    if failed:
+        raise RuntimeError(failed[0])
+    ops = sum(count(x) for x in results)
+    rate = ops / max(x["elapsed"] for x in results)
+    return rate, 1000 * (cpu_seconds(pid) - before["cpu"]) / max(1, ops), results
+
+
 # -- server CPU -----------------------------------------------------------------------------------
 
 

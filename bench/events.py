@@ -15,8 +15,6 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-import orjson
-
 from . import clients, wire
 
 WRITERS = 16
@@ -24,19 +22,10 @@ COLUMNS = 50
 ROUNDS = 3
 
 
-def _setup(url: str) -> list[tuple[str, str, None, int]]:
+def _setup(url: str) -> list[tuple]:
     http = wire.client(url)
     try:
-        status, data = http.request("POST", "/v1/namespaces", orjson.dumps({"namespace": [wire.NS]}))
-        assert status == 200, data[:300]
-        tables = []
-        for i in range(WRITERS):
-            name = f"e{i:02d}"
-            body = wire.create_table_body(name, COLUMNS)
-            status, data = http.request("POST", f"/v1/namespaces/{wire.NS}/tables", body)
-            assert status == 200, data[:300]
-            tables.append((wire.table_path(name), orjson.loads(data)["metadata"]["location"], None, 0))
-        return tables
+        return wire.create_tables(http, [f"e{i:02d}" for i in range(WRITERS)], COLUMNS)
     finally:
         http.close()
 
@@ -58,18 +47,14 @@ def run(backend: Any, quick: bool, server_env: dict[str, str], log: Any) -> dict
             for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
                 srv = servers[mode]
                 args = [{"url": srv.url, "tables": [t], "client": "http", "warmup": r == 0} for t in tables[mode]]
-                before: dict[str, float] = {}
-
-                def ready(before: dict[str, float] = before, pid: int = srv.proc.pid) -> None:
-                    before["cpu"] = clients.cpu_seconds(pid)
-
-                results = clients.fan_out(clients.commit_worker, args, window, 10**6, ready)
-                failed = [x["error"] for x in results if "error" in x]
-                if failed:
-                    raise RuntimeError(f"events {mode}: {failed[0]}")
-                commits = sum(x["commits"] for x in results)
-                rates[mode].append(commits / max(x["elapsed"] for x in results))
-                cpu[mode].append(1000 * (clients.cpu_seconds(srv.proc.pid) - before["cpu"]) / max(1, commits))
+                try:
+                    rate, cpu_ms, _ = clients.measured(
+                        clients.commit_worker, args, window, srv.proc.pid, lambda x: x["commits"]
+                    )
+                except RuntimeError as e:
+                    raise RuntimeError(f"events {mode}: {e}") from None
+                rates[mode].append(rate)
+                cpu[mode].append(cpu_ms)
                 log(f"[{backend.name}] events {mode}, round {r + 1}: {rates[mode][-1]:,.0f} commits/s")
         out = {
             mode: {

@@ -6,11 +6,15 @@ operation (``time.process_time``) in one process, with nothing else in it:
 
 - ``load``: the whole ASGI app (the raw-path router and every middleware, as uvicorn calls it, minus
   the socket), GET of a 50-column table, 5 x N requests;
+- ``load-warehouses``: the same on a server with 3 created warehouses (local directories), a table
+  in each, loaded round-robin through their prefixes (``/v1/team-1/...``): what several warehouses
+  cost a load;
 - ``commit``: the commit engine (``Catalog.commit``, no HTTP): appends round-robin over 100 tables;
 - ``props``: the commit engine: ``set-properties`` on one table, its metadata log at its maximum.
 
 ``--src DIR`` (repeatable) measures other source trees (e.g. ``git archive <ref> | tar -x -C DIR``),
-each in its own process, alternately, ``--rounds`` times; the default is this tree. The log level is
+each in its own process, alternately, ``--rounds`` times; the default is this tree. Several kinds
+(``load load-warehouses``) alternate the same way. The log level is
 the default (info) unless ``--level``. Writes its logs and files to a temporary directory.
 """
 
@@ -32,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.inprocess", description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=("load", "commit", "props"))
+    parser.add_argument("kind", nargs="+", choices=("load", "load-warehouses", "commit", "props"))
     parser.add_argument("--src", action="append", default=[], help="source tree to measure (repeatable)")
     parser.add_argument("--n", type=int, default=2000, help="operations per measurement (default 2000)")
     parser.add_argument("--rounds", type=int, default=2, help="alternations over the sources (default 2)")
@@ -40,22 +44,22 @@ def main() -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(_measure(args.kind, args.n, args.level)))
+        print(json.dumps(_measure(args.kind[0], args.n, args.level)))
         return 0
     sources = args.src or [str(ROOT)]
-    results: dict[str, list[float]] = {s: [] for s in sources}
+    results: dict[tuple[str, str], list[float]] = {(k, s): [] for s in sources for k in args.kind}
     for _ in range(args.rounds):
-        for src in sources:
+        for kind, src in results:
             env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}"}
-            cmd = [sys.executable, "-m", "bench.inprocess", args.kind, "--child", "--n", str(args.n)]
+            cmd = [sys.executable, "-m", "bench.inprocess", kind, "--child", "--n", str(args.n)]
             out = subprocess.run([*cmd, "--level", args.level], env=env, cwd=ROOT, capture_output=True, text=True)
             if out.returncode != 0:
                 print(out.stderr[-3000:], file=sys.stderr)
                 return 1
-            results[src] += json.loads(out.stdout.strip().splitlines()[-1])
-    for src, values in results.items():
+            results[kind, src] += json.loads(out.stdout.strip().splitlines()[-1])
+    for (kind, src), values in results.items():
         runs = sorted(round(v) for v in values)
-        print(f"{args.kind} {src}: CPU per op median {statistics.median(values):.1f} us, runs {runs}")
+        print(f"{kind} {src}: CPU per op median {statistics.median(values):.1f} us, runs {runs}")
     return 0
 
 
@@ -72,8 +76,8 @@ def _measure(kind: str, n: int, level: str) -> list[float]:
     )
     log = open(f"{tmp}/server.log", "w")  # noqa: SIM115 - the process's stderr until it exits
     os.dup2(log.fileno(), 2)
-    if kind == "load":
-        return asyncio.run(_loads(n))
+    if kind.startswith("load"):
+        return asyncio.run(_loads(n, kind == "load-warehouses", Path(tmp)))
     return _commits(kind, n)
 
 
@@ -87,8 +91,7 @@ def _timed(fn, n: int, rounds: int = 5) -> list[float]:
     return out
 
 
-async def _loads(n: int) -> list[float]:
-    from bench import wire
+async def _loads(n: int, warehouses: bool, tmp: Path) -> list[float]:
 
     try:
         from catalog.server.app import app_from_env
@@ -134,24 +137,38 @@ async def _loads(n: int) -> list[float]:
         await app(scope, receive, send)
         return answer["status"], answer["body"]
 
-    await call("POST", "/v1/namespaces", json.dumps({"namespace": [wire.NS]}).encode())
-    status, data = await call("POST", f"/v1/namespaces/{wire.NS}/tables", wire.create_table_body("load", 50))
+    prefixes = [f"team-{i}" for i in range(1, 4)] if warehouses else [""]
+    for prefix in filter(None, prefixes):
+        doc = {"name": prefix, "location": str(tmp / prefix)}
+        status, data = await call("POST", "/management/v1/warehouses", json.dumps(doc).encode())
+        assert status == 201, data
+    paths = [await _load_table(call, prefix) for prefix in prefixes]
+    out = []
+    for _ in range(5):
+        t = time.process_time()
+        for k in range(n):
+            status, _ = await call("GET", paths[k % len(paths)])
+            assert status == 200
+        out.append((time.process_time() - t) / n * 1e6)
+    lifespan.cancel()
+    return out
+
+
+async def _load_table(call, prefix: str) -> str:
+    """Namespace ``bench`` and a 50-column table of 10 snapshots in warehouse ``prefix``: its path."""
+    from bench import wire
+
+    base = f"/v1/{prefix + '/' if prefix else ''}namespaces"
+    await call("POST", base, json.dumps({"namespace": [wire.NS]}).encode())
+    status, data = await call("POST", f"{base}/{wire.NS}/tables", wire.create_table_body("load", 50))
     assert status == 200, data
-    location, path, head = json.loads(data)["metadata"]["location"], wire.table_path("load"), None
+    location, path, head = json.loads(data)["metadata"]["location"], wire.table_path("load", prefix), None
     for seq in range(1, 11):
         sid = wire.new_snapshot_id()
         status, data = await call("POST", path, wire.append_body(location, [sid], head, seq))
         assert status == 200, data
         head = sid
-    out = []
-    for _ in range(5):
-        t = time.process_time()
-        for _ in range(n):
-            status, _ = await call("GET", path)
-            assert status == 200
-        out.append((time.process_time() - t) / n * 1e6)
-    lifespan.cancel()
-    return out
+    return path
 
 
 def _commits(kind: str, n: int) -> list[float]:

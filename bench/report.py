@@ -527,6 +527,38 @@ def _events(r: dict) -> tuple[str, bool | None]:
     return text, e["ratio"] >= 0.9
 
 
+def _warehouses(kind: str) -> Callable[[dict], tuple[str, bool | None]]:
+    """Several warehouses / the default only, same run, alternating (``bench/warehouses.py``)."""
+
+    def cell(r: dict) -> tuple[str, bool | None]:
+        w = _get(r, "warehouses", kind)
+        if not w:
+            return "n/a", None
+        rounds = ", ".join(f"{x:.2f}" for x in w["per_round"])
+        text = (
+            f"{r['warehouses']['created']} created: {_num(w['several'])}/s, default only: {_num(w['one'])}/s: "
+            f"{w['ratio']:.2f}x (rounds {rounds}); server CPU ms/op {w['several_cpu_ms']:.2f} vs {w['one_cpu_ms']:.2f}"
+        )
+        return text, w["ratio"] >= 0.9
+
+    return cell
+
+
+def _warehouses_idle(r: dict) -> tuple[str, bool | None]:
+    w = _get(r, "warehouses", "idle_cpu_ms_per_s")
+    if not w:
+        return "n/a", None
+    return f"several {w['several']:.1f} ms/s, one {w['one']:.1f} ms/s", None
+
+
+def _warehouses_integrity(r: dict) -> tuple[str, bool | None]:
+    w = _get(r, "warehouses", "integrity")
+    if not w:
+        return "n/a", None
+    text = "; ".join(f"{side}: 5xx {i['http_5xx']}, lost {i['lost']} of {i['acknowledged']:,}" for side, i in w.items())
+    return text, all(i["http_5xx"] == 0 and i["lost"] == 0 for i in w.values())
+
+
 def _weed(key: str) -> Callable[[dict], tuple[str, bool | None]]:
     """Ours / SeaweedFS's catalog, same run, alternating (``bench/weed.py``)."""
 
@@ -603,6 +635,10 @@ ROWS: list[Row] = [
     ("CPU: parse metadata file (orjson.loads, median)", "", _cpu_step("parse_metadata")),
     ("CPU: engine apply of one append (median)", "", _cpu_step("apply")),
     ("commit, 16 writers/16 tables: change events on vs off", "on/off >= 0.90", _events),
+    ("loadTable, 8 clients over 3 created warehouses vs the default only", "several/one >= 0.90", _warehouses("load")),
+    ("commit, 16 writers over 3 created warehouses vs the default only", "several/one >= 0.90", _warehouses("commit")),
+    ("... several warehouses vs one: server CPU while idle", "", _warehouses_idle),
+    ("... several warehouses vs one: 5xx, lost commits", "0 5xx, 0 lost", _warehouses_integrity),
     ("table care: after the appends, maintenance ON (keep 100 snapshots)", "", _care_table("on")),
     ("table care: after the appends, maintenance OFF", "", _care_table("off")),
     ("table care: fresh table, maintenance on", "", _care_table("fresh")),

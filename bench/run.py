@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(DEFAULT),
         type=_parts,
         help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, compaction, "
-        "events, care-scale, weed (default: all but care-scale and weed)",
+        "events, warehouses, care-scale, weed (default: all but care-scale and weed)",
     )
     parser.add_argument(
         "--care-appends",
@@ -171,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         "print the ratios (bench/compare.py; default backend sqlite)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=3, help="--compare and --only weed: rounds of alternation (default 3)"
+        "--rounds",
+        type=int,
+        default=3,
+        help="--compare, --only weed and --only warehouses: rounds of alternation (default 3)",
     )
     parser.add_argument(
         "--ref-server-env",

@@ -12,7 +12,21 @@ from pathlib import Path
 
 import orjson
 
-from . import backends, baselines, care, clients, compaction, cpu, events, hot, metrics, profiling, weed, wire
+from . import (
+    backends,
+    baselines,
+    care,
+    clients,
+    compaction,
+    cpu,
+    events,
+    hot,
+    metrics,
+    profiling,
+    warehouses,
+    weed,
+    wire,
+)
 from .report import lat_stats, sample
 
 LOAD_LEVELS = (1, 8, 32)
@@ -55,6 +69,7 @@ PARTS = (
     "care_scale",
     "compaction",
     "events",
+    "warehouses",
     "weed",
 )
 SHORT = {
@@ -67,6 +82,7 @@ SHORT = {
     "care-scale": "care_scale",
     "compaction": "compaction",
     "events": "events",
+    "warehouses": "warehouses",
     "weed": "weed",
 }
 # opt-in: the scale probe (minutes) and the SeaweedFS catalog comparison (its own rounds, minutes)
@@ -471,6 +487,16 @@ class Run:
     def events(self) -> None:
         """Commits/s with change events on vs off, on servers of their own (``bench/events.py``)."""
         self.r["events"] = events.run(self.b, self.args.quick, dict(self.args.server_env), log)
+
+    def warehouses(self) -> None:
+        """loadTable and commits over 3 created warehouses vs the default only (``bench/warehouses.py``)."""
+        prof = self.prof_dir if self.args.profile else None
+        self.r["warehouses"] = w = warehouses.run(
+            self.b, self.plan, getattr(self.args, "rounds", 3), dict(self.args.server_env), log, prof
+        )
+        self.r["profiles"].update(w.pop("profiles"))
+        for side, i in w["integrity"].items():
+            log(f"[{self.b.name}] warehouses {side}: {i}")
 
     def weed(self) -> None:
         """This server against SeaweedFS's Iceberg REST catalog, alternately (``bench/weed.py``)."""

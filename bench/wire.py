@@ -80,8 +80,23 @@ def client(base_url: str, kind: str = "http") -> Http | RequestsHttp:
 # -- paths and bodies -----------------------------------------------------------------------------
 
 
-def table_path(name: str) -> str:
-    return f"/v1/namespaces/{NS}/tables/{name}"
+def table_path(name: str, prefix: str = "") -> str:
+    """A table of namespace ``bench``; ``prefix``: the warehouse's (``/v1/<prefix>/...``), else none."""
+    return f"/v1/{prefix + '/' if prefix else ''}namespaces/{NS}/tables/{name}"
+
+
+def create_tables(http: Http | RequestsHttp, names: list[str], columns: int, prefix: str = "") -> list[tuple]:
+    """Namespace ``bench`` and a table per name in it (in warehouse ``prefix``): the writers' table
+    tuples ``(path, location, parent None, sequence 0)``."""
+    base = f"/v1/{prefix + '/' if prefix else ''}namespaces"
+    status, data = http.request("POST", base, orjson.dumps({"namespace": [NS]}))
+    assert status == 200, data[:300]
+    tables = []
+    for name in names:
+        status, data = http.request("POST", f"{base}/{NS}/tables", create_table_body(name, columns))
+        assert status == 200, data[:300]
+        tables.append((table_path(name, prefix), orjson.loads(data)["metadata"]["location"], None, 0))
+    return tables
 
 
 def schema(columns: int) -> dict:

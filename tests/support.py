@@ -231,6 +231,17 @@ def s3_env(s3, prefix: str) -> dict[str, str]:
     }
 
 
+def s3_profile(s3) -> dict[str, object]:
+    """A warehouse's ``s3`` profile on the suite's S3 server (``s3_env``'s settings, as profile keys)."""
+    return {
+        "endpoint": s3.endpoint,
+        "region": s3.region,
+        "access-key-id": s3.access_key,
+        "secret-access-key": s3.secret_key,
+        "path-style-access": True,
+    }
+
+
 def s3_client_props(s3) -> dict[str, str]:
     """What a client supplies itself: credentials. Endpoint and path style come from /v1/config."""
     return {"s3.access-key-id": s3.access_key, "s3.secret-access-key": s3.secret_key}

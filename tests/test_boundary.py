@@ -36,6 +36,7 @@ from tests.support import (
     race,
     rows,
     s3_env,
+    s3_profile,
     start_server,
 )
 
@@ -97,12 +98,7 @@ def where(server, request, tmp_path_factory) -> Iterator[Where]:
     doc: dict = {"name": name, "location": str(tmp_path_factory.mktemp("boundary-warehouse"))}
     if server.backend == "postgres-s3":
         s3 = request.getfixturevalue("services")["s3"]
-        keys = {"access-key-id": s3.access_key, "secret-access-key": s3.secret_key}
-        doc = {
-            "name": name,
-            "location": f"s3://{s3.bucket}/{name}",
-            "s3": {"endpoint": s3.endpoint, "region": s3.region, **keys, "path-style-access": True},
-        }
+        doc = {"name": name, "location": f"s3://{s3.bucket}/{name}", "s3": s3_profile(s3)}
     made = requests.post(f"{server.url}/management/v1/warehouses", json=doc, timeout=60)
     assert made.status_code == 201, made.text
     yield Where(name, doc["location"])

@@ -165,6 +165,30 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     # warehouses besides the default, from a Secret of the user's (README "Warehouses")
     "warehouses": {"warehouses": {"existingSecret": "lake-warehouses"}},
+    # ... or declared in values, rendered into a Secret of the chart's
+    "warehouses-declared": {
+        "warehouses": {
+            "declared": [
+                {
+                    "name": "team-a",
+                    "location": "s3://lake-a/warehouse",
+                    "s3": {
+                        "endpoint": "http://minio:9000",
+                        "region": "us-east-1",
+                        "access-key-id": "team-a",
+                        "secret-access-key": "team-a-secret-access-key",
+                        "path-style-access": True,
+                    },
+                    "maintenance": {"max-snapshot-age-ms": 86400000},
+                },
+                {
+                    "name": "team-b",
+                    "location": "abfss://lake@account.dfs.core.windows.net/warehouse",
+                    "azure": {"account-key": "dGVhbS1iLWFjY291bnQta2V5", "vend-credentials": True},
+                },
+            ]
+        }
+    },
     "hpa": {
         "autoscaling": {
             "enabled": True,
@@ -512,6 +536,9 @@ def test_schema_rejects_bad_values(chart: Any, helm: ModuleType) -> None:
         {"database": {"url": "not a url"}},
         {"dataVolume": {"mountPath": "data"}},
         {"dataVolume": {"source": "pvc"}},
+        {"warehouses": {"declared": [{"name": "Team A", "location": "/data/a"}]}},
+        {"warehouses": {"declared": [{"name": "team-a"}]}},
+        {"warehouses": {"declared": [{"name": "team-a", "location": "/data/a", "s4": {}}]}},
     ]
     for values in bad:
         with pytest.raises(helm.HelmValuesError):
@@ -595,7 +622,10 @@ def test_secrets_feed_the_database_url_and_s3_keys(render: Any, value_set: str) 
     db, s3 = values.get("database", {}), values.get("s3", {})
     rendered = render(value_set)
     secrets = rendered.chart_secrets()
-    assert set(secrets) <= {FULLNAME}, "the chart renders at most its own Secret"
+    declared = bool(values.get("warehouses", {}).get("declared"))
+    assert set(secrets) <= {FULLNAME, *[f"{FULLNAME}-warehouses"] * declared}, (
+        "the chart renders at most its own Secret (and the declared warehouses')"
+    )
     container = server_container(rendered)
     by_name = {e["name"]: e for e in container["env"]}
     env = resolve_env(container, secrets)
@@ -1026,6 +1056,51 @@ def test_the_warehouses_file_is_the_users_secret_mounted_read_only(render: Any) 
     assert "CATALOG_WAREHOUSES_FILE" not in resolve_env(server_container(render("defaults")), {})
 
 
+def test_declared_warehouses_are_a_secret_of_the_chart_mounted_read_only(
+    render: Any, chart: Any, helm: ModuleType, tmp_path: Any
+) -> None:
+    from catalog.server.warehouses import read_file
+    from catalog.settings import Settings
+    from catalog.warehouses import parse
+
+    declared = VALUE_SETS["warehouses-declared"]["warehouses"]["declared"]
+    rendered = render("warehouses-declared")
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    container = server_container(rendered)
+    secrets = rendered.chart_secrets()
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "warehouses"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "warehouses"]
+    assert mount["readOnly"] is True
+    (item,) = volume["secret"]["items"]
+    assert resolve_env(container, secrets)["CATALOG_WAREHOUSES_FILE"] == f"{mount['mountPath']}/{item['path']}"
+    assert volume["secret"]["secretName"] == f"{FULLNAME}-warehouses"
+    content = secrets[volume["secret"]["secretName"]][item["key"]]
+
+    # The server reads what the pods get as the warehouses that were declared.
+    path = tmp_path / "warehouses.yaml"
+    path.write_text(content)
+    settings = Settings(_env_file=None, database_url=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "w"))
+    assert [parse(i, settings) for i in read_file(str(path), settings)] == [parse(i, settings) for i in declared]
+    assert "max-snapshot-age-ms: 86400000" in content, "integers stay integers"
+    # The keys are in Secrets only: in no ConfigMap, env value or other manifest.
+    for doc in rendered.docs:
+        if doc["kind"] != "Secret":
+            text = json.dumps(doc)
+            assert "team-a-secret-access-key" not in text and "dGVhbS1iLWFjY291bnQta2V5" not in text, doc["kind"]
+
+    def checksum(name: str) -> str:
+        values = {"warehouses": {"declared": [{"name": name, "location": "/data/x"}]}, "database": {"password": "pw"}}
+        files = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        deployment = Rendered(files).one("Deployment")
+        return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/warehouses"]
+
+    assert checksum("team-a") == checksum("team-a") != checksum("team-b"), "a change rolls the pods"
+    both = {"existingSecret": "mine", "declared": declared}
+    with pytest.raises(helm.HelmError, match="not both"):
+        chart.render({"warehouses": both, "database": {"password": "pw"}}, name=RELEASE, namespace=NAMESPACE)
+    assert not [d for d in render("warehouses").docs if d["metadata"]["name"].endswith("-warehouses")]
+
+
 def test_changing_bootstrap_grants_rolls_the_pods(chart: Any) -> None:
     def checksum(grants: list[dict[str, Any]]) -> str:
         values = {"authorization": {"bootstrap": {"grants": grants}}, "database": {"password": "pw"}}
@@ -1311,6 +1386,7 @@ def test_compose_services_are_wired(compose_model: dict[str, Any]) -> None:
         "postgres": "service_healthy",
         "catalog-migrate": "service_completed_successfully",
         "minio-init": "service_completed_successfully",
+        "azurite-init": "service_completed_successfully",
     }
     assert any(str(p).split(":")[-1] == "8181" for p in catalog["ports"])
     assert "/health/ready" in " ".join(catalog["healthcheck"]["test"])
@@ -1411,6 +1487,95 @@ def test_compose_runs_with_auth(compose_raw: dict[str, Any], compose_model: dict
     assert conf["spark.sql.catalog.lake.credential"] == f"spark:{clients['spark']}"
     assert conf["spark.sql.catalog.lake.oauth2-server-uri"] == f"{conf['spark.sql.catalog.lake.uri']}/v1/oauth/tokens"
     assert "lake.demo" in " ".join(_command(spark)), "the smoke test stays inside the namespace spark may use"
+
+
+def _compose_warehouses(compose_raw: dict[str, Any], compose_model: dict[str, Any], tmp_path: Any) -> tuple:
+    """The catalog's warehouses file as the container gets it (the config mounted at
+    CATALOG_WAREHOUSES_FILE, interpolated), read by the server's own reader with the server's settings
+    from the catalog's environment: (settings, {name: Warehouse}, the raw content)."""
+    from catalog.server.warehouses import read_file
+    from catalog.settings import Settings
+    from catalog.warehouses import parse
+
+    catalog = compose_model["services"]["catalog"]
+    env = _environment(catalog)
+    (ref,) = [c for c in catalog["configs"] if c["target"] == env["CATALOG_WAREHOUSES_FILE"]]
+    declared = tmp_path / "warehouses.yaml"
+    declared.write_text(compose_model["configs"][ref["source"]]["content"])
+    settings = Settings(_env_file=None, **{k.removeprefix("CATALOG_").lower(): v for k, v in env.items()})
+    items = read_file(str(declared), settings)  # ValueError naming the problem, as `serve` would refuse it
+    warehouses = {w.name: w for w in (parse(item, settings) for item in items)}
+    return settings, warehouses, compose_raw["configs"][ref["source"]]["content"]
+
+
+def test_compose_serves_two_teams_warehouses(
+    compose_raw: dict[str, Any], compose_model: dict[str, Any], tmp_path: Any
+) -> None:
+    from catalog.server.warehouses import checked_settings
+    from catalog.storage.azure import account_of
+
+    services = compose_model["services"]
+    settings, warehouses, raw = _compose_warehouses(compose_raw, compose_model, tmp_path)
+    assert set(warehouses) == {"team-a", "team-b"}
+    # What the server checks before it opens a warehouse (it would refuse to start otherwise).
+    a = checked_settings(settings, warehouses["team-a"], 1)
+    b = checked_settings(settings, warehouses["team-b"], 2)
+    for secret in ("MINIO_TEAM_A_PASSWORD", "AZURITE_ACCOUNT_KEY"):
+        assert "${" + secret + ":-" in raw, f"{secret} must be overridable"
+
+    # team-a: a MinIO bucket of its own, reached with a MinIO user of its own allowed that bucket only.
+    assert a.storage_kind == "s3" and a.warehouse.startswith("s3://team-a/")
+    assert a.s3_endpoint == settings.s3_endpoint == "http://minio:9000"
+    assert a.s3_client_endpoint == "http://localhost:9000" and a.s3_path_style_access
+    assert a.s3_vend_credentials and a.s3_sts_role_arn
+    init = services["minio-init"]
+    init_env, script = _environment(init), " ".join(_command(init))
+    assert "mc mb --ignore-existing local/team-a" in script
+    assert (a.s3_access_key_id, a.s3_secret_access_key) == (
+        init_env["MINIO_TEAM_A_USER"],
+        init_env["MINIO_TEAM_A_PASSWORD"],
+    )
+    assert a.s3_access_key_id not in (settings.s3_access_key_id, _environment(services["minio"])["MINIO_ROOT_USER"])
+    policy = json.loads(re.search(r"printf '%s' '(\{[^']*team-a[^']*\})' > /tmp/team-a.json", script).group(1))
+    assert policy["Statement"][0]["Resource"] == ["arn:aws:s3:::team-a", "arn:aws:s3:::team-a/*"]
+    raw_script = " ".join(_command(compose_raw["services"]["minio-init"]))  # $$: the shell's variables
+    assert 'mc admin user add local "$${MINIO_TEAM_A_USER}" "$${MINIO_TEAM_A_PASSWORD}"' in raw_script
+    assert 'mc admin policy attach local team-a-warehouse --user "$${MINIO_TEAM_A_USER}"' in raw_script
+
+    # team-b: a container in Azurite, made by azurite-init before the catalog starts.
+    assert b.storage_kind == "azure"
+    account, _, container = account_of(b)
+    azurite, azurite_init = services["azurite"], services["azurite-init"]
+    assert azurite["image"].startswith("mcr.microsoft.com/azure-storage/azurite:")
+    command = _command(azurite)
+    port = command[command.index("--blobPort") + 1]
+    assert command[0] == "azurite-blob" and command[command.index("--blobHost") + 1] == "0.0.0.0"
+    assert b.azure_blob_endpoint == f"http://azurite:{port}/{account}"
+    assert b.azure_client_blob_endpoint == f"http://localhost:{port}/{account}"
+    assert f"{port}:{port}" in [str(p).split()[0] for p in azurite["ports"]]
+    assert b.azure_vend_credentials and b.azure_sas_scope == "container", "Azurite has no hierarchical namespace"
+    init_env = _environment(azurite_init)
+    assert (init_env["AZURITE_BLOB_ENDPOINT"], init_env["AZURITE_ACCOUNT_KEY"]) == (
+        b.azure_blob_endpoint,
+        b.azure_account_key,
+    )
+    assert f'create_container("{container}")' in azurite_init["command"][0]
+    assert azurite_init["image"] == services["catalog"]["image"], "the catalog image brings the Azure SDK"
+    assert _depends_on(azurite_init) == {"azurite": "service_started"}
+    assert "azurite-data" in compose_model["volumes"]
+
+
+@pytest.mark.azure
+def test_compose_azurite_init_makes_team_b_s_container(compose_model: dict[str, Any], azurite: Any) -> None:
+    """azurite-init's script, run against a real Azurite: the container is made, and a second run
+    (a restart of the stack) still exits 0."""
+    init = compose_model["services"]["azurite-init"]
+    script = init["command"][0]
+    container = re.search(r'create_container\("([^"]+)"\)', script).group(1)
+    env = {**os.environ, **_environment(init), "AZURITE_BLOB_ENDPOINT": azurite.endpoint}
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
+    assert azurite.service().get_container_client(container).exists()
 
 
 def test_compose_uses_only_known_catalog_variables(compose_raw: dict[str, Any]) -> None:

@@ -409,7 +409,7 @@ def test_signing_in_created_warehouses_keeps_a_principal_to_its_own(s3, tmp_path
     """Two S3 warehouses with remote signing from their profiles: a keyless client writes and reads
     in the warehouse it is granted, through the signer; it gets nothing signed in the other one,
     neither through that warehouse's route nor by naming the other's objects through its own."""
-    from tests.support import auth_env
+    from tests.support import auth_env, s3_profile
 
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
@@ -426,9 +426,8 @@ grants:
     roots = {name: f"wh-{name}-{uuid.uuid4().hex[:6]}" for name in ("sign-a", "sign-b")}
     try:
         for name, root in roots.items():
-            keys = {"access-key-id": s3.access_key, "secret-access-key": s3.secret_key}
-            profile = {"endpoint": s3.endpoint, "region": s3.region, **keys, "path-style-access": True}
-            doc = {"name": name, "location": f"s3://{s3.bucket}/{root}", "s3": {**profile, "remote-signing": True}}
+            profile = {**s3_profile(s3), "remote-signing": True}
+            doc = {"name": name, "location": f"s3://{s3.bucket}/{root}", "s3": profile}
             made = requests.post(f"{server.url}/management/v1/warehouses", json=doc, headers=admin, timeout=60)
             assert made.status_code == 201, made.text
         s3_keys = {"s3.access-key-id": s3.access_key, "s3.secret-access-key": s3.secret_key}

@@ -473,7 +473,7 @@ def test_vending_inside_created_warehouses_keeps_a_principal_to_its_own(stack: d
     """Two S3 warehouses created with vending in their profiles, on a server whose default is local
     disk: a principal granted one gets credentials scoped to its table there, which reach nothing of
     the other warehouse, and gets no credentials of the other warehouse's tables at all."""
-    from tests.support import auth_env
+    from tests.support import auth_env, s3_profile
 
     s3 = stack["s3"]
     grants = """
@@ -486,9 +486,8 @@ grants:
     ingest = {"Authorization": f"Bearer {token(server, 'ingest')}", **VENDED}
     try:
         for name in ("vend-a", "vend-b"):
-            keys = {"access-key-id": s3.access_key, "secret-access-key": s3.secret_key}
             vending = {"vend-credentials": True, "sts-endpoint": s3.endpoint, "sts-role-arn": s3.sts_role_arn}
-            profile = {"endpoint": s3.endpoint, "region": s3.region, "path-style-access": True, **keys, **vending}
+            profile = {**s3_profile(s3), **vending}
             doc = {"name": name, "location": f"s3://{s3.bucket}/{name}-{uuid.uuid4().hex[:6]}", "s3": profile}
             made = requests.post(f"{server.url}/management/v1/warehouses", json=doc, headers=admin, timeout=60)
             assert made.status_code == 201, made.text

@@ -32,6 +32,7 @@ from tests.support import (
     backends,
     new_pg_database,
     rows,
+    s3_profile,
     start_server,
     token,
 )
@@ -896,12 +897,7 @@ def test_doctor_probes_each_warehouse(plain, tmp_path: Path) -> None:
 
 def _s3_warehouse(s3, name: str, root: str) -> dict:  # noqa: ANN001 - the services' S3
     """A warehouse on the session's S3 bucket under ``root``, with the server's own keys."""
-    keys = {"access-key-id": s3.access_key, "secret-access-key": s3.secret_key}
-    return {
-        "name": name,
-        "location": f"s3://{s3.bucket}/{root}",
-        "s3": {"endpoint": s3.endpoint, "region": s3.region, **keys, "path-style-access": True},
-    }
+    return {"name": name, "location": f"s3://{s3.bucket}/{root}", "s3": s3_profile(s3)}
 
 
 def _empty(s3, root: str) -> None:  # noqa: ANN001

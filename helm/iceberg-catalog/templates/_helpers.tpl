@@ -330,6 +330,23 @@ Refuse value sets that install but cannot work. Included by the Deployment (alwa
 {{- define "iceberg-catalog.warehouses.dir" -}}/etc/iceberg-catalog-warehouses{{- end }}
 {{- define "iceberg-catalog.warehouses.path" -}}{{ include "iceberg-catalog.warehouses.dir" . }}/warehouses.yaml{{- end }}
 
+{{- /* A warehouses file: the user's Secret (warehouses.existingSecret) or the chart's, rendered from
+warehouses.declared (a Secret too: the profiles hold storage keys). Not both. */}}
+{{- define "iceberg-catalog.warehouses.enabled" -}}
+{{- if and .Values.warehouses.existingSecret .Values.warehouses.declared }}
+{{- fail "warehouses: set existingSecret or declared, not both" }}
+{{- end }}
+{{- if or .Values.warehouses.existingSecret .Values.warehouses.declared }}true{{- end }}
+{{- end }}
+
+{{- define "iceberg-catalog.warehouses.secretName" -}}
+{{- .Values.warehouses.existingSecret | default (printf "%s-warehouses" (include "iceberg-catalog.fullname" . | trunc 52 | trimSuffix "-")) }}
+{{- end }}
+
+{{- define "iceberg-catalog.warehouses.key" -}}
+{{- if .Values.warehouses.existingSecret }}{{ .Values.warehouses.key }}{{ else }}warehouses.yaml{{ end }}
+{{- end }}
+
 {{- define "iceberg-catalog.authzBootstrap.dir" -}}/etc/iceberg-catalog{{- end }}
 {{- define "iceberg-catalog.authzBootstrap.path" -}}{{ include "iceberg-catalog.authzBootstrap.dir" . }}/authz.yaml{{- end }}
 
@@ -468,7 +485,7 @@ is renamed back to `on`, and the output quotes it.
 - name: CATALOG_AUTHZ_BOOTSTRAP
   value: {{ include "iceberg-catalog.authzBootstrap.path" . | quote }}
 {{- end }}
-{{- if .Values.warehouses.existingSecret }}
+{{- if include "iceberg-catalog.warehouses.enabled" . }}
 - name: CATALOG_WAREHOUSES_FILE
   value: {{ include "iceberg-catalog.warehouses.path" . | quote }}
 {{- end }}
