@@ -1056,6 +1056,31 @@ def test_the_warehouses_file_is_the_users_secret_mounted_read_only(render: Any) 
     assert "CATALOG_WAREHOUSES_FILE" not in resolve_env(server_container(render("defaults")), {})
 
 
+@pytest.mark.parametrize("spec", [{"value": "k" * 44}, {"existingSecret": "lake-keys", "key": "fernet"}])
+def test_the_warehouses_secrets_key_reaches_the_servers_and_the_workers_from_a_secret(chart: Any, spec: dict) -> None:
+    """warehouses.secretsKey: CATALOG_SECRETS_KEY in every container that opens warehouses (the
+    servers and the maintenance workers), through a secretKeyRef, never as a plain value."""
+    worker = {"worker": {"enabled": True}}
+    values = {"warehouses": {"secretsKey": spec}, "database": {"password": "pw"}, "maintenance": worker}
+    rendered = Rendered(chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True))
+    secrets = rendered.chart_secrets()
+    containers = [
+        c for doc in rendered.docs if doc["kind"] == "Deployment" for c in doc["spec"]["template"]["spec"]["containers"]
+    ]
+    assert len(containers) == 2  # the server's and the maintenance worker's
+    for container in containers:
+        (env,) = [e for e in container["env"] if e["name"] == "CATALOG_SECRETS_KEY"]
+        ref = _secret_ref(env)
+        if spec.get("existingSecret"):
+            assert ref == {"name": "lake-keys", "key": "fernet"}
+        else:
+            assert ref == {"name": FULLNAME, "key": "secrets-key"}
+            assert secrets[FULLNAME]["secrets-key"] == spec["value"]
+    for doc in rendered.docs:
+        if doc["kind"] != "Secret" and spec.get("value"):
+            assert spec["value"] not in json.dumps(doc), doc["kind"]
+
+
 def test_declared_warehouses_are_a_secret_of_the_chart_mounted_read_only(
     render: Any, chart: Any, helm: ModuleType, tmp_path: Any
 ) -> None:

@@ -86,6 +86,11 @@ Secrets
 {{- if and (not .Values.auth.metricsToken.existingSecret) .Values.auth.metricsToken.value }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the warehouses' secrets key comes from the chart's Secret. */}}
+{{- define "iceberg-catalog.chartSecret.secretsKey" -}}
+{{- if and (not .Values.warehouses.secretsKey.existingSecret) .Values.warehouses.secretsKey.value }}true{{ end }}
+{{- end }}
+
 {{- define "iceberg-catalog.chartSecret.auth" -}}
 {{- if or (include "iceberg-catalog.chartSecret.tokenSecret" .) (include "iceberg-catalog.chartSecret.clients" .) (include "iceberg-catalog.chartSecret.metricsToken" .) }}true{{ end }}
 {{- end }}
@@ -96,7 +101,7 @@ Secrets
 {{- end }}
 
 {{- define "iceberg-catalog.chartSecret.enabled" -}}
-{{- if or (include "iceberg-catalog.chartSecret.database" .) (include "iceberg-catalog.chartSecret.s3" .) (include "iceberg-catalog.chartSecret.azure" .) (include "iceberg-catalog.chartSecret.auth" .) }}true{{ end }}
+{{- if or (include "iceberg-catalog.chartSecret.database" .) (include "iceberg-catalog.chartSecret.s3" .) (include "iceberg-catalog.chartSecret.azure" .) (include "iceberg-catalog.chartSecret.auth" .) (include "iceberg-catalog.chartSecret.secretsKey" .) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -268,6 +273,9 @@ and the migration Job, so every replica and the Job see the same URL.
 {{- if .Values.gcs.vendCredentials }}
 - name: CATALOG_GCS_VEND_CREDENTIALS
   value: "true"
+{{- end }}
+{{- if or .Values.warehouses.secretsKey.existingSecret .Values.warehouses.secretsKey.value }}
+{{ include "iceberg-catalog.authSecretEnv" (dict "name" "CATALOG_SECRETS_KEY" "spec" .Values.warehouses.secretsKey "chartKey" "secrets-key" "root" .) }}
 {{- end }}
 {{- end }}
 
