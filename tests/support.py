@@ -514,6 +514,16 @@ def auth_env(tmp: Path, bootstrap: str = ADMIN_ONLY, cache_seconds: str = "1") -
     }
 
 
+def warehouse_admin_grants(warehouse: str) -> str:
+    """A grants file (for ``auth_env``): ``admin`` holds the catalog, ``ingest`` administers the
+    warehouse ``warehouse`` and nothing else."""
+    return f"""
+grants:
+  - {{principal: client:admin, privileges: [admin], on: catalog}}
+  - {{principal: client:ingest, privileges: [admin], on: {{warehouse: {warehouse}}}}}
+"""
+
+
 def token(server: Server, client: str) -> str:
     """A bearer token for ``client`` (one of ``CLIENTS``) from the server's token endpoint."""
     resp = requests.post(

@@ -409,19 +409,14 @@ def test_signing_in_created_warehouses_keeps_a_principal_to_its_own(s3, tmp_path
     """Two S3 warehouses with remote signing from their profiles: a keyless client writes and reads
     in the warehouse it is granted, through the signer; it gets nothing signed in the other one,
     neither through that warehouse's route nor by naming the other's objects through its own."""
-    from tests.support import auth_env, s3_profile
+    from tests.support import auth_env, s3_profile, warehouse_admin_grants
 
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setattr(ExecutorFactory, "_instance", ThreadPoolExecutor(max_workers=1))  # see above
     monkeypatch.setattr(ExecutorFactory, "_instance_pid", os.getpid())
-    grants = """
-grants:
-  - {principal: client:admin, privileges: [admin], on: catalog}
-  - {principal: client:ingest, privileges: [admin], on: {warehouse: sign-a}}
-"""
-    server = start_server(tmp_path / "srv", "sqlite", auth_env(tmp_path, grants))
+    server = start_server(tmp_path / "srv", "sqlite", auth_env(tmp_path, warehouse_admin_grants("sign-a")))
     admin = {"Authorization": f"Bearer {token(server, 'admin')}"}
     roots = {name: f"wh-{name}-{uuid.uuid4().hex[:6]}" for name in ("sign-a", "sign-b")}
     try:

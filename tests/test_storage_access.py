@@ -473,15 +473,10 @@ def test_vending_inside_created_warehouses_keeps_a_principal_to_its_own(stack: d
     """Two S3 warehouses created with vending in their profiles, on a server whose default is local
     disk: a principal granted one gets credentials scoped to its table there, which reach nothing of
     the other warehouse, and gets no credentials of the other warehouse's tables at all."""
-    from tests.support import auth_env, s3_profile
+    from tests.support import auth_env, s3_profile, warehouse_admin_grants
 
     s3 = stack["s3"]
-    grants = """
-grants:
-  - {principal: client:admin, privileges: [admin], on: catalog}
-  - {principal: client:ingest, privileges: [admin], on: {warehouse: vend-a}}
-"""
-    server = start_server(tmp_path / "srv", "sqlite", auth_env(tmp_path, grants))
+    server = start_server(tmp_path / "srv", "sqlite", auth_env(tmp_path, warehouse_admin_grants("vend-a")))
     admin = {"Authorization": f"Bearer {token(server, 'admin')}"}
     ingest = {"Authorization": f"Bearer {token(server, 'ingest')}", **VENDED}
     try:
