@@ -7,15 +7,13 @@ separator) before decoding, so a level may itself contain ``.``, ``/`` or ``%``.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
+import functools
 import re
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import unquote, unquote_plus
 
+import anyio.to_thread
 import orjson
 from litestar import Response
 from pydantic import BaseModel, ValidationError
@@ -30,33 +28,9 @@ T = TypeVar("T")
 _LEVEL_SPLIT = re.compile(r"%1[fF]|\x1f")
 
 
-# At most this many blocking calls run at once per process (anyio's default limiter, used before);
-# the database pool is sized to it (``Settings.db_pool_size``).
-BLOCKING_THREADS = 40
-_pool: list[ThreadPoolExecutor] = []
-_pool_lock = threading.Lock()
-
-
 async def blocking(fn: Callable[..., T], *args: Any) -> T:
-    """Run a blocking service call (SQL, object storage) in the worker thread pool.
-
-    Hand-written rather than ``anyio.to_thread.run_sync`` (issue 27): on commits across tables that
-    hop was ~22% of the server's GIL time (its capacity limiter, cancel scope, checkpoint and idle-
-    worker pruning on every call). What it kept is kept here: at most ``BLOCKING_THREADS`` calls at
-    once (the rest queue), the caller's context variables seen by the call (request id, warehouse,
-    trace context: a copy, as anyio runs it), and a call that started runs to its end even if the
-    awaiting request is cancelled (its outcome, a landed commit, stays landed); a call cancelled
-    while still queued never runs. A client that disconnects cancels nothing (uvicorn and litestar
-    let the handler finish). Guarded by ``tests/test_blocking.py``."""
-    context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(_pool[0] if _pool else _executor(), context.run, fn, *args)
-
-
-def _executor() -> ThreadPoolExecutor:
-    with _pool_lock:
-        if not _pool:
-            _pool.append(ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="catalog-blocking"))
-        return _pool[0]
+    """Run a blocking service call (SQL, object storage) in the worker thread pool."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args))
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
