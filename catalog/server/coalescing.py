@@ -1,14 +1,12 @@
-"""One socket write per response: a response's head and body go out in one ``writelines`` (one
-``writev``, no copy) instead of two system calls.
+"""One socket write per response: the writes a connection makes within one turn of the event loop
+go out together, in one ``writelines`` (one ``writev``, no copy), at the end of that turn.
 
 uvicorn writes a response's head when the app sends ``http.response.start`` and its body when the
-app sends ``http.response.body``, each with its own ``transport.write`` (issue 27: the send was the
-largest share of the server's GIL time on commits). Litestar sends both messages in one step of the
-request's task. So a write is held back, and the next write sends both at once, at once: the
-response leaves when its body is written, as before. A write that no other follows (the head of a
-304 or 204, a streamed chunk) goes out at the end of the loop's current turn. Anything that ends the
-connection (``close``, ``write_eof``) writes what is held first; ``abort`` drops it, as it drops the
-transport's own buffer.
+app sends ``http.response.body``, each with its own ``transport.write``: two system calls per
+response (issue 27: the send was the largest share of the server's GIL time on commits). Litestar
+sends both messages in one step of the request's task, so deferring a write to the end of the
+loop's current turn joins them. Anything that ends the connection (``close``, ``write_eof``) writes
+what is pending first; ``abort`` drops it, as it drops the transport's own buffer.
 
 Guarded by ``tests/test_coalescing.py``.
 """
@@ -33,10 +31,9 @@ class Coalescing:
     def write(self, data: bytes) -> None:
         if self._pending is None:
             self._pending = [data]
-            self._loop.call_soon(self.flush)  # nothing follows in this turn: it goes alone
+            self._loop.call_soon(self.flush)
         else:
             self._pending.append(data)
-            self.flush()
 
     def writelines(self, data: Any) -> None:
         for chunk in data:
