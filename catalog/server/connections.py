@@ -30,6 +30,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from catalog import errors
+from catalog.server.coalescing import Coalescing
 from catalog.settings import Settings
 
 
@@ -70,6 +71,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = Coalescing(transport, self.loop)  # one write per response: coalescing.py
         if len(self.connections) > self._max_connections:
             self._refuse(_UNAVAILABLE)
             return
