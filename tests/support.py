@@ -514,6 +514,17 @@ def auth_env(tmp: Path, bootstrap: str = ADMIN_ONLY, cache_seconds: str = "1") -
     }
 
 
+def answered_409s(url: str) -> float:
+    """The 409s the server at ``url`` answered so far, on all routes (its /metrics): clients such as
+    pyiceberg retry a 409 silently, so the server's count is what shows one."""
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("catalog_http_requests_total{") and 'status="409"' in line
+    )
+
+
 def warehouse_admin_grants(warehouse: str) -> str:
     """A grants file (for ``auth_env``): ``admin`` holds the catalog, ``ingest`` administers the
     warehouse ``warehouse`` and nothing else."""

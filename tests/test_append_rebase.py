@@ -18,6 +18,7 @@ from pyiceberg.exceptions import CommitFailedException
 from tests.support import (
     JSON_ID_SCHEMA,
     PY_SCHEMA,
+    answered_409s,
     create_events,
     insert_events,
     local_catalog,
@@ -230,18 +231,12 @@ def client_append(meta: dict, snapshot_id: int, records: int, existing_files_cou
     writer: pyiceberg 0.12 writes none), and the commit's requirements and updates."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
     from pyiceberg.manifest import (
-        DataFile,
-        DataFileContent,
-        FileFormat,
-        ManifestEntry,
-        ManifestEntryStatus,
         ManifestFile,
         write_manifest,
         write_manifest_list,
     )
     from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
     from pyiceberg.schema import Schema
-    from pyiceberg.typedef import Record
     from pyiceberg.types import LongType, NestedField
 
     from catalog.storage import manifests as manifest_io
@@ -251,18 +246,10 @@ def client_append(meta: dict, snapshot_id: int, records: int, existing_files_cou
     parent_id = None if parent_id in (None, -1) else parent_id
     parent = next((s for s in meta["snapshots"] if s["snapshot-id"] == parent_id), None)
     sequence = meta["last-sequence-number"] + 1
-    data_file = DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path=f"{meta['location']}/data/{uuid.uuid4()}.parquet",
-        file_format=FileFormat.PARQUET,
-        partition=Record(),
-        record_count=records,
-        file_size_in_bytes=100 + records,
-    )
     schema = Schema(NestedField(1, "id", LongType(), required=False))
     path = f"{where}/{uuid.uuid4()}-m0.avro"
     with write_manifest(2, UNPARTITIONED_PARTITION_SPEC, schema, io.new_output(path), snapshot_id, "null") as w:
-        w.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data_file))
+        w.add(_added_entry(meta, snapshot_id, records))
     manifest = w.to_manifest_file()
     if existing_files_count:  # as a merged manifest says of the files it carried over
         manifest._data[8] = existing_files_count
@@ -1000,16 +987,6 @@ def test_lists_carrying_blocks_read_in_spark_and_pyiceberg(spark, server, ns):
     assert sorted(added) == sorted(s.snapshot_id for s in table.snapshots())
 
 
-def _409s(url: str) -> float:
-    """The 409s the server answered so far (its /metrics): clients retry a 409 silently."""
-    text = requests.get(f"{url}/metrics", timeout=10).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("catalog_http_requests_total{") and 'status="409"' in line
-    )
-
-
 @pytest.mark.spark
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("version", ["2", "3"])
@@ -1030,7 +1007,7 @@ def test_spark_merging_inserts_racing_appenders_get_no_409(spark, server, ns, ve
     lake = register_catalog(spark, server)
     name = f"{lake}.{ns}.merging"
     spark.sql(f"INSERT INTO {name} VALUES (0, 'n0', NULL)")  # main exists, the session's table is loaded
-    before, rebased = _409s(server.url), metric_total(server.url, "catalog_commit_append_rebase_total")
+    before, rebased = answered_409s(server.url), metric_total(server.url, "catalog_commit_append_rebase_total")
     done, inserts, appenders = threading.Event(), 6, 2
     written: list[int] = [0]
 
@@ -1054,7 +1031,7 @@ def test_spark_merging_inserts_racing_appenders_get_no_409(spark, server, ns, ve
 
     for ids in race(1 + appenders, work):
         written.extend(ids)
-    answered_409 = _409s(server.url) - before
+    answered_409 = answered_409s(server.url) - before
     assert sorted(r[0] for r in spark.sql(f"SELECT id FROM {name}").collect()) == sorted(written)
     if version == "2":
         check_table(catalog.load_table(f"{ns}.merging"), written)  # and totals, one chain, sequence numbers

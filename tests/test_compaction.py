@@ -27,6 +27,7 @@ from tests.support import (
     PART_SCHEMA,
     PART_SPEC,
     Server,
+    answered_409s,
     backends,
     care_server,
     duckdb_attached,
@@ -181,9 +182,9 @@ def test_appends_on_top_of_a_compaction_are_rebased_though_they_drop_its_deleted
     assert _compact(care, ns)["rewritten-data-files"] == 12
     first, second = catalog.load_table(f"{ns}.t"), catalog.load_table(f"{ns}.t")
     first.append(part_batch(60))
-    before = _409s(care)
+    before = answered_409s(care.url)
     second.append(part_batch(61))  # its parent is the compaction; main moved on: rebased, not a 409
-    assert _409s(care) == before  # (pyiceberg would retry a 409 by itself: counted on the server)
+    assert answered_409s(care.url) == before  # (pyiceberg would retry a 409 by itself: counted on the server)
     table = catalog.load_table(f"{ns}.t")
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == part_ids([*range(6), 60, 61])
     assert [s.summary.operation.value for s in table.metadata.snapshots][-3:] == ["replace", "append", "append"]
@@ -315,16 +316,6 @@ def test_a_compaction_whose_files_another_compaction_took_plans_again(two_proces
     assert all(_referenced_anywhere(table, f"file://{p}") for p in data_dir.rglob("*.parquet")), live
 
 
-def _409s(server: Server) -> float:
-    """The 409s the server answered so far (its /metrics)."""
-    text = requests.get(f"{server.url}/metrics", timeout=10).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("catalog_http_requests_total{") and 'status="409"' in line
-    )
-
-
 def _referenced_anywhere(table, path: str) -> bool:  # noqa: ANN001
     for snapshot in table.metadata.snapshots:
         for m in snapshot.manifests(table.io):
@@ -444,12 +435,12 @@ def test_an_appender_never_fails_while_compaction_runs_continuously(care: Server
     over and over: every append lands at its first try and every row is there once."""
     catalog, ns, table = part_table(care, "dc")
     table.append(part_batch(0))  # the branch exists: no append asserts that it does not
-    before = _409s(care)
+    before = answered_409s(care.url)
     with _Compacting(care, ns) as compacting:
         for i in range(1, 40):
             catalog.load_table(f"{ns}.t").append(part_batch(i))
         compacting.wait_landed()
-    assert _409s(care) == before  # not one 409 (pyiceberg would retry one by itself: counted on the server)
+    assert answered_409s(care.url) == before  # not one 409 (pyiceberg would retry one by itself: counted on the server)
     assert not compacting.errors, compacting.errors
     assert compacting.landed >= 1, compacting.results
     assert sorted(catalog.load_table(f"{ns}.t").scan().to_arrow()["id"].to_pylist()) == part_ids(range(40))
