@@ -94,13 +94,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
         log.warning("%s", warning)
     authenticator = Authenticator.from_settings(settings)
     limiter = FailureLimiter(parse_trusted_proxies(settings.trusted_proxies))
-    this: list[Litestar] = []  # the app, once built: the `ctx` dependency reads its state
+    registry: list[Registry] = []  # the warehouses served, once the lifespan opened them
 
     def ctx() -> AppState:
         """The handlers' ``ctx``: the AppState of the request's warehouse (``api.context.WAREHOUSE``),
-        set by the lifespan before the first request. No parameters, so that resolving it costs no
-        other injection (a ``State`` per request)."""
-        return this[0].state.ctx.registry().state(WAREHOUSE.get())
+        from the registry the lifespan made before the first request. No parameters, so that
+        resolving it costs no other injection (a ``State`` per request)."""
+        return registry[0].state(WAREHOUSE.get())
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -114,7 +114,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
         # Rows from before migration 0003 get their locations in the background (a no-op after).
         threading.Thread(target=_backfill, args=(catalog,), name="backfill", daemon=True).start()
         pages = paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
-        registry: list[Registry] = []
 
         def state(of: Settings, catalog: Catalog, access: Access) -> AppState:
             # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
@@ -147,7 +146,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             return state(of, opened, Access(of, catalog.store, warehouse=name)), start_parts(opened, name)
 
         app.state.ctx = state(settings, catalog, access)
-        registry.append(Registry(settings, app.state.ctx, open_warehouse, grants_changed=access.changed))
+        registry[:] = [Registry(settings, app.state.ctx, open_warehouse, grants_changed=access.changed)]
         registry[0].start()
         if settings.warehouses_file:
             registry[0].bootstrap(settings.warehouses_file)
@@ -191,7 +190,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
         openapi_config=None,
         debug=False,
     )
-    this.append(app)
     return app
 
 
@@ -202,9 +200,15 @@ def app_from_env() -> RawPathRouting:
     logs.configure(settings.log_level, settings.log_format)  # worker processes start without it (audit lines)
     app = create_app(settings)
 
+    served: list[Registry] = []  # app.state.warehouses, kept here once set: a State lookup per request cost ~1 us
+
     def knows(name: str) -> bool:  # the warehouses, once the lifespan opened them
-        registry = getattr(app.state, "warehouses", None)
-        return registry is None or registry.knows(name)
+        if not served:
+            registry = getattr(app.state, "warehouses", None)
+            if registry is None:
+                return True
+            served.append(registry)
+        return served[0].knows(name)
 
     if tracing.configure():  # OTEL_* asks for traces: a span per request, the commit's steps under it
         return RawPathRouting(Traced(app), knows)
