@@ -42,6 +42,13 @@ REQUEST_SECONDS = Histogram(
 COMMIT_ATTEMPTS = Counter(
     "catalog_commit_attempts_total", "Compare-and-swap attempts (one per rebase)", registry=REGISTRY
 )
+COMMITS_TO_THREAD = Counter(
+    "catalog_commit_to_thread_total",
+    "Commits on SQLite + local disk that could not run inline on the event loop and went to a worker "
+    "thread, by reason (lock, writer, file, rebase, lost, group)",
+    ["reason"],
+    registry=REGISTRY,
+)
 COMMITS = Counter(
     "catalog_commits_total",
     "Commits that moved a pointer, by kind (table | view | transaction)",

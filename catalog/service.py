@@ -23,7 +23,7 @@ from catalog.maintenance.care import PURGE, Care
 from catalog.metadata import registered, tables, views
 from catalog.names import check_name, check_namespace
 from catalog.settings import Settings
-from catalog.storage.backends import Storage
+from catalog.storage.backends import LocalStorage, Storage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store import migrate
 from catalog.store.dropped import Dropped
@@ -345,6 +345,14 @@ class Catalog:
                 check_name(change.name)
                 self.load_namespace(change.namespace)
         return self.engine.commit(changes, key)
+
+    def commit_inline(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome | None:
+        """``commit`` on the calling thread when the database (SQLite) and the storage are local and
+        the commit needs no wait (``CommitEngine.commit_inline``); None: call ``commit`` on a thread.
+        A single change only, so the transaction checks of ``commit`` do not apply."""
+        if not (self.store.local and isinstance(self.storage, LocalStorage)):
+            return None
+        return self.engine.commit_inline(changes, key)
 
     # -- idempotency keys (see api.idempotency) --------------------------------------------------
 

@@ -5,6 +5,10 @@ file. HTTP-level behaviour is in test_commits_http.py and test_views.py."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+from pathlib import Path
+
 import orjson
 import pytest
 
@@ -157,3 +161,129 @@ def test_racing_commits_one_winner_per_base(catalog):
     assert sorted(results) == ["409"] * 7 + ["won"]
     final = catalog.load(TABLE, ("n",), "t").data
     assert [s["snapshot-id"] for s in final["snapshots"]] == [100 + results.index("won")]
+
+
+# -- inline commits (on the event loop, no worker thread) -------------------------------------------
+
+
+def set_property(name: str, key: str, value: str, requirements=()) -> Change:
+    return Change(TABLE, ("n",), name, list(requirements), [{"action": "set-properties", "updates": {key: value}}])
+
+
+def files_of(catalog: Catalog, name: str) -> set[str]:
+    """The metadata files in the table's directory."""
+    root = catalog.load(TABLE, ("n",), name).location.removeprefix("file://").rsplit("/", 1)[0]
+    return {p.name for p in Path(root).iterdir()}
+
+
+def to_thread() -> dict[str, float]:
+    reasons = ("lock", "writer", "file", "rebase", "lost", "group")
+    return {r: sample("catalog_commit_to_thread_total", reason=r) for r in reasons}
+
+
+def test_an_inline_commit_lands_and_refuses_as_one_on_a_thread(catalog):
+    created = create(catalog, "t")
+    before = to_thread()
+    outcome = catalog.commit_inline([set_property("t", "a", "1")])
+    assert isinstance(outcome, Committed) and outcome.files[0].data["properties"]["a"] == "1"
+    assert catalog.load(TABLE, ("n",), "t").location == outcome.files[0].location
+    # a stale requirement: the same 409, at once, with no file left behind
+    stale = [{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}]
+    files = files_of(catalog, "t")
+    with pytest.raises(errors.CommitFailed):
+        catalog.commit_inline([set_property("t", "b", "2", stale)])
+    assert files_of(catalog, "t") == files
+    # an Idempotency-Key lands with it, as on a thread
+    key = KeyRecord("inline", "f" * 64, 200)
+    keyed = catalog.commit_inline([set_property("t", "c", "3")], key)
+    assert isinstance(keyed, Committed) and keyed.recorded
+    assert catalog.recorded("inline").metadata_location == keyed.files[0].location
+    assert to_thread() == before  # nothing went to a thread
+    # a create or a transaction always runs on a thread (uncounted)
+    assert catalog.commit_inline([Change(TABLE, ("n",), "u", created=created.data)]) is None
+    assert catalog.commit_inline([set_property("t", "d", "4"), set_property("t", "e", "5")]) is None
+    assert to_thread() == before
+
+
+def test_an_inline_commit_that_would_wait_goes_to_a_thread_having_done_nothing(catalog, tmp_path, monkeypatch):
+    """Each reason to leave the event loop: the attempt stops before the pointer moves, deletes
+    the file it wrote, and the thread's commit then lands as usual."""
+    from catalog.commit import engine as engine_module
+
+    create(catalog, "t")
+
+    def attempt(reason: str, key: str, uncached: bool = False) -> None:
+        before, files, pointer = to_thread(), files_of(catalog, "t"), catalog.load(TABLE, ("n",), "t").location
+        if uncached:
+            catalog.files._cache.clear()
+        assert catalog.commit_inline([set_property("t", key, "v")]) is None
+        after = to_thread()
+        assert {r: after[r] - before[r] for r in after if after[r] != before[r]} == {reason: 1}
+        assert files_of(catalog, "t") == files and catalog.load(TABLE, ("n",), "t").location == pointer
+        landed = catalog.commit([set_property("t", key, "v")])  # what the server then does on a thread
+        assert isinstance(landed, Committed) and landed.files[0].data["properties"][key] == "v"
+
+    # the table's lock, held by a commit on another thread
+    slot = catalog.engine._locks[hash((("n",), "t")) % len(catalog.engine._locks)]
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with slot:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(30)
+    try:
+        before, files = to_thread(), files_of(catalog, "t")
+        assert catalog.commit_inline([set_property("t", "k1", "v")]) is None
+        assert to_thread()["lock"] == before["lock"] + 1 and files_of(catalog, "t") == files
+    finally:
+        release.set()
+        holder.join()
+    assert isinstance(catalog.commit([set_property("t", "k1", "v")]), Committed)
+    # SQLite's write lock, held by another process's transaction
+    other = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        before, files = to_thread(), files_of(catalog, "t")
+        assert catalog.commit_inline([set_property("t", "k2", "v")]) is None
+        assert to_thread()["writer"] == before["writer"] + 1 and files_of(catalog, "t") == files
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert isinstance(catalog.commit([set_property("t", "k2", "v")]), Committed)
+    # a metadata file that is not in the cache, or over the bound
+    attempt("file", "k3", uncached=True)
+    monkeypatch.setattr(engine_module, "INLINE_MAX_BYTES", 100)
+    attempt("file", "k4")
+
+
+def test_an_append_to_rebase_goes_to_a_thread(tmp_path):
+    """An append whose branch moved is rebased on a thread (manifest lists are read and written);
+    with group commit on, appends go there from the start."""
+    with local_catalog(tmp_path, append_rebase=True, group_commit_max_commits=1) as catalog:
+        created = create(catalog, "t")
+        first = catalog.commit_inline([Change(TABLE, ("n",), "t", updates=append_updates(created.data, 1))])
+        assert isinstance(first, Committed)
+        stale = first.files[0].data  # main at 1; another append moves it to 2
+        assert isinstance(
+            catalog.commit_inline([Change(TABLE, ("n",), "t", updates=append_updates(stale, 2))]), Committed
+        )
+        before = to_thread()
+        moved = Change(
+            TABLE,
+            ("n",),
+            "t",
+            [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 1}],
+            append_updates(stale, 3),
+        )
+        assert catalog.commit_inline([moved]) is None
+        assert to_thread()["rebase"] == before["rebase"] + 1
+    (tmp_path / "grouped").mkdir()
+    with local_catalog(tmp_path / "grouped", append_rebase=True) as catalog:
+        created = create(catalog, "t")
+        before = to_thread()
+        assert catalog.commit_inline([Change(TABLE, ("n",), "t", updates=append_updates(created.data, 1))]) is None
+        assert to_thread()["group"] == before["group"] + 1

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import requests
 
-from tests.support import JSON_SCHEMA, assert_error, commit, create, load
+from tests.support import JSON_SCHEMA, Http, assert_error, commit, create, load, start_server
 
 SET_PROP = {"action": "set-properties", "updates": {"k": "v"}}
 
@@ -232,3 +236,43 @@ def test_register_errors(http, ns):
         json={"name": "t", "metadata-location": created["metadata-location"], "overwrite": True},
     )
     assert resp.status_code == 200, resp.text
+
+
+def test_a_commit_waiting_for_another_process_does_not_hold_up_the_server(tmp_path):
+    """On SQLite and local disk a commit runs on the event loop only when nothing can make it wait.
+    While another process holds the database's write lock, a commit waits for it on a worker thread
+    and the server goes on answering, loads of the same table included; once the lock is released
+    the commit lands."""
+    server = start_server(tmp_path / "server")
+    try:
+        with Http(server.url) as http:
+            assert http.post("/v1/namespaces", json={"namespace": ["n"]}).status_code == 200
+            create(http, "n", "t")
+            other = sqlite3.connect(tmp_path / "server" / "catalog.db", isolation_level=None)
+            other.execute("BEGIN IMMEDIATE")
+            try:
+                with ThreadPoolExecutor(1) as pool:
+                    body = {"updates": [{"action": "set-properties", "updates": {"a": "1"}}]}
+                    url = f"{server.url}/v1/namespaces/n/tables/t"
+                    pending = pool.submit(requests.post, url, json=body, timeout=120)
+                    deadline = time.monotonic() + 60
+                    while _to_thread(server.url, "writer") < 1:  # the commit met the lock, went to a thread
+                        assert time.monotonic() < deadline and not pending.done(), "the commit never met the lock"
+                        time.sleep(0.05)
+                    for _ in range(20):
+                        assert "a" not in load(http, "n", "t")["metadata"]["properties"]
+                    assert not pending.done()  # still waiting for the other process
+                    other.execute("ROLLBACK")
+                    landed = pending.result()
+            finally:
+                other.close()
+            assert landed.status_code == 200, landed.text
+            assert load(http, "n", "t")["metadata"]["properties"]["a"] == "1"
+    finally:
+        server.stop()
+
+
+def _to_thread(url: str, reason: str) -> float:
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    series = f'catalog_commit_to_thread_total{{reason="{reason}"}} '
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(series))

@@ -197,7 +197,10 @@ async def _commit_one(
         raise errors.BadRequest("Malformed request: identifier in the body does not match the path")
     change = Change(kind, ns, name, req.requirements, req.updates)
     await guard.require(request, _commit_needs(change))
-    outcome = await wire.blocking(ctx.catalog.commit, [change], idempotency.key_of(request, 200))
+    key = idempotency.key_of(request, 200)
+    outcome = ctx.catalog.commit_inline([change], key)  # no thread hop when nothing can block
+    if outcome is None:
+        outcome = await wire.blocking(ctx.catalog.commit, [change], key)
     if not isinstance(outcome, Committed):
         return await idempotency.replay(request)
     idempotency.settle(request, outcome)

@@ -113,6 +113,8 @@ class Grouping(Protocol):
 
     def note(self, change: Change, data: dict[str, Any]) -> None: ...
 
+    def known_off(self, change: Change) -> bool: ...
+
 
 def not_committed(e: errors.IcebergError) -> errors.IcebergError:
     """An error before the CAS: the commit certainly did not happen, so never a 500 (which clients

@@ -94,23 +94,58 @@ class CommitEngine:
         finally:
             metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
 
-    def _loop(self, changes: Sequence[Change], key: KeyRecord | None, kind: str) -> Outcome:
-        """The attempts: stage, swap; rebase on a lost CAS (see the module docstring)."""
-        for attempt in range(self.settings.commit_max_attempts):
-            with self.serialised(changes):
+    def commit_inline(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome | None:
+        """``commit`` on the calling thread (the event loop's) when it can run without waiting for
+        long: one entry, not a create, its current metadata file cached and at most
+        ``INLINE_MAX_BYTES``, no rebase to build, its slot lock and the database's writer (SQLite)
+        each free within ``INLINE_WAIT_S``, and the CAS won at the first attempt. At the first of
+        these that does not hold it stops, having landed nothing and left no file, and answers None:
+        the caller runs ``commit`` on a thread, from the start. (The short waits are what bring a
+        hot table back inline: a commit on a thread holds the table's lock, and without them every
+        commit arriving meanwhile would follow it to a thread.) Only for a store and a storage on local disk, whose
+        I/O is a few hundred microseconds (``Catalog.commit_inline``). Why: a commit handed to a
+        worker thread hands the GIL back and forth with the event loop at every I/O call; measured
+        on 2 cores, that cost about as much CPU as the commit itself (``docs/performance.md``)."""
+        if len(changes) != 1 or changes[0].creates:
+            return None
+        if self.groups is not None and self.groups.eligible(changes, key) and not self.groups.known_off(changes[0]):
+            metrics.COMMITS_TO_THREAD.labels("group").inc()  # a group's leader waits for its members
+            return None
+        kind = changes[0].kind.name
+        start = time.perf_counter()
+        try:
+            outcome = self._loop(changes, key, kind, inline=True)
+        except _NotInline as e:
+            metrics.COMMITS_TO_THREAD.labels(e.reason).inc()
+            return None
+        except BaseException:
+            metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
+            raise
+        metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
+        return outcome
+
+    def _loop(self, changes: Sequence[Change], key: KeyRecord | None, kind: str, inline: bool = False) -> Outcome:
+        """The attempts: stage, swap; rebase on a lost CAS (see the module docstring). ``inline``:
+        one attempt that raises ``_NotInline`` rather than wait long (``commit_inline``)."""
+        for attempt in range(1 if inline else self.settings.commit_max_attempts):
+            with self.serialised(changes, INLINE_WAIT_S if inline else -1):
                 try:
-                    current, staged = self._stage(changes, kind)
+                    current, staged = self._stage(changes, kind, inline)
                 except errors.AlreadyExists:  # a create whose twin (same key) created it first
                     if key is not None and changes[0].creates and self.store.get_key(key.key) is not None:
                         return Replayed()
                     raise
                 if not staged:  # nothing changed
                     return Committed(tuple(current), recorded=False)
-                outcome = self.swap(current, staged, key, kind)
+                outcome = self.swap(current, staged, key, kind, INLINE_WAIT_S if inline else None)
                 if outcome is not None:
                     if isinstance(outcome, Committed):
                         log_landed(staged, attempt + 1)
                     return outcome
+            if inline:  # lost to another process: the thread rebases, with its backoff
+                self.discard(staged)
+                metrics.REBASES.inc()
+                raise _NotInline("lost")
             self._lost(changes, staged, attempt, kind)
         names = ", ".join(c.ident for c in changes)
         metrics.CONFLICTS.labels("cas").inc()
@@ -119,7 +154,9 @@ class CommitEngine:
 
     # -- steps 1-3 -------------------------------------------------------------------------------
 
-    def _stage(self, changes: Sequence[Change], kind: str) -> tuple[list[MetadataFile], list[Staged]]:
+    def _stage(
+        self, changes: Sequence[Change], kind: str, inline: bool = False
+    ) -> tuple[list[MetadataFile], list[Staged]]:
         """Read, apply and write every change: each change's file after the commit (the new one, or
         the base when the change is a no-op) and the written-but-uncommitted ones. A failure
         deletes the files already written."""
@@ -127,7 +164,7 @@ class CommitEngine:
         staged: list[Staged] = []
         try:
             for change in changes:
-                one = self._stage_one(change, kind, alone=len(changes) == 1)
+                one = self._stage_one(change, kind, alone=len(changes) == 1, inline=inline)
                 if isinstance(one, Staged):
                     staged.append(one)
                     current.append(one.new)
@@ -138,13 +175,13 @@ class CommitEngine:
             raise
         return current, staged
 
-    def _stage_one(self, change: Change, kind: str, alone: bool) -> Staged | MetadataFile:
+    def _stage_one(self, change: Change, kind: str, alone: bool, inline: bool = False) -> Staged | MetadataFile:
         with _step(kind, "read"):
-            entry, base = self.read(change)
+            entry, base = self.read(change, cached_only=inline)
         if self.groups is not None and base is not None and change.kind is TABLE:
             self.groups.note(change, base.data)
         with _step(kind, "apply"):
-            new, rebased = self.apply(change, base, rebasable=alone)
+            new, rebased = self.apply(change, base, rebasable=alone, inline=inline)
         if base is not None and new is base.data:
             return base
         if rebased is None:
@@ -178,7 +215,9 @@ class CommitEngine:
             raise
         return Staged(change, entry, base, written, location, lists, commits, manifests)
 
-    def read(self, change: Change) -> tuple[Entry | None, MetadataFile | None]:
+    def read(self, change: Change, cached_only: bool = False) -> tuple[Entry | None, MetadataFile | None]:
+        """The entry and its metadata file. ``cached_only`` (inline): ``_NotInline`` unless the file
+        is in memory and at most ``INLINE_MAX_BYTES``."""
         entry = self.store.get_entry(change.namespace, change.name)
         if change.creates:
             if entry is not None:
@@ -186,16 +225,27 @@ class CommitEngine:
             return None, None
         if entry is None or entry.kind != change.kind.name:
             raise change.kind.missing(f"{change.kind.noun} does not exist: {change.ident}")
-        return entry, self.files.read(entry.metadata_location)
+        if not cached_only:
+            return entry, self.files.read(entry.metadata_location)
+        base = self.files.cached(entry.metadata_location)
+        if base is None or len(base.raw) > INLINE_MAX_BYTES:
+            raise _NotInline("file")
+        return entry, base
 
     def apply(
-        self, change: Change, base: MetadataFile | None, rebasable: bool = False, check_only: bool = False
+        self,
+        change: Change,
+        base: MetadataFile | None,
+        rebasable: bool = False,
+        check_only: bool = False,
+        inline: bool = False,
     ) -> tuple[dict[str, Any], rebase.Rebased | None]:
         """The new metadata (``base.data`` itself when nothing changed). A failed requirement is a 409,
         unless the commit is a pure append whose branch moved and rebase is on: then it is rebuilt on
         the branch's head (``catalog.commit.rebase``) and the second value is that rebase, whose manifest list
         is written. Only a commit of one table is ``rebasable`` (a multi-table transaction may rely on
-        what it read). ``check_only``: raise the 409 or not, but write nothing."""
+        what it read). ``check_only``: raise the 409 or not, but write nothing. ``inline``: a rebase,
+        which reads and writes manifest lists, raises ``_NotInline`` instead."""
         if change.created is not None:
             return change.created, None
         if not change.maintenance and _marked(change.updates):
@@ -227,6 +277,8 @@ class CommitEngine:
                     change.ident, rolled.requirements, rolled.removed,
                 )  # fmt: skip
                 return new, None
+            if inline:
+                raise _NotInline("rebase") from None
             if candidate.over_maintenance:
                 metrics.WRITERS_MET_MAINTENANCE.labels("rebased").inc()
             if check_only:
@@ -297,9 +349,15 @@ class CommitEngine:
     # -- step 4 ----------------------------------------------------------------------------------
 
     def swap(
-        self, current: list[MetadataFile], staged: list[Staged], key: KeyRecord | None, kind: str
+        self,
+        current: list[MetadataFile],
+        staged: list[Staged],
+        key: KeyRecord | None,
+        kind: str,
+        wait: float | None = None,
     ) -> Outcome | None:
-        """The CAS (or, for a create, the insert). None: lost, go again."""
+        """The CAS (or, for a create, the insert). None: lost, go again. ``wait`` (inline): the most
+        seconds to wait for the database's writer, then ``_NotInline`` with the files deleted."""
         if key is not None and key.status == 200:  # a 200 is the (first) entry's new metadata
             key = KeyRecord(key.key, key.fingerprint, key.status, metadata_location=current[0].location)
         creates = [s for s in staged if s.entry is None]
@@ -312,7 +370,7 @@ class CommitEngine:
             swaps = [Swap(s.entry.id, s.entry.metadata_location, s.new.location, s.location) for s in staged]
             events = [self.event(s) for s in staged] if self.store.events_on else []
             try:
-                result = self.store.swap_pointers(swaps, key, events)
+                result = self.store.swap_pointers(swaps, key, events, wait=wait)
             except PointerOutcomeUnknown as e:
                 return self._settle(current, staged, swaps, e, kind, key is not None)
             except Exception:
@@ -323,6 +381,9 @@ class CommitEngine:
         if result is Swapped.KEY_TAKEN:
             self.discard(staged)
             return Replayed()
+        if result is Swapped.BUSY:
+            self.discard(staged)
+            raise _NotInline("writer")
         return None
 
     def _insert(self, staged: Staged, key: KeyRecord | None) -> bool:
@@ -416,12 +477,16 @@ class CommitEngine:
         backoff(self.settings, attempt)
 
     @contextmanager
-    def serialised(self, changes: Sequence[Change]) -> Iterator[None]:
-        """Hold the locks of these entries, taken in one order so that transactions cannot deadlock."""
+    def serialised(self, changes: Sequence[Change], wait: float = -1) -> Iterator[None]:
+        """Hold the locks of these entries, taken in one order so that transactions cannot deadlock.
+        ``wait`` (inline): the most seconds to wait for each, then ``_NotInline``; -1: no bound."""
         slots = sorted({hash((c.namespace, c.name)) % _LOCKS for c in changes})
         with ExitStack() as stack:
             for slot in slots:
-                stack.enter_context(self._locks[slot])
+                lock = self._locks[slot]
+                if not lock.acquire(timeout=wait):
+                    raise _NotInline("lock")
+                stack.callback(lock.release)
             yield
 
     def discard(self, staged: Sequence[Staged]) -> None:
@@ -456,6 +521,20 @@ class CommitEngine:
 
 # Commits to different entries share a lock only when their names hash to the same slot.
 _LOCKS = 1024
+# The largest current metadata file a commit is run inline on (``commit_inline``): building and
+# writing its successor then stalls the event loop for about a millisecond at most.
+INLINE_MAX_BYTES = 1024 * 1024
+# The most an inline commit waits for a lock (its table's, SQLite's writer) before it goes to a thread.
+INLINE_WAIT_S = 0.002
+
+
+class _NotInline(Exception):
+    """An inline commit met something it would have to wait for; nothing landed (``commit_inline``).
+    ``reason``: the label of ``catalog_commit_to_thread_total``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def backoff(settings: Settings, attempt: int) -> None:

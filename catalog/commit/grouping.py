@@ -100,6 +100,11 @@ class GroupCommitter:
                 self._rebase_off.clear()  # forgetting costs one pointer read per table
             self._rebase_off.add(key)
 
+    def known_off(self, change: Change) -> bool:
+        """Whether the table's metadata, as this process last saw it, has append rebase off: its
+        appends take the ordinary path, never a group."""
+        return (change.namespace, change.name) in self._rebase_off
+
     def _queue(self, change: Change) -> Committed:
         member = _Member(change, len(orjson.dumps(list(change.updates))))
         key = (change.namespace, change.name)

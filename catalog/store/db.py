@@ -345,6 +345,10 @@ def with_schema(url: str, schema: str | None) -> sa.URL:
     return parsed.update_query_dict({"options": f"-csearch_path={schema}"})
 
 
+# How long a SQLite write waits for another process's write transaction before "database is locked".
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -352,7 +356,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 

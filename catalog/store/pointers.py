@@ -6,9 +6,11 @@ statements are compiled once and run on a pooled DBAPI connection (``sql.Databas
 from __future__ import annotations
 
 import enum
+import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc
@@ -17,9 +19,9 @@ from sqlalchemy.engine import Engine
 from catalog import tracing
 from catalog.events.records import Event
 from catalog.store import async_reads
+from catalog.store.db import SQLITE_BUSY_TIMEOUT_MS, join_namespace, split_namespace
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import idempotency_keys as keys
-from catalog.store.db import join_namespace, split_namespace
 from catalog.store.events import EventRows
 from catalog.store.sql import Compiled, not_committed, quiet_rollback, short, translate
 
@@ -61,6 +63,7 @@ class Swapped(enum.Enum):
     WON = "won"
     LOST = "lost"  # a pointer was no longer the expected one: nothing changed
     KEY_TAKEN = "key-taken"  # another request recorded the Idempotency-Key first: nothing changed
+    BUSY = "busy"  # wait=False: another writer held the database: nothing changed
 
 
 class PointerOutcomeUnknown(Exception):
@@ -125,7 +128,11 @@ class Pointers(EventRows):
     # -- the compare-and-swap --------------------------------------------------------------------
 
     def swap_pointers(
-        self, swaps: Sequence[Swap], key: KeyRecord | None = None, events: Sequence[Event] = ()
+        self,
+        swaps: Sequence[Swap],
+        key: KeyRecord | None = None,
+        events: Sequence[Event] = (),
+        wait: float | None = None,
     ) -> Swapped:
         """The commit: all-or-nothing compare-and-swap of one or more pointers in ONE transaction.
 
@@ -138,19 +145,36 @@ class Pointers(EventRows):
         after the UPDATEs (each row lock held: two commits of one entry write their events in the
         order they commit, see ``events.py``). Raises
         ``PointerOutcomeUnknown`` when the COMMIT itself fails.
+
+        ``wait`` (SQLite only: a commit run on the event loop, which must not stall): the most
+        seconds to wait for the write lock, held by another thread or process, before answering
+        ``BUSY``, having done nothing. None: wait as every other writer does.
         """
         prepared = self._raw_rows(events)
-        with self._writers:
-            return self._swap_pointers(swaps, key, prepared)
+        if wait is None:
+            with self._writers:
+                return self._swap_pointers(swaps, key, prepared)
+        assert self.local, "only SQLite's writer lock is waited for with a bound"
+        if not self._writers.acquire(timeout=wait):  # type: ignore[attr-defined]  # a Lock on SQLite
+            return Swapped.BUSY
+        try:
+            return self._swap_pointers(swaps, key, prepared, wait)
+        finally:
+            self._writers.release()  # type: ignore[attr-defined]
 
-    def _swap_pointers(self, swaps: Sequence[Swap], key: KeyRecord | None, events: tuple[str, list]) -> Swapped:
+    def _swap_pointers(
+        self, swaps: Sequence[Swap], key: KeyRecord | None, events: tuple[str, list], wait: float | None = None
+    ) -> Swapped:
         """The CAS transaction. Until COMMIT is sent nothing can have landed, so every failure before
         it is a known one (translated, at worst 503); only a failed COMMIT is ``PointerOutcomeUnknown``."""
         conn = self._raw_connection()
         try:
             cursor = conn.cursor()
             try:
-                if self.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
+                if self.local and wait is not None:
+                    if not _begin_within(cursor, wait):
+                        return Swapped.BUSY
+                elif self.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
                     cursor.execute("BEGIN IMMEDIATE")
                 for swap in sorted(swaps, key=lambda s: s.entry_id):
                     values = {
@@ -227,3 +251,18 @@ def key_row(record: KeyRecord) -> dict[str, object]:
 
 def _bytes(value: object) -> bytes | None:
     return None if value is None else bytes(value)  # type: ignore[call-overload]
+
+
+def _begin_within(cursor: Any, wait: float) -> bool:
+    """``BEGIN IMMEDIATE`` on SQLite waiting at most ``wait`` seconds, not the busy timeout: False,
+    with no transaction open, when another process held the write lock all that time."""
+    cursor.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
+    try:
+        cursor.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as e:
+        if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+            raise
+        return False
+    finally:
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    return True
