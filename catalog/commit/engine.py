@@ -85,14 +85,9 @@ class CommitEngine:
             grouped = self.groups.commit(changes[0])
             if grouped is not None:
                 return grouped
-        kind = changes[0].kind.name if len(changes) == 1 else "transaction"
-        start = time.perf_counter()
-        try:
-            entries = ", ".join(c.ident for c in changes)[:512] if tracing.enabled() else None
-            with tracing.span("commit", commit_kind=kind, catalog_entries=entries):
-                return self._loop(changes, key, kind)
-        finally:
-            metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
+        outcome = self._measured(changes, key, inline=False)
+        assert outcome is not None
+        return outcome
 
     def commit_inline(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome | None:
         """``commit`` on the calling thread (the event loop's) when it can run without waiting for
@@ -102,27 +97,36 @@ class CommitEngine:
         these that does not hold it stops, having landed nothing and left no file, and answers None:
         the caller runs ``commit`` on a thread, from the start. (The short waits are what bring a
         hot table back inline: a commit on a thread holds the table's lock, and without them every
-        commit arriving meanwhile would follow it to a thread.) Only for a store and a storage on local disk, whose
-        I/O is a few hundred microseconds (``Catalog.commit_inline``). Why: a commit handed to a
-        worker thread hands the GIL back and forth with the event loop at every I/O call; measured
-        on 2 cores, that cost about as much CPU as the commit itself (``docs/performance.md``)."""
+        commit arriving meanwhile would follow it to a thread.) Only for a store and a storage on
+        local disk, whose I/O is a few hundred microseconds (``Catalog.commit_inline``). Why: a
+        commit handed to a worker thread hands the GIL back and forth with the event loop at every
+        I/O call; measured on 2 cores, that cost about as much CPU as the commit itself
+        (``docs/performance.md``)."""
         if len(changes) != 1 or changes[0].creates:
             return None
         if self.groups is not None and self.groups.eligible(changes, key) and not self.groups.known_off(changes[0]):
             metrics.COMMITS_TO_THREAD.labels("group").inc()  # a group's leader waits for its members
             return None
-        kind = changes[0].kind.name
-        start = time.perf_counter()
-        try:
-            outcome = self._loop(changes, key, kind, inline=True)
-        except _NotInline as e:
-            metrics.COMMITS_TO_THREAD.labels(e.reason).inc()
-            return None
-        except BaseException:
-            metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
-            raise
-        metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
-        return outcome
+        return self._measured(changes, key, inline=True)
+
+    def _measured(self, changes: Sequence[Change], key: KeyRecord | None, inline: bool) -> Outcome | None:
+        """``_loop`` in the commit's span and duration metric; an inline attempt that goes to a
+        thread is counted there instead (its span says why), and the thread's commit is measured."""
+        kind = changes[0].kind.name if len(changes) == 1 else "transaction"
+        start: float | None = time.perf_counter()
+        entries = ", ".join(c.ident for c in changes)[:512] if tracing.enabled() else None
+        with tracing.span("commit", commit_kind=kind, catalog_entries=entries, commit_inline=inline or None) as span:
+            try:
+                return self._loop(changes, key, kind, inline)
+            except _NotInline as e:
+                start = None
+                metrics.COMMITS_TO_THREAD.labels(e.reason).inc()
+                if span is not None:
+                    span.set_attribute("commit.to_thread", e.reason)
+                return None
+            finally:
+                if start is not None:
+                    metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
 
     def _loop(self, changes: Sequence[Change], key: KeyRecord | None, kind: str, inline: bool = False) -> Outcome:
         """The attempts: stage, swap; rebase on a lost CAS (see the module docstring). ``inline``:
