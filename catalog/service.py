@@ -347,10 +347,11 @@ class Catalog:
         return self.engine.commit(changes, key)
 
     def commit_inline(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome | None:
-        """``commit`` on the calling thread when the database (SQLite) and the storage are local and
-        the commit needs no wait (``CommitEngine.commit_inline``); None: call ``commit`` on a thread.
+        """``commit`` on the calling thread when the database (SQLite) and the storage are local, the
+        ``inline_commits`` setting is on and the commit needs no wait (``CommitEngine.commit_inline``);
+        None: call ``commit`` on a thread.
         A single change only, so the transaction checks of ``commit`` do not apply."""
-        if not (self.store.local and isinstance(self.storage, LocalStorage)):
+        if not (self.settings.inline_commits and self.store.local and isinstance(self.storage, LocalStorage)):
             return None
         return self.engine.commit_inline(changes, key)
 

@@ -287,3 +287,12 @@ def test_an_append_to_rebase_goes_to_a_thread(tmp_path):
         before = to_thread()
         assert catalog.commit_inline([Change(TABLE, ("n",), "t", updates=append_updates(created.data, 1))]) is None
         assert to_thread()["group"] == before["group"] + 1
+
+
+def test_inline_commits_off_sends_every_commit_to_a_thread(tmp_path):
+    with local_catalog(tmp_path, inline_commits=False) as catalog:
+        create(catalog, "t")
+        before = to_thread()
+        assert catalog.commit_inline([set_property("t", "a", "1")]) is None
+        assert to_thread() == before  # a setting, not a fallback
+        assert isinstance(catalog.commit([set_property("t", "a", "1")]), Committed)
