@@ -63,7 +63,7 @@ class Swapped(enum.Enum):
     WON = "won"
     LOST = "lost"  # a pointer was no longer the expected one: nothing changed
     KEY_TAKEN = "key-taken"  # another request recorded the Idempotency-Key first: nothing changed
-    BUSY = "busy"  # wait=False: another writer held the database: nothing changed
+    BUSY = "busy"  # a bounded wait ran out: another writer held the database: nothing changed
 
 
 class PointerOutcomeUnknown(Exception):
