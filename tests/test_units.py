@@ -155,7 +155,18 @@ def test_local_storage_touches_nothing_outside_its_roots(tmp_path):
         storage.read(f"file://{tmp_path}/wh/link/secret.json")
     with pytest.raises(errors.Forbidden):
         storage.write_new(f"file://{tmp_path}/wh/link/new.json", b"{}")
-    assert secret.exists() and not (outside / "new.json").exists()
+    with pytest.raises(errors.Forbidden):  # a directory still to be made, behind the link
+        storage.write_new(f"file://{tmp_path}/wh/link/sub/new.json", b"{}")
+    assert secret.exists() and sorted(p.name for p in outside.iterdir()) == ["secret.json"]
+    (tmp_path / "wh" / "file").write_text("x")  # a file where a directory should be: the client's 400
+    for location in (f"file://{tmp_path}/wh/file/new.json", f"file://{tmp_path}/wh/file/sub/new.json"):
+        with pytest.raises(errors.BadRequest):
+            storage.write_new(location, b"{}")
+    assert (tmp_path / "wh" / "file").read_text() == "x"
+    storage.write_new(f"file://{tmp_path}/wh/ns/t/metadata/new.json", b"{}")  # directories made on the way
+    with pytest.raises(FileExistsError):  # create-only
+        storage.write_new(f"file://{tmp_path}/wh/ns/t/metadata/new.json", b"[]")
+    assert (tmp_path / "wh" / "ns" / "t" / "metadata" / "new.json").read_bytes() == b"{}"
     storage.write_new((tmp_path / "extra" / "t" / "m.json").as_uri(), b"{}")  # the allow-list is writable
     assert storage.read((tmp_path / "extra" / "t" / "m.json").as_uri()) == b"{}"
 

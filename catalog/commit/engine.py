@@ -556,7 +556,13 @@ def _step(kind: str, step: str) -> Iterator[None]:
         with tracing.span(f"commit.{step}", commit_kind=kind):
             yield
     finally:
-        metrics.COMMIT_STEP_SECONDS.labels(kind, step).observe(time.perf_counter() - start)
+        series = _step_series.get((kind, step))
+        if series is None:  # looked up once: kinds and steps are the engine's own, a handful
+            series = _step_series[kind, step] = metrics.COMMIT_STEP_SECONDS.labels(kind, step)
+        series.observe(time.perf_counter() - start)
+
+
+_step_series: dict[tuple[str, str], Any] = {}
 
 
 def log_landed(staged: Sequence[Staged], attempts: int) -> None:
