@@ -110,6 +110,21 @@ def test_cached_documents_equal_their_files(catalog):
             assert orjson.loads(f.read()) == file.data
 
 
+def test_a_commit_drops_the_file_it_moved_past_from_the_cache(catalog):
+    """The cache keeps each table's current file; the one a commit moved past leaves it (a reader
+    that still wants it reads it again, the same document)."""
+    first = create(catalog, "t")
+    assert catalog.files.cached(first.location) is not None
+    second = catalog.commit([set_property("t", "a", "1")]).files[0]
+    assert catalog.files.cached(first.location) is None
+    assert catalog.files.cached(second.location) is second
+    assert catalog.load(TABLE, ("n",), "t").location == second.location
+    assert catalog.read_file(first.location).data == first.data
+    # a commit that changes nothing moves nothing: its file stays
+    assert catalog.commit([Change(TABLE, ("n",), "t", [], [])]).files[0] is second
+    assert catalog.files.cached(second.location) is second
+
+
 def test_views_commit_through_the_same_engine(catalog):
     created = catalog.create_view(("n",), "v", None, {"schema": JSON_ID_SCHEMA, "view-version": VIEW_VERSION})
     before = sample("catalog_commits_total", kind="view")

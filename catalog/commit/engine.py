@@ -434,6 +434,8 @@ class CommitEngine:
         metrics.COMMITS.labels(kind).inc(staged[0].commits if len(staged) == 1 else 1)
         for one in staged:
             self.files.remember(one.new)
+            if one.base is not None:
+                self.files.superseded(one.base)
             if self.groups is not None and one.change.kind is TABLE:
                 self.groups.note(one.change, one.new.data)
             metrics.APPEND_REBASES.inc(len(one.lists))
