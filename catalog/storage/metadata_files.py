@@ -126,17 +126,17 @@ class MetadataFiles:
         files out (measured: 16 writers over 16 tables filled the 512 MiB budget within 20 s; with
         this, the cache held 2.9 MB, the 16 current files). A reader that still asks for it reads
         the file again."""
-        with self._lock:
-            dropped = self._cache.pop(file.location, None)
-            if dropped is not None:
-                self.cached_bytes -= _cost(dropped)
+        self._forget(file.location)
 
     def delete(self, location: str) -> None:
+        self._forget(location)
+        self.storage.delete(location)
+
+    def _forget(self, location: str) -> None:
         with self._lock:
             dropped = self._cache.pop(location, None)
             if dropped is not None:
                 self.cached_bytes -= _cost(dropped)
-        self.storage.delete(location)
 
     def _remember(self, file: MetadataFile) -> MetadataFile:
         cost = _cost(file)
