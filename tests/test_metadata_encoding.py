@@ -61,7 +61,7 @@ def test_shared_elements_are_copied_not_serialised_again():
 def test_a_log_trimmed_at_the_front_is_copied_as_one_run():
     """A metadata log at its maximum drops its oldest entry and appends one per commit: the entries
     it keeps are copied from the previous dump (mutated since, they keep their previous bytes), and
-    the next dump still finds them (the spans were shifted right)."""
+    the next dump still finds them (their offsets carry over)."""
     log = [{"metadata-file": f"m{i}"} for i in range(4)]
     doc = doc_with({"metadata-log": log})
     dumped = dump(doc)
@@ -77,3 +77,18 @@ def test_a_log_trimmed_at_the_front_is_copied_as_one_run():
         "m4",
         "m5",
     ]
+
+
+def test_offsets_carried_over_a_dropped_element_longer_than_what_precedes_the_list():
+    """The kept elements' offsets count from before the list's new start when the dropped element
+    was longer than everything before the list: later dumps, whatever they change, still copy the
+    right bytes."""
+    big = {"metadata-file": "x" * 500}
+    log = [big, {"metadata-file": "a"}, {"metadata-file": "b"}]
+    doc = {"metadata-log": log}
+    dumped = dump(doc)
+    for items in (log[1:], [*log[1:], {"metadata-file": "c"}], [log[2], log[1]], [log[1]]):
+        doc = {"metadata-log": items}
+        dumped = dump(doc, dumped)
+        assert dumped.raw == orjson.dumps(doc)
+        log = items

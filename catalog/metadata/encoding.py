@@ -75,7 +75,15 @@ def dump(doc: dict[str, Any], previous: Dumped | None = None) -> Dumped:
 
 
 def _key(key: str) -> bytes:
-    return orjson.dumps(key)[1:-1]
+    encoded = _KEYS.get(key)
+    if encoded is None:
+        encoded = orjson.dumps(key)[1:-1]
+        if len(_KEYS) < 256:  # the metadata's own field names; anything else is encoded each time
+            _KEYS[key] = encoded
+    return encoded
+
+
+_KEYS: dict[str, bytes] = {}
 
 
 class _Parts:
@@ -93,21 +101,22 @@ class _Parts:
 def _splice(out: _Parts, items: list, previous: bytes, known: Elements | None) -> Elements:
     """Append ``[...]`` of ``items`` to ``out``, copying the JSON of elements ``known`` dumped."""
     out.add(b"[")
-    start = out.size
+    base = out.size  # element i is at base + spans[2 * i]
     spans = array("q")
     rest: list = items
     reused: dict[int, tuple[object, int]] = {}
     if known is not None and known.items:
         n = len(known.items)
         if len(items) >= n and all(map(operator.is_, items, known.items)):  # appended to: the usual commit
-            out.add(memoryview(previous)[known.start : known.start + known.spans[-1]])
-            spans = array("q", known.spans)
-            rest = items[n:]
-        elif (k := _dropped_from_front(items, known.items)) is not None:  # a log that keeps its last N
-            low = known.spans[2 * k]
+            kept: int | None = 0
+        else:  # a log that keeps its last N drops some from the front
+            kept = _dropped_from_front(items, known.items)
+        if kept is not None:  # known's elements from ``kept`` on, in order: one contiguous copy
+            low = known.spans[2 * kept]
             out.add(memoryview(previous)[known.start + low : known.start + known.spans[-1]])
-            spans = array("q", [span - low for span in known.spans[2 * k :]])
-            rest = items[n - k :]
+            spans = known.spans[2 * kept :]  # their offsets carry over, counted from ``base``
+            base -= low
+            rest = items[n - kept :]
         else:  # trimmed or reordered: match elements one by one
             reused = {id(o): (o, i) for i, o in enumerate(known.items)}
     for item in rest:
@@ -121,11 +130,11 @@ def _splice(out: _Parts, items: list, previous: bytes, known: Elements | None) -
             piece = orjson.dumps(item)
         if spans:
             out.add(b",")
-        spans.append(out.size - start)
+        spans.append(out.size - base)
         out.add(piece)
-        spans.append(out.size - start)
+        spans.append(out.size - base)
     out.add(b"]")
-    return Elements(items, start, spans)
+    return Elements(items, base, spans)
 
 
 def _dropped_from_front(items: list, known: list) -> int | None:
