@@ -346,8 +346,12 @@ def test_tables_own_their_locations(http, ns):
     second = create(http, ns, longest)["metadata"]["location"]
     assert second != first and len(second.rsplit("/", 1)[1]) == 255
     assert commit(http, ns, longest, [], [{"action": "set-properties", "updates": {"k": "v"}}]).status_code == 200
+    old_home = load(http, ns, "c")["metadata"]["location"]
     moved = commit(http, ns, "c", [], [{"action": "set-location", "location": parent + "/c-moved"}])
     assert moved.status_code == 200, moved.text  # a free location is fine, and is then owned
+    # a commit that leaves the location as it is keeps it owned (the CAS does not rewrite it then)
+    assert commit(http, ns, "c", [], [{"action": "set-properties", "updates": {"k": "v"}}]).status_code == 200
+    assert create(http, ns, "e", location=old_home)["metadata"]["location"] == old_home  # freed by the move
     resp = http.post(
         f"/v1/namespaces/{ns}/tables", json={"name": "d", "schema": JSON_SCHEMA, "location": parent + "/c-moved"}
     )

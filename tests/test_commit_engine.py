@@ -269,6 +269,8 @@ def test_an_inline_commit_that_would_wait_goes_to_a_thread_having_done_nothing(c
         other.execute("ROLLBACK")
         other.close()
     assert isinstance(catalog.commit([set_property("t", "k2", "v")]), Committed)
+    # the loop's swap connection came out of that with no transaction left open: the next one lands
+    assert isinstance(catalog.commit_inline([set_property("t", "k2", "w")]), Committed)
     # a metadata file that is not in the cache, or over the bound
     attempt("file", "k3", uncached=True)
     monkeypatch.setattr(engine_module, "INLINE_MAX_BYTES", 100)

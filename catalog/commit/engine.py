@@ -371,7 +371,10 @@ class CommitEngine:
                 if not self._insert(creates[0], key):
                     return Replayed()
                 return self._won(current, staged, kind, recorded=key is not None)
-            swaps = [Swap(s.entry.id, s.entry.metadata_location, s.new.location, s.location) for s in staged]
+            swaps = [
+                Swap(s.entry.id, s.entry.metadata_location, s.new.location, s.location, s.location != s.entry.location)
+                for s in staged
+            ]
             events = [self.event(s) for s in staged] if self.store.events_on else []
             try:
                 result = self.store.swap_pointers(swaps, key, events, wait=wait)

@@ -19,9 +19,9 @@ from sqlalchemy.engine import Engine
 from catalog import tracing
 from catalog.events.records import Event
 from catalog.store import async_reads
-from catalog.store.db import SQLITE_BUSY_TIMEOUT_MS, join_namespace, split_namespace
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import idempotency_keys as keys
+from catalog.store.db import join_namespace, split_namespace
 from catalog.store.events import EventRows
 from catalog.store.sql import Compiled, not_committed, quiet_rollback, short, translate
 
@@ -33,6 +33,7 @@ class Entry:
     name: str
     kind: str
     metadata_location: str
+    location: str | None = None  # normalised; read by the pointer read only (None: not read, or not yet filled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,7 @@ class Swap:
     expected: str
     new: str
     location: str
+    moved: bool = True  # False: the entry's row already holds ``location`` (the pointer read saw it)
 
 
 class Swapped(enum.Enum):
@@ -80,7 +82,7 @@ class PointerOutcomeUnknown(Exception):
 
 
 def _entry(row: tuple | None) -> Entry | None:
-    return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
+    return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4], row[5])
 
 
 class Pointers(EventRows):
@@ -89,22 +91,36 @@ class Pointers(EventRows):
         self._async_reads = async_reads.for_engine(engine, min(async_reads.CONNECTIONS, engine.pool.size()))
         self._get_entry = Compiled(
             sa.select(
-                entries.c.id, entries.c.namespace, entries.c.name, entries.c.kind, entries.c.metadata_location
+                entries.c.id,
+                entries.c.namespace,
+                entries.c.name,
+                entries.c.kind,
+                entries.c.metadata_location,
+                entries.c.location,
             ).where(entries.c.namespace == sa.bindparam("namespace"), entries.c.name == sa.bindparam("name")),
             engine.dialect,
         )
+        moves = {
+            "metadata_location": sa.bindparam("new"),
+            "previous_metadata_location": sa.bindparam("expected"),
+            "commits": sa.literal_column("commits + 1"),  # no bound parameter: see Compiled
+        }
+        where = (entries.c.id == sa.bindparam("id"), entries.c.metadata_location == sa.bindparam("expected"))
         self._swap = Compiled(
-            entries.update()
-            .where(entries.c.id == sa.bindparam("id"), entries.c.metadata_location == sa.bindparam("expected"))
-            .values(
-                metadata_location=sa.bindparam("new"),
-                previous_metadata_location=sa.bindparam("expected"),
-                location=sa.bindparam("location"),
-                commits=sa.literal_column("commits + 1"),  # no bound parameter: see Compiled
-            ),
+            entries.update().where(*where).values(**moves, location=sa.bindparam("location")), engine.dialect
+        )
+        # The usual commit leaves the location as it was: not naming it in SET spares the location
+        # index's page (SQLite rewrites an index whose column is SET, even to its own value: one WAL
+        # page per commit of five). The WHERE makes sure the row does hold it.
+        self._swap_in_place = Compiled(
+            entries.update().where(*where, entries.c.location == sa.bindparam("location")).values(**moves),
             engine.dialect,
         )
         self._put_key = Compiled(keys.insert(), engine.dialect)
+        # SQLite: the connection the event loop's commits swap on (``wait`` given), kept checked out
+        # with its busy timeout at that wait; None until the first, and after a failure dropped it.
+        self._inline: Any = None
+        self._inline_wait_ms = -1
 
     def get_entry(self, ns: tuple[str, ...], name: str) -> Entry | None:
         """The pointer read of every load and commit: see ``_fetch_one``."""
@@ -121,9 +137,14 @@ class Pointers(EventRows):
             row = await self._async_reads.fetch_one(self._get_entry, {"namespace": join_namespace(ns), "name": name})
         return _entry(row)
 
-    def close_async_reads(self) -> None:
+    def close_held_connections(self) -> None:
+        """Let go of the connections kept out of the pool: the event loop's reads and its swaps."""
         if self._async_reads is not None:
             self._async_reads.close()
+        with self._writers:  # not while a swap is using it
+            inline, self._inline = self._inline, None
+        if inline is not None:
+            inline.close()
 
     # -- the compare-and-swap --------------------------------------------------------------------
 
@@ -167,12 +188,13 @@ class Pointers(EventRows):
     ) -> Swapped:
         """The CAS transaction. Until COMMIT is sent nothing can have landed, so every failure before
         it is a known one (translated, at worst 503); only a failed COMMIT is ``PointerOutcomeUnknown``."""
-        conn = self._raw_connection()
+        inline = self.local and wait is not None
+        conn = self._inline_connection(wait) if inline else self._raw_connection()  # type: ignore[arg-type]
         try:
             cursor = conn.cursor()
             try:
-                if self.local and wait is not None:
-                    if not _begin_within(cursor, wait):
+                if inline:
+                    if not _begin_or_busy(cursor):
                         return Swapped.BUSY
                 elif self.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
                     cursor.execute("BEGIN IMMEDIATE")
@@ -183,7 +205,8 @@ class Pointers(EventRows):
                         "new": swap.new,
                         "location": swap.location,
                     }
-                    cursor.execute(self._swap.sql, self._swap.parameters(values))
+                    statement = self._swap if swap.moved else self._swap_in_place
+                    cursor.execute(statement.sql, statement.parameters(values))
                     if cursor.rowcount != 1:
                         conn.rollback()
                         return Swapped.LOST
@@ -196,17 +219,39 @@ class Pointers(EventRows):
                 self._emit_raw(cursor, events)
             except self._dbapi_error as e:
                 quiet_rollback(conn)
-                conn.invalidate(e)
+                self._invalidate(conn, e)
                 raise translate(e) or not_committed(e) from e
             try:
                 conn.commit()
             except Exception as e:  # noqa: BLE001 - whatever failed here, COMMIT may have been sent
                 quiet_rollback(conn)
-                conn.invalidate(e)
+                self._invalidate(conn, e)
                 raise PointerOutcomeUnknown(short(e), settled=self.local) from e
             return Swapped.WON
         finally:
-            conn.close()
+            if not inline:
+                conn.close()
+
+    def _inline_connection(self, wait: float) -> Any:
+        """The event loop's swap connection, its busy timeout at ``wait``. Kept out of the pool: a
+        checkout, and setting and restoring the busy timeout around each ``BEGIN IMMEDIATE``, cost
+        ~5% of a set-properties commit's CPU on the event loop (py-spy, issue 27)."""
+        if self._inline is None:
+            self._inline = self._raw_connection()
+            self._inline_wait_ms = -1
+        wait_ms = int(wait * 1000)
+        if wait_ms != self._inline_wait_ms:
+            cursor = self._inline.cursor()
+            cursor.execute(f"PRAGMA busy_timeout={wait_ms}")
+            cursor.close()
+            self._inline_wait_ms = wait_ms
+        return self._inline
+
+    def _invalidate(self, conn: Any, e: BaseException) -> None:
+        """Drop a connection that failed (the pool opens a new one), the kept one included."""
+        if conn is self._inline:
+            self._inline = None
+        conn.invalidate(e)
 
     def read_pointer(self, entry_id: int) -> str | None:
         with self._read() as conn:
@@ -253,16 +298,13 @@ def _bytes(value: object) -> bytes | None:
     return None if value is None else bytes(value)  # type: ignore[call-overload]
 
 
-def _begin_within(cursor: Any, wait: float) -> bool:
-    """``BEGIN IMMEDIATE`` on SQLite waiting at most ``wait`` seconds, not the busy timeout: False,
-    with no transaction open, when another process held the write lock all that time."""
-    cursor.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
+def _begin_or_busy(cursor: Any) -> bool:
+    """``BEGIN IMMEDIATE`` within the connection's busy timeout: False, with no transaction open,
+    when another process held the write lock all that time."""
     try:
         cursor.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as e:
         if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
             raise
         return False
-    finally:
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     return True
