@@ -49,7 +49,7 @@ from catalog.settings import Settings
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
 from catalog.store.entries import Store, name_taken
 from catalog.store.ownership import Ownership
-from catalog.store.pointers import Entry, KeyRecord, PointerOutcomeUnknown, Swap, Swapped
+from catalog.store.pointers import Entry, InlineBusy, KeyRecord, PointerOutcomeUnknown, Swap, Swapped
 from catalog.store.sql import what_failed
 
 log = logging.getLogger("catalog.commit")
@@ -222,7 +222,10 @@ class CommitEngine:
     def read(self, change: Change, cached_only: bool = False) -> tuple[Entry | None, MetadataFile | None]:
         """The entry and its metadata file. ``cached_only`` (inline): ``_NotInline`` unless the file
         is in memory and at most ``INLINE_MAX_BYTES``."""
-        entry = self.store.get_entry(change.namespace, change.name)
+        try:
+            entry = self.store.get_entry(change.namespace, change.name, INLINE_WAIT_S if cached_only else None)
+        except InlineBusy:
+            raise _NotInline("writer") from None
         if change.creates:
             if entry is not None:
                 raise name_taken(change.kind.name, entry.kind, change.ident)

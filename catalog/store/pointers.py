@@ -68,6 +68,11 @@ class Swapped(enum.Enum):
     BUSY = "busy"  # a bounded wait ran out: another writer held the database: nothing changed
 
 
+class InlineBusy(Exception):
+    """A read for a commit on the event loop waited its bound for the database (SQLite): the commit
+    goes to a thread, which waits as every other reader does."""
+
+
 class PointerOutcomeUnknown(Exception):
     """The COMMIT of the pointer UPDATE failed: it may or may not have landed.
 
@@ -122,9 +127,33 @@ class Pointers(EventRows):
         self._inline: Any = None
         self._inline_wait_ms = -1
 
-    def get_entry(self, ns: tuple[str, ...], name: str) -> Entry | None:
-        """The pointer read of every load and commit: see ``_fetch_one``."""
-        return _entry(self._fetch_one(self._get_entry, {"namespace": join_namespace(ns), "name": name}))
+    def get_entry(self, ns: tuple[str, ...], name: str, wait: float | None = None) -> Entry | None:
+        """The pointer read of every load and commit: see ``_fetch_one``. ``wait`` (SQLite, a commit
+        on the event loop): read on the connection that commit will swap on, whose page cache its
+        own last commit left valid, or ``InlineBusy`` when the database kept it waiting that long."""
+        values = {"namespace": join_namespace(ns), "name": name}
+        if wait is None or not self.local or not self._writers.acquire(blocking=False):  # type: ignore[attr-defined]
+            return _entry(self._fetch_one(self._get_entry, values))
+        try:  # held: no swap is using the connection, and it is not being let go of
+            conn = self._inline_connection(wait)
+            try:
+                cursor = conn.cursor()
+                try:
+                    with tracing.span("db.read"):
+                        cursor.execute(self._get_entry.sql, self._get_entry.parameters(values))
+                        return _entry(cursor.fetchone())
+                finally:
+                    cursor.close()
+            except self._dbapi_error as e:
+                if _busy(e):
+                    raise InlineBusy() from e
+                self._invalidate(conn, e)
+                translated = translate(e)
+                if translated is None:
+                    raise
+                raise translated from e
+        finally:
+            self._writers.release()  # type: ignore[attr-defined]
 
     @property
     def awaits_reads(self) -> bool:
@@ -241,9 +270,11 @@ class Pointers(EventRows):
             self._inline_wait_ms = -1
         wait_ms = int(wait * 1000)
         if wait_ms != self._inline_wait_ms:
-            cursor = self._inline.cursor()
-            cursor.execute(f"PRAGMA busy_timeout={wait_ms}")
-            cursor.close()
+            try:
+                self._inline.cursor().execute(f"PRAGMA busy_timeout={wait_ms}")
+            except self._dbapi_error as e:
+                self._invalidate(self._inline, e)
+                raise translate(e) or not_committed(e) from e
             self._inline_wait_ms = wait_ms
         return self._inline
 
@@ -304,7 +335,12 @@ def _begin_or_busy(cursor: Any) -> bool:
     try:
         cursor.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as e:
-        if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+        if not _busy(e):
             raise
         return False
     return True
+
+
+def _busy(e: BaseException) -> bool:
+    """SQLite's "database is locked": the busy timeout ran out."""
+    return isinstance(e, sqlite3.OperationalError) and e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
