@@ -135,7 +135,7 @@ class LocalStorage(_Bounds):
             raise errors.Forbidden(f"Invalid location {location!r}: a symbolic link leads outside the warehouse")
 
     def _open_parent(self, directory: str, location: str) -> int:
-        """A descriptor of ``path``'s directory, made if missing, once confined: the directory
+        """A descriptor of ``directory``, made if missing, once confined: the directory
         symlinks really lead to is inside the roots. The file is then created relative to it, so no
         link planted between the check and the create can move it. Where ``/proc`` is there, the
         kernel names the opened directory (a readlink of its descriptor): measured at 5.6 us
