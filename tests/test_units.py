@@ -167,6 +167,9 @@ def test_local_storage_touches_nothing_outside_its_roots(tmp_path):
     with pytest.raises(FileExistsError):  # create-only
         storage.write_new(f"file://{tmp_path}/wh/ns/t/metadata/new.json", b"[]")
     assert (tmp_path / "wh" / "ns" / "t" / "metadata" / "new.json").read_bytes() == b"{}"
+    with pytest.raises(errors.BadRequest):  # names a directory, not a file: refused before anything is made
+        storage.write_new(f"file://{tmp_path}/wh/ns/t2/metadata/", b"{}")
+    assert not (tmp_path / "wh" / "ns" / "t2").exists()
     storage.write_new((tmp_path / "extra" / "t" / "m.json").as_uri(), b"{}")  # the allow-list is writable
     assert storage.read((tmp_path / "extra" / "t" / "m.json").as_uri()) == b"{}"
 
