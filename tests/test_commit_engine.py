@@ -5,6 +5,7 @@ file. HTTP-level behaviour is in test_commits_http.py and test_views.py."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from pathlib import Path
@@ -191,6 +192,11 @@ def files_of(catalog: Catalog, name: str) -> set[str]:
     return {p.name for p in Path(root).iterdir()}
 
 
+def inline(catalog: Catalog, changes: list[Change], key: KeyRecord | None = None):
+    """``Catalog.commit_inline`` on an event loop of its own, as the server's request runs it."""
+    return asyncio.run(catalog.commit_inline(changes, key))
+
+
 def to_thread() -> dict[str, float]:
     reasons = ("lock", "writer", "file", "rebase", "lost", "group")
     return {r: sample("catalog_commit_to_thread_total", reason=r) for r in reasons}
@@ -199,24 +205,24 @@ def to_thread() -> dict[str, float]:
 def test_an_inline_commit_lands_and_refuses_as_one_on_a_thread(catalog):
     created = create(catalog, "t")
     before = to_thread()
-    outcome = catalog.commit_inline([set_property("t", "a", "1")])
+    outcome = inline(catalog, [set_property("t", "a", "1")])
     assert isinstance(outcome, Committed) and outcome.files[0].data["properties"]["a"] == "1"
     assert catalog.load(TABLE, ("n",), "t").location == outcome.files[0].location
     # a stale requirement: the same 409, at once, with no file left behind
     stale = [{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}]
     files = files_of(catalog, "t")
     with pytest.raises(errors.CommitFailed):
-        catalog.commit_inline([set_property("t", "b", "2", stale)])
+        inline(catalog, [set_property("t", "b", "2", stale)])
     assert files_of(catalog, "t") == files
     # an Idempotency-Key lands with it, as on a thread
     key = KeyRecord("inline", "f" * 64, 200)
-    keyed = catalog.commit_inline([set_property("t", "c", "3")], key)
+    keyed = inline(catalog, [set_property("t", "c", "3")], key)
     assert isinstance(keyed, Committed) and keyed.recorded
     assert catalog.recorded("inline").metadata_location == keyed.files[0].location
     assert to_thread() == before  # nothing went to a thread
     # a create or a transaction always runs on a thread (uncounted)
-    assert catalog.commit_inline([Change(TABLE, ("n",), "u", created=created.data)]) is None
-    assert catalog.commit_inline([set_property("t", "d", "4"), set_property("t", "e", "5")]) is None
+    assert inline(catalog, [Change(TABLE, ("n",), "u", created=created.data)]) is None
+    assert inline(catalog, [set_property("t", "d", "4"), set_property("t", "e", "5")]) is None
     assert to_thread() == before
 
 
@@ -231,7 +237,7 @@ def test_an_inline_commit_that_would_wait_goes_to_a_thread_having_done_nothing(c
         before, files, pointer = to_thread(), files_of(catalog, "t"), catalog.load(TABLE, ("n",), "t").location
         if uncached:
             catalog.files._cache.clear()
-        assert catalog.commit_inline([set_property("t", key, "v")]) is None
+        assert inline(catalog, [set_property("t", key, "v")]) is None
         after = to_thread()
         assert {r: after[r] - before[r] for r in after if after[r] != before[r]} == {reason: 1}
         assert files_of(catalog, "t") == files and catalog.load(TABLE, ("n",), "t").location == pointer
@@ -252,7 +258,7 @@ def test_an_inline_commit_that_would_wait_goes_to_a_thread_having_done_nothing(c
     held.wait(30)
     try:
         before, files = to_thread(), files_of(catalog, "t")
-        assert catalog.commit_inline([set_property("t", "k1", "v")]) is None
+        assert inline(catalog, [set_property("t", "k1", "v")]) is None
         assert to_thread()["lock"] == before["lock"] + 1 and files_of(catalog, "t") == files
     finally:
         release.set()
@@ -263,14 +269,14 @@ def test_an_inline_commit_that_would_wait_goes_to_a_thread_having_done_nothing(c
     other.execute("BEGIN IMMEDIATE")
     try:
         before, files = to_thread(), files_of(catalog, "t")
-        assert catalog.commit_inline([set_property("t", "k2", "v")]) is None
+        assert inline(catalog, [set_property("t", "k2", "v")]) is None
         assert to_thread()["writer"] == before["writer"] + 1 and files_of(catalog, "t") == files
     finally:
         other.execute("ROLLBACK")
         other.close()
     assert isinstance(catalog.commit([set_property("t", "k2", "v")]), Committed)
     # the loop's swap connection came out of that with no transaction left open: the next one lands
-    assert isinstance(catalog.commit_inline([set_property("t", "k2", "w")]), Committed)
+    assert isinstance(inline(catalog, [set_property("t", "k2", "w")]), Committed)
     # a metadata file that is not in the cache, or over the bound
     attempt("file", "k3", uncached=True)
     monkeypatch.setattr(engine_module, "INLINE_MAX_BYTES", 100)
@@ -282,12 +288,10 @@ def test_an_append_to_rebase_goes_to_a_thread(tmp_path):
     with group commit on, appends go there from the start."""
     with local_catalog(tmp_path, append_rebase=True, group_commit_max_commits=1) as catalog:
         created = create(catalog, "t")
-        first = catalog.commit_inline([Change(TABLE, ("n",), "t", updates=append_updates(created.data, 1))])
+        first = inline(catalog, [Change(TABLE, ("n",), "t", updates=append_updates(created.data, 1))])
         assert isinstance(first, Committed)
         stale = first.files[0].data  # main at 1; another append moves it to 2
-        assert isinstance(
-            catalog.commit_inline([Change(TABLE, ("n",), "t", updates=append_updates(stale, 2))]), Committed
-        )
+        assert isinstance(inline(catalog, [Change(TABLE, ("n",), "t", updates=append_updates(stale, 2))]), Committed)
         before = to_thread()
         moved = Change(
             TABLE,
@@ -296,13 +300,13 @@ def test_an_append_to_rebase_goes_to_a_thread(tmp_path):
             [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 1}],
             append_updates(stale, 3),
         )
-        assert catalog.commit_inline([moved]) is None
+        assert inline(catalog, [moved]) is None
         assert to_thread()["rebase"] == before["rebase"] + 1
     (tmp_path / "grouped").mkdir()
     with local_catalog(tmp_path / "grouped", append_rebase=True) as catalog:
         created = create(catalog, "t")
         before = to_thread()
-        assert catalog.commit_inline([Change(TABLE, ("n",), "t", updates=append_updates(created.data, 1))]) is None
+        assert inline(catalog, [Change(TABLE, ("n",), "t", updates=append_updates(created.data, 1))]) is None
         assert to_thread()["group"] == before["group"] + 1
 
 
@@ -310,6 +314,107 @@ def test_inline_commits_off_sends_every_commit_to_a_thread(tmp_path):
     with local_catalog(tmp_path, inline_commits=False) as catalog:
         create(catalog, "t")
         before = to_thread()
-        assert catalog.commit_inline([set_property("t", "a", "1")]) is None
+        assert inline(catalog, [set_property("t", "a", "1")]) is None
         assert to_thread() == before  # a setting, not a fallback
         assert isinstance(catalog.commit([set_property("t", "a", "1")]), Committed)
+
+
+class HeldSync:
+    """The storage's ``fdatasync`` held until released, recording the threads it ran on: a commit
+    stopped at the moment its file is being made durable."""
+
+    def __init__(self, monkeypatch) -> None:
+        from catalog.storage import backends
+
+        self.threads: list[int] = []
+        self.entered = threading.Semaphore(0)
+        self.release = threading.Event()
+        real = backends._sync
+
+        def held(fd: int) -> None:
+            self.threads.append(threading.get_ident())
+            self.entered.release()
+            assert self.release.wait(30)
+            real(fd)
+
+        monkeypatch.setattr(backends, "_sync", held)
+
+    async def reached(self, n: int = 1) -> None:
+        for _ in range(n):
+            assert await asyncio.to_thread(self.entered.acquire, True, 30)
+
+
+def test_an_inline_commit_syncs_its_file_off_the_loop(catalog, monkeypatch):
+    """While one commit's file is made durable on a worker thread the loop serves others: a commit
+    to another table reaches its own sync meanwhile, and those to the same table queue behind it.
+    No pointer moves before its file is durable. A commit with another queued behind it syncs on
+    the loop (the queue waits for it either way)."""
+    for name in ("t", "u"):
+        create(catalog, name)
+    sync = HeldSync(monkeypatch)
+
+    async def run() -> list:
+        loop_thread = threading.get_ident()
+        before = {n: catalog.load(TABLE, ("n",), n).location for n in ("t", "u")}
+        first = asyncio.create_task(catalog.commit_inline([set_property("t", "a", "1")]))
+        await sync.reached()
+        other = asyncio.create_task(catalog.commit_inline([set_property("u", "a", "1")]))
+        await sync.reached()  # the loop was free: the other table's commit is syncing too
+        same = asyncio.create_task(catalog.commit_inline([set_property("t", "b", "2")]))
+        last = asyncio.create_task(catalog.commit_inline([set_property("t", "c", "3")]))
+        await asyncio.sleep(0.05)
+        assert not same.done() and not last.done() and len(sync.threads) == 2  # queued on the loop
+        assert {n: catalog.load(TABLE, ("n",), n).location for n in ("t", "u")} == before
+        assert loop_thread not in sync.threads
+        sync.release.set()
+        landed = await asyncio.gather(first, other, same, last)
+        assert sync.threads[2] == loop_thread and loop_thread not in (sync.threads[:2] + sync.threads[3:])
+        return landed
+
+    first, other, same, last = asyncio.run(run())
+    assert all(isinstance(o, Committed) for o in (first, other, same, last))
+    assert last.files[0].data["properties"] == {**first.files[0].data["properties"], "b": "2", "c": "3"}
+    assert catalog.load(TABLE, ("n",), "t").location == last.files[0].location
+    assert catalog.load(TABLE, ("n",), "u").location == other.files[0].location
+
+
+def test_a_commit_cancelled_while_its_file_syncs_lands_nothing_and_leaves_no_file(catalog, monkeypatch):
+    create(catalog, "t")
+    pointer, files = catalog.load(TABLE, ("n",), "t").location, files_of(catalog, "t")
+    sync = HeldSync(monkeypatch)
+
+    async def run() -> None:
+        task = asyncio.create_task(catalog.commit_inline([set_property("t", "a", "1")]))
+        await sync.reached()
+        assert len(files_of(catalog, "t")) == len(files) + 1  # written, not yet durable
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        sync.release.set()
+        for _ in range(500):  # the file is deleted once its sync returns
+            if files_of(catalog, "t") == files:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    assert files_of(catalog, "t") == files and catalog.load(TABLE, ("n",), "t").location == pointer
+    landed = inline(catalog, [set_property("t", "a", "1")])  # the table's locks were released
+    assert isinstance(landed, Committed) and catalog.load(TABLE, ("n",), "t").location == landed.files[0].location
+
+
+def test_an_inline_commit_whose_sync_fails_lands_nothing_and_leaves_no_file(catalog, monkeypatch):
+    from catalog.storage import backends
+
+    create(catalog, "t")
+    pointer, files = catalog.load(TABLE, ("n",), "t").location, files_of(catalog, "t")
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(backends, "_sync", failing)
+    with pytest.raises(errors.IcebergError) as failed:
+        inline(catalog, [set_property("t", "a", "1")])
+    assert failed.value.code >= 500
+    assert files_of(catalog, "t") == files and catalog.load(TABLE, ("n",), "t").location == pointer
+    monkeypatch.undo()
+    assert isinstance(inline(catalog, [set_property("t", "a", "1")]), Committed)

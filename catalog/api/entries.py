@@ -198,7 +198,7 @@ async def _commit_one(
     change = Change(kind, ns, name, req.requirements, req.updates)
     await guard.require(request, _commit_needs(change))
     key = idempotency.key_of(request, 200)
-    outcome = ctx.catalog.commit_inline([change], key)  # no thread hop when nothing can block
+    outcome = await ctx.catalog.commit_inline([change], key)  # on the loop when nothing can block long
     if outcome is None:
         outcome = await wire.blocking(ctx.catalog.commit, [change], key)
     if not isinstance(outcome, Committed):

@@ -22,12 +22,13 @@ decides, as it does for correctness everywhere.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from typing import Any
 
 from catalog import errors, logs, metrics, tracing
@@ -46,6 +47,7 @@ from catalog.commit.changes import (
 )
 from catalog.events import records
 from catalog.settings import Settings
+from catalog.storage.backends import LocalStorage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
 from catalog.store.entries import Store, name_taken
 from catalog.store.ownership import Ownership
@@ -76,6 +78,7 @@ class CommitEngine:
         self.rebaser = rebase.Rebaser(files.storage)
         self.groups = grouping(self) if grouping is not None else None
         self._locks = [threading.Lock() for _ in range(_LOCKS)]
+        self._queues: dict[int, _Queue] = {}  # lock slot -> its inline commits' queue (``_queued``)
 
     def commit(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome:
         """Apply ``changes`` atomically: every pointer moves, or none does. ``key``: the request's
@@ -85,71 +88,134 @@ class CommitEngine:
             grouped = self.groups.commit(changes[0])
             if grouped is not None:
                 return grouped
-        outcome = self._measured(changes, key, inline=False)
-        assert outcome is not None
-        return outcome
+        return self._measured(changes, key)
 
-    def commit_inline(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome | None:
-        """``commit`` on the calling thread (the event loop's) when it can run without waiting for
-        long: one entry, not a create, its current metadata file cached and at most
-        ``INLINE_MAX_BYTES``, no rebase to build, its slot lock and the database's writer (SQLite)
-        each free within ``INLINE_WAIT_S``, and the CAS won at the first attempt. At the first of
-        these that does not hold it stops, having landed nothing and left no file, and answers None:
-        the caller runs ``commit`` on a thread, from the start. (The short waits are what bring a
-        hot table back inline: a commit on a thread holds the table's lock, and without them every
-        commit arriving meanwhile would follow it to a thread.) Only for a store and a storage on
-        local disk, whose I/O is a few hundred microseconds (``Catalog.commit_inline``). Why: a
-        commit handed to a worker thread hands the GIL back and forth with the event loop at every
-        I/O call; measured on 2 cores, that cost about as much CPU as the commit itself
-        (``docs/performance.md``)."""
+    async def commit_inline(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome | None:
+        """``commit`` on the event loop when it can run without waiting for long: one entry, not a
+        create, its current metadata file cached and at most ``INLINE_MAX_BYTES``, no rebase to
+        build, its slot lock and the database's writer (SQLite) each free within ``INLINE_WAIT_S``,
+        and the CAS won at the first attempt. At the first of these that does not hold it stops,
+        having landed nothing and left no file, and answers None: the caller runs ``commit`` on a
+        thread, from the start. Only for a store and a storage on local disk (``Catalog.commit_inline``).
+
+        Why: a commit handed to a worker thread hands the GIL back and forth with the event loop at
+        every I/O call; measured on 2 cores, that cost about as much CPU as the commit itself
+        (``docs/performance.md``). One call does leave the loop: the new file's ``fdatasync``
+        (``_write_staged``), the commit's one wait on the disk, so that the loop serves other
+        requests meanwhile. Inline commits of one slot queue on the loop (``_queued``) while one of
+        them is away, so a hot table's commits stay inline. (The short waits are what bring a hot table back inline
+        after a commit on a thread, which holds the table's lock.)"""
         if len(changes) != 1 or changes[0].creates:
             return None
         if self.groups is not None and self.groups.eligible(changes, key) and not self.groups.known_off(changes[0]):
             metrics.COMMITS_TO_THREAD.labels("group").inc()  # a group's leader waits for its members
             return None
-        return self._measured(changes, key, inline=True)
+        change = changes[0]
+        async with self._queued(_slot(change)) as queue:
+            with self._measuring(changes, inline=True) as kind:
+                return await self._inline(change, key, kind, queue)
+        return None  # gone to a thread (``_measuring`` counted why)
 
-    def _measured(self, changes: Sequence[Change], key: KeyRecord | None, inline: bool) -> Outcome | None:
-        """``_loop`` in the commit's span and duration metric; an inline attempt that goes to a
-        thread is counted there instead (its span says why), and the thread's commit is measured."""
+    async def _inline(self, change: Change, key: KeyRecord | None, kind: str, queue: _Queue) -> Outcome:
+        """One attempt of ``_loop`` on the loop, its file written off it; ``_NotInline`` rather
+        than wait long or rebase."""
+        with self.serialised([change], INLINE_WAIT_S):
+            current, staged = self._stage([change], kind, inline=True)
+            if not staged:  # nothing changed
+                return Committed(tuple(current), recorded=False)
+            # A commit others of its slot queue behind syncs on the loop: they wait for it anyway,
+            # and its return from a thread would lengthen their chain (measured: a hot table's rate 0.74x).
+            await self._write_staged(staged[0], kind, off_loop=queue.users == 1)
+            outcome = self.swap(current, staged, key, kind, INLINE_WAIT_S)
+            if outcome is None:  # lost to another process: the thread rebases, with its backoff
+                self.discard(staged)
+                metrics.REBASES.inc()
+                raise _NotInline("lost")
+            if isinstance(outcome, Committed):
+                log_landed(staged, 1)
+            return outcome
+
+    async def _write_staged(self, one: Staged, kind: str, off_loop: bool) -> None:
+        """Write an inline commit's new file: created and written on the loop, then made durable
+        (``fdatasync``: the commit's one wait on the disk) on a worker thread when ``off_loop``.
+        Nothing points at the file yet; if the request is cancelled while it syncs, it is deleted
+        once synced."""
+        data, one.unwritten = one.unwritten, None
+        assert data is not None and isinstance(self.files.storage, LocalStorage)  # ``Catalog.commit_inline``
+        storage, location = self.files.storage, one.new.location
+        with _step(kind, "write"):
+            try:
+                fd = storage.write_unsynced(location, data)
+                if not off_loop:
+                    storage.sync_new(location, fd)
+                    return
+                synced = asyncio.get_running_loop().run_in_executor(None, storage.sync_new, location, fd)
+                try:
+                    await asyncio.shield(synced)
+                except asyncio.CancelledError:
+                    synced.add_done_callback(lambda done: done.cancelled() or done.exception() or self.discard([one]))
+                    raise
+            except errors.IcebergError as e:
+                raise not_committed(e) from e
+
+    @asynccontextmanager
+    async def _queued(self, slot: int) -> AsyncIterator[_Queue]:
+        """The event loop's queue for one lock slot: an inline commit waits here, without blocking
+        the loop, while another inline commit of the slot is writing its file off the loop."""
+        queue = self._queues.get(slot)
+        if queue is None:
+            queue = self._queues[slot] = _Queue()
+        queue.users += 1
+        try:
+            async with queue.lock:
+                yield queue
+        finally:
+            queue.users -= 1
+            if not queue.users:
+                del self._queues[slot]
+
+    def _measured(self, changes: Sequence[Change], key: KeyRecord | None) -> Outcome:
+        with self._measuring(changes, inline=False) as kind:
+            return self._loop(changes, key, kind)
+        raise AssertionError("only an inline commit goes to a thread")
+
+    @contextmanager
+    def _measuring(self, changes: Sequence[Change], inline: bool) -> Iterator[str]:
+        """The commit's span and duration metric around the block, which gets the commit's kind; an
+        inline attempt that goes to a thread (``_NotInline``) is counted there instead (its span
+        says why) and ends the block quietly, and the thread's commit is measured."""
         kind = changes[0].kind.name if len(changes) == 1 else "transaction"
         start: float | None = time.perf_counter()
         entries = ", ".join(c.ident for c in changes)[:512] if tracing.enabled() else None
         with tracing.span("commit", commit_kind=kind, catalog_entries=entries, commit_inline=inline or None) as span:
             try:
-                return self._loop(changes, key, kind, inline)
+                yield kind
             except _NotInline as e:
                 start = None
                 metrics.COMMITS_TO_THREAD.labels(e.reason).inc()
                 if span is not None:
                     span.set_attribute("commit.to_thread", e.reason)
-                return None
             finally:
                 if start is not None:
                     metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
 
-    def _loop(self, changes: Sequence[Change], key: KeyRecord | None, kind: str, inline: bool = False) -> Outcome:
-        """The attempts: stage, swap; rebase on a lost CAS (see the module docstring). ``inline``:
-        one attempt that raises ``_NotInline`` rather than wait long (``commit_inline``)."""
-        for attempt in range(1 if inline else self.settings.commit_max_attempts):
-            with self.serialised(changes, INLINE_WAIT_S if inline else -1):
+    def _loop(self, changes: Sequence[Change], key: KeyRecord | None, kind: str) -> Outcome:
+        """The attempts: stage, swap; rebase on a lost CAS (see the module docstring)."""
+        for attempt in range(self.settings.commit_max_attempts):
+            with self.serialised(changes):
                 try:
-                    current, staged = self._stage(changes, kind, inline)
+                    current, staged = self._stage(changes, kind)
                 except errors.AlreadyExists:  # a create whose twin (same key) created it first
                     if key is not None and changes[0].creates and self.store.get_key(key.key) is not None:
                         return Replayed()
                     raise
                 if not staged:  # nothing changed
                     return Committed(tuple(current), recorded=False)
-                outcome = self.swap(current, staged, key, kind, INLINE_WAIT_S if inline else None)
+                outcome = self.swap(current, staged, key, kind)
                 if outcome is not None:
                     if isinstance(outcome, Committed):
                         log_landed(staged, attempt + 1)
                     return outcome
-            if inline:  # lost to another process: the thread rebases, with its backoff
-                self.discard(staged)
-                metrics.REBASES.inc()
-                raise _NotInline("lost")
             self._lost(changes, staged, attempt, kind)
         names = ", ".join(c.ident for c in changes)
         metrics.CONFLICTS.labels("cas").inc()
@@ -162,8 +228,8 @@ class CommitEngine:
         self, changes: Sequence[Change], kind: str, inline: bool = False
     ) -> tuple[list[MetadataFile], list[Staged]]:
         """Read, apply and write every change: each change's file after the commit (the new one, or
-        the base when the change is a no-op) and the written-but-uncommitted ones. A failure
-        deletes the files already written."""
+        the base when the change is a no-op) and the written-but-uncommitted ones (``inline``: not
+        written yet, see ``_write_off_loop``). A failure deletes the files already written."""
         current: list[MetadataFile] = []
         staged: list[Staged] = []
         try:
@@ -189,7 +255,7 @@ class CommitEngine:
         if base is not None and new is base.data:
             return base
         if rebased is None:
-            return self.write(change, entry, base, new, kind)
+            return self.write(change, entry, base, new, kind, deferred=inline)
         return self.write(change, entry, base, new, kind, (rebased.manifest_list,), manifests=rebased.manifests)
 
     def write(
@@ -202,22 +268,27 @@ class CommitEngine:
         lists: tuple[str, ...] = (),
         commits: int = 1,
         manifests: tuple[str, ...] = (),
+        deferred: bool = False,
     ) -> Staged:
         """Step 3: the new metadata file, written create-only after the location rules are checked.
-        If it fails, the manifest lists (and manifests) rebases wrote for it are deleted."""
+        If it fails, the manifest lists (and manifests) rebases wrote for it are deleted.
+        ``deferred``: its bytes are kept in ``Staged.unwritten`` for the caller to write."""
         try:
-            with _step(kind, "write"):
+            with _step(kind, "encode" if deferred else "write"):  # a deferred file's write is its own step
                 location = self.ownership.check_new(entry.id if entry else None, base.data if base else None, new)
                 try:
                     at = next_location(new, entry.metadata_location if entry else None)
-                    written = self.files.write(at, new, base)
+                    if deferred:
+                        written, unwritten = self.files.prepare(at, new, base)
+                    else:
+                        written, unwritten = self.files.write(at, new, base), None
                 except errors.IcebergError as e:
                     raise not_committed(e) from e
         except BaseException:
             for location in (*lists, *manifests):
                 self._delete_quietly(location)
             raise
-        return Staged(change, entry, base, written, location, lists, commits, manifests)
+        return Staged(change, entry, base, written, location, lists, commits, manifests, unwritten)
 
     def read(self, change: Change, cached_only: bool = False) -> tuple[Entry | None, MetadataFile | None]:
         """The entry and its metadata file. ``cached_only`` (inline): ``_NotInline`` unless the file
@@ -492,7 +563,7 @@ class CommitEngine:
     def serialised(self, changes: Sequence[Change], wait: float = -1) -> Iterator[None]:
         """Hold the locks of these entries, taken in one order so that transactions cannot deadlock.
         ``wait`` (inline): the most seconds to wait for each, then ``_NotInline``; -1: no bound."""
-        slots = sorted({hash((c.namespace, c.name)) % _LOCKS for c in changes})
+        slots = sorted({_slot(c) for c in changes})
         with ExitStack() as stack:
             for slot in slots:
                 lock = self._locks[slot]
@@ -538,6 +609,20 @@ _LOCKS = 1024
 INLINE_MAX_BYTES = 1024 * 1024
 # The most an inline commit waits for a lock (its table's, SQLite's writer) before it goes to a thread.
 INLINE_WAIT_S = 0.002
+
+
+def _slot(change: Change) -> int:
+    return hash((change.namespace, change.name)) % _LOCKS
+
+
+class _Queue:
+    """``CommitEngine._queued``: a slot's lock on the event loop and the commits using it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
 
 
 class _NotInline(Exception):

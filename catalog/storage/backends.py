@@ -193,6 +193,24 @@ class LocalStorage(_Bounds):
                 os.close(fd)
 
     def write_new(self, location: str, data: bytes) -> None:
+        self.sync_new(location, self.write_unsynced(location, data))
+
+    def sync_new(self, location: str, fd: int) -> None:
+        """Make durable and close a file ``write_unsynced`` wrote (on a worker thread for an inline
+        commit: ``CommitEngine._write_staged``); on failure it is deleted."""
+        try:
+            _sync(fd)
+            _drop_cached(fd)
+        except OSError as e:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._literal(location))
+            raise _write_error(location, e) from e
+        os.close(fd)
+
+    def write_unsynced(self, location: str, data: bytes) -> int:
+        """``write_new`` up to the sync: the file created (create-only) and written; its descriptor,
+        for ``sync_new``."""
         # Plain strings, not pathlib: this runs once per commit (measured on tmpfs, without the sync: 22.7 -> 19.5 us).
         path = self._literal(location)
         directory, name = os.path.split(path)
@@ -212,14 +230,12 @@ class LocalStorage(_Bounds):
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
-                _sync(fd)
-                _drop_cached(fd)
             except OSError as e:
                 os.close(fd)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
                 raise _write_error(location, e) from e
-            os.close(fd)
+            return fd
 
     def delete(self, location: str) -> None:
         path = self._path(location)

@@ -110,10 +110,19 @@ class MetadataFiles:
         ``base``: the file ``doc`` was derived from; the JSON of the elements they share (snapshots,
         log entries, schemas...) is copied from its dump instead of serialised again.
         """
+        written, stored = self.prepare(location, doc, base)
+        self.storage.write_new(location, stored)
+        return written
+
+    def prepare(
+        self, location: str, doc: dict[str, Any], base: MetadataFile | None = None
+    ) -> tuple[MetadataFile, bytes]:
+        """``write`` without the write: the file, and the bytes to store at its location (gzipped
+        when its name says so); the caller writes them with ``storage.write_new``."""
         dumped = encoding.dump(doc, base.dumped if base is not None else None)
         raw = dumped.raw
-        self.storage.write_new(location, gzip.compress(raw) if location.endswith(".gz.metadata.json") else raw)
-        return MetadataFile(location, raw, doc, dumped=dumped)
+        stored = gzip.compress(raw) if location.endswith(".gz.metadata.json") else raw
+        return MetadataFile(location, raw, doc, dumped=dumped), stored
 
     def remember(self, written: MetadataFile) -> None:
         """Cache a file once it is known to be committed (an uncommitted file is usually deleted)."""
