@@ -346,14 +346,16 @@ class Catalog:
                 self.load_namespace(change.namespace)
         return self.engine.commit(changes, key)
 
-    async def commit_inline(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome | None:
+    async def commit_inline(
+        self, changes: Sequence[Change], key: KeyRecord | None = None, others_waiting: bool = True
+    ) -> Outcome | None:
         """``commit`` on the calling thread when the database (SQLite) and the storage are local, the
         ``inline_commits`` setting is on and the commit needs no wait (``CommitEngine.commit_inline``);
         None: call ``commit`` on a thread.
         A single change only, so the transaction checks of ``commit`` do not apply."""
         if not (self.settings.inline_commits and self.store.local and isinstance(self.storage, LocalStorage)):
             return None
-        return await self.engine.commit_inline(changes, key)
+        return await self.engine.commit_inline(changes, key, others_waiting)
 
     # -- idempotency keys (see api.idempotency) --------------------------------------------------
 

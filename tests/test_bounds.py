@@ -289,6 +289,28 @@ def test_idle_and_slow_connections_are_closed_and_others_still_served(bounded, w
     assert _wait_fds(pid, baseline + 2, 3) <= baseline + 2
 
 
+def test_pending_requests_are_counted_until_answered_or_gone(bounded, web):
+    """``catalog_http_requests_pending``: a request counts from its head until its answer, or
+    until its client goes away (the scrape counts itself)."""
+    with requests.Session() as other:
+        for _ in range(5):
+            assert other.get(f"{bounded.url}/v1/config", timeout=5).status_code == 200
+    assert _gauge(web, bounded, "catalog_http_requests_pending") == 1
+    with _connect(bounded) as sock:  # a head read, its body still to come
+        sock.sendall(
+            b"POST /v1/namespaces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n{"
+        )
+        deadline = time.monotonic() + BODY_TIMEOUT / 2
+        while _gauge(web, bounded, "catalog_http_requests_pending") != 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _gauge(web, bounded, "catalog_http_requests_pending") == 2
+    deadline = time.monotonic() + 5
+    while _gauge(web, bounded, "catalog_http_requests_pending") != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gauge(web, bounded, "catalog_http_requests_pending") == 1
+
+
 def test_slow_body_is_closed_after_the_body_timeout(bounded):
     with _connect(bounded) as sock:
         sock.sendall(

@@ -418,3 +418,31 @@ def test_an_inline_commit_whose_sync_fails_lands_nothing_and_leaves_no_file(cata
     assert files_of(catalog, "t") == files and catalog.load(TABLE, ("n",), "t").location == pointer
     monkeypatch.undo()
     assert isinstance(inline(catalog, [set_property("t", "a", "1")]), Committed)
+
+
+def test_the_sync_stays_on_the_loop_when_nothing_waits_or_the_tables_writers_race(catalog, monkeypatch):
+    """A lone request's commit (no other request pending) and a commit to a table whose writers'
+    requirements failed within ``RACING_S`` sync on the loop; another table's commit still leaves."""
+    from catalog.commit import engine as engine_module
+
+    for name in ("t", "u"):
+        create(catalog, name)
+    sync = HeldSync(monkeypatch)
+    sync.release.set()
+
+    async def run() -> None:
+        loop_thread = threading.get_ident()
+        assert isinstance(await catalog.commit_inline([set_property("t", "a", "1")], others_waiting=False), Committed)
+        assert sync.threads[-1] == loop_thread
+        stale = [{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}]
+        with pytest.raises(errors.CommitFailed):
+            await catalog.commit_inline([set_property("t", "b", "2", stale)])
+        assert isinstance(await catalog.commit_inline([set_property("t", "b", "2")]), Committed)
+        assert sync.threads[-1] == loop_thread
+        assert isinstance(await catalog.commit_inline([set_property("u", "b", "2")]), Committed)
+        assert sync.threads[-1] != loop_thread
+
+    asyncio.run(run())
+    monkeypatch.setattr(engine_module, "RACING_S", 0.0)  # the race is over: the sync leaves again
+    assert isinstance(inline(catalog, [set_property("t", "c", "3")]), Committed)
+    assert sync.threads[-1] != threading.get_ident()

@@ -11,7 +11,7 @@ from litestar import Request, Response, delete, get, head, post
 from litestar.params import FromPath, RawBody
 
 from catalog import errors
-from catalog.api import guard, idempotency, paging, wire
+from catalog.api import guard, idempotency, observation, paging, wire
 from catalog.api.context import AppState, Ctx
 from catalog.api.models import (
     CommitRequest,
@@ -198,7 +198,8 @@ async def _commit_one(
     change = Change(kind, ns, name, req.requirements, req.updates)
     await guard.require(request, _commit_needs(change))
     key = idempotency.key_of(request, 200)
-    outcome = await ctx.catalog.commit_inline([change], key)  # on the loop when nothing can block long
+    # on the loop when nothing can block it long; its file synced off it when others are waiting
+    outcome = await ctx.catalog.commit_inline([change], key, others_waiting=observation.PENDING.count > 1)
     if outcome is None:
         outcome = await wire.blocking(ctx.catalog.commit, [change], key)
     if not isinstance(outcome, Committed):

@@ -23,6 +23,21 @@ CLIENT_GONE = "catalog.client_gone"
 CLIENT_CLOSED = 499
 
 
+class Pending:
+    """The requests this process has read the head of and not yet answered. The HTTP protocol
+    counts them (``server.connections``) as it parses each head, before the request's handler runs;
+    zero under any other server. An inline commit syncs its file off the event loop only when
+    another request is pending (``CommitEngine.commit_inline``)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+PENDING = Pending()
+
+
 class RequestObservation:
     """Per request: an id (``X-Request-Id``, taken from the client or made up) in logs and the
     response, the request count and latency by route template and status, the access line (method,

@@ -29,6 +29,7 @@ from catalog.api import (
     management,
     namespaces,
     oauth,
+    observation,
     operations,
     paging,
     unserved,
@@ -232,6 +233,7 @@ def _publish_gauges(registry: Registry) -> None:
         return c.store.queue_depth()["oldest_queued_age_ms"] / 1000
 
     add = metrics.GAUGES.add
+    add("catalog_http_requests_pending", "HTTP requests read and not yet answered", lambda: observation.PENDING.count)
     add("catalog_metadata_cache_hits", "Metadata file reads served from memory", total(lambda c: c.files.hits))
     add("catalog_metadata_cache_misses", "Metadata file reads from storage", total(lambda c: c.files.misses))
     cached = total(lambda c: c.files.cached_bytes)

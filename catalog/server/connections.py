@@ -30,6 +30,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from catalog import errors
+from catalog.api.observation import PENDING
 from catalog.server.coalescing import Coalescing
 from catalog.settings import Settings
 
@@ -68,6 +69,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._reading_head = False
         self._head_bytes = 0
         self._draining = False
+        self._pending = False  # a request of this connection counted in ``observation.PENDING``
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -78,6 +80,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._start_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._answered()
         self._disarm()
         if self._timer is not None:
             self._timer.cancel()
@@ -102,6 +105,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self._start_head()
 
     def on_headers_complete(self) -> None:
+        if not self._pending:
+            self._pending = True
+            PENDING.count += 1
         self._reading_head = False
         self._arm(self._body_timeout)
         super().on_headers_complete()
@@ -109,6 +115,15 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._disarm()
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        self._answered()
+        super().on_response_complete()
+
+    def _answered(self) -> None:
+        if self._pending:
+            self._pending = False
+            PENDING.count -= 1
 
     def _start_head(self) -> None:
         self._reading_head, self._head_bytes = True, 0
