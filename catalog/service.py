@@ -349,10 +349,11 @@ class Catalog:
     async def commit_inline(
         self, changes: Sequence[Change], key: KeyRecord | None = None, others_waiting: bool = True
     ) -> Outcome | None:
-        """``commit`` on the calling thread when the database (SQLite) and the storage are local, the
+        """``commit`` on the event loop when the database (SQLite) and the storage are local, the
         ``inline_commits`` setting is on and the commit needs no wait (``CommitEngine.commit_inline``);
-        None: call ``commit`` on a thread.
-        A single change only, so the transaction checks of ``commit`` do not apply."""
+        None: call ``commit`` on a thread. ``others_waiting``: other requests are pending, so the
+        new file's sync may leave the loop. A single change only, so the transaction checks of
+        ``commit`` do not apply."""
         if not (self.settings.inline_commits and self.store.local and isinstance(self.storage, LocalStorage)):
             return None
         return await self.engine.commit_inline(changes, key, others_waiting)

@@ -101,7 +101,7 @@ class Staged:
     lists: tuple[str, ...] = ()  # manifest lists written by rebases of pure appends (commit/rebase.py)
     commits: int = 1  # the commits it carries: more than one for a group commit (commit/grouping.py)
     manifests: tuple[str, ...] = ()  # manifests written by rebases of merged appends (commit/rebase.py)
-    unwritten: bytes | None = None  # an inline commit's file before it is written off the loop: its bytes
+    unwritten: bytes | None = None  # an inline commit's file before it is written (engine._write_staged)
 
 
 class Grouping(Protocol):

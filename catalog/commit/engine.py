@@ -174,7 +174,7 @@ class CommitEngine:
     @asynccontextmanager
     async def _queued(self, slot: int) -> AsyncIterator[_Queue]:
         """The event loop's queue for one lock slot: an inline commit waits here, without blocking
-        the loop, while another inline commit of the slot is writing its file off the loop."""
+        the loop, while another inline commit of the slot is away (its file syncing off the loop)."""
         queue = self._queues.get(slot)
         if queue is None:
             queue = self._queues[slot] = _Queue()
@@ -242,7 +242,7 @@ class CommitEngine:
     ) -> tuple[list[MetadataFile], list[Staged]]:
         """Read, apply and write every change: each change's file after the commit (the new one, or
         the base when the change is a no-op) and the written-but-uncommitted ones (``inline``: not
-        written yet, see ``_write_off_loop``). A failure deletes the files already written."""
+        written yet, see ``_write_staged``). A failure deletes the files already written."""
         current: list[MetadataFile] = []
         staged: list[Staged] = []
         try:
