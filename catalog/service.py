@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -27,15 +27,15 @@ from catalog.storage.backends import LocalStorage, Storage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store import migrate
 from catalog.store.dropped import Dropped
-from catalog.store.entries import Store, name_taken
+from catalog.store.entries import HeldByDropped, Store, name_taken
 from catalog.store.events import StoredEvent
-from catalog.store.ownership import Ownership
+from catalog.store.ownership import PATH_PROPERTIES, Ownership
 from catalog.store.pointers import Entry, KeyRecord
 from catalog.store.tasks import Task
 
 log = logging.getLogger("catalog.service")
 Namespace = tuple[str, ...]
-__all__ = ["TABLE", "VIEW", "Catalog", "Change", "Committed", "Kind", "Outcome"]
+__all__ = ["TABLE", "VIEW", "Catalog", "Change", "Committed", "HeldByDropped", "Kind", "Outcome"]
 
 
 class Catalog:
@@ -181,18 +181,37 @@ class Catalog:
         return created
 
     def create_table(
-        self, ns: Namespace, name: str, location: str | None, request: dict[str, Any], key: KeyRecord | None = None
+        self,
+        ns: Namespace,
+        name: str,
+        location: str | None,
+        request: dict[str, Any],
+        key: KeyRecord | None = None,
+        superseding: Collection[int] = (),
     ) -> Outcome:
-        """createTable; ``key``: the request's Idempotency-Key, recorded with the new row."""
-        created = self._new_table(ns, name, location, request)
-        return self.engine.commit([Change(TABLE, ns, name, created=created)], key)
+        """createTable; ``key``: the request's Idempotency-Key, recorded with the new row. A
+        requested location held by released dropped entries (dropped without purge, retention
+        ended: their files are kept there) is taken over only when the caller may drop their names
+        (``superseding``: the API checks and asks again, ``HeldByDropped``)."""
+        superseded = frozenset()
+        if location:
+            superseded = self._superseded([self.ownership.locations.check(location)], None, superseding)
+        created = self._new_table(ns, name, location, request, superseded)
+        return self.engine.commit([Change(TABLE, ns, name, created=created, superseding=superseded)], key)
 
-    def _new_table(self, ns: Namespace, name: str, location: str | None, request: dict[str, Any]) -> dict[str, Any]:
+    def _new_table(
+        self,
+        ns: Namespace,
+        name: str,
+        location: str | None,
+        request: dict[str, Any],
+        superseded: Collection[int] = (),
+    ) -> dict[str, Any]:
         check_name(name)
         ns_props = self.load_namespace(ns)
         self._name_must_be_free(TABLE, ns, name)
         return tables.new_table(
-            location=self._location_for(ns, name, ns_props, location),
+            location=self._location_for(ns, name, ns_props, location, superseded),
             schema=request["schema"],
             spec=request.get("partition-spec"),
             order=request.get("write-order"),
@@ -218,14 +237,29 @@ class Catalog:
         assert isinstance(outcome, Committed)  # without an Idempotency-Key, never Replayed
         return outcome.files[0]
 
-    def register(self, kind: Kind, ns: Namespace, name: str, location: str, overwrite: bool = False) -> MetadataFile:
+    def register(
+        self,
+        kind: Kind,
+        ns: Namespace,
+        name: str,
+        location: str,
+        overwrite: bool = False,
+        superseding: Collection[int] = (),
+    ) -> MetadataFile:
         """register/register-view: a new entry (or, with ``overwrite``, an existing table) pointing
         at an existing metadata file.
 
         The file must lie in the allowed roots and be no other entry's current metadata; the table
-        or view it describes must lie in the allowed roots, own its location, and hold the file
-        (under its location or its ``write.metadata.path``). Each is checked before the next is
-        read, so a refused request reads nothing it may not.
+        or view it describes must lie in the allowed roots, own its location and write paths, and
+        hold the file (under its location or its ``write.metadata.path``). Each is checked before
+        the next is read, so a refused request reads nothing it may not.
+
+        Drop then register (how a table moves between namespaces or catalogs): a table dropped
+        without purge keeps its locations through its retention; registering that same table (the
+        same table uuid) again supersedes the dropped entry, which is forgotten in the register's
+        transaction (its files are the new entry's). Only the dropped entries the caller may drop
+        (``superseding``: the API checks and asks again, ``HeldByDropped``); another table claiming
+        the location stays refused.
         """
         check_name(name)
         self.load_namespace(ns)
@@ -247,12 +281,19 @@ class Catalog:
         except errors.IcebergError as e:  # the file may not be the client's to read: the field, not its value
             reason = e.message.rsplit(": ", 1)[0]
             raise type(e)(f"Invalid {kind.name} metadata file {location}: {reason}") from e
-        own = self.ownership.claim(doc["location"], replaced.id if replaced is not None else None)
-        homes = [own]
+        exclude = replaced.id if replaced is not None else None
+        superseded: frozenset[int] = frozenset()
         if kind is TABLE:
             properties = doc.get("properties") or {}
-            self.ownership.check_paths(properties, replaced.id if replaced is not None else None)
-            homes += [normalise(p) for k, p in properties.items() if k == "write.metadata.path"]
+            claimed = [normalise(doc["location"])]
+            claimed += [normalise(properties[k], k) for k in PATH_PROPERTIES if properties.get(k) is not None]
+            superseded = self._superseded(claimed, doc.get("table-uuid"), superseding, exclude)
+        own = self.ownership.claim(doc["location"], exclude, superseded)
+        homes = [own]
+        paths: dict[str, str] = {}
+        if kind is TABLE:
+            paths = self.ownership.check_paths(doc.get("properties") or {}, exclude, superseded)
+            homes += [p for k, p in paths.items() if k == "write.metadata.path"]
         if not any(is_within(normalise(location), home) for home in homes):
             raise errors.BadRequest(
                 f"Metadata file {location} is not in the location of the {kind.name} it describes ({doc['location']})"
@@ -263,10 +304,42 @@ class Catalog:
             **{uuid_key.replace("-", "_"): doc.get(uuid_key)},
         )  # fmt: skip
         if replaced is not None:
-            self.store.overwrite_entry(ns, name, location, own, event)
+            self.store.overwrite_entry(ns, name, location, own, event, paths, superseded)
         else:
-            self.store.insert_entry(ns, name, kind.name, location, own, event=event)
+            self.store.insert_entry(
+                ns, name, kind.name, location, own, event=event, write_paths=paths, superseding=superseded
+            )
+        if superseded:
+            log.info("register of %s superseded the dropped entries %s", ident(ns, name), sorted(superseded))
         return file
+
+    def _superseded(
+        self, claimed: list[str], table_uuid: str | None, allowed: Collection[int], exclude: int | None = None
+    ) -> frozenset[int]:
+        """The dropped tables (dropped without purge, no purge begun) holding the ``claimed``
+        locations that a register of the same table (``table_uuid``) or a create (None: released
+        ones only, never one that may still be undropped) takes over. ``HeldByDropped`` when some
+        are not in ``allowed`` yet; anything else holding them is refused by the claims that follow."""
+        holders = {o.id for p in claimed for o in self.store.overlapping(p, exclude) if o.dropped}
+        taken: set[int] = set()
+        released = False
+        for held in holders:
+            gone = self.store.get_dropped(held, released=True)
+            if gone is None or gone.kind != "table" or gone.purge or gone.purging_ms is not None:
+                continue
+            released |= gone.released_ms is not None
+            if table_uuid is None:
+                if gone.released_ms is not None:
+                    taken.add(held)
+                continue
+            try:
+                if self.files.read(gone.metadata_location).data.get("table-uuid") == table_uuid:
+                    taken.add(held)
+            except errors.IcebergError:
+                continue
+        if taken - set(allowed):
+            raise HeldByDropped(sorted(taken - set(allowed)), released)
+        return frozenset(taken)
 
     def drop(
         self, kind: Kind, ns: Namespace, name: str, purge_requested: bool = False, by: str | None = None
@@ -284,6 +357,10 @@ class Catalog:
 
     def dropped(self, ns: Namespace | None, name: str | None, limit: int) -> list[Dropped]:
         return self.store.list_dropped(ns, name, limit)
+
+    def dropped_entries(self, ids: Collection[int]) -> list[Dropped]:
+        """Dropped entries by id, released ones too (those a create or register may supersede)."""
+        return [gone for i in ids if (gone := self.store.get_dropped(i, released=True)) is not None]
 
     def dropped_entry(self, dropped_id: int) -> Dropped:
         gone = self.store.get_dropped(dropped_id)
@@ -403,16 +480,24 @@ class Catalog:
             return None
         return chosen
 
-    def _location_for(self, ns: Namespace, name: str, ns_props: dict[str, str], requested: str | None) -> str:
+    def _location_for(
+        self,
+        ns: Namespace,
+        name: str,
+        ns_props: dict[str, str],
+        requested: str | None,
+        superseded: Collection[int] = (),
+    ) -> str:
         """A new entry's location: as requested, under the namespace's, or in the warehouse.
 
-        A requested location must be free (``Ownership.claim``). A location the server chooses is
+        A requested location must be free (``Ownership.claim``; ``superseded``: but for the released
+        dropped entries the create takes over). A location the server chooses is
         made free: when ``<base>/<name>`` is taken (say, by a table renamed away from this name,
         which keeps its files), a unique suffix is added, so the new entry never shares a directory
         with another.
         """
         if requested:
-            self.ownership.claim(requested)
+            self.ownership.claim(requested, None, superseded)
             return requested.rstrip("/")
         base = self._namespace_base(ns, ns_props)
         chosen = f"{base}/{segment(name)}"
@@ -456,14 +541,17 @@ class Catalog:
         return task
 
     def backfill_locations(self, batch: int = 500) -> int:
-        """Fill in the locations of entries created before migration 0003 (read from their metadata
-        files), so the ownership rule covers them too. Returns how many were filled."""
+        """Fill in the locations and write paths of live and dropped entries created before
+        migrations 0003 and 0011 (read from their metadata files), so the ownership rule covers them
+        too. Returns how many were filled."""
         filled = 0
         while entries := self.store.entries_without_location(batch):
             for entry in entries:
                 try:
                     doc = self.files.read(entry.metadata_location).data
-                    self.store.set_location(entry.id, entry.metadata_location, normalise(doc["location"]))
+                    props = (doc.get("properties") or {}) if entry.kind == "table" else {}
+                    paths = {k: normalise(props[k], k) for k in PATH_PROPERTIES if props.get(k) is not None}
+                    self.store.record_locations(entry.id, entry.metadata_location, normalise(doc["location"]), paths)
                     filled += 1
                 except Exception as e:  # noqa: BLE001 - an unreadable entry keeps NULL; reported once
                     log.warning("cannot record the location of %s: %s", ident(entry.namespace, entry.name), e)

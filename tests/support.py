@@ -7,6 +7,7 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
 - the server as a process: ``Server``, ``start_server``, ``start_worker``, ``kill_group`` (kill -9 of a
   worker with its children), ``group_members``, ``s3_env``, ``s3_client_props``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
+- storage as it is: ``stored_files`` (the files under a prefix, walked or listed in the bucket)
 - maintenance on the shared servers: ``CARE_ON_REQUEST``, ``wait_task``; dropped tables: ``purge_now``
 - schemas, named by what they are: ``JSON_SCHEMA`` (REST JSON, id + data), ``JSON_ID_SCHEMA`` (REST
   JSON, one id column), ``PY_SCHEMA`` (pyiceberg, id + name + ts) and ``rows`` (pyarrow rows of it)
@@ -245,6 +246,31 @@ def s3_profile(s3) -> dict[str, object]:
 def s3_client_props(s3) -> dict[str, str]:
     """What a client supplies itself: credentials. Endpoint and path style come from /v1/config."""
     return {"s3.access-key-id": s3.access_key, "s3.secret-access-key": s3.secret_key}
+
+
+def stored_files(server: Server, prefix: str) -> set[str]:
+    """Every file under ``prefix`` as the storage holds it (not as the catalog says): walked on local
+    disk, listed in the bucket on S3, named as the prefix spells them. What an attack test asserts on."""
+    prefix = prefix.rstrip("/")
+    if prefix.startswith("s3://"):
+        import boto3
+
+        bucket, _, key = prefix[len("s3://") :].partition("/")
+        client = boto3.client(
+            "s3",
+            endpoint_url=server.env["CATALOG_S3_ENDPOINT"],
+            region_name=server.env.get("CATALOG_S3_REGION") or "us-east-1",
+            aws_access_key_id=server.env["CATALOG_S3_ACCESS_KEY_ID"],
+            aws_secret_access_key=server.env["CATALOG_S3_SECRET_ACCESS_KEY"],
+        )
+        found = set()
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/"):
+            found |= {f"s3://{bucket}/{o['Key']}" for o in page.get("Contents", [])}
+        return found
+    path = prefix.removeprefix("file://")
+    return {
+        f"{prefix}/{os.path.relpath(os.path.join(d, f), path)}" for d, _, files in os.walk(path) for f in files
+    }
 
 
 # --- raw HTTP ----------------------------------------------------------------------------------------

@@ -332,7 +332,7 @@ def test_tables_own_their_locations(http, ns):
     )
     inside_a = {"write.metadata.path": home + "/metadata"}
     resp = commit(http, ns, "c", [], [{"action": "set-properties", "updates": inside_a}])
-    assert_error(resp, 409, "AlreadyExistsException", "in the location of another table or view")
+    assert_error(resp, 409, "AlreadyExistsException", "write.metadata.path overlaps the location of another table")
     # A renamed table keeps its directory; a new table of the old name gets a directory of its own.
     rename = {"source": {"namespace": [ns], "name": "a"}, "destination": {"namespace": [ns], "name": "a2"}}
     assert http.post("/v1/tables/rename", json=rename).status_code == 204

@@ -50,19 +50,6 @@ def snapshot_update(snapshot_id: int, manifest_list: str, sequence_number: int =
     }
 
 
-def statistics_update(snapshot_id: int, path: str) -> dict:
-    return {
-        "action": "set-statistics",
-        "statistics": {
-            "snapshot-id": snapshot_id,
-            "statistics-path": path,
-            "file-size-in-bytes": 1,
-            "file-footer-size-in-bytes": 1,
-            "blob-metadata": [],
-        },
-    }
-
-
 # --- c. a commit may add only files of the table's own --------------------------------------------
 
 
@@ -86,27 +73,6 @@ def test_a_commit_adding_a_manifest_list_outside_the_table_is_refused(http, ns):
     resp = commit(http, ns, "mine", [snapshot_update(1, own)])
     assert resp.status_code == 200, resp.text
     assert resp.json()["metadata"]["snapshots"][0]["manifest-list"] == own
-
-
-def test_a_commit_setting_statistics_outside_the_table_is_refused(http, ns):
-    victim = create_table(http, ns, "victim")
-    mine = create_table(http, ns, "mine")
-    assert commit(http, ns, "mine", [snapshot_update(1, f"{mine['location']}/metadata/s.avro")]).status_code == 200
-    for update in (
-        statistics_update(1, f"{victim['location']}/metadata/stats.puffin"),
-        {
-            "action": "set-partition-statistics",
-            "partition-statistics": {
-                "snapshot-id": 1,
-                "statistics-path": f"{victim['location']}/data/p.parquet",
-                "file-size-in-bytes": 1,
-            },
-        },
-    ):
-        err = assert_error(commit(http, ns, "mine", [update]), 403, "ForbiddenException", "statistics-path")
-        assert "victim" not in err["message"]
-    resp = commit(http, ns, "mine", [statistics_update(1, f"{mine['location']}/metadata/stats.puffin")])
-    assert resp.status_code == 200, resp.text
 
 
 def test_write_metadata_path_inside_the_allowed_roots_is_the_tables_own(http, ns, server):

@@ -152,18 +152,18 @@ def test_rename_within_and_across_namespaces(catalog, ns):
 
 def test_register_table(server, catalog, ns):
     """Register moves a table's files into the catalog under a name; a table owns its files, so a
-    live table's metadata cannot be registered a second time (one purge would destroy both), nor a
-    dropped one's while it is kept (it may be restored)."""
+    live table's metadata cannot be registered a second time (one purge would destroy both). Drop
+    then register, the standard way to move a table, works: the register supersedes the dropped
+    entry of that same table (it is forgotten, its files are the new entry's)."""
     table = catalog.create_table(f"{ns}.orig", PY_SCHEMA)
     table.append(rows(0, 3))
     location = catalog.load_table(f"{ns}.orig").metadata_location
     with pytest.raises(TableAlreadyExistsError, match="current metadata of another table or view"):
         catalog.register_table(f"{ns}.copy", location)
     catalog.drop_table(f"{ns}.orig")  # without purge: the files stay, owned while the drop is kept
-    with pytest.raises(TableAlreadyExistsError, match="location of a dropped table or view"):
-        catalog.register_table(f"{ns}.copy", location)
-    purge_now(server.url, f"{ns}.orig")  # dropped without purge: forgotten, its files unowned
     registered = catalog.register_table(f"{ns}.copy", location)
+    listed = requests.get(f"{server.url}/management/v1/dropped", params={"namespace": ns}, timeout=30).json()
+    assert [d for d in listed["dropped"] if d["name"] == "orig"] == []  # superseded: no undrop over it
     assert registered.metadata_location == location
     assert registered.scan().to_arrow().num_rows == 3
     registered.append(rows(3, 1))

@@ -4,6 +4,7 @@ multi-table transactions and metrics reports. Tables and views are both entries 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import orjson
@@ -25,7 +26,7 @@ from catalog.api.models import (
 )
 from catalog.auth import policy
 from catalog.auth.policy import Privilege, Target
-from catalog.service import TABLE, VIEW, Change, Committed, Kind
+from catalog.service import TABLE, VIEW, Change, Committed, HeldByDropped, Kind
 from catalog.storage import signing, vending
 from catalog.storage.metadata_files import MetadataFile
 
@@ -135,7 +136,11 @@ async def create_table(namespace: FromPath[str], body: RawBody, request: Request
         config, credentials, signer = await _delegated(doc["location"], (ns, req.name), request, ctx, creating=True)
         return wire.raw_json_response(wire.load_result(None, orjson.dumps(doc), config, credentials, signer))
     key = idempotency.key_of(request, 200)
-    outcome = await wire.blocking(ctx.catalog.create_table, ns, req.name, req.location, created, key)
+    create = functools.partial(ctx.catalog.create_table, ns, req.name, req.location, created, key)
+    try:
+        outcome = await wire.blocking(create)
+    except HeldByDropped as held:  # the location of a table dropped without purge: for who may drop it
+        outcome = await wire.blocking(functools.partial(create, superseding=await _supersedable(request, ctx, held)))
     if not isinstance(outcome, Committed):
         return await idempotency.replay(request)
     idempotency.settle(request, outcome)
@@ -159,8 +164,21 @@ async def register_table(namespace: FromPath[str], body: RawBody, request: Reque
     if req.overwrite:  # replaces whatever table has the name: as much as dropping it
         needs.append((Privilege.DROP, policy.entry("table", ns, req.name)))
     await guard.require(request, needs)
-    file = await wire.blocking(ctx.catalog.register, TABLE, ns, req.name, req.metadata_location, req.overwrite)
+    register = functools.partial(ctx.catalog.register, TABLE, ns, req.name, req.metadata_location, req.overwrite)
+    try:
+        file = await wire.blocking(register)
+    except HeldByDropped as held:  # drop then register: the caller may supersede what it may drop
+        file = await wire.blocking(functools.partial(register, superseding=await _supersedable(request, ctx, held)))
     return await _loaded(file, ctx, (ns, req.name), request)
+
+
+async def _supersedable(request: Request, ctx: Ctx, held: HeldByDropped) -> list[int]:
+    """The dropped tables holding a location, if the caller may drop each one's name (who could
+    have undropped it may take its place); else the 409 stands."""
+    for gone in await wire.blocking(ctx.catalog.dropped_entries, held.ids):
+        if not await guard.holds(request, Privilege.DROP, policy.entry(gone.kind, gone.namespace, gone.name)):
+            raise held
+    return held.ids
 
 
 @post("/v1/namespaces/{namespace:str}/register-view", opt=wire.IDEMPOTENT)

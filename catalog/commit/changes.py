@@ -60,6 +60,9 @@ class Change:
     # The catalog's own maintenance commit: only such a change may add a snapshot whose summary
     # carries MAINTENANCE_JOB (the mark the engine rolls back for a writer, ``rebase.rollback``).
     maintenance: bool = False
+    # A create's: the released dropped entries holding its location that it takes over (its caller
+    # may drop their names; ``Catalog.create_table``).
+    superseding: frozenset[int] = frozenset()
 
     @property
     def ident(self) -> str:
@@ -102,6 +105,7 @@ class Staged:
     commits: int = 1  # the commits it carries: more than one for a group commit (commit/grouping.py)
     manifests: tuple[str, ...] = ()  # manifests written by rebases of merged appends (commit/rebase.py)
     unwritten: bytes | None = None  # an inline commit's file before it is written (engine._write_staged)
+    write_paths: dict[str, str] | None = None  # its write.*.path prefixes, when it changed them (ownership)
 
 
 class Grouping(Protocol):

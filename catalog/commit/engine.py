@@ -288,7 +288,9 @@ class CommitEngine:
         ``deferred``: its bytes are kept in ``Staged.unwritten`` for the caller to write."""
         try:
             with _step(kind, "encode" if deferred else "write"):  # a deferred file's write is its own step
-                location = self.ownership.check_new(entry.id if entry else None, base.data if base else None, new)
+                location, paths = self.ownership.check_new(
+                    entry.id if entry else None, base.data if base else None, new, change.superseding
+                )
                 try:
                     at = next_location(new, entry.metadata_location if entry else None)
                     if deferred:
@@ -301,7 +303,7 @@ class CommitEngine:
             for location in (*lists, *manifests):
                 self._delete_quietly(location)
             raise
-        return Staged(change, entry, base, written, location, lists, commits, manifests, unwritten)
+        return Staged(change, entry, base, written, location, lists, commits, manifests, unwritten, paths)
 
     def read(self, change: Change, cached_only: bool = False) -> tuple[Entry | None, MetadataFile | None]:
         """The entry and its metadata file. ``cached_only`` (inline): ``_NotInline`` unless the file
@@ -460,7 +462,14 @@ class CommitEngine:
                     return Replayed()
                 return self._won(current, staged, kind, recorded=key is not None)
             swaps = [
-                Swap(s.entry.id, s.entry.metadata_location, s.new.location, s.location, s.location != s.entry.location)
+                Swap(
+                    s.entry.id,
+                    s.entry.metadata_location,
+                    s.new.location,
+                    s.location,
+                    s.location != s.entry.location,
+                    s.write_paths,
+                )
                 for s in staged
             ]
             events = [self.event(s) for s in staged] if self.store.events_on else []
@@ -488,7 +497,15 @@ class CommitEngine:
         event = self.event(staged) if self.store.events_on else None
         try:
             result = self.store.insert_entry(
-                change.namespace, change.name, change.kind.name, staged.new.location, staged.location, key, event
+                change.namespace,
+                change.name,
+                change.kind.name,
+                staged.new.location,
+                staged.location,
+                key,
+                event,
+                staged.write_paths,
+                change.superseding,
             )
         except errors.AlreadyExists:
             self.discard([staged])  # known not committed: the row was never inserted

@@ -274,9 +274,12 @@ class Care:
             deleted += self._delete(paths, PURGE)
         # What no metadata named (a failed commit's files, a manifest lost before): the table's own
         # location is its alone (no other entry overlaps it) and no one can commit to it any more.
+        # Never a root of the location policy (no table lies at one; a table from before that rule
+        # might): the sweep would list the whole warehouse.
         current = normalise(file.location)
+        sweep = gc and normalise(file.data["location"]) not in self.ownership.locations.roots
         batch: list[str] = []
-        for stored in self.storage.listing(file.data["location"]) if gc else ():
+        for stored in self.storage.listing(file.data["location"]) if sweep else ():
             path = normalise(stored.location)
             if path != current and owned(path):
                 batch.append(stored.location)
@@ -285,6 +288,8 @@ class Care:
                 batch = []
         deleted += self._delete(batch, PURGE)
         deleted += self._delete([file.location], PURGE)  # last: a repeated purge starts from it
+        if sweep:
+            self.storage.remove_empty_directories(file.data["location"])
         self.store.end_purge(gone.id)
         log.info("purged dropped table %s: %d files deleted", gone.ident, deleted)
         return {"deleted-files": deleted, "metadata-location": gone.metadata_location}

@@ -190,6 +190,9 @@ class AzureStorage(Bounds):
         """Nothing to create: blob names hold their directories (the location is still checked)."""
         self._split(location)
 
+    def remove_empty_directories(self, location: str) -> None:
+        """Nothing to remove: blob names hold their directories."""
+
     def listing(self, prefix: str) -> Iterator[StoredFile]:
         """Every blob under ``prefix`` + "/", one page (1,000 names) at a time, named with the
         prefix's own scheme and host (the spelling the table's metadata uses)."""

@@ -52,6 +52,7 @@ class Storage(Protocol):
     def write_new(self, location: str, data: bytes) -> None: ...
     def delete(self, location: str) -> None: ...
     def prepare_table_location(self, location: str) -> None: ...
+    def remove_empty_directories(self, location: str) -> None: ...  # a purged table's, on local disk
     def ping(self) -> None: ...
     def listing(self, prefix: str) -> Iterator[StoredFile]: ...
 
@@ -263,6 +264,21 @@ class LocalStorage(_Bounds):
                 except OSError as e:
                     raise _write_error(location, e) from e
 
+    def remove_empty_directories(self, location: str) -> None:
+        """The directories under ``location`` (and it) left empty by a purge, deepest first. Only
+        empty ones go (a file written meanwhile keeps its directory); symbolic links are neither
+        followed nor removed; a root of the location policy is never removed."""
+        if self.locations.check(location) in self.locations.roots:
+            return
+        root = self._path(location)
+        self._confined(os.path.realpath(root), location)
+        with self._slot():
+            for directory, _, _ in os.walk(root, topdown=False, followlinks=False):
+                try:
+                    os.rmdir(directory)
+                except OSError:  # not empty, gone, or a link: kept
+                    continue
+
     def listing(self, prefix: str) -> Iterator[StoredFile]:
         """Every regular file under the directory of ``prefix``, streamed as the directory is read
         (memory: the directories still to visit, never a whole directory: a table's data directory
@@ -468,6 +484,9 @@ class S3Storage(_Bounds):
     def prepare_table_location(self, location: str) -> None:
         """Nothing to create: S3 has no directories (the location is still checked)."""
         self._split(location)
+
+    def remove_empty_directories(self, location: str) -> None:
+        """Nothing to remove: S3 has no directories."""
 
     def listing(self, prefix: str) -> Iterator[StoredFile]:
         """Every object under ``prefix`` + "/", one page (1,000 keys) at a time."""

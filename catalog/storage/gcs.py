@@ -219,6 +219,9 @@ class GcsStorage(Bounds):
         """Nothing to create: object names hold their directories (the location is still checked)."""
         self._split(location)
 
+    def remove_empty_directories(self, location: str) -> None:
+        """Nothing to remove: object names hold their directories."""
+
     def listing(self, prefix: str) -> Iterator[StoredFile]:
         """Every object under ``prefix`` + "/", one page (1,000 names) at a time."""
         bucket, name = self._split(prefix)

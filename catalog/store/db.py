@@ -20,6 +20,8 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
   ``maintenance_runs``: each (entry, kind)'s last finished run, which scheduling reads;
   ``leases``: named leases (the one scheduler per deployment holds ``scheduler``).
 - ``events``: the outbox of change events; ``event_sinks``: each push sink's cursor (store/events.py).
+- ``entry_paths``: the ``write.*.path`` prefixes of live and dropped entries, owned like their
+  ``location`` (``store/ownership.py``).
 - ``warehouses``: the warehouses besides the default one (``catalog/warehouses.py``); read only in
   the server's own database, each warehouse's objects are in a database of its own.
 
@@ -94,6 +96,9 @@ catalog_entries = sa.Table(
     sa.Column("location", sa.Text, nullable=True),
     # Pointer moves since the entry was made (the CAS counts them): "expiry due after N commits".
     sa.Column("commits", sa.BigInteger, nullable=False, server_default="0"),
+    # Its write.*.path prefixes are in entry_paths (False only for rows from before migration 0011,
+    # until the server reads them from their metadata files at start-up).
+    sa.Column("paths_recorded", sa.Boolean, nullable=False, server_default=sa.false(), default=True),
     sa.UniqueConstraint("namespace", "name", name="uq_entries_namespace_name"),
     # Serves the overlap lookup (store.overlapping): equality with each ancestor and, on PostgreSQL
     # where text_pattern_ops lets a btree answer it, the prefix LIKE.
@@ -195,9 +200,26 @@ dropped_entries = sa.Table(
     sa.Column("expires_ms", sa.BigInteger, nullable=False),  # then purged (purge) or forgotten
     sa.Column("purging_ms", sa.BigInteger, nullable=True),  # set once a purge began: no undrop since
     sa.Column("dropped_by", sa.String(256), nullable=True),
+    # Its retention ended without purge: not shown nor undroppable, but its locations stay held (the
+    # files are kept there) until a register of the same table or an allowed create supersedes it.
+    sa.Column("released_ms", sa.BigInteger, nullable=True),
+    sa.Column("paths_recorded", sa.Boolean, nullable=False, server_default=sa.false(), default=True),
     sa.Index("ix_dropped_entries_name", "namespace", "name"),
     sa.Index("ix_dropped_entries_expires", "expires_ms"),
     sa.Index("ix_dropped_entries_location", "location", postgresql_ops={"location": "text_pattern_ops"}),
+)
+
+# The write.*.path prefixes of live and dropped entries (catalog/store/ownership.py): owned like their
+# ``location``, so no other entry may overlap them and no deleting job of another entry lists them.
+# ``entry_id`` is the id a live entry keeps when it is dropped and undropped; the rows go when the
+# entry is forgotten or purged. Most entries have none.
+entry_paths = sa.Table(
+    "entry_paths",
+    metadata,
+    sa.Column("entry_id", sa.Integer, primary_key=True),
+    sa.Column("property", sa.String(64), primary_key=True),  # write.data.path, write.metadata.path, ...
+    sa.Column("location", sa.Text, nullable=False),  # normalised (catalog.locations)
+    sa.Index("ix_entry_paths_location", "location", postgresql_ops={"location": "text_pattern_ops"}),
 )
 
 leases = sa.Table(

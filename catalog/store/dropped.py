@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from catalog.events import records
 from catalog.store.db import dropped_entries as dropped
-from catalog.store.db import join_namespace, maintenance_runs, split_namespace
+from catalog.store.db import entry_paths, join_namespace, maintenance_runs, split_namespace
 from catalog.store.events import EventRows
 from catalog.store.tasks import now_ms
 
@@ -41,6 +41,7 @@ class Dropped:
     expires_ms: int
     purging_ms: int | None
     dropped_by: str | None
+    released_ms: int | None = None  # its retention ended without purge: see ``forget_dropped``
 
     @property
     def ident(self) -> str:
@@ -73,7 +74,10 @@ COLUMNS = (
     dropped.c.expires_ms,
     dropped.c.purging_ms,
     dropped.c.dropped_by,
+    dropped.c.released_ms,
 )
+# The dropped entries a person sees and acts on: not the released ones (``forget_dropped``).
+SHOWN = dropped.c.released_ms.is_(None)
 
 
 def as_dropped(row: sa.Row) -> Dropped:
@@ -84,16 +88,18 @@ def as_dropped(row: sa.Row) -> Dropped:
 
 
 class DroppedRows(EventRows):
-    def get_dropped(self, dropped_id: int) -> Dropped | None:
+    def get_dropped(self, dropped_id: int, released: bool = False) -> Dropped | None:
+        """A dropped entry (``released``: a released one too)."""
+        q = sa.select(*COLUMNS).where(dropped.c.id == dropped_id)
         with self._read() as conn:
-            row = conn.execute(sa.select(*COLUMNS).where(dropped.c.id == dropped_id)).first()
+            row = conn.execute(q if released else q.where(SHOWN)).first()
         return None if row is None else as_dropped(row)
 
     def list_dropped(
         self, ns: tuple[str, ...] | None = None, name: str | None = None, limit: int = 100
     ) -> list[Dropped]:
         """The most recently dropped first; of one namespace (and name) when given."""
-        q = sa.select(*COLUMNS).order_by(dropped.c.dropped_ms.desc(), dropped.c.id.desc()).limit(limit)
+        q = sa.select(*COLUMNS).where(SHOWN).order_by(dropped.c.dropped_ms.desc(), dropped.c.id.desc()).limit(limit)
         if ns is not None:
             q = q.where(dropped.c.namespace == join_namespace(ns))
         if name is not None:
@@ -109,27 +115,39 @@ class DroppedRows(EventRows):
             conn.execute(
                 dropped.update().where(dropped.c.id == dropped_id, dropped.c.expires_ms > now).values(expires_ms=now)
             )
-            row = conn.execute(sa.select(*COLUMNS).where(dropped.c.id == dropped_id)).first()
+            row = conn.execute(sa.select(*COLUMNS).where(dropped.c.id == dropped_id, SHOWN)).first()
         return None if row is None else as_dropped(row)
 
     def expired_dropped(self, limit: int) -> list[Dropped]:
         """Entries whose retention ended, the oldest first."""
-        q = sa.select(*COLUMNS).where(dropped.c.expires_ms <= now_ms()).order_by(dropped.c.expires_ms).limit(limit)
+        q = sa.select(*COLUMNS).where(dropped.c.expires_ms <= now_ms(), SHOWN)
+        q = q.order_by(dropped.c.expires_ms).limit(limit)
         with self._read() as conn:
             return [as_dropped(r) for r in conn.execute(q)]
 
     def forget_dropped(self, ids: Sequence[int]) -> int:
-        """Forget entries dropped without purge whose retention ended (their files stay)."""
+        """Release entries dropped without purge whose retention ended: no undrop, no listing, no
+        maintenance record any more, but their files stay, and so does the row, which keeps
+        holding their locations: no other table may claim them and, through its own care or purge,
+        the files kept there. Only a register of that very table, or a create by someone who may
+        drop its name, supersedes a released entry (``Catalog.register``, ``Catalog.create_table``)."""
         if not ids:
             return 0
+        now = now_ms()
         with self._write() as conn:
-            forgotten = conn.execute(
-                dropped.delete()
-                .where(dropped.c.id.in_(list(ids)), dropped.c.purge.is_(False), dropped.c.expires_ms <= now_ms())
+            released = conn.execute(
+                dropped.update()
+                .where(
+                    dropped.c.id.in_(list(ids)),
+                    dropped.c.purge.is_(False),
+                    dropped.c.expires_ms <= now,
+                    dropped.c.released_ms.is_(None),
+                )
+                .values(released_ms=now)
                 .returning(dropped.c.id)
             ).all()
-            _forget_runs(conn, [r.id for r in forgotten])
-        return len(forgotten)
+            conn.execute(maintenance_runs.delete().where(maintenance_runs.c.entry_id.in_([r.id for r in released])))
+        return len(released)
 
     def begin_purge(self, dropped_id: int) -> Dropped | None:
         """Claim the entry for its purge (no undrop from now on): the entry, or None when it is gone
@@ -160,12 +178,14 @@ class DroppedRows(EventRows):
                 .returning(dropped.c.kind, dropped.c.namespace, dropped.c.name)
             ).first()
             if gone is not None:
-                _forget_runs(conn, [dropped_id])
+                forget_records(conn, [dropped_id])
                 ns = split_namespace(gone.namespace)
                 self._emit(conn, [records.entry_event(records.PURGE, gone.kind, ns, gone.name, dropped_id)])
 
 
-def _forget_runs(conn: sa.Connection, ids: Sequence[int]) -> None:
-    """The maintenance record of entries that are gone for good."""
+def forget_records(conn: sa.Connection, ids: Sequence[int]) -> None:
+    """What is kept of entries that are gone for good: their maintenance record and their write
+    paths (their prefixes are free again)."""
     if ids:
         conn.execute(maintenance_runs.delete().where(maintenance_runs.c.entry_id.in_(list(ids))))
+        conn.execute(entry_paths.delete().where(entry_paths.c.entry_id.in_(list(ids))))

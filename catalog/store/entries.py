@@ -6,7 +6,7 @@ the two tables here). Database errors are translated by ``sql.translate``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import sqlalchemy as sa
@@ -19,10 +19,11 @@ from catalog.events.records import Event
 from catalog.locations import ancestors, overlaps
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import dropped_entries as dropped
+from catalog.store.db import entry_paths as paths
 from catalog.store.db import idempotency_keys as keys
 from catalog.store.db import join_namespace, namespaces, split_namespace
 from catalog.store.dropped import COLUMNS as DROPPED_COLUMNS
-from catalog.store.dropped import Dropped, DroppedRows, as_dropped
+from catalog.store.dropped import SHOWN, Dropped, DroppedRows, as_dropped, forget_records
 from catalog.store.grant_rows import GrantRows
 from catalog.store.pointers import Entry, KeyRecord, Pointers, Swapped, key_row
 from catalog.store.sql import exists
@@ -31,7 +32,8 @@ from catalog.store.tasks import TaskRows, now_ms
 
 @dataclass(frozen=True, slots=True)
 class Located:
-    """An entry and its normalised location (the ownership rule's view of an entry)."""
+    """An entry and one location it owns, normalised (the ownership rule's view of an entry):
+    its ``location``, or one of its ``write.*.path`` prefixes (``what`` names which)."""
 
     id: int
     namespace: tuple[str, ...]
@@ -39,6 +41,8 @@ class Located:
     kind: str
     location: str
     dropped: bool = False
+    what: str = "location"
+    released: bool = False  # a dropped entry whose retention ended without purge (dropped.py)
 
 
 class LocationTaken(errors.AlreadyExists):
@@ -46,16 +50,33 @@ class LocationTaken(errors.AlreadyExists):
     names neither (the caller may not see that entry, and a location may be the server's own path):
     which entry and where go to ``detail``, for the server log."""
 
-    def __init__(self, location: str, other: Located) -> None:
-        if other.dropped:
+    def __init__(self, location: str, other: Located, what: str = "location") -> None:
+        mine = "Location" if what == "location" else what
+        if other.released:
             message = (
-                "Location overlaps the location of a dropped table or view, which keeps it until its "
+                f"{mine} overlaps the location of a table dropped without purge, whose files are kept "
+                "there: register that table again, or ask someone who may drop its name to create this"
+            )
+        elif other.dropped:
+            message = (
+                f"{mine} overlaps the location of a dropped table or view, which keeps it until its "
                 "retention ends (undrop it, or end its retention: see the catalog's dropped entries)"
             )
         else:
-            message = "Location overlaps the location of another table or view"
+            message = f"{mine} overlaps the location of another table or view"
         which = f"{'dropped ' if other.dropped else ''}{other.kind} {'.'.join((*other.namespace, other.name))}"
-        super().__init__(message, detail=f"{location} overlaps {which} at {other.location}")
+        super().__init__(message, detail=f"{location} overlaps {which}'s {other.what} {other.location}")
+
+
+class HeldByDropped(errors.AlreadyExists):
+    """409 unless the caller may drop them: the locations a register or a create claims are held
+    by dropped entries (``ids``) it may supersede (``Catalog.register``, ``Catalog.create_table``);
+    the message is ``LocationTaken``'s."""
+
+    def __init__(self, ids: list[int], released: bool) -> None:
+        holder = Located(ids[0], (), "", "table", "", dropped=True, released=released)
+        super().__init__(LocationTaken("", holder).message)
+        self.ids = ids
 
 
 class Store(Pointers, GrantRows, TaskRows, DroppedRows):
@@ -181,9 +202,12 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         location: str,
         key: KeyRecord | None = None,
         event: Event | None = None,
+        write_paths: Mapping[str, str] | None = None,
+        superseding: Collection[int] = (),
     ) -> Swapped:
-        """Register a new table or view (``location``: its normalised location). 409 if the name is
-        taken (by a table or a view). ``key`` is recorded in the same transaction (a create's
+        """Register a new table or view (``location``: its normalised location; ``write_paths``: its
+        normalised ``write.*.path`` prefixes by property). 409 if the name is taken (by a table or a
+        view) or another entry overlaps one of those. ``key`` is recorded in the same transaction (a create's
         Idempotency-Key): ``KEY_TAKEN`` when another request recorded it first, nothing inserted.
         ``event`` (a create's or a register's) is written in it, with the new entry's id."""
         ident = ".".join((*ns, name))
@@ -194,7 +218,8 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                 taken = _holder_of(conn, ns, name)
                 if taken is not None:
                     raise name_taken(kind, taken, ident)
-                self._location_free(conn, location, None)
+                _supersede(conn, superseding)
+                self._location_free(conn, location, None, write_paths)
                 inserted = conn.execute(
                     entries.insert().values(
                         namespace=join_namespace(ns),
@@ -204,8 +229,10 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                         location=location,
                     )
                 )
+                entry_id = inserted.inserted_primary_key[0]
+                _record_paths(conn, entry_id, write_paths or {})
                 if event is not None:
-                    self._emit(conn, [replace(event, entry_id=inserted.inserted_primary_key[0])])
+                    self._emit(conn, [replace(event, entry_id=entry_id)])
                 if key is not None:
                     conn.execute(keys.insert().values(**key_row(key)))
         except exc.IntegrityError as e:
@@ -213,14 +240,24 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         return Swapped.WON
 
     def overwrite_entry(
-        self, ns: tuple[str, ...], name: str, metadata_location: str, location: str, event: Event | None = None
+        self,
+        ns: tuple[str, ...],
+        name: str,
+        metadata_location: str,
+        location: str,
+        event: Event | None = None,
+        write_paths: Mapping[str, str] | None = None,
+        superseding: Collection[int] = (),
     ) -> None:
         """Register-with-overwrite: point an existing table at another metadata file (``event``
         written with it)."""
         where = (entries.c.namespace == join_namespace(ns), entries.c.name == name, entries.c.kind == "table")
         with self._write() as conn:
             replaced = conn.execute(sa.select(entries.c.id).where(*where)).scalar()
-            self._location_free(conn, location, replaced)
+            _supersede(conn, superseding)
+            self._location_free(conn, location, replaced, write_paths)
+            if replaced is not None:
+                _record_paths(conn, replaced, write_paths or {})
             conn.execute(
                 entries.update()
                 .where(*where)
@@ -244,16 +281,20 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         with self._read() as conn:
             return _overlapping(conn, location, exclude_id)
 
-    def _location_free(self, conn: Connection, location: str, exclude_id: int | None) -> None:
+    def _location_free(
+        self, conn: Connection, location: str, exclude_id: int | None, write_paths: Mapping[str, str] | None = None
+    ) -> None:
         """In the transaction that inserts or moves an entry: ``LocationTaken`` if another entry
-        overlaps ``location``. The service checked before writing any file; this closes the race
-        between two creates that both passed that check. Writers are serialised for it: SQLite's
-        write transactions are (BEGIN IMMEDIATE); on PostgreSQL an advisory lock held until the
-        transaction ends does it, taken only by these rare inserts, never by commits."""
+        overlaps ``location`` or one of ``write_paths``. The service checked before writing any
+        file; this closes the race between two creates that both passed that check. Writers are
+        serialised for it: SQLite's write transactions are (BEGIN IMMEDIATE); on PostgreSQL an
+        advisory lock held until the transaction ends does it, taken only by these rare inserts,
+        never by commits."""
         if not self.local:
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCATIONS_LOCK})
-        for other in _overlapping(conn, location, exclude_id):
-            raise LocationTaken(location, other)
+        for mine in (location, *(write_paths or {}).values()):
+            for other in _overlapping(conn, mine, exclude_id):
+                raise LocationTaken(mine, other)
 
     def referencing(self, metadata_location: str) -> Entry | None:
         """The entry whose pointer is this metadata file, if any."""
@@ -264,20 +305,35 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
             row = conn.execute(q.limit(1)).first()
         return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
 
-    def set_location(self, entry_id: int, metadata_location: str, location: str) -> None:
-        """Record an entry's new location, if its pointer is still the file that moved it there."""
-        with self._write() as conn:
-            conn.execute(
-                entries.update()
-                .where(entries.c.id == entry_id, entries.c.metadata_location == metadata_location)
-                .values(location=location)
-            )
-
     def entries_without_location(self, limit: int) -> list[Entry]:
-        q = sa.select(entries.c.id, entries.c.namespace, entries.c.name, entries.c.kind, entries.c.metadata_location)
-        with self._read() as conn:
-            rows = conn.execute(q.where(entries.c.location.is_(None)).order_by(entries.c.id).limit(limit)).all()
-        return [Entry(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in rows]
+        """Live and dropped entries whose location or write paths are not recorded yet (rows from
+        before migrations 0003 and 0011), live ones first."""
+        found: list[Entry] = []
+        for table in (entries, dropped):
+            q = sa.select(table.c.id, table.c.namespace, table.c.name, table.c.kind, table.c.metadata_location)
+            q = q.where(sa.or_(table.c.location.is_(None), table.c.paths_recorded.is_(False)))
+            with self._read() as conn:
+                rows = conn.execute(q.order_by(table.c.id).limit(limit - len(found))).all()
+            found += [Entry(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in rows]
+            if len(found) >= limit:
+                break
+        return found
+
+    def record_locations(
+        self, entry_id: int, metadata_location: str, location: str, write_paths: Mapping[str, str]
+    ) -> None:
+        """Record a live or dropped entry's location and write paths read from its metadata file,
+        if its pointer is still that file (a commit since recorded them itself)."""
+        with self._write() as conn:
+            for table in (entries, dropped):
+                moved = conn.execute(
+                    table.update()
+                    .where(table.c.id == entry_id, table.c.metadata_location == metadata_location)
+                    .values(location=location, paths_recorded=True)
+                ).rowcount
+                if moved:
+                    _record_paths(conn, entry_id, write_paths)
+                    return
 
     def get_entry_by_id(self, entry_id: int) -> Entry | None:
         """An entry by its identity (maintenance tasks name entries so: a rename keeps it)."""
@@ -300,7 +356,9 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         now = now_ms()
         with self._write() as conn:
             row = conn.execute(
-                sa.select(entries.c.metadata_location, entries.c.location).where(entries.c.id == entry.id)
+                sa.select(entries.c.metadata_location, entries.c.location, entries.c.paths_recorded).where(
+                    entries.c.id == entry.id
+                )
             ).first()
             if row is None or conn.execute(entries.delete().where(entries.c.id == entry.id)).rowcount != 1:
                 raise _missing(entry.kind, ".".join((*entry.namespace, entry.name)))
@@ -316,6 +374,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                     dropped_ms=now,
                     expires_ms=now + max(0, retention_ms),
                     dropped_by=by[:256] if by else None,
+                    paths_recorded=row.paths_recorded,
                 )
             )
             self._emit(conn, [event])
@@ -332,7 +391,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
 
     def _undrop(self, dropped_id: int) -> Entry:
         with self._write() as conn:
-            row = conn.execute(sa.select(*DROPPED_COLUMNS).where(dropped.c.id == dropped_id)).first()
+            row = conn.execute(sa.select(*DROPPED_COLUMNS).where(dropped.c.id == dropped_id, SHOWN)).first()
             if row is None:
                 raise errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
             gone = as_dropped(row)
@@ -344,7 +403,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                     f"Cannot undrop {gone.ident}: a {taken} of that name exists (rename or drop it first)"
                 )
             if gone.location is not None:
-                self._location_free(conn, gone.location, gone.id)
+                self._location_free(conn, gone.location, gone.id, _paths_of(conn, gone.id))
             # the purge claims the row with a conditional UPDATE: whichever of the two writes it first wins
             if (
                 conn.execute(dropped.delete().where(dropped.c.id == gone.id, dropped.c.purging_ms.is_(None))).rowcount
@@ -359,6 +418,10 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                     kind=gone.kind,
                     metadata_location=gone.metadata_location,
                     location=gone.location,
+                    paths_recorded=conn.execute(
+                        sa.select(dropped.c.paths_recorded).where(dropped.c.id == gone.id)
+                    ).scalar_one_or_none()
+                    or False,
                 )
             )
             self._emit(conn, [records.entry_event(records.UNDROP, gone.kind, gone.namespace, gone.name, gone.id)])
@@ -375,6 +438,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         with self._write() as conn:
             deleted = conn.execute(entries.delete().where(*where)).rowcount == 1
             if deleted:
+                forget_records(conn, [entry.id])
                 self._emit(conn, [event])
             return deleted
 
@@ -406,23 +470,61 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
 
 
 def _overlapping(conn: Connection, location: str, exclude_id: int | None) -> list[Located]:
-    """Live and dropped entries (a dropped entry keeps its location until it is purged or forgotten)."""
-    found: list[Located] = []
+    """Live and dropped entries (a dropped entry keeps its locations until it is purged or
+    forgotten) whose location or a write path overlaps ``location``: ONE statement, each of its four
+    parts answered by an index (equality with each ancestor, and the prefix ``LIKE``)."""
+
+    def near(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+        return sa.or_(column.in_(ancestors(location)), column.startswith(location + "/", autoescape=True))
+
+    parts = []
     for table, is_dropped in ((entries, False), (dropped, True)):
-        q = sa.select(table.c.id, table.c.namespace, table.c.name, table.c.kind, table.c.location).where(
-            sa.or_(
-                table.c.location.in_(ancestors(location)), table.c.location.startswith(location + "/", autoescape=True)
-            )
+        who = (table.c.id, table.c.namespace, table.c.name, table.c.kind)
+        own = sa.select(*who, table.c.location, sa.literal_column("'location'").label("what"))
+        own = own.where(near(table.c.location))
+        written = sa.select(*who, paths.c.location, paths.c.property).select_from(
+            paths.join(table, table.c.id == paths.c.entry_id)
         )
+        written = written.where(near(paths.c.location))
         if exclude_id is not None:
-            q = q.where(table.c.id != exclude_id)
-        # LIKE is case-insensitive on SQLite: keep only exact overlaps
-        found.extend(
-            Located(r[0], split_namespace(r[1]), r[2], r[3], r[4], is_dropped)
-            for r in conn.execute(q)
-            if overlaps(r[4], location)
+            own, written = own.where(table.c.id != exclude_id), written.where(table.c.id != exclude_id)
+        # 0 live, 1 dropped, 2 released (no bound parameter to type)
+        flag = sa.case((dropped.c.released_ms.is_(None), 1), else_=2) if is_dropped else sa.literal_column("0")
+        parts += [own.add_columns(flag.label("state")), written.add_columns(flag)]
+    # LIKE is case-insensitive on SQLite: keep only exact overlaps
+    return [
+        Located(r[0], split_namespace(r[1]), r[2], r[3], r[4], bool(r[6]), r[5], r[6] == 2)
+        for r in conn.execute(sa.union_all(*parts))
+        if overlaps(r[4], location)
+    ]
+
+
+def _supersede(conn: Connection, ids: Collection[int]) -> None:
+    """Forget the dropped entries a register of the same table supersedes (``Catalog.register``):
+    only while they are dropped without purge and no purge began, else 409."""
+    for dropped_id in ids:
+        gone = conn.execute(
+            dropped.delete().where(
+                dropped.c.id == dropped_id, dropped.c.purge.is_(False), dropped.c.purging_ms.is_(None)
+            )
+        ).rowcount
+        if gone != 1:
+            raise errors.AlreadyExists("A dropped entry holding the location changed meanwhile: try again")
+        forget_records(conn, [dropped_id])
+
+
+def _record_paths(conn: Connection, entry_id: int, write_paths: Mapping[str, str]) -> None:
+    """The entry's write paths are ``write_paths`` from now on."""
+    conn.execute(paths.delete().where(paths.c.entry_id == entry_id))
+    if write_paths:
+        conn.execute(
+            paths.insert(), [{"entry_id": entry_id, "property": k, "location": v} for k, v in write_paths.items()]
         )
-    return found
+
+
+def _paths_of(conn: Connection, entry_id: int) -> dict[str, str]:
+    rows = conn.execute(sa.select(paths.c.property, paths.c.location).where(paths.c.entry_id == entry_id))
+    return {r.property: r.location for r in rows}
 
 
 # The advisory lock key that serialises location claims on PostgreSQL (any constant the catalog owns).

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +20,8 @@ from catalog import tracing
 from catalog.events.records import Event
 from catalog.store import async_reads
 from catalog.store.db import catalog_entries as entries
+from catalog.store.db import entry_paths, join_namespace, split_namespace
 from catalog.store.db import idempotency_keys as keys
-from catalog.store.db import join_namespace, split_namespace
 from catalog.store.events import EventRows
 from catalog.store.sql import Compiled, not_committed, quiet_rollback, short, translate
 
@@ -59,6 +59,9 @@ class Swap:
     new: str
     location: str
     moved: bool = True  # False: the entry's row already holds ``location`` (the pointer read saw it)
+    # The entry's normalised write.*.path prefixes after it, when the commit changed them (None: as
+    # they were; the usual commit): recorded in the same transaction (``entry_paths``).
+    write_paths: Mapping[str, str] | None = None
 
 
 class Swapped(enum.Enum):
@@ -122,6 +125,13 @@ class Pointers(EventRows):
             engine.dialect,
         )
         self._put_key = Compiled(keys.insert(), engine.dialect)
+        self._forget_paths = Compiled(
+            entry_paths.delete().where(entry_paths.c.entry_id == sa.bindparam("id")), engine.dialect
+        )
+        self._add_path = Compiled(entry_paths.insert(), engine.dialect)
+        self._paths_recorded = Compiled(
+            entries.update().where(entries.c.id == sa.bindparam("id")).values(paths_recorded=sa.true()), engine.dialect
+        )
         # SQLite: the connection the event loop's commits swap on (``wait`` given), kept checked out
         # with its busy timeout at that wait; None until the first, and after a failure dropped it.
         self._inline: Any = None
@@ -239,6 +249,8 @@ class Pointers(EventRows):
                     if cursor.rowcount != 1:
                         conn.rollback()
                         return Swapped.LOST
+                    if swap.write_paths is not None:
+                        self._record_paths(cursor, swap.entry_id, swap.write_paths)
                 if key is not None:
                     try:
                         cursor.execute(self._put_key.sql, self._put_key.parameters(key_row(key)))
@@ -260,6 +272,15 @@ class Pointers(EventRows):
         finally:
             if not inline:
                 conn.close()
+
+    def _record_paths(self, cursor: Any, entry_id: int, write_paths: Mapping[str, str]) -> None:
+        """A commit that changed the table's write paths records them with its pointer move (rare:
+        the usual commit never runs this)."""
+        cursor.execute(self._forget_paths.sql, self._forget_paths.parameters({"id": entry_id}))
+        for prop, location in write_paths.items():
+            row = {"entry_id": entry_id, "property": prop, "location": location}
+            cursor.execute(self._add_path.sql, self._add_path.parameters(row))
+        cursor.execute(self._paths_recorded.sql, self._paths_recorded.parameters({"id": entry_id}))
 
     def _inline_connection(self, wait: float) -> Any:
         """The event loop's swap connection, its busy timeout at ``wait``. Kept out of the pool: a

@@ -116,7 +116,7 @@ class Database:
 class Compiled:
     """A statement compiled once for the engine's dialect: its SQL and its DBAPI parameters."""
 
-    def __init__(self, statement: sa.Select | sa.Update | sa.Insert, dialect: sa.Dialect) -> None:
+    def __init__(self, statement: sa.Select | sa.Update | sa.Insert | sa.Delete, dialect: sa.Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
         self.sql = str(compiled)
         self._order = compiled.positiontup if compiled.positional else None
