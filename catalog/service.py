@@ -195,7 +195,7 @@ class Catalog:
         (``superseding``: the API checks and asks again, ``HeldByDropped``)."""
         superseded = frozenset()
         if location:
-            superseded = self._superseded([self.ownership.locations.check(location)], None, superseding)
+            superseded = self._superseded(TABLE, [self.ownership.locations.check(location)], None, superseding)
         created = self._new_table(ns, name, location, request, superseded)
         return self.engine.commit([Change(TABLE, ns, name, created=created, superseding=superseded)], key)
 
@@ -282,12 +282,12 @@ class Catalog:
             reason = e.message.rsplit(": ", 1)[0]
             raise type(e)(f"Invalid {kind.name} metadata file {location}: {reason}") from e
         exclude = replaced.id if replaced is not None else None
-        superseded: frozenset[int] = frozenset()
+        uuid_key = kind.uuid_key
+        claimed = [normalise(doc["location"])]
         if kind is TABLE:
             properties = doc.get("properties") or {}
-            claimed = [normalise(doc["location"])]
             claimed += [normalise(properties[k], k) for k in PATH_PROPERTIES if properties.get(k) is not None]
-            superseded = self._superseded(claimed, doc.get("table-uuid"), superseding, exclude)
+        superseded = self._superseded(kind, claimed, doc.get(uuid_key), superseding, exclude)
         own = self.ownership.claim(doc["location"], exclude, superseded)
         homes = [own]
         paths: dict[str, str] = {}
@@ -298,7 +298,6 @@ class Catalog:
             raise errors.BadRequest(
                 f"Metadata file {location} is not in the location of the {kind.name} it describes ({doc['location']})"
             )
-        uuid_key = "table-uuid" if kind is TABLE else "view-uuid"
         event = records.entry_event(
             records.REGISTER, kind.name, ns, name, None, metadata_location=location, overwrite=replaced is not None,
             **{uuid_key.replace("-", "_"): doc.get(uuid_key)},
@@ -314,26 +313,31 @@ class Catalog:
         return file
 
     def _superseded(
-        self, claimed: list[str], table_uuid: str | None, allowed: Collection[int], exclude: int | None = None
+        self,
+        kind: Kind,
+        claimed: list[str],
+        same_uuid: str | None,
+        allowed: Collection[int],
+        exclude: int | None = None,
     ) -> frozenset[int]:
-        """The dropped tables (dropped without purge, no purge begun) holding the ``claimed``
-        locations that a register of the same table (``table_uuid``) or a create (None: released
-        ones only, never one that may still be undropped) takes over. ``HeldByDropped`` when some
+        """The dropped tables or views (dropped without purge, no purge begun) holding the
+        ``claimed`` locations that a register of the same one (``same_uuid``) or a create (None:
+        released ones only, never one that may still be undropped) takes over. ``HeldByDropped`` when some
         are not in ``allowed`` yet; anything else holding them is refused by the claims that follow."""
         holders = {o.id for p in claimed for o in self.store.overlapping(p, exclude) if o.dropped}
         taken: set[int] = set()
         released = False
         for held in holders:
             gone = self.store.get_dropped(held, released=True)
-            if gone is None or gone.kind != "table" or gone.purge or gone.purging_ms is not None:
+            if gone is None or gone.kind != kind.name or gone.purge or gone.purging_ms is not None:
                 continue
             released |= gone.released_ms is not None
-            if table_uuid is None:
+            if same_uuid is None:
                 if gone.released_ms is not None:
                     taken.add(held)
                 continue
             try:
-                if self.files.read(gone.metadata_location).data.get("table-uuid") == table_uuid:
+                if self.files.read(gone.metadata_location).data.get(kind.uuid_key) == same_uuid:
                     taken.add(held)
             except errors.IcebergError:
                 continue

@@ -268,9 +268,7 @@ def stored_files(server: Server, prefix: str) -> set[str]:
             found |= {f"s3://{bucket}/{o['Key']}" for o in page.get("Contents", [])}
         return found
     path = prefix.removeprefix("file://")
-    return {
-        f"{prefix}/{os.path.relpath(os.path.join(d, f), path)}" for d, _, files in os.walk(path) for f in files
-    }
+    return {f"{prefix}/{os.path.relpath(os.path.join(d, f), path)}" for d, _, files in os.walk(path) for f in files}
 
 
 # --- raw HTTP ----------------------------------------------------------------------------------------

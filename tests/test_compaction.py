@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import requests
+from pyiceberg.exceptions import TableAlreadyExistsError
 from pyiceberg.transforms import IdentityTransform
 
 from catalog.maintenance import compaction, compaction_plan
@@ -868,13 +869,20 @@ def test_compaction_is_deferred_while_row_level_writes_are_recent() -> None:
 
 
 def test_a_hostile_data_path_does_not_send_compacted_files_into_another_tables_location(care: Server) -> None:
-    """``write.data.path`` may name any place in the warehouse (clients write their files there); the
-    catalog's own files never go into another table's directory, where that table's orphan removal
-    would delete them: compaction writes under the table's own location."""
+    """``write.data.path`` may name any free place in the warehouse (clients write their files
+    there), never another table's (409: ``test_ownership.py``); the catalog's own files go under the
+    table's own location, not into the data path, which a client may have pointed anywhere."""
     catalog, ns, victim = part_table(care, "dc")
     victim.append(part_batch(0))
     victim = catalog.load_table(f"{ns}.t")
-    victim_data = victim.location().rstrip("/") + "/data"
+    with pytest.raises(TableAlreadyExistsError, match="write.data.path overlaps"):
+        catalog.create_table(
+            f"{ns}.h",
+            PART_SCHEMA,
+            partition_spec=PART_SPEC,
+            properties={"write.data.path": victim.location() + "/data"},
+        )
+    victim_data = victim.location().rstrip("/") + "-beside/data"  # next to it: free, so allowed
     hostile = catalog.create_table(
         f"{ns}.h", PART_SCHEMA, partition_spec=PART_SPEC, properties={"write.data.path": victim_data}
     )

@@ -113,9 +113,7 @@ def test_a_commit_cannot_point_a_write_path_over_another_tables_files(server: Se
     assert resp.status_code == 200, resp.text
 
 
-def test_a_dropped_tables_write_paths_stay_owned_and_drop_then_register_works(
-    server: Server, catalog, ns: str, http
-):
+def test_a_dropped_tables_write_paths_stay_owned_and_drop_then_register_works(server: Server, catalog, ns: str, http):
     """A dropped table keeps its write paths through its retention; registering that very table
     again (drop then register, how a table moves) supersedes the dropped entry; a different table
     claiming its places stays refused."""
@@ -183,9 +181,7 @@ def test_statistics_files_outside_the_table_are_accepted_as_java_does_and_never_
     assert_error(resp, 403, "ForbiddenException", "manifest-list")
 
 
-def test_no_table_at_the_warehouse_root_and_a_purge_leaves_no_empty_directories(
-    server: Server, catalog, ns: str, http
-):
+def test_no_table_at_the_warehouse_root_and_a_purge_leaves_no_empty_directories(server: Server, catalog, ns: str, http):
     root = server.env["CATALOG_WAREHOUSE"].rstrip("/")
     root_uri = root if "://" in root else f"file://{root}"
     for location in (root_uri, root_uri + "/"):

@@ -129,7 +129,8 @@ def test_rename_across_namespaces_and_register(server, http, catalog, ns):
     # a view owns its files
     assert_error(twice, 409, "AlreadyExistsException", "current metadata of another table or view")
     assert http("DELETE", f"/v1/namespaces/{ns}_b/views/w").status_code == 204
-    # a dropped view is kept, its location owned, until its retention ends (now: forgotten, files kept)
+    # a dropped view is kept, its location owned, until its retention ends (now: released, files kept);
+    # registering that same view supersedes it
     purge_now(server.url, f"{ns}_b.w")
     registered = http.post(f"/v1/namespaces/{ns}/register-view", json={"name": "again", "metadata-location": location})
     assert registered.status_code == 200 and registered.json()["metadata"]["view-uuid"] == created.metadata.view_uuid

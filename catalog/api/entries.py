@@ -186,7 +186,12 @@ async def register_view(namespace: FromPath[str], body: RawBody, request: Reques
     ns = wire.decode_namespace(namespace)
     req = wire.parse(RegisterViewRequest, body)
     await guard.require(request, [(Privilege.REGISTER, policy.namespace(ns))])
-    return await _loaded(await wire.blocking(ctx.catalog.register, VIEW, ns, req.name, req.metadata_location), ctx)
+    register = functools.partial(ctx.catalog.register, VIEW, ns, req.name, req.metadata_location)
+    try:
+        file = await wire.blocking(register)
+    except HeldByDropped as held:  # drop then register, as for a table
+        file = await wire.blocking(functools.partial(register, superseding=await _supersedable(request, ctx, held)))
+    return await _loaded(file, ctx)
 
 
 # -- commits --------------------------------------------------------------------------------------

@@ -30,6 +30,11 @@ class Kind:
     def noun(self) -> str:
         return self.name.capitalize()
 
+    @property
+    def uuid_key(self) -> str:
+        """The metadata's identity field: ``table-uuid`` or ``view-uuid``."""
+        return f"{self.name}-uuid"
+
 
 TABLE = Kind("table", tables.apply, errors.NoSuchTable)
 VIEW = Kind("view", views.apply, errors.NoSuchView)

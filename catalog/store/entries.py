@@ -472,10 +472,20 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
 def _overlapping(conn: Connection, location: str, exclude_id: int | None) -> list[Located]:
     """Live and dropped entries (a dropped entry keeps its locations until it is purged or
     forgotten) whose location or a write path overlaps ``location``: ONE statement, each of its four
-    parts answered by an index (equality with each ancestor, and the prefix ``LIKE``)."""
+    parts answered by an index (equality with each ancestor, and a prefix: a range on SQLite, a
+    ``LIKE`` on PostgreSQL). ``bench/ownership.py`` measures how it grows with the entries."""
+
+    if conn.dialect.name == "sqlite":  # a range: SQLite's LIKE (case-insensitive) never uses an index
+
+        def inside(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+            return sa.and_(column > location + "/", column < location + "0")  # '0' follows '/' (binary order)
+    else:  # PostgreSQL: the text_pattern_ops index answers a left-anchored LIKE
+
+        def inside(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+            return column.startswith(location + "/", autoescape=True)
 
     def near(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
-        return sa.or_(column.in_(ancestors(location)), column.startswith(location + "/", autoescape=True))
+        return sa.or_(column.in_(ancestors(location)), inside(column))
 
     parts = []
     for table, is_dropped in ((entries, False), (dropped, True)):
