@@ -55,6 +55,14 @@ class Settings(BaseSettings):
         description="Comma-separated names that also select the default warehouse (in /v1/config?warehouse= and as "
         "a route prefix), for clients from before warehouses that send a fixed name (DuckDB's ATTACH 'warehouse').",
     )
+    warehouse_roots: str = Field(
+        default="",
+        description="Comma-separated roots under which created warehouses (management API, CLI, "
+        "CATALOG_WAREHOUSES_FILE) may live, e.g. /data/lakes,s3://lakes. A local directory is accepted only "
+        "under a local root listed here; object-store locations (s3://, abfss://, gs://) anywhere, unless "
+        "object-store roots are listed, then only under one of them. Never the database's directory, the "
+        "working directory or a system directory (catalog/warehouses.py, confined).",
+    )
     warehouses_file: str | None = Field(
         default=None,
         description="A YAML file of warehouses besides the default one ({warehouses: [{name, location, s3: {...}}]}), "
@@ -585,6 +593,10 @@ class Settings(BaseSettings):
     @property
     def allowed_location_list(self) -> list[str]:
         return [p.strip() for p in self.allowed_locations.split(",") if p.strip()]
+
+    @property
+    def warehouse_root_list(self) -> list[str]:
+        return [p.strip() for p in self.warehouse_roots.split(",") if p.strip()]
 
     @property
     def is_sqlite(self) -> bool:
