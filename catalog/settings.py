@@ -250,6 +250,12 @@ class Settings(BaseSettings):
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
     s3_path_style_access: bool = False
+    s3_use_ambient_credentials: bool = Field(
+        default=True,
+        description="Without s3_access_key_id and s3_secret_access_key, run on the process's own AWS credentials "
+        "(boto3's default chain: AWS_* variables, ~/.aws, the instance or pod role). On for the default warehouse; "
+        "a created warehouse uses them only when its profile says s3: {use-ambient-credentials: true}.",
+    )
     s3_client_endpoint: str | None = Field(
         default=None,
         description="S3 endpoint clients are told (/v1/config, loadTable config, vended credentials); defaults to "
@@ -339,6 +345,12 @@ class Settings(BaseSettings):
     gcs_credentials_file: str | None = Field(
         default=None,
         description="Service account key file of the server; unset: Application Default Credentials.",
+    )
+    gcs_use_ambient_credentials: bool = Field(
+        default=True,
+        description="Without gcs_credentials_file (and gcs_no_auth), run on the process's Application Default "
+        "Credentials. On for the default warehouse; a created warehouse uses them only when its profile says "
+        "gcs: {use-ambient-credentials: true}.",
     )
     gcs_endpoint: str | None = Field(
         default=None,

@@ -17,7 +17,9 @@ The same names in two warehouses are therefore different rows in different datab
 Where a created warehouse may live is decided here too (``confined``): under the operator's
 ``CATALOG_WAREHOUSE_ROOTS`` (without it: object storage only), and never over the server's own
 files (its database's directory, its working directory, its installation, the files its settings
-name) or a system directory, compared where symbolic links really lead.
+name) or a system directory, compared where symbolic links really lead. Its storage credentials are
+its profile's: the process's own (boto3's default chain, Application Default Credentials) only when
+the profile says ``use-ambient-credentials: true``.
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ def settings_for(base: Settings, warehouse: Warehouse, warehouse_id: int) -> Set
     for name, info in Settings.model_fields.items():
         if name.startswith(tuple(f"{s}_" for s in _SECTIONS)) or name == "allowed_locations":
             values[name] = info.get_default(call_default_factory=True)
+    # The process's own credentials are the default warehouse's; a created one opts in (its profile).
+    values.update(s3_use_ambient_credentials=False, gcs_use_ambient_credentials=False)
     for section, keys in warehouse.profile.items():
         allowed = _setting_keys(section)
         for key, value in keys.items():

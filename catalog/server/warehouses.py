@@ -356,7 +356,8 @@ def read_file(path: str, settings: Settings) -> list[Any]:
 
 def checked_settings(base: Settings, w: Warehouse, warehouse_id: int) -> Settings:
     """``settings_for``, refused (400) where the server would refuse them at start (an Azure
-    location without a key, vending without STS, ...), and 403 where it may not live (``confined``: also for rows
+    location without a key, vending without STS, a keyless S3 profile that does not opt in to the
+    process's own credentials, ...), and 403 where it may not live (``confined``: also for rows
     stored before ``CATALOG_WAREHOUSE_ROOTS`` existed, which then do not open)."""
     confined(w.location, base)
     settings = settings_for(base, w, warehouse_id)
