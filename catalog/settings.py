@@ -584,6 +584,19 @@ class Settings(BaseSettings):
             keys(value)  # raises what is wrong with it
         return value
 
+    @field_validator("warehouse_roots")
+    @classmethod
+    def _warehouse_roots(cls, value: str) -> str:
+        from catalog.errors import IcebergError
+        from catalog.locations import normalise
+
+        for root in filter(None, (p.strip() for p in value.split(","))):
+            try:
+                normalise(root, "root")
+            except IcebergError as e:
+                raise ValueError(f"each root is an absolute directory or an object-store prefix: {e.message}") from None
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, url: str) -> str:

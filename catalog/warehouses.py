@@ -218,7 +218,11 @@ def _spellings(path: str) -> set[str]:
 def _protected(settings: Settings) -> list[tuple[str, str, str]]:
     """(real path, rule, what) the server keeps out of created warehouses. Rules: ``tree`` (neither
     be, contain nor lie inside it), ``directory`` (neither be nor contain it), ``file`` (not contain it)."""
-    shared = {p for d in SHARED_DIRECTORIES for p in _spellings(d)} | _spellings(str(Path.home()))
+    shared = {p for d in SHARED_DIRECTORIES for p in _spellings(d)}
+    try:
+        shared |= _spellings(str(Path.home()))
+    except RuntimeError:  # no home directory known (a container's user without a passwd entry, no HOME)
+        pass
     out = [(p, "tree", f"the system directory {d}") for d in SYSTEM_TREES for p in _spellings(d)]
     out += [(p, "directory", f"the directory {p}") for p in sorted(shared)]
 
