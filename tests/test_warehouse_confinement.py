@@ -234,6 +234,21 @@ def test_the_bootstrap_file_is_confined_too(tmp_path: Path) -> None:
     assert not list((tmp_path / "srv").glob("catalog.warehouse-*"))
 
 
+def test_serve_refuses_a_relative_root(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "CATALOG_DATABASE_URL": f"sqlite:///{tmp_path / 'catalog.db'}",
+        "CATALOG_WAREHOUSE": str(tmp_path / "wh"),
+        "CATALOG_WAREHOUSE_ROOTS": "/data/lakes,lakes",
+        "CATALOG_PORT": str(free_port()),
+    }
+    served = subprocess.run(
+        [sys.executable, "-m", "catalog", "serve"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert served.returncode == 2 and "CATALOG_WAREHOUSE_ROOTS" in served.stderr, served.stderr
+    assert "Traceback" not in served.stderr
+
+
 def test_a_stored_warehouse_outside_the_roots_does_not_open(tmp_path: Path) -> None:
     """A warehouse stored while its location was allowed does not open once it is not (a server from
     before the setting, or the setting narrowed): 404, and the log says which setting allows it."""
@@ -348,6 +363,8 @@ def test_a_created_warehouses_settings_do_not_use_the_process_credentials(tmp_pa
         gcs.check_settings(gs)
     with pytest.raises(ConfigurationError):
         gcs.shared_token(gs)  # never the token source made for the default's credentials
+    local = settings_for(base, Warehouse("l", str(tmp_path / "l"), {}), 4)
+    assert "s3.access-key-id" not in purge.server_io_properties(local)  # on local disk: no keys, care runs
     opted = settings_for(base, Warehouse("o", "s3://bucket/o", {"s3": {"use-ambient-credentials": True}}), 3)
     vending.check_settings(opted)
     assert "s3.access-key-id" not in purge.server_io_properties(opted)

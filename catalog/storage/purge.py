@@ -45,7 +45,12 @@ def server_io_properties(settings: Settings) -> dict[str, str]:
             props["gcs.service.host"] = settings.gcs_endpoint
         return props
     props = vending.io_properties(settings, settings.s3_endpoint, settings.s3_path_style_access)
-    keys = s3_keys(settings)  # without keys, the FileIO's default chain: only where the warehouse allows it
+    # On S3 without keys the FileIO takes its default chain: only where the warehouse allows it.
+    keys = (
+        s3_keys(settings)
+        if settings.storage_kind == "s3"
+        else {"aws_access_key_id": settings.s3_access_key_id, "aws_secret_access_key": settings.s3_secret_access_key}
+    )
     if keys["aws_access_key_id"]:
         props["s3.access-key-id"] = keys["aws_access_key_id"]
     if keys["aws_secret_access_key"]:
