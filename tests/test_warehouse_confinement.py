@@ -75,7 +75,9 @@ def test_a_warehouse_at_or_around_the_database_directory_is_refused(tmp_path: Pa
         assert (srv_dir / "catalog.db").is_file() and list(srv_dir.glob("catalog.warehouse-*.db"))
         db = (srv_dir / "catalog.db").read_bytes()
         before = {p.name for p in srv_dir.iterdir()}
-        for location in (str(srv_dir), f"file://{srv_dir}", str(tmp_path), str(srv_dir / "lake"), str(srv_dir) + "/"):
+        (tmp_path / "lakes" / "to-db").symlink_to(srv_dir)  # the database's directory under another name
+        links = (str(tmp_path / "lakes" / "to-db"), str(tmp_path / "lakes" / "to-db" / "lake"))
+        for location in (str(srv_dir), f"file://{srv_dir}", str(tmp_path), str(srv_dir / "lake"), *links):
             resp = _post(server, {"name": "db-dir", "location": location})
             assert_error(resp, 403, "ForbiddenException", "CATALOG_DATABASE_URL")
             assert "catalog.db" not in resp.json()["error"]["message"]  # the server's files are not named
