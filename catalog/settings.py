@@ -55,6 +55,14 @@ class Settings(BaseSettings):
         description="Comma-separated names that also select the default warehouse (in /v1/config?warehouse= and as "
         "a route prefix), for clients from before warehouses that send a fixed name (DuckDB's ATTACH 'warehouse').",
     )
+    warehouse_roots: str = Field(
+        default="",
+        description="Comma-separated roots under which created warehouses (management API, CLI, "
+        "CATALOG_WAREHOUSES_FILE) may live, e.g. /data/lakes,s3://lakes. A local directory is accepted only "
+        "under a local root listed here; object-store locations (s3://, abfss://, gs://) anywhere, unless "
+        "object-store roots are listed, then only under one of them. Never the database's directory, the "
+        "working directory or a system directory (catalog/warehouses.py, confined).",
+    )
     warehouses_file: str | None = Field(
         default=None,
         description="A YAML file of warehouses besides the default one ({warehouses: [{name, location, s3: {...}}]}), "
@@ -242,6 +250,12 @@ class Settings(BaseSettings):
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
     s3_path_style_access: bool = False
+    s3_use_ambient_credentials: bool = Field(
+        default=True,
+        description="Without s3_access_key_id and s3_secret_access_key, run on the process's own AWS credentials "
+        "(boto3's default chain: AWS_* variables, ~/.aws, the instance or pod role). On for the default warehouse; "
+        "a created warehouse uses them only when its profile says s3: {use-ambient-credentials: true}.",
+    )
     s3_client_endpoint: str | None = Field(
         default=None,
         description="S3 endpoint clients are told (/v1/config, loadTable config, vended credentials); defaults to "
@@ -331,6 +345,12 @@ class Settings(BaseSettings):
     gcs_credentials_file: str | None = Field(
         default=None,
         description="Service account key file of the server; unset: Application Default Credentials.",
+    )
+    gcs_use_ambient_credentials: bool = Field(
+        default=True,
+        description="Without gcs_credentials_file (and gcs_no_auth), run on the process's Application Default "
+        "Credentials. On for the default warehouse; a created warehouse uses them only when its profile says "
+        "gcs: {use-ambient-credentials: true}.",
     )
     gcs_endpoint: str | None = Field(
         default=None,
@@ -564,6 +584,19 @@ class Settings(BaseSettings):
             keys(value)  # raises what is wrong with it
         return value
 
+    @field_validator("warehouse_roots")
+    @classmethod
+    def _warehouse_roots(cls, value: str) -> str:
+        from catalog.errors import IcebergError
+        from catalog.locations import normalise
+
+        for root in filter(None, (p.strip() for p in value.split(","))):
+            try:
+                normalise(root, "root")
+            except IcebergError as e:
+                raise ValueError(f"each root is an absolute directory or an object-store prefix: {e.message}") from None
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, url: str) -> str:
@@ -585,6 +618,10 @@ class Settings(BaseSettings):
     @property
     def allowed_location_list(self) -> list[str]:
         return [p.strip() for p in self.allowed_locations.split(",") if p.strip()]
+
+    @property
+    def warehouse_root_list(self) -> list[str]:
+        return [p.strip() for p in self.warehouse_roots.split(",") if p.strip()]
 
     @property
     def is_sqlite(self) -> bool:

@@ -13,11 +13,20 @@ inherited), its location the only root its location policy allows, and its names
 views, events, audit and maintenance queue in a database of its own (``database_for``: a SQLite file
 next to the server's, ``<stem>.warehouse-<id><suffix>``, or a PostgreSQL schema ``warehouse_<id>``).
 The same names in two warehouses are therefore different rows in different databases.
+
+Where a created warehouse may live is decided here too (``confined``): under the operator's
+``CATALOG_WAREHOUSE_ROOTS`` (without it: object storage only), and never over the server's own
+files (its database's directory, its working directory, its installation, the files its settings
+name) or a system directory, compared where symbolic links really lead. Its storage credentials are
+its profile's: the process's own (boto3's default chain, Application Default Credentials) only when
+the profile says ``use-ambient-credentials: true``.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +35,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from catalog import errors
+from catalog.locations import is_within, normalise
 from catalog.sealing import is_secret, plain
 from catalog.settings import Settings
 
@@ -114,6 +124,7 @@ def parse(doc: Any, settings: Settings) -> Warehouse:
         profile[section] = dict(keys)
     warehouse = Warehouse(name, location, profile)
     settings_for(settings, warehouse, 0)  # the settings' own checks: types, ranges (the server checks the rest)
+    confined(location, settings)  # before anything is written there
     return warehouse
 
 
@@ -136,6 +147,8 @@ def settings_for(base: Settings, warehouse: Warehouse, warehouse_id: int) -> Set
     for name, info in Settings.model_fields.items():
         if name.startswith(tuple(f"{s}_" for s in _SECTIONS)) or name == "allowed_locations":
             values[name] = info.get_default(call_default_factory=True)
+    # The process's own credentials are the default warehouse's; a created one opts in (its profile).
+    values.update(s3_use_ambient_credentials=False, gcs_use_ambient_credentials=False)
     for section, keys in warehouse.profile.items():
         allowed = _setting_keys(section)
         for key, value in keys.items():
@@ -165,3 +178,106 @@ def database_for(base: Settings, warehouse_id: int) -> dict[str, Any]:
         p = Path(path)
         return {"database_url": f"sqlite:///{p.with_name(f'{p.stem}.warehouse-{warehouse_id}{p.suffix}')}"}
     return {"database_schema": f"warehouse_{warehouse_id}"}
+
+
+# -- where a created warehouse may live ----------------------------------------------------------------
+
+OBJECT_STORES = ("s3", "abfss", "gs")  # normalised schemes: their access is the profile's keys
+# System directories (as written, and where they really are: /etc is /private/etc on macOS). A
+# warehouse may neither be, contain nor lie inside a tree; it may lie inside a shared directory (a
+# home, a temporary or data directory) but neither be nor contain it.
+SYSTEM_TREES = (
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/dev", "/proc", "/sys",
+    "/root", "/run", "/snap", "/var/run", "/var/lock", "/var/log", "/var/cache", "/var/spool", "/var/mail",
+    "/var/backups", "/System", "/Library", "/private/etc",
+)  # fmt: skip
+SHARED_DIRECTORIES = (
+    "/", "/home", "/tmp", "/var", "/var/tmp", "/var/lib", "/opt", "/srv", "/mnt", "/media", "/data",
+    "/Users", "/Volumes", "/private", "/private/tmp", "/private/var",
+)  # fmt: skip
+_ROOTS_HINT = "CATALOG_WAREHOUSE_ROOTS"
+
+
+def real_path(location: str) -> str | None:
+    """Where a local location really is (symbolic links followed as far as the path exists, the rest
+    as written, as the local storage checks it), or None for object storage."""
+    normal = normalise(location, "warehouse location")
+    if not normal.startswith("file://"):
+        return None
+    return os.path.realpath(normal[len("file://") :] or "/")
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _spellings(path: str) -> set[str]:
+    return {path, os.path.realpath(path)}
+
+
+def _protected(settings: Settings) -> list[tuple[str, str, str]]:
+    """(real path, rule, what) the server keeps out of created warehouses. Rules: ``tree`` (neither
+    be, contain nor lie inside it), ``directory`` (neither be nor contain it), ``file`` (not contain it)."""
+    shared = {p for d in SHARED_DIRECTORIES for p in _spellings(d)}
+    try:
+        shared |= _spellings(str(Path.home()))
+    except RuntimeError:  # no home directory known (a container's user without a passwd entry, no HOME)
+        pass
+    out = [(p, "tree", f"the system directory {d}") for d in SYSTEM_TREES for p in _spellings(d)]
+    out += [(p, "directory", f"the directory {p}") for p in sorted(shared)]
+
+    def own(path: str, what: str) -> None:
+        real = os.path.realpath(path)
+        out.append((real, "directory" if real in shared else "tree", what))
+
+    if settings.is_sqlite and ":///" in settings.database_url:
+        database = settings.database_url.split(":///", 1)[1]
+        if database and database != ":memory:":
+            where = os.path.dirname(os.path.abspath(database))
+            own(where, "the directory of the server's databases (CATALOG_DATABASE_URL)")
+    own(os.getcwd(), "the server's working directory")
+    for installed in {sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parent)}:
+        own(installed, "the server's installation")
+    for name in ("warehouses_file", "authz_bootstrap", "gcs_credentials_file"):
+        if value := getattr(settings, name, None):
+            out.append((os.path.realpath(value), "file", f"a file the server reads (CATALOG_{name.upper()})"))
+    return out
+
+
+def confined(location: str, settings: Settings) -> None:
+    """A created warehouse may live at ``location`` (once normalised), or 403 naming why: under a root
+    of ``CATALOG_WAREHOUSE_ROOTS`` (a local directory only under a local one; object storage anywhere
+    unless it names object-store roots), and, on local disk, over none of ``_protected``, compared
+    where symbolic links really lead. Checked before anything is written there."""
+    normal = normalise(location, "warehouse location")
+    scheme = normal.partition("://")[0]
+    roots = [normalise(r, f"{_ROOTS_HINT} entry") for r in settings.warehouse_root_list]
+    if scheme in OBJECT_STORES:
+        stores = [r for r in roots if not r.startswith("file://")]
+        if stores and not any(is_within(normal, r) for r in stores):
+            raise errors.Forbidden(
+                f"Warehouse location {location!r} is outside the object-store roots of {_ROOTS_HINT}"
+            )
+        return
+    if scheme != "file":
+        raise errors.BadRequest(
+            f"Unsupported warehouse location {location!r}: a local directory, s3://, abfss:// or gs://"
+        )
+    local = [os.path.realpath(r[len("file://") :] or "/") for r in roots if r.startswith("file://")]
+    if not local:
+        raise errors.Forbidden(
+            f"Warehouse location {location!r} is a local directory: set {_ROOTS_HINT} to the directories under "
+            "which created warehouses may live (without it, created warehouses are on object storage only: "
+            "s3://, abfss://, gs://)"
+        )
+    real = real_path(location)
+    assert real is not None
+    if not any(_inside(real, root) for root in local):
+        raise errors.Forbidden(f"Warehouse location {location!r} is outside the local roots of {_ROOTS_HINT}")
+    for path, rule, what in _protected(settings):
+        hit = _inside(path, real) if rule != "tree" else (_inside(path, real) or _inside(real, path))
+        if hit:
+            raise errors.Forbidden(
+                f"Warehouse location {location!r} is refused: it {'contains' if rule == 'file' else 'overlaps'} "
+                f"{what}, even under {_ROOTS_HINT}"
+            )

@@ -31,6 +31,7 @@ from tests.support import (
     spark_conf,
     spark_unavailable,
     start_server,
+    warehouse_roots,
 )
 
 # The fast tier (``pytest -m fast``, with CATALOG_TEST_BACKENDS=sqlite): what runs on SQLite and a
@@ -74,7 +75,8 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         return
     if backend != "sqlite":
         raise ValueError(f"unknown backend {backend}")
-    srv = start_server(workdir, extra_env=CARE_ON_REQUEST)
+    # tests create warehouses in their own temporary directories (tests/test_boundary.py)
+    srv = start_server(workdir, extra_env={**CARE_ON_REQUEST, **warehouse_roots(tmp_path_factory.getbasetemp())})
     yield srv
     srv.stop()
 

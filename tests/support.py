@@ -5,7 +5,7 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
 
 - environment: ``ROOT``, ``IN_CI``, ``skip_or_fail``, ``backends``, ``free_port``, ``ServiceUnavailable``
 - the server as a process: ``Server``, ``start_server``, ``start_worker``, ``kill_group`` (kill -9 of a
-  worker with its children), ``group_members``, ``s3_env``, ``s3_client_props``
+  worker with its children), ``group_members``, ``s3_env``, ``s3_client_props``, ``warehouse_roots``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
 - storage as it is: ``stored_files`` (the files under a prefix, walked or listed in the bucket)
 - maintenance on the shared servers: ``CARE_ON_REQUEST``, ``wait_task``; dropped tables: ``purge_now``
@@ -219,6 +219,12 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             found.append(int(stat.parent.name))
     return found
+
+
+def warehouse_roots(*roots: Path | str) -> dict[str, str]:
+    """The setting that lets created warehouses live in local directories under ``roots``
+    (``CATALOG_WAREHOUSE_ROOTS``; without it only on object storage)."""
+    return {"CATALOG_WAREHOUSE_ROOTS": ",".join(str(r) for r in roots)}
 
 
 def s3_env(s3, prefix: str) -> dict[str, str]:

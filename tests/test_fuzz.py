@@ -36,7 +36,7 @@ from schemathesis.specs.openapi.checks import (
 from catalog import errors
 from catalog.api import wire
 from catalog.metadata import tables
-from tests.support import Server, start_server
+from tests.support import Server, start_server, warehouse_roots
 
 SPEC = Path(__file__).resolve().parents[1] / "spec" / "openapi.yaml"
 PREFIX = "fuzz"
@@ -104,9 +104,11 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def _warehouse_env(workdir: Path) -> dict[str, str]:
-    """The warehouse ``PREFIX`` names, declared in a bootstrap file, on local disk next to the default."""
-    (workdir / "warehouses.yaml").write_text(f"warehouses: [{{name: {PREFIX}, location: {workdir / PREFIX}}}]\n")
-    return {"CATALOG_WAREHOUSES_FILE": str(workdir / "warehouses.yaml")}
+    """The warehouse ``PREFIX`` names, declared in a bootstrap file, on local disk beside the server's
+    directory (a created warehouse may not lie in the directory of the server's database)."""
+    lake = workdir.parent / f"{workdir.name}-{PREFIX}"
+    (workdir / "warehouses.yaml").write_text(f"warehouses: [{{name: {PREFIX}, location: {lake}}}]\n")
+    return {"CATALOG_WAREHOUSES_FILE": str(workdir / "warehouses.yaml"), **warehouse_roots(lake)}
 
 
 def _seed(url: str, headers: dict[str, str] | None = None, prefix: str = "") -> None:

@@ -35,6 +35,7 @@ from tests.support import (
     s3_profile,
     start_server,
     token,
+    warehouse_roots,
 )
 
 MGMT = "/management/v1/warehouses"
@@ -73,7 +74,8 @@ warehouses:
       sas-scope: container
 """
     )
-    server = start_server(tmp_path / "srv", extra_env={"CATALOG_WAREHOUSES_FILE": str(declared)})
+    env = {"CATALOG_WAREHOUSES_FILE": str(declared), **warehouse_roots(tmp_path)}
+    server = start_server(tmp_path / "srv", extra_env=env)
     try:
         listed = requests.get(server.url + MGMT, timeout=10).json()["warehouses"]
         assert [w["name"] for w in listed] == ["default", "team-a", "team-b"]
@@ -140,7 +142,10 @@ warehouses:
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory):
     workdir = tmp_path_factory.mktemp("warehouses")
-    server = start_server(workdir)
+    # created warehouses in each test's tmp_path; the default beside the database's directory, not in
+    # it, so that a warehouse inside the default is refused for overlapping it (409)
+    env = {**warehouse_roots(tmp_path_factory.getbasetemp()), "CATALOG_WAREHOUSE": str(tmp_path_factory.mktemp("dflt"))}
+    server = start_server(workdir, extra_env=env)
     server.workdir = workdir  # type: ignore[attr-defined]
     yield server
     server.stop()
@@ -277,7 +282,7 @@ grants:
 
 
 def test_a_principal_granted_one_warehouse_cannot_touch_the_other(tmp_path: Path) -> None:
-    env = auth_env(tmp_path, BOOTSTRAP)
+    env = {**auth_env(tmp_path, BOOTSTRAP), **warehouse_roots(tmp_path)}
     server = start_server(tmp_path / "srv", extra_env=env)
     try:
         admin_h = {"Authorization": f"Bearer {token(server, 'admin')}"}
@@ -408,7 +413,7 @@ grants:
 
 
 def test_grants_on_objects_inside_a_warehouse_decide_there_only(fresh, tmp_path: Path) -> None:
-    server = fresh(auth_env(tmp_path, FINE))
+    server = fresh({**auth_env(tmp_path, FINE), **warehouse_roots(tmp_path)})
     admin_h = {"Authorization": f"Bearer {token(server, 'admin')}"}
     for name in ("team-a", "team-b"):
         doc = {"name": name, "location": str(tmp_path / name)}
@@ -645,7 +650,7 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(
     engine.dispose()
 
     # this version: migrates at start, serves the old clients unchanged, nothing moved
-    server = start_server(workdir, extra_env=db)
+    server = start_server(workdir, extra_env={**db, **warehouse_roots(tmp_path)})
     try:
         client = _client(server.url)  # an old client: no warehouse
         table = client.load_table("legacy.t")
@@ -702,7 +707,8 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(
     [
         ("warehouses: [{name: Bad, location: /tmp/x}]", "warehouses[0]"),
         ("warehouses: {name: a}", "'warehouses' list"),
-        ("warehouses: [{name: a, location: /tmp/a}, {name: a, location: /tmp/b}]", "twice"),
+        ("warehouses: [{name: a, location: 's3://b/a'}, {name: a, location: 's3://b/b'}]", "twice"),
+        ("warehouses: [{name: a, location: /tmp/a}]", "CATALOG_WAREHOUSE_ROOTS"),  # local: only under a root
         ("warehouses: [", "cannot read"),
     ],
 )
@@ -733,7 +739,8 @@ def test_each_warehouse_has_its_own_feed_and_its_events_name_it(tmp_path: Path) 
 
     hook = Receiver(free_port())
     hook.up()
-    server = start_server(tmp_path / "srv", extra_env={"CATALOG_EVENTS_WEBHOOKS": f"hook={hook.url}", **FAST})
+    env = {"CATALOG_EVENTS_WEBHOOKS": f"hook={hook.url}", **FAST, **warehouse_roots(tmp_path)}
+    server = start_server(tmp_path / "srv", extra_env=env)
     try:
         made = requests.post(server.url + MGMT, json={"name": "team-a", "location": str(tmp_path / "a")}, timeout=30)
         assert made.status_code == 201, made.text
@@ -769,7 +776,7 @@ def test_duckdb_selects_a_warehouse_by_attach_name(tmp_path: Path) -> None:
     one connection, two catalogs, the same table name in each."""
     from tests.services import duckdb_connection
 
-    server = start_server(tmp_path / "srv")
+    server = start_server(tmp_path / "srv", extra_env=warehouse_roots(tmp_path))
     try:
         made = requests.post(server.url + MGMT, json={"name": "team-a", "location": str(tmp_path / "a")}, timeout=30)
         assert made.status_code == 201, made.text
@@ -830,7 +837,7 @@ def test_a_warehouse_changes_only_to_a_profile_that_works(plain, tmp_path: Path)
 def test_several_workers_apply_the_file_and_see_a_new_warehouse(tmp_path: Path) -> None:
     declared = tmp_path / "warehouses.yaml"
     declared.write_text(f"warehouses: [{{name: team-a, location: {tmp_path / 'a'}}}]\n")
-    env = {"CATALOG_WORKERS": "2", "CATALOG_WAREHOUSES_FILE": str(declared)}
+    env = {"CATALOG_WORKERS": "2", "CATALOG_WAREHOUSES_FILE": str(declared), **warehouse_roots(tmp_path)}
     server = start_server(tmp_path / "srv", extra_env=env)
     try:
         made = requests.post(server.url + MGMT, json={"name": "team-b", "location": str(tmp_path / "b")}, timeout=30)
@@ -879,12 +886,18 @@ def test_what_get_shows_can_be_sent_back_and_keeps_the_secret(plain, tmp_path: P
 def test_doctor_probes_each_warehouse(plain, tmp_path: Path) -> None:
     doc = {"name": "doctored", "location": str(tmp_path / "d")}
     assert requests.post(plain.url + MGMT, json=doc, timeout=30).status_code == 201
-    env = {k: v for k, v in plain.env.items() if k in ("CATALOG_DATABASE_URL", "CATALOG_WAREHOUSE", "PATH", "HOME")}
+    kept = ("CATALOG_DATABASE_URL", "CATALOG_WAREHOUSE", "CATALOG_WAREHOUSE_ROOTS", "PATH", "HOME")
+    env = {k: v for k, v in plain.env.items() if k in kept}
     try:
         run = subprocess.run(
             [sys.executable, "-m", "catalog", "doctor"], env=env, capture_output=True, text=True, timeout=120
         )
         assert "✓ warehouse doctored: writable" in run.stdout, run.stdout + run.stderr
+        unrooted = {k: v for k, v in env.items() if k != "CATALOG_WAREHOUSE_ROOTS"}  # the roots no longer allow it
+        run = subprocess.run(
+            [sys.executable, "-m", "catalog", "doctor"], env=unrooted, capture_output=True, text=True, timeout=120
+        )
+        assert "✗ warehouse doctored:" in run.stdout and "CATALOG_WAREHOUSE_ROOTS" in run.stdout, run.stdout
         (tmp_path / "d").rename(tmp_path / "d-away")  # a file where the warehouse's directory was
         (tmp_path / "d").write_text("not a directory")
         run = subprocess.run(

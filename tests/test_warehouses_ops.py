@@ -38,6 +38,7 @@ from tests.support import (
     start_worker,
     token,
     wait_task,
+    warehouse_roots,
 )
 
 MAINTENANCE = "/management/v1/maintenance"
@@ -70,7 +71,7 @@ def _server(request: pytest.FixtureRequest, backend: str, workdir: Path, **env: 
         name = f"whops_{uuid.uuid4().hex[:8]}"
         env.update({"CATALOG_DATABASE_URL": new_pg_database(services["pg"], name), **s3_env(services["s3"], name)})
         io = s3_client_props(services["s3"])
-    server = start_server(workdir, backend, env)
+    server = start_server(workdir, backend, {**warehouse_roots(workdir.parent), **env})  # team-a beside it
     server.io_props = io
     return server
 

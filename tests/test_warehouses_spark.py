@@ -9,11 +9,11 @@ from pathlib import Path
 import requests
 from pyiceberg.catalog.rest import RestCatalog
 
-from tests.support import spark_conf, sql_rows, start_server
+from tests.support import spark_conf, sql_rows, start_server, warehouse_roots
 
 
 def test_spark_selects_a_warehouse_by_its_name(spark, tmp_path: Path) -> None:
-    server = start_server(tmp_path / "srv")
+    server = start_server(tmp_path / "srv", extra_env=warehouse_roots(tmp_path))
     try:
         made = requests.post(
             server.url + "/management/v1/warehouses",

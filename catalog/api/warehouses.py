@@ -3,7 +3,9 @@ are enforced). The default warehouse is listed (``"default": true``) and cannot 
 
 - ``GET /management/v1/warehouses`` -> ``{"warehouses": [...]}``; ``GET .../{name}`` -> one.
 - ``POST /management/v1/warehouses`` ``{name, location, s3|azure|gcs|maintenance: {...}}`` -> 201:
-  the storage profile is probed (a file written, read back and deleted at the location) first.
+  the location confined first (``catalog.warehouses.confined``: under ``CATALOG_WAREHOUSE_ROOTS``,
+  off the server's own files and system directories, else 403), then the storage profile probed (a
+  file written, read back and deleted at the location).
 - ``PUT /management/v1/warehouses/{name}`` (the same body) -> 200, probed again.
 - ``DELETE /management/v1/warehouses/{name}`` -> 204; 409 while it has namespaces.
 

@@ -45,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             action.add_argument("name", help="the warehouse's name")
         if name == "create":
             action.add_argument("--name", help="the warehouse's name (its route prefix)")
-            action.add_argument("--location", help="where its tables live: a directory, s3://, abfss://, gs://")
+            action.add_argument(
+                "--location",
+                help="where its tables live: s3://, abfss://, gs://, or a directory under CATALOG_WAREHOUSE_ROOTS",
+            )
             action.add_argument(
                 "--set",
                 action="append",

@@ -30,7 +30,7 @@ from catalog.settings import Settings
 from catalog.storage.backends import create_storage, probe_writable
 from catalog.store import migrate
 from catalog.store.warehouse_rows import WarehouseRows
-from catalog.warehouses import MASK, Warehouse, default_name, parse, settings_for
+from catalog.warehouses import MASK, Warehouse, confined, default_name, parse, real_path, settings_for
 
 log = logging.getLogger("catalog.warehouses")
 REFRESH_SECONDS = 5.0
@@ -267,8 +267,10 @@ class Registry(Generic[S]):
             Path(path + suffix).unlink(missing_ok=True)
 
     def _check_apart(self, w: Warehouse) -> None:
-        """A warehouse's location overlaps no other's (nor the default's): each owns its tree."""
+        """A warehouse's location overlaps no other's (nor the default's): each owns its tree. On local
+        disk also where symbolic links really lead: a link into another warehouse is that warehouse."""
         mine = normalise(w.location, "warehouse location")
+        mine_real = real_path(w.location)
         local = startup.local_warehouse(self.settings)
         others = [(self.default_name, str(local) if local else self.settings.warehouse)]
         others += [(o.name, o.location) for o, _ in self.rows.list() if o.name != w.name]
@@ -276,9 +278,12 @@ class Registry(Generic[S]):
         for other, location in others:
             try:
                 theirs = normalise(location)
+                theirs_real = real_path(location)
             except errors.IcebergError:
                 continue
-            if overlaps(mine, theirs):
+            if overlaps(mine, theirs) or (
+                mine_real is not None and theirs_real is not None and overlaps(mine_real, theirs_real)
+            ):
                 raise errors.Conflict(f"Warehouse location {w.location} overlaps warehouse {other}")
 
     def _probe(self, w: Warehouse) -> None:
@@ -351,7 +356,10 @@ def read_file(path: str, settings: Settings) -> list[Any]:
 
 def checked_settings(base: Settings, w: Warehouse, warehouse_id: int) -> Settings:
     """``settings_for``, refused (400) where the server would refuse them at start (an Azure
-    location without a key, vending without STS, ...)."""
+    location without a key, vending without STS, a keyless S3 profile that does not opt in to the
+    process's own credentials, ...), and 403 where it may not live (``confined``: also for rows
+    stored before ``CATALOG_WAREHOUSE_ROOTS`` existed, which then do not open)."""
+    confined(w.location, base)
     settings = settings_for(base, w, warehouse_id)
     try:
         startup.check_settings(settings)

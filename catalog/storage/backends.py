@@ -379,6 +379,19 @@ _S3_CLIENT = {"KeyTooLongError", "InvalidArgument", "InvalidBucketName", "Invali
 _S3_OPERATOR = {"NoSuchBucket", "AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
 
 
+def s3_keys(settings: Settings) -> dict[str, str | None]:
+    """The keys the server's own S3 clients (storage, STS, the signer) are built with: the warehouse's.
+    None lets boto3 fall back to its default chain, the process's own credentials (AWS_* variables,
+    ~/.aws, an instance or pod role): only where ``s3_use_ambient_credentials`` allows it (the default
+    warehouse; a created one whose profile opts in). ``vending.check_settings`` refuses the rest first."""
+    key, secret = settings.s3_access_key_id, settings.s3_secret_access_key
+    if not (key and secret) and not settings.s3_use_ambient_credentials:
+        raise errors.ServiceUnavailable(
+            "This warehouse has no S3 keys and may not use the process's own credentials (use-ambient-credentials)"
+        )
+    return {"aws_access_key_id": key, "aws_secret_access_key": secret}
+
+
 class S3Storage(_Bounds):
     """Objects in an S3-compatible store through boto3."""
 
@@ -397,8 +410,7 @@ class S3Storage(_Bounds):
             "s3",
             endpoint_url=settings.s3_endpoint,
             region_name=settings.s3_region,
-            aws_access_key_id=settings.s3_access_key_id,
-            aws_secret_access_key=settings.s3_secret_access_key,
+            **s3_keys(settings),
             config=Config(
                 user_agent_extra=USER_AGENT,  # tells the server's own requests apart in the store's logs
                 s3={"addressing_style": "path" if settings.s3_path_style_access else "auto"},

@@ -46,6 +46,12 @@ def check_settings(settings: Settings) -> None:
             raise ConfigurationError(f"CATALOG_{name.upper()} must be an http:// or https:// URL, got {value!r}")
     if settings.gcs_no_auth and settings.gcs_credentials_file:
         raise ConfigurationError("CATALOG_GCS_NO_AUTH and CATALOG_GCS_CREDENTIALS_FILE exclude each other")
+    if not (settings.gcs_no_auth or settings.gcs_credentials_file or settings.gcs_use_ambient_credentials):
+        raise ConfigurationError(
+            "CATALOG_GCS_CREDENTIALS_FILE (a profile's gcs credentials-file) is not set and "
+            "CATALOG_GCS_USE_AMBIENT_CREDENTIALS (use-ambient-credentials) is false: set a service account key "
+            "file, or opt in to the process's own Application Default Credentials"
+        )
     if settings.gcs_no_auth and not settings.gcs_endpoint:
         raise ConfigurationError(
             "CATALOG_GCS_NO_AUTH is for an emulator: set CATALOG_GCS_ENDPOINT to it (Google itself needs credentials)"
@@ -63,6 +69,8 @@ def server_credentials(settings: Settings) -> Any:
     try:
         if settings.gcs_credentials_file:
             credentials, _ = google.auth.load_credentials_from_file(settings.gcs_credentials_file, scopes=[SCOPE])
+        elif not settings.gcs_use_ambient_credentials:  # refused by check_settings first
+            raise ConfigurationError("no Google credentials for this warehouse (use-ambient-credentials is false)")
         else:
             credentials, _ = google.auth.default(scopes=[SCOPE])
     except Exception as e:  # noqa: BLE001 - google-auth's errors may quote the file: named by type only
@@ -98,7 +106,7 @@ class TokenSource:
             return self.credentials.token, expiry.timestamp() if expiry else time.time() + 3600
 
 
-_shared: dict[tuple[bool, str | None], TokenSource] = {}
+_shared: dict[tuple[str | None, bool], TokenSource] = {}
 _shared_lock = threading.Lock()
 
 
@@ -107,7 +115,11 @@ def shared_token(settings: Settings) -> tuple[str, float]:
     token source per process; a placeholder the emulator ignores with ``gcs_no_auth``."""
     if settings.gcs_no_auth:
         return EMULATOR_TOKEN, time.time() + 3600
-    key = (settings.gcs_no_auth, settings.gcs_credentials_file)
+    # Keyed by where the credentials come from: a warehouse that may not use the process's own (its
+    # Application Default Credentials, the default warehouse's) never gets the source made for them.
+    key = (settings.gcs_credentials_file, settings.gcs_use_ambient_credentials and not settings.gcs_credentials_file)
+    if key == (None, False):
+        raise ConfigurationError("no Google credentials for this warehouse (use-ambient-credentials is false)")
     with _shared_lock:
         source = _shared.get(key)
         if source is None:

@@ -26,6 +26,7 @@ from pyiceberg.manifest import ManifestFile, read_manifest_list
 
 from catalog.settings import Settings
 from catalog.storage import vending
+from catalog.storage.backends import s3_keys
 
 log = logging.getLogger("catalog.purge")
 
@@ -44,10 +45,16 @@ def server_io_properties(settings: Settings) -> dict[str, str]:
             props["gcs.service.host"] = settings.gcs_endpoint
         return props
     props = vending.io_properties(settings, settings.s3_endpoint, settings.s3_path_style_access)
-    if settings.s3_access_key_id:
-        props["s3.access-key-id"] = settings.s3_access_key_id
-    if settings.s3_secret_access_key:
-        props["s3.secret-access-key"] = settings.s3_secret_access_key
+    # On S3 without keys the FileIO takes its default chain: only where the warehouse allows it.
+    keys = (
+        s3_keys(settings)
+        if settings.storage_kind == "s3"
+        else {"aws_access_key_id": settings.s3_access_key_id, "aws_secret_access_key": settings.s3_secret_access_key}
+    )
+    if keys["aws_access_key_id"]:
+        props["s3.access-key-id"] = keys["aws_access_key_id"]
+    if keys["aws_secret_access_key"]:
+        props["s3.secret-access-key"] = keys["aws_secret_access_key"]
     return props
 
 

@@ -408,11 +408,9 @@ class Signer:
         if self._credentials is None:
             import boto3
 
-            session = boto3.session.Session(
-                aws_access_key_id=self.settings.s3_access_key_id,
-                aws_secret_access_key=self.settings.s3_secret_access_key,
-                region_name=self.settings.s3_region,
-            )
+            from catalog.storage.backends import s3_keys
+
+            session = boto3.session.Session(**s3_keys(self.settings), region_name=self.settings.s3_region)
             self._credentials = session.get_credentials()
             if self._credentials is None:
                 raise errors.ServiceUnavailable("The catalog has no S3 credentials to sign with")

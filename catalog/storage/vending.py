@@ -34,7 +34,7 @@ from urllib.parse import quote, urlparse
 
 from catalog import errors, metrics
 from catalog.settings import ConfigurationError, Settings
-from catalog.storage.backends import USER_AGENT
+from catalog.storage.backends import USER_AGENT, s3_keys
 
 # Marker in the User-Agent of every S3/STS request the server itself makes (botocore user_agent_extra).
 READ, WRITE = "read", "write"
@@ -90,7 +90,15 @@ def io_properties(settings: Settings, endpoint: str | None, path_style: bool) ->
 
 
 def check_settings(settings: Settings) -> None:
-    """Refuse to start with vending switched on but nothing to vend with (``ConfigurationError``)."""
+    """Refuse to start with vending switched on but nothing to vend with, or with an S3 warehouse that
+    would run on the process's own credentials without saying so (``ConfigurationError``)."""
+    keys = settings.s3_access_key_id and settings.s3_secret_access_key
+    if settings.storage_kind == "s3" and not keys and not settings.s3_use_ambient_credentials:
+        raise ConfigurationError(
+            "CATALOG_S3_ACCESS_KEY_ID and CATALOG_S3_SECRET_ACCESS_KEY (a profile's s3 access-key-id and "
+            "secret-access-key) are not both set and CATALOG_S3_USE_AMBIENT_CREDENTIALS (use-ambient-credentials) "
+            "is false: set the keys, or opt in to the process's own AWS credentials"
+        )
     for flag, kind, scheme in (
         ("azure_vend_credentials", "azure", "an abfss:// (or wasbs://)"),
         ("gcs_vend_credentials", "gcs", "a gs://"),
@@ -198,8 +206,7 @@ class Vendor:
             "sts",
             endpoint_url=settings.s3_sts_endpoint or settings.s3_endpoint,
             region_name=settings.s3_region,
-            aws_access_key_id=settings.s3_access_key_id,
-            aws_secret_access_key=settings.s3_secret_access_key,
+            **s3_keys(settings),
             config=Config(
                 user_agent_extra=USER_AGENT,
                 retries={"max_attempts": 2, "mode": "standard"},
