@@ -288,7 +288,7 @@ class Catalog:
     def dropped_entry(self, dropped_id: int) -> Dropped:
         gone = self.store.get_dropped(dropped_id)
         if gone is None:
-            raise errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
+            raise missing_dropped(dropped_id)
         return gone
 
     def undrop(self, dropped_id: int) -> Entry:
@@ -303,7 +303,7 @@ class Catalog:
         is forgotten, its files kept (without)."""
         gone = self.store.end_retention(dropped_id)
         if gone is None:
-            raise errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
+            raise missing_dropped(dropped_id)
         if gone.purge:
             self.store.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)
         else:
@@ -452,7 +452,7 @@ class Catalog:
     def maintenance_task(self, task_id: int) -> Task:
         task = self.store.get_task(task_id)
         if task is None:
-            raise errors.NotFound(f"Maintenance task does not exist: {task_id}")
+            raise missing_task(task_id)
         return task
 
     def backfill_locations(self, batch: int = 500) -> int:
@@ -470,6 +470,16 @@ class Catalog:
             if len(entries) < batch or not filled:
                 break
         return filled
+
+
+def missing_task(task_id: int) -> errors.NotFound:
+    """The answer for a task id that names no task, and for one the caller may not see."""
+    return errors.NotFound(f"Maintenance task does not exist: {task_id}")
+
+
+def missing_dropped(dropped_id: int) -> errors.NotFound:
+    """The answer for a dropped entry's id that names none, and for one the caller may not see."""
+    return errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
 
 
 def ident(ns: Namespace, name: str) -> str:

@@ -6,8 +6,10 @@ warehouse of ``?warehouse=`` (absent: the default; ``api.routing`` selects it, g
   queued to run now (a kind already queued or running is returned as it is, ``"created": false``).
   Needs ``alter`` on the table.
 - ``GET /management/v1/maintenance/tasks?namespace=a.b&table=t&state=queued&limit=100``: the
-  newest tasks first, only those of tables the caller may read.
-- ``GET /management/v1/maintenance/tasks/{id}``: one task (any privilege on its table; 403 otherwise).
+  newest tasks first, only those of tables the caller may read (as loadTable: a task's result names
+  files and snapshots).
+- ``GET /management/v1/maintenance/tasks/{id}``: one task, to who may read its table; to anyone
+  else the same 404 as an id that names no task.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from catalog.api import guard, wire
 from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
+from catalog.service import missing_task
 from catalog.store.tasks import Task
 
 BASE = "/management/v1/maintenance"
@@ -61,7 +64,7 @@ async def list_tasks(request: Request, ctx: Ctx) -> Response:
     if ns is not None and name is not None:
         await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
     tasks = await wire.blocking(ctx.catalog.maintenance_tasks, ns, name, states, int(limit_raw))
-    seen = await guard.visible(request, [_target(t) for t in tasks])
+    seen = await guard.readable(request, [_target(t) for t in tasks])
     return wire.json_response({"tasks": [t.to_json() for t, ok in zip(tasks, seen, strict=True) if ok]})
 
 
@@ -70,7 +73,7 @@ async def get_task(task_id: FromPath[str], request: Request, ctx: Ctx) -> Respon
     if not task_id.isdigit() or len(task_id) > 18:
         raise errors.BadRequest("A task id is a number")
     task = await wire.blocking(ctx.catalog.maintenance_task, int(task_id))
-    await guard.require_visible(request, _target(task))
+    await guard.require_seen(request, _target(task), missing_task(task.id), Privilege.READ)
     return wire.json_response(task.to_json())
 
 

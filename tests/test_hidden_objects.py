@@ -1,0 +1,175 @@
+"""What a caller may not see stays hidden from it (docs/auth.md, "What a principal without grants
+can learn"): the management API's ids answer for a hidden object exactly as for a missing one, a
+task's results are for who may load its table, a maintenance run's kinds are bounded before any
+work, a ``//`` before ``/management`` keeps its ``?warehouse=``, and the events feed tells nothing of
+hidden events (a rename's hidden destination, their time, another warehouse's token). And what may
+be seen is: the history of a purged table ends with its purge.
+
+Real server processes on every backend, authentication on, raw HTTP, pyiceberg and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+import requests
+from pyiceberg.catalog.rest import RestCatalog
+
+from tests.support import (
+    CARE_ON_REQUEST,
+    CLIENTS,
+    PY_SCHEMA,
+    Server,
+    assert_error,
+    auth_env,
+    backends,
+    new_pg_database,
+    rows,
+    s3_client_props,
+    s3_env,
+    start_server,
+    token,
+    wait_task,
+)
+
+MAINTENANCE = "/management/v1/maintenance"
+DROPPED = "/management/v1/dropped"
+GRANTS = """
+grants:
+  - {principal: client:admin, privileges: [admin], on: catalog}
+  - {principal: client:ingest, privileges: [create], on: {namespace: lab}}
+  - {principal: client:analyst, privileges: [read], on: {namespace: seen}}
+  - {principal: client:analyst, privileges: [read], on: {table: lab.open}}
+"""
+
+
+@pytest.fixture(scope="module", params=backends())
+def srv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server of its own (its ids start at 1) with authentication on, care on request and the
+    warehouse ``w2`` (a local directory)."""
+    workdir = tmp_path_factory.mktemp(f"hidden-{request.param}")
+    env = {**auth_env(workdir, GRANTS), **CARE_ON_REQUEST}
+    io: dict[str, str] = {}
+    if request.param == "postgres-s3":
+        services = request.getfixturevalue("services")
+        name = f"hidden_{uuid.uuid4().hex[:8]}"
+        env.update({"CATALOG_DATABASE_URL": new_pg_database(services["pg"], name), **s3_env(services["s3"], name)})
+        io = s3_client_props(services["s3"])
+    server = start_server(workdir / "srv", request.param, env)
+    server.io_props = io
+    try:
+        doc = {"name": "w2", "location": str(workdir / "w2")}
+        made = requests.post(f"{server.url}/management/v1/warehouses", json=doc, headers=_as(server), timeout=60)
+        assert made.status_code == 201, made.text
+        yield server
+    finally:
+        server.stop()
+
+
+def _as(server: Server, client: str = "admin") -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(server, client)}"}
+
+
+def _catalog(server: Server, client: str = "admin", warehouse: str | None = None) -> RestCatalog:
+    props = {"credential": f"{client}:{CLIENTS[client]}", "oauth2-server-uri": server.url + "/v1/oauth/tokens"}
+    return server.catalog(**props, **({"warehouse": warehouse} if warehouse else {}))
+
+
+def _run(server: Server, ns: str, table: str, body: object, client: str = "admin", **kw) -> requests.Response:
+    url = f"{server.url}{MAINTENANCE}/tables/{quote(ns)}/{quote(table)}"
+    return requests.post(url, json=body, headers=_as(server, client), timeout=kw.pop("timeout", 60), **kw)
+
+
+def _events(server: Server, headers: dict[str, str], prefix: str = "", **body: object) -> requests.Response:
+    return requests.post(f"{server.url}/v1/{prefix}events", json=body, headers=headers, timeout=60)
+
+
+# -- 1. ids: a hidden object answers as a missing one --------------------------------------------------
+
+
+def test_walking_the_ids_of_the_management_api_tells_a_principal_without_grants_nothing(srv: Server) -> None:
+    admin = _catalog(srv)
+    admin.create_namespace("hr")
+    admin.create_table("hr.layoffs_plan", PY_SCHEMA).append(rows(0, 2))
+    admin.create_table("hr.fired", PY_SCHEMA)
+    admin.drop_table("hr.fired")
+    ran = _run(srv, "hr", "layoffs_plan", {"kinds": ["expire-snapshots"], "dry-run": True})
+    assert ran.status_code == 202, ran.text
+    task_id = ran.json()["tasks"][0]["id"]
+    wait_task(srv.url, task_id, headers=_as(srv))
+    grant = {"principal": "client:analyst", "privileges": ["read"], "on": {"table": "hr.layoffs_plan"}}
+    granted = requests.post(f"{srv.url}/management/v1/grants", json=grant, headers=_as(srv), timeout=30)
+    assert granted.status_code == 201, granted.text
+    dropped = requests.get(srv.url + DROPPED, params={"namespace": "hr"}, headers=_as(srv), timeout=30)
+    (gone,) = dropped.json()["dropped"]
+    highest = max(task_id, gone["id"], *(g["id"] for g in granted.json()["grants"]))
+
+    nobody = _as(srv, "nobody")
+    routes = [
+        ("GET", MAINTENANCE + "/tasks/{}"),
+        ("POST", DROPPED + "/{}/undrop"),
+        ("DELETE", DROPPED + "/{}"),
+        ("DELETE", "/management/v1/grants/{}"),
+    ]
+    absent = 10**9
+    for method, path in routes:
+        missing = requests.request(method, srv.url + path.format(absent), headers=nobody, timeout=30)
+        err = assert_error(missing, 404, "NotFoundException", str(absent))
+        shape = err["message"].replace(str(absent), "{}")
+        assert shape.count("{}") == 1, shape
+        for i in range(1, highest + 3):
+            resp = requests.request(method, srv.url + path.format(i), headers=nobody, timeout=30)
+            assert resp.status_code == 404, (method, path, i, resp.text)
+            assert resp.json() == {"error": {"message": shape.format(i), "type": "NotFoundException", "code": 404}}
+            assert "hr" not in resp.text and "layoffs" not in resp.text and "fired" not in resp.text
+    # lists show it nothing either
+    for path in (MAINTENANCE + "/tasks", DROPPED, "/management/v1/grants"):
+        listed = requests.get(srv.url + path, headers=nobody, timeout=30)
+        assert listed.status_code == 200 and "hr" not in listed.text, listed.text
+    # the objects are still there, and who may see them still does
+    assert requests.get(f"{srv.url}{MAINTENANCE}/tasks/{task_id}", headers=_as(srv), timeout=30).status_code == 200
+    # who sees the dropped entry but may not restore it is told so
+    analyst = _as(srv, "analyst")
+    grant = {"principal": "client:analyst", "privileges": ["read"], "on": {"table": "hr.fired"}}
+    assert requests.post(f"{srv.url}/management/v1/grants", json=grant, headers=_as(srv), timeout=30).ok
+    undrop = requests.post(f"{srv.url}{DROPPED}/{gone['id']}/undrop", headers=analyst, timeout=30)
+    assert_error(undrop, 403, "ForbiddenException")
+
+
+# -- 3. a task's results are for who may load its table -------------------------------------------------
+
+
+def test_a_create_only_principal_reads_no_task_of_a_table_it_may_not_load(srv: Server) -> None:
+    admin = _catalog(srv)
+    admin.create_namespace("lab")
+    for name in ("closed", "open"):
+        admin.create_table(f"lab.{name}", PY_SCHEMA).append(rows(0, 2))
+    ran = {
+        name: _run(srv, "lab", name, {"kinds": ["remove-orphans"], "dry-run": True}).json()["tasks"][0]["id"]
+        for name in ("closed", "open")
+    }
+    for task_id in ran.values():
+        assert wait_task(srv.url, task_id, headers=_as(srv))["state"] == "done"
+    ingest, analyst = _as(srv, "ingest"), _as(srv, "analyst")  # create on lab / read on lab.open
+    assert _catalog(srv, "ingest").list_tables("lab")  # it may see the tables (create on their namespace)
+
+    missing = requests.get(f"{srv.url}{MAINTENANCE}/tasks/{10**9}", headers=ingest, timeout=30).json()
+    for task_id in ran.values():
+        resp = requests.get(f"{srv.url}{MAINTENANCE}/tasks/{task_id}", headers=ingest, timeout=30)
+        assert resp.status_code == 404, resp.text
+        assert resp.json() == json.loads(json.dumps(missing).replace(str(10**9), str(task_id)))
+    listed = requests.get(srv.url + MAINTENANCE + "/tasks", headers=ingest, timeout=30).json()["tasks"]
+    assert [t for t in listed if t["namespace"] == ["lab"]] == []
+    by_name = requests.get(
+        srv.url + MAINTENANCE + "/tasks", params={"namespace": "lab", "table": "closed"}, headers=ingest, timeout=30
+    )
+    assert_error(by_name, 403, "ForbiddenException")
+    # who may read a table reads its tasks, and only those
+    assert requests.get(f"{srv.url}{MAINTENANCE}/tasks/{ran['open']}", headers=analyst, timeout=30).status_code == 200
+    assert requests.get(f"{srv.url}{MAINTENANCE}/tasks/{ran['closed']}", headers=analyst, timeout=30).status_code == 404
+    listed = requests.get(srv.url + MAINTENANCE + "/tasks", headers=analyst, timeout=30).json()["tasks"]
+    assert {t["table"] for t in listed if t["namespace"] == ["lab"]} == {"open"}
