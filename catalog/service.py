@@ -435,9 +435,9 @@ class Catalog:
     def maintain(self, ns: Namespace, name: str, kinds: Sequence[str], dry_run: bool) -> list[tuple[Task, bool]]:
         """Queue ``kinds`` of care for the table now (a task of a kind already queued or running is
         returned as it is, with False); workers run them."""
-        unknown = [k for k in kinds if k not in MAINTENANCE_KINDS]
-        if unknown or not kinds:
-            raise errors.BadRequest(f"Unknown maintenance kinds {unknown}: choose from {list(MAINTENANCE_KINDS)}")
+        if not kinds or any(k not in MAINTENANCE_KINDS for k in kinds):  # not repeated back: the API checked them
+            raise errors.BadRequest(f"Unknown maintenance kind: choose from {', '.join(MAINTENANCE_KINDS)}")
+        kinds = list(dict.fromkeys(kinds))
         entry = self.entry(TABLE, ns, name)
         uuid = self.files.read(entry.metadata_location).data.get("table-uuid")
         options = {"dry-run": dry_run, "forced": True}

@@ -11,6 +11,7 @@ Real server processes on every backend, authentication on, raw HTTP, pyiceberg a
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -138,6 +139,35 @@ def test_walking_the_ids_of_the_management_api_tells_a_principal_without_grants_
     assert requests.post(f"{srv.url}/management/v1/grants", json=grant, headers=_as(srv), timeout=30).ok
     undrop = requests.post(f"{srv.url}{DROPPED}/{gone['id']}/undrop", headers=analyst, timeout=30)
     assert_error(undrop, 403, "ForbiddenException")
+
+
+# -- 2. a maintenance run's kinds ---------------------------------------------------------------------
+
+
+def test_a_maintenance_run_takes_each_known_kind_once_and_refuses_the_rest_at_once_and_briefly(srv: Server) -> None:
+    admin = _catalog(srv)
+    admin.create_namespace("kinds")
+    admin.create_table("kinds.t", PY_SCHEMA).append(rows(0, 1))
+    for kinds in (["expire-snapshots"] * 10_000, ["expire-snapshots"] * 200_000, [], "expire-snapshots", [1]):
+        started = time.monotonic()
+        resp = _run(srv, "kinds", "t", {"kinds": kinds, "dry-run": True}, timeout=30)
+        assert time.monotonic() - started < 10
+        assert_error(resp, 400, "BadRequestException")
+        assert len(resp.content) < 300, resp.text
+    unknown = "nope-" + "x" * 1000
+    for kinds in ([unknown], ["expire-snapshots", unknown], [unknown] * 3):
+        resp = _run(srv, "kinds", "t", {"kinds": kinds, "dry-run": True})
+        assert_error(resp, 400, "BadRequestException", "expire-snapshots")
+        assert "nope" not in resp.text and len(resp.content) < 300, resp.text
+    # checked before anything else: before the caller's grants and the table's existence
+    for who, table in (("nobody", "t"), ("admin", "no_such_table")):
+        resp = _run(srv, "kinds", table, {"kinds": [unknown], "dry-run": True}, client=who)
+        assert_error(resp, 400, "BadRequestException")
+    # a kind named twice counts once
+    ran = _run(srv, "kinds", "t", {"kinds": ["expire-snapshots", "expire-snapshots"], "dry-run": True})
+    assert ran.status_code == 202, ran.text
+    assert [t["kind"] for t in ran.json()["tasks"]] == ["expire-snapshots"]
+    wait_task(srv.url, ran.json()["tasks"][0]["id"], headers=_as(srv))
 
 
 # -- 3. a task's results are for who may load its table -------------------------------------------------
