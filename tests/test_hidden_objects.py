@@ -203,3 +203,27 @@ def test_a_create_only_principal_reads_no_task_of_a_table_it_may_not_load(srv: S
     assert requests.get(f"{srv.url}{MAINTENANCE}/tasks/{ran['closed']}", headers=analyst, timeout=30).status_code == 404
     listed = requests.get(srv.url + MAINTENANCE + "/tasks", headers=analyst, timeout=30).json()["tasks"]
     assert {t["table"] for t in listed if t["namespace"] == ["lab"]} == {"open"}
+
+
+# -- 4. a doubled slash keeps the warehouse -----------------------------------------------------------
+
+
+def test_a_doubled_slash_before_management_keeps_the_warehouse_it_names(srv: Server) -> None:
+    in_w2 = _catalog(srv, warehouse="w2")
+    in_w2.create_namespace("slash")
+    in_w2.create_table("slash.only_in_w2", PY_SCHEMA)
+    in_w2.drop_table("slash.only_in_w2")
+    admin = _as(srv)
+    for lead in ("//", "///"):
+        url = f"{srv.url}{lead}{DROPPED[1:]}"
+        listed = requests.get(url, params={"namespace": "slash", "warehouse": "w2"}, headers=admin, timeout=30)
+        assert listed.status_code == 200, listed.text
+        assert [d["name"] for d in listed.json()["dropped"]] == ["only_in_w2"]
+        unknown = requests.get(url, params={"warehouse": "nope"}, headers=admin, timeout=30)
+        assert_error(unknown, 404, "NoSuchWarehouseException")
+        url = f"{srv.url}{lead}{MAINTENANCE[1:]}/tasks"
+        tasks = requests.get(url, params={"warehouse": "nope"}, headers=admin, timeout=30)
+        assert_error(tasks, 404, "NoSuchWarehouseException")
+    # the same path without ?warehouse= is the default warehouse's, where it was never dropped
+    plain = requests.get(f"{srv.url}{DROPPED}", params={"namespace": "slash"}, headers=admin, timeout=30)
+    assert plain.status_code == 200 and plain.json()["dropped"] == [], plain.text
