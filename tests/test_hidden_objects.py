@@ -227,3 +227,84 @@ def test_a_doubled_slash_before_management_keeps_the_warehouse_it_names(srv: Ser
     # the same path without ?warehouse= is the default warehouse's, where it was never dropped
     plain = requests.get(f"{srv.url}{DROPPED}", params={"namespace": "slash"}, headers=admin, timeout=30)
     assert plain.status_code == 200 and plain.json()["dropped"] == [], plain.text
+
+
+# -- 5. events ----------------------------------------------------------------------------------------
+
+
+def _all_events(server: Server, headers: dict[str, str], **filters: object) -> tuple[list[dict], dict]:
+    """Every event the caller is shown, and the last answer (caught up)."""
+    out: list[dict] = []
+    body: dict[str, object] = {**filters, "page-size": 1000}
+    while True:
+        resp = _events(server, headers, **body)
+        assert resp.status_code == 200, resp.text
+        page = resp.json()
+        out += page["events"]
+        if not page["events"]:
+            return out, page
+        body["continuation-token"] = page["next-page-token"]
+
+
+def test_a_rename_to_a_name_the_reader_may_not_see_comes_without_its_destination(srv: Server) -> None:
+    admin = _catalog(srv)
+    for ns in ("seen", "secret"):
+        admin.create_namespace_if_not_exists(ns)
+    admin.create_table("seen.moving", PY_SCHEMA).append(rows(0, 1))
+    admin.rename_table("seen.moving", "secret.arrived")
+    admin.create_table("seen.stays", PY_SCHEMA)
+    admin.rename_table("seen.stays", "seen.stayed")
+    analyst = _as(srv, "analyst")  # read on namespace seen
+
+    events, _ = _all_events(srv, analyst)
+    renames = [e["operation"] for e in events if e["operation"]["operation-type"] == "rename-table"]
+    # the rename into a hidden name keeps what the reader may see (the old name left), not where it went
+    assert renames == [
+        {
+            "operation-type": "rename-table",
+            "identifier": {"namespace": ["seen"], "name": "moving"},
+            "object-type": "table",
+        },
+        {
+            "operation-type": "rename-table",
+            "identifier": {"namespace": ["seen"], "name": "stays"},
+            "object-type": "table",
+            "destination": {"namespace": ["seen"], "name": "stayed"},
+        },
+    ]
+    assert "secret" not in json.dumps(events) and "arrived" not in json.dumps(events)
+    admin_events, _ = _all_events(srv, _as(srv), **{"catalog-objects-by-name": [["seen", "moving"]]})
+    (shown,) = [e for e in admin_events if e["operation"]["operation-type"] == "rename-table"]
+    assert shown["operation"]["destination"] == {"namespace": ["secret"], "name": "arrived"}
+
+
+def test_events_the_reader_may_not_see_do_not_move_its_highest_processed_timestamp(srv: Server) -> None:
+    admin = _catalog(srv)
+    for ns in ("seen", "secret"):
+        admin.create_namespace_if_not_exists(ns)
+    admin.create_table("seen.clock", PY_SCHEMA)
+    time.sleep(0.05)
+    admin.create_table("secret.earlier", PY_SCHEMA)  # hidden, and newer than anything the reader sees
+    analyst = _as(srv, "analyst")
+    first = _events(srv, analyst, **{"page-size": 1000}).json()  # every event it may see, and more read past
+    assert first["events"] and "secret" not in json.dumps(first)
+    # the newest timestamp among the events shown, not that of the hidden ones read past
+    newest = max(e["timestamp-ms"] for e in first["events"])
+    assert first["highest-processed-timestamp-ms"] == newest
+    time.sleep(0.05)
+    admin.create_table("secret.later", PY_SCHEMA).append(rows(0, 1))
+    again = _events(srv, analyst, **{"continuation-token": first["next-page-token"]}).json()
+    assert again["events"] == [] and again["highest-processed-timestamp-ms"] == newest
+    assert _all_events(srv, analyst)[1]["highest-processed-timestamp-ms"] == newest
+
+
+def test_an_events_token_is_refused_on_another_warehouse(srv: Server) -> None:
+    _catalog(srv, warehouse="w2").create_namespace("tokens")
+    admin = _as(srv)
+    default_token = _events(srv, admin).json()["next-page-token"]
+    w2_token = _events(srv, admin, "w2/").json()["next-page-token"]
+    for prefix, foreign in (("w2/", default_token), ("", w2_token), ("default/", w2_token)):
+        resp = _events(srv, admin, prefix, **{"continuation-token": foreign})
+        assert_error(resp, 400, "BadRequestException", "warehouse")
+    for prefix, own in (("w2/", w2_token), ("", default_token), ("default/", default_token)):
+        assert _events(srv, admin, prefix, **{"continuation-token": own}).status_code == 200
