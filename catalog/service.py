@@ -446,8 +446,18 @@ class Catalog:
     def maintenance_tasks(
         self, ns: Namespace | None, name: str | None, states: Sequence[str], limit: int
     ) -> list[Task]:
-        entry_id = self.entry(TABLE, ns, name).id if ns is not None and name is not None else None
-        return self.store.list_tasks(entry_id, states, limit)
+        """The newest tasks first: every table's, or the table ``ns.name``'s. A table that is gone
+        (dropped, or purged and forgotten) has the tasks of the entries that had the name and are
+        live no more (its care before the drop, and its purge); none: ``NoSuchTable``."""
+        if ns is None or name is None:
+            return self.store.list_tasks(None, states, limit)
+        entry = self.store.get_entry(ns, name)
+        if entry is not None and entry.kind == TABLE.name:
+            return self.store.list_tasks([entry.id], states, limit)
+        former = self.store.former_task_entries(ns, name)
+        if not former:
+            _found(None, TABLE, ns, name)
+        return self.store.list_tasks(former, states, limit)
 
     def maintenance_task(self, task_id: int) -> Task:
         task = self.store.get_task(task_id)

@@ -11,6 +11,8 @@ Real server processes on every backend, authentication on, raw HTTP, pyiceberg a
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,6 +31,7 @@ from tests.support import (
     auth_env,
     backends,
     new_pg_database,
+    purge_now,
     rows,
     s3_client_props,
     s3_env,
@@ -308,3 +311,47 @@ def test_an_events_token_is_refused_on_another_warehouse(srv: Server) -> None:
         assert_error(resp, 400, "BadRequestException", "warehouse")
     for prefix, own in (("w2/", w2_token), ("", default_token), ("default/", default_token)):
         assert _events(srv, admin, prefix, **{"continuation-token": own}).status_code == 200
+
+
+# -- 6. the history of a purged table -----------------------------------------------------------------
+
+
+def test_the_maintenance_history_of_a_purged_table_ends_with_its_purge(srv: Server) -> None:
+    admin = _catalog(srv)
+    admin.create_namespace("hist")
+    admin.create_table("hist.t", PY_SCHEMA).append(rows(0, 2))
+    ran = _run(srv, "hist", "t", {"kinds": ["expire-snapshots"], "dry-run": True}).json()["tasks"][0]["id"]
+    wait_task(srv.url, ran, headers=_as(srv))
+    admin.purge_table("hist.t")
+    purge_now(srv.url, "hist.t", headers=_as(srv))
+    deadline = time.monotonic() + 60  # the entry is gone when its purge ends; the task, a moment later
+    while True:
+        found = requests.get(
+            srv.url + MAINTENANCE + "/tasks", params={"namespace": "hist", "table": "t"}, headers=_as(srv), timeout=30
+        )
+        assert found.status_code == 200, found.text
+        if all(t["state"] == "done" for t in found.json()["tasks"]):
+            break
+        assert time.monotonic() < deadline, found.text
+        time.sleep(0.2)
+
+    def history(client: str) -> subprocess.CompletedProcess:
+        command = ["maintenance", "history", "hist.t", "--json", "--uri", srv.url]
+        command += ["--credential", f"{client}:{CLIENTS[client]}"]
+        return subprocess.run([sys.executable, "-m", "catalog", *command], capture_output=True, text=True, timeout=120)
+
+    shown = history("admin")
+    assert shown.returncode == 0, shown.stderr
+    tasks = json.loads(shown.stdout)["tasks"]
+    assert [(t["kind"], t["state"]) for t in tasks] == [("purge", "done"), ("expire-snapshots", "done")]
+    assert tasks[1]["id"] == ran and all(t["namespace"] == ["hist"] and t["table"] == "t" for t in tasks)
+    refused = history("nobody")
+    assert refused.returncode != 0 and "403" in refused.stderr, refused.stderr
+    # a table of the name again: its own history, not its predecessor's
+    admin.create_table("hist.t", PY_SCHEMA)
+    again = history("admin")
+    assert again.returncode == 0 and json.loads(again.stdout)["tasks"] == [], again.stdout
+    never = requests.get(
+        srv.url + MAINTENANCE + "/tasks", params={"namespace": "hist", "table": "never"}, headers=_as(srv), timeout=30
+    )
+    assert_error(never, 404, "NoSuchTableException")

@@ -8,7 +8,8 @@ warehouse of ``?warehouse=`` (absent: the default; ``api.routing`` selects it, g
   repeated kind counts once), an unknown one is a 400 that does not repeat it.
 - ``GET /management/v1/maintenance/tasks?namespace=a.b&table=t&state=queued&limit=100``: the
   newest tasks first, only those of tables the caller may read (as loadTable: a task's result names
-  files and snapshots).
+  files and snapshots). With a table that is gone (dropped, purged), its former incarnations' tasks:
+  its history ends with its purge.
 - ``GET /management/v1/maintenance/tasks/{id}``: one task, to who may read its table; to anyone
   else the same 404 as an id that names no task.
 """
