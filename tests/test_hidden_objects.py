@@ -134,6 +134,10 @@ def test_walking_the_ids_of_the_management_api_tells_a_principal_without_grants_
     for path in (MAINTENANCE + "/tasks", DROPPED, "/management/v1/grants"):
         listed = requests.get(srv.url + path, headers=nobody, timeout=30)
         assert listed.status_code == 200 and "hr" not in listed.text, listed.text
+    # each such refusal is still an audit line: denied, answered 404
+    audit = [json.loads(ln) for ln in srv.log.read_text().splitlines() if '"logger":"catalog.audit"' in ln]
+    denied = {(a["action"], a["status"]) for a in audit if a["principal"] == "nobody" and a["outcome"] == "denied"}
+    assert {("get_task", 404), ("undrop", 404), ("end_retention", 404), ("revoke_grant", 404)} <= denied, denied
     # the objects are still there, and who may see them still does
     assert requests.get(f"{srv.url}{MAINTENANCE}/tasks/{task_id}", headers=_as(srv), timeout=30).status_code == 200
     # who sees the dropped entry but may not restore it is told so
