@@ -291,7 +291,8 @@ class TaskRows(EventRows):
     def former_task_entries(self, ns: Sequence[str], name: str, limit: int = 100) -> list[int]:
         """The ids of entries no longer live (dropped, or purged and forgotten) that had tasks under
         the name ``ns.name``: a gone table's history. Tasks keep the names they were queued under,
-        and a purge is queued under the name the table was dropped with."""
+        and a purge is queued under the name the table was dropped with. The names have no index:
+        this scans the tasks, and runs only when no live table has the name."""
         live = sa.select(entries.c.id)
         q = (
             sa.select(maintenance_tasks.c.entry_id)
