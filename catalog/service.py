@@ -369,7 +369,7 @@ class Catalog:
     def dropped_entry(self, dropped_id: int) -> Dropped:
         gone = self.store.get_dropped(dropped_id)
         if gone is None:
-            raise errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
+            raise missing_dropped(dropped_id)
         return gone
 
     def undrop(self, dropped_id: int) -> Entry:
@@ -384,7 +384,7 @@ class Catalog:
         is forgotten, its files kept (without)."""
         gone = self.store.end_retention(dropped_id)
         if gone is None:
-            raise errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
+            raise missing_dropped(dropped_id)
         if gone.purge:
             self.store.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)
         else:
@@ -524,9 +524,9 @@ class Catalog:
     def maintain(self, ns: Namespace, name: str, kinds: Sequence[str], dry_run: bool) -> list[tuple[Task, bool]]:
         """Queue ``kinds`` of care for the table now (a task of a kind already queued or running is
         returned as it is, with False); workers run them."""
-        unknown = [k for k in kinds if k not in MAINTENANCE_KINDS]
-        if unknown or not kinds:
-            raise errors.BadRequest(f"Unknown maintenance kinds {unknown}: choose from {list(MAINTENANCE_KINDS)}")
+        if not kinds or any(k not in MAINTENANCE_KINDS for k in kinds):  # not repeated back: the API checked them
+            raise errors.BadRequest(f"Unknown maintenance kind: choose from {', '.join(MAINTENANCE_KINDS)}")
+        kinds = list(dict.fromkeys(kinds))
         entry = self.entry(TABLE, ns, name)
         uuid = self.files.read(entry.metadata_location).data.get("table-uuid")
         options = {"dry-run": dry_run, "forced": True}
@@ -535,13 +535,23 @@ class Catalog:
     def maintenance_tasks(
         self, ns: Namespace | None, name: str | None, states: Sequence[str], limit: int
     ) -> list[Task]:
-        entry_id = self.entry(TABLE, ns, name).id if ns is not None and name is not None else None
-        return self.store.list_tasks(entry_id, states, limit)
+        """The newest tasks first: every table's, or the table ``ns.name``'s. A table that is gone
+        (dropped, or purged and forgotten) has the tasks of the entries that had the name and are
+        live no more (its care before the drop, and its purge); none: ``NoSuchTable``."""
+        if ns is None or name is None:
+            return self.store.list_tasks(None, states, limit)
+        entry = self.store.get_entry(ns, name)
+        if entry is not None and entry.kind == TABLE.name:
+            return self.store.list_tasks([entry.id], states, limit)
+        former = self.store.former_task_entries(ns, name)
+        if not former:
+            _found(None, TABLE, ns, name)
+        return self.store.list_tasks(former, states, limit)
 
     def maintenance_task(self, task_id: int) -> Task:
         task = self.store.get_task(task_id)
         if task is None:
-            raise errors.NotFound(f"Maintenance task does not exist: {task_id}")
+            raise missing_task(task_id)
         return task
 
     def backfill_locations(self, batch: int = 500) -> int:
@@ -562,6 +572,16 @@ class Catalog:
             if len(entries) < batch or not filled:
                 break
         return filled
+
+
+def missing_task(task_id: int) -> errors.NotFound:
+    """The answer for a task id that names no task, and for one the caller may not see."""
+    return errors.NotFound(f"Maintenance task does not exist: {task_id}")
+
+
+def missing_dropped(dropped_id: int) -> errors.NotFound:
+    """The answer for a dropped entry's id that names none, and for one the caller may not see."""
+    return errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
 
 
 def ident(ns: Namespace, name: str) -> str:

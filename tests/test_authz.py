@@ -253,7 +253,8 @@ def test_analyst_reads_only_what_it_was_granted(secured: Server) -> None:
 
 def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Server) -> None:
     """Every route of the app is called (the list is checked against the app's routes), as a valid
-    principal that holds nothing: 403 on each, nothing changed."""
+    principal that holds nothing: 403 on each (on the routes that name an object by its id, the 404
+    of an id that names nothing: tests/test_hidden_objects.py), nothing changed."""
     from catalog.api import unserved
     from catalog.server.app import create_app
     from catalog.settings import Settings
@@ -381,6 +382,8 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
             assert all(body.get(k, []) == [] for k in ("namespaces", "grants", "tasks", "dropped", "events")), body
         elif method == "HEAD":
             assert resp.status_code == 403, (method, path)
+        elif "_id}" in path:
+            assert_error(resp, 404, "NotFoundException")
         else:
             assert_error(resp, 403, "ForbiddenException")
     assert pointers(secured) == before and warehouse_files(secured) == files

@@ -226,15 +226,16 @@ def test_a_principal_granted_one_warehouse_operates_there_only(lake: Server) -> 
     assert seen.status_code == 403
     listed = requests.get(lake.url + MAINTENANCE + "/tasks", headers=ingest, timeout=30)
     assert listed.status_code == 200 and listed.json()["tasks"] == []
-    assert requests.get(f"{lake.url}{MAINTENANCE}/tasks/{task_id}", headers=ingest, timeout=30).status_code == 403
+    assert requests.get(f"{lake.url}{MAINTENANCE}/tasks/{task_id}", headers=ingest, timeout=30).status_code == 404
     dropped = requests.get(lake.url + DROPPED, params={"namespace": ns}, headers=as_admin, timeout=30).json()["dropped"]
     assert [d["name"] for d in dropped] == ["gone"]
     assert (
         requests.get(lake.url + DROPPED, params={"namespace": ns}, headers=ingest, timeout=30).json()["dropped"] == []
     )
     gone = dropped[0]["id"]
-    assert requests.post(f"{lake.url}{DROPPED}/{gone}/undrop", headers=ingest, timeout=30).status_code == 403
-    assert requests.delete(f"{lake.url}{DROPPED}/{gone}", headers=ingest, timeout=30).status_code == 403
+    # ids of what it may not see answer as ids that name nothing (tests/test_hidden_objects.py)
+    assert requests.post(f"{lake.url}{DROPPED}/{gone}/undrop", headers=ingest, timeout=30).status_code == 404
+    assert requests.delete(f"{lake.url}{DROPPED}/{gone}", headers=ingest, timeout=30).status_code == 404
     refused = _cli(lake, "maintenance", "run", f"{ns}.t", "--dry-run", client="ingest")
     assert refused.returncode == 2 and "403" in refused.stderr, refused.stderr
 

@@ -10,6 +10,9 @@ warehouse of ``?warehouse=`` (absent: the default; ``api.routing`` selects it, g
 - ``DELETE /management/v1/dropped/{id}`` -> 202 with the entry: its retention ends now, so it is
   purged (dropped with ``purgeRequested``: a ``purge`` task is queued, needs ``purge``) or forgotten
   with its files kept (needs ``drop``).
+
+An id naming an entry the caller may not see (no privilege on its name) is answered as an id that
+names none (404, the same body); one it sees but may not change is a 403.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from catalog.api import guard, wire
 from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
+from catalog.service import missing_dropped
 from catalog.store.dropped import Dropped
 
 BASE = "/management/v1/dropped"
@@ -46,6 +50,7 @@ async def list_dropped(request: Request, ctx: Ctx) -> Response:
 @post(BASE + "/{dropped_id:str}/undrop", status_code=200)
 async def undrop(dropped_id: FromPath[str], request: Request, ctx: Ctx) -> Response:
     gone = await wire.blocking(ctx.catalog.dropped_entry, _id(dropped_id))
+    await guard.require_seen(request, _target(gone), missing_dropped(gone.id))
     await guard.require(
         request, [(Privilege.DROP, _target(gone)), (Privilege.CREATE, policy.namespace(gone.namespace))]
     )
@@ -56,6 +61,7 @@ async def undrop(dropped_id: FromPath[str], request: Request, ctx: Ctx) -> Respo
 @delete(BASE + "/{dropped_id:str}", status_code=202)
 async def end_retention(dropped_id: FromPath[str], request: Request, ctx: Ctx) -> Response:
     gone = await wire.blocking(ctx.catalog.dropped_entry, _id(dropped_id))
+    await guard.require_seen(request, _target(gone), missing_dropped(gone.id))
     await guard.require(request, [(Privilege.PURGE if gone.purge else Privilege.DROP, _target(gone))])
     ended = await wire.blocking(ctx.catalog.end_retention, gone.id)
     return wire.json_response(ended.to_json(), status=202)

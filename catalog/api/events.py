@@ -7,9 +7,13 @@ An object filter matches the namespace or entry of that name and everything unde
 ``{"events": [...], "next-page-token", "highest-processed-timestamp-ms"}``; ``next-page-token`` is
 always given: a client that is caught up asks again with it later (``events tail --follow``).
 
-The token is the feed's position, sealed (``paging.PageTokens``) and bound to the caller and the
-filter: altered, forged, another caller's or another filter's is a 400, and so is one whose next
-events were pruned (retention) meanwhile. A caller sees only events of objects it may see (grants).
+The token is the feed's position (and the highest timestamp shown so far), sealed
+(``paging.PageTokens``) and bound to the warehouse, the caller and the filter: altered, forged,
+another warehouse's, another caller's or another filter's is a 400, and so is one whose next events
+were pruned (retention) meanwhile. A caller sees only events of objects it may see (grants): a
+rename whose destination it may not read comes without its ``destination``, and
+``highest-processed-timestamp-ms`` is the newest timestamp among the events it was shown (carried
+in the token; 0 before any), so the events it may not see tell it nothing, not even when they happened.
 One request reads at most ``MAX_SCANNED`` rows: a page may be short (even empty) with a token that
 moved on, when the filters or grants leave little.
 """
@@ -28,7 +32,7 @@ from catalog.api import guard, wire
 from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Target
-from catalog.events.records import TYPES
+from catalog.events.records import RENAME, TYPES
 from catalog.store.events import StoredEvent
 
 DEFAULT_PAGE = 100
@@ -43,19 +47,20 @@ _FIELDS = {"continuation-token", "page-size", "operation-types", "catalog-object
 @post("/v1/events", status_code=200)
 async def query_events(body: RawBody, request: Request, ctx: Ctx) -> Response:
     query = _parse(body)
-    context = "events\0" + query["fingerprint"] + "\0" + guard.grantee(request)
+    # bound to its warehouse (the default's: ""), its filter and its caller
+    context = "\0".join(("events", ctx.access.warehouse or "", query["fingerprint"], guard.grantee(request)))
     feed = ctx.catalog
     low = await wire.blocking(feed.event_start)
-    cursor = low
+    cursor, highest = low, 0
     token = query["token"]
     if token:
-        cursor = _open(ctx, token, context)
+        cursor, highest = _open(ctx, token, context)
         if cursor < low:
             raise errors.BadRequest(
                 "Invalid continuation-token: the events after it were pruned (retention); read the feed from the start"
             )
     page: list[StoredEvent] = []
-    scanned, size, highest = 0, query["size"], 0
+    scanned, size = 0, query["size"]
     while len(page) < size and scanned < MAX_SCANNED:
         found = await wire.blocking(feed.events_after, cursor, BATCH, query["types"])
         scanned += BATCH
@@ -69,30 +74,33 @@ async def query_events(body: RawBody, request: Request, ctx: Ctx) -> Response:
             break
         if found:
             cursor = found[-1].position
-            highest = max(highest, found[-1].created_ms)
         if len(found) < BATCH:
             break
-    if page:
-        highest = max(highest, page[-1].created_ms)
+    # only what the caller was shown moves it: the events it may not see tell it nothing, not even when
+    highest = max([highest, *(e.created_ms for e in page)])
+    destinations = await _destinations_shown(request, page)
     answer: dict[str, Any] = {
-        "events": [e.to_json() for e in page],
-        "next-page-token": ctx.pages.seal(str(cursor), context),
+        "events": [_shaped(e, destinations) for e in page],
+        "next-page-token": ctx.pages.seal(f"{cursor:019d}.{highest:019d}", context),
         "highest-processed-timestamp-ms": highest,
     }
     return wire.json_response(answer)
 
 
-def _open(ctx: Ctx, token: str, context: str) -> int:
+def _open(ctx: Ctx, token: str, context: str) -> tuple[int, int]:
+    """The position a token resumes after and the highest timestamp its caller was shown so far.
+    Both are fixed-width in the sealed token, so its length tells nothing either."""
     try:
         cursor = ctx.pages.open(token, context)
     except errors.BadRequest:
         cursor = ""
-    if not cursor.isdigit() or len(cursor) > 19:
+    position, dot, highest = cursor.partition(".")
+    if not (dot and len(position) == len(highest) == 19 and position.isdigit() and highest.isdigit()):
         raise errors.BadRequest(
-            "Invalid continuation-token: not a token this catalog issued for this filter and caller (altered, "
-            "forged, or from before a restart without CATALOG_TOKEN_SECRET); read the feed from the start"
+            "Invalid continuation-token: not a token this catalog issued for this warehouse, filter and caller "
+            "(altered, forged, or from before a restart without CATALOG_TOKEN_SECRET); read the feed from the start"
         )
-    return int(cursor)
+    return int(position), int(highest)
 
 
 def _parse(body: bytes) -> dict[str, Any]:
@@ -171,6 +179,31 @@ def _target(event: StoredEvent) -> Target:
     if event.object_kind == "namespace":
         return policy.namespace(event.namespace)
     return policy.entry(event.object_kind, event.namespace, event.name or "")
+
+
+def _destination(event: StoredEvent) -> Target | None:
+    """A rename's destination (its payload's ``destination``), None for any other event."""
+    dest = event.payload.get("destination") if event.type in RENAME.values() else None
+    if not isinstance(dest, dict) or not isinstance(dest.get("name"), str):
+        return None
+    return policy.entry(event.object_kind, tuple(dest.get("namespace") or ()), dest["name"])
+
+
+async def _destinations_shown(request: Request, page: list[StoredEvent]) -> set[int]:
+    """The positions of the renames on ``page`` whose destination the caller may read: the others
+    are served without it (the caller may read the old name, not the new one)."""
+    renames = [(e.position, t) for e in page if (t := _destination(e)) is not None]
+    if not renames:
+        return set()
+    shown = await guard.readable(request, [t for _, t in renames])
+    return {position for (position, _), ok in zip(renames, shown, strict=True) if ok}
+
+
+def _shaped(event: StoredEvent, destinations: set[int]) -> dict[str, Any]:
+    shaped = event.to_json()
+    if event.type in RENAME.values() and event.position not in destinations:
+        shaped["operation"].pop("destination", None)
+    return shaped
 
 
 ROUTES = [query_events]

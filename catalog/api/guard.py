@@ -1,8 +1,9 @@
 """Authorization on the routes: every handler names what it needs before it does anything.
 
 ``require`` refuses with 403 unless the request's principal holds the privileges (``catalog.auth.policy``);
-``visible`` filters what a list shows. Both record the action and object for the audit line
-(``app.RequestObservation``).
+``visible`` filters what a list shows; ``require_seen`` answers for an object named by an id (a task,
+a dropped entry, a grant) that the caller may not see exactly as for an id that names nothing. They
+record the action and object for the audit line (``app.RequestObservation``).
 """
 
 from __future__ import annotations
@@ -89,6 +90,26 @@ async def require_visible(request: Request, target: Target) -> None:
     _audit(request, who, [(Privilege.READ, target)])
     if not (await visible(request, [target]))[0]:
         raise errors.Forbidden(f"Forbidden: {who.name} has no privilege on {target}")
+
+
+async def require_seen(
+    request: Request, target: Target, missing: errors.IcebergError, privilege: Privilege | None = None
+) -> None:
+    """Raise ``missing`` (the very error an id that names nothing gets) unless the caller may see
+    ``target``: holds ``privilege`` on it, or, with None, any privilege (``Policy.sees``). So walking
+    the small sequential ids of the management routes tells a caller nothing about objects it may not
+    see, not even that they exist. The refusal is still audited as one (``denied``)."""
+    who = principal(request)
+    _audit(request, who, [(privilege or Privilege.READ, target)])
+    if privilege is None:
+        seen = (await visible(request, [target]))[0]
+    else:
+        seen = await holds(request, privilege, target)
+    if not seen:
+        record: dict[str, Any] | None = request.scope.get("audit")
+        if record is not None:
+            record["denied"] = True
+        raise missing
 
 
 async def holds(request: Request, privilege: Privilege, target: Target) -> bool:

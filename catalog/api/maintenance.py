@@ -4,10 +4,14 @@ warehouse of ``?warehouse=`` (absent: the default; ``api.routing`` selects it, g
 - ``POST /management/v1/maintenance/tables/{namespace}/{table}`` with ``{"kinds": [...],
   "dry-run": bool}`` (default: every kind, not a dry run) -> 202 ``{"tasks": [...]}``: the tasks,
   queued to run now (a kind already queued or running is returned as it is, ``"created": false``).
-  Needs ``alter`` on the table.
+  Needs ``alter`` on the table. The body is checked first: at most one of each known kind (a
+  repeated kind counts once), an unknown one is a 400 that does not repeat it.
 - ``GET /management/v1/maintenance/tasks?namespace=a.b&table=t&state=queued&limit=100``: the
-  newest tasks first, only those of tables the caller may read.
-- ``GET /management/v1/maintenance/tasks/{id}``: one task (any privilege on its table; 403 otherwise).
+  newest tasks first, only those of tables the caller may read (as loadTable: a task's result names
+  files and snapshots). With a table that is gone (dropped, purged), its former incarnations' tasks:
+  its history ends with its purge.
+- ``GET /management/v1/maintenance/tasks/{id}``: one task, to who may read its table; to anyone
+  else the same 404 as an id that names no task.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from catalog.api import guard, wire
 from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
+from catalog.maintenance.care import KINDS
+from catalog.service import missing_task
 from catalog.store.tasks import Task
 
 BASE = "/management/v1/maintenance"
@@ -35,12 +41,11 @@ async def run_maintenance(
     namespace: FromPath[str], table: FromPath[str], body: RawBody, request: Request, ctx: Ctx
 ) -> Response:
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
-    await guard.require(request, [(Privilege.ALTER, policy.entry("table", ns, name))])
     doc = _json(body) if body else {}
-    kinds = doc.get("kinds", ["expire-snapshots", "remove-orphans", "rewrite-manifests", "rewrite-data-files"])
-    dry_run = doc.get("dry-run", False)
-    if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds) or not isinstance(dry_run, bool):
+    kinds, dry_run = _kinds(doc.get("kinds", list(KINDS))), doc.get("dry-run", False)
+    if not isinstance(dry_run, bool):
         raise errors.BadRequest('Malformed request: {"kinds": [names], "dry-run": true|false}')
+    await guard.require(request, [(Privilege.ALTER, policy.entry("table", ns, name))])
     queued = await wire.blocking(ctx.catalog.maintain, ns, name, kinds, dry_run)
     return wire.json_response({"tasks": [{**t.to_json(), "created": created} for t, created in queued]}, status=202)
 
@@ -61,7 +66,7 @@ async def list_tasks(request: Request, ctx: Ctx) -> Response:
     if ns is not None and name is not None:
         await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
     tasks = await wire.blocking(ctx.catalog.maintenance_tasks, ns, name, states, int(limit_raw))
-    seen = await guard.visible(request, [_target(t) for t in tasks])
+    seen = await guard.readable(request, [_target(t) for t in tasks])
     return wire.json_response({"tasks": [t.to_json() for t, ok in zip(tasks, seen, strict=True) if ok]})
 
 
@@ -70,8 +75,19 @@ async def get_task(task_id: FromPath[str], request: Request, ctx: Ctx) -> Respon
     if not task_id.isdigit() or len(task_id) > 18:
         raise errors.BadRequest("A task id is a number")
     task = await wire.blocking(ctx.catalog.maintenance_task, int(task_id))
-    await guard.require_visible(request, _target(task))
+    await guard.require_seen(request, _target(task), missing_task(task.id), Privilege.READ)
     return wire.json_response(task.to_json())
+
+
+def _kinds(kinds: object) -> list[str]:
+    """The kinds asked for, each once, in their order. Checked before anything else is done: at most
+    as many as there are kinds (a repeat within that counts once), and an unknown kind is refused
+    without being repeated back."""
+    if not isinstance(kinds, list) or not 1 <= len(kinds) <= len(KINDS):
+        raise errors.BadRequest(f"Malformed request: kinds is a list of 1 to {len(KINDS)} of {', '.join(KINDS)}")
+    if not all(isinstance(k, str) and k in KINDS for k in kinds):
+        raise errors.BadRequest(f"Unknown maintenance kind: choose from {', '.join(KINDS)}")
+    return list(dict.fromkeys(kinds))
 
 
 def _target(task: Task) -> policy.Target:

@@ -7,7 +7,8 @@
   the object or above it), optionally only those of one ``principal``.
 - ``POST /management/v1/grants``: ``{"principal", "privileges": [...], "on": {...}}`` -> 201 with
   the stored grants (a grant already held is returned as it is).
-- ``DELETE /management/v1/grants/{id}`` -> 204.
+- ``DELETE /management/v1/grants/{id}`` -> 204; 404 for an id that names no grant, and the same
+  404 for a grant on an object the caller may not manage (it is not shown that grant either).
 
 Changing a grant needs ``manage-grants`` on its object (or above), decided by the grants of the
 object's warehouse (``guard.deciding``): an admin of a warehouse manages the grants inside it. A
@@ -78,9 +79,11 @@ async def revoke_grant(grant_id: FromPath[str], request: Request, ctx: Ctx) -> N
     if not grant_id.isdigit() or len(grant_id) > 18:
         raise errors.BadRequest("A grant id is a number")
     found = [g for g in await wire.blocking(ctx.access.store.list_grants) if g.id == int(grant_id)]
+    missing = errors.NotFound(f"No grant with id {int(grant_id)}")
     if not found:
-        raise errors.NotFound(f"No grant with id {grant_id}")
-    await guard.require(request, [(Privilege.MANAGE_GRANTS, found[0].target)])
+        raise missing
+    # a grant the caller may not manage is one it is not shown (``list_grants``): as missing
+    await guard.require_seen(request, found[0].target, missing, Privilege.MANAGE_GRANTS)
     access, _ = guard.deciding(request, found[0].target)
     await wire.blocking(access.revoke, found[0].id)
 

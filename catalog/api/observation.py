@@ -89,7 +89,7 @@ class RequestObservation:
             count.inc()
             latency.observe(seconds)
             _access(scope, route, status, seconds, audit)
-            if scope["method"] in _MUTATING or status in (401, 403):
+            if scope["method"] in _MUTATING or status in (401, 403) or audit.get("denied"):
                 _audit(scope, handler, audit, status)
             logs.request_id.reset(token)
 
@@ -150,7 +150,8 @@ def _audit(scope: dict[str, Any], handler: Any, audit: dict[str, Any], status: i
         "action": handler.handler_name if handler is not None else "unmatched",
         "object": target,
         "privileges": privileges,
-        "outcome": "allowed" if status < 400 else ("denied" if status in (401, 403) else "failed"),
+        # denied: also a refusal answered as a missing id (``guard.require_seen``)
+        "outcome": "denied" if status in (401, 403) or audit.get("denied") else "allowed" if status < 400 else "failed",
         "status": status,
         "method": scope["method"],
         "path": scope.get("path"),

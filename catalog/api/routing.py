@@ -1,6 +1,10 @@
 """Routing on the raw path: the optional ``{prefix}`` segment removed (it names the warehouse the
 request is for, ``api.selection.WAREHOUSE``), percent-encoding kept. The management routes of one
-warehouse's catalog (maintenance, dropped entries) name it in their ``?warehouse=`` instead."""
+warehouse's catalog (maintenance, dropped entries) name it in their ``?warehouse=`` instead.
+
+The path is first normalised as Litestar's router normalises it (``//`` runs collapsed, the trailing
+``/`` dropped), so the warehouse is chosen from the path the route is then matched on: a request to
+``//management/v1/...?warehouse=w2`` acts on w2, never on another warehouse."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
+
+from litestar.utils import normalize_path
 
 from catalog import errors
 from catalog.api.exceptions import send_error
@@ -46,7 +52,7 @@ class RawPathRouting:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             raw = scope.get("raw_path")
-            path = raw.decode("latin-1") if raw else scope["path"]
+            path = normalize_path(raw.decode("latin-1") if raw else scope["path"])
             try:
                 warehouse, path = _addressed(path, scope.get("query_string", b""))
                 if warehouse is not None and self.knows is not None and not self.knows(warehouse):

@@ -1,7 +1,8 @@
 """``iceberg-catalog maintenance``: the catalog's own table care.
 
 - ``run NS.TABLE [--kind K ...] [--dry-run] [--wait]``, ``status [NS.TABLE]`` (queued and running
-  tasks) and ``history [NS.TABLE]`` (finished ones) talk to a RUNNING server over its management API
+  tasks) and ``history [NS.TABLE]`` (finished ones; of a dropped or purged table too, its purge
+  last) talk to a RUNNING server over its management API
   (``/management/v1/maintenance``), with the same ``--uri``/``--token``/``--credential``/``--warehouse``
   as the browse commands.
 - ``worker`` runs table care in this process, on the LOCAL configuration (``CATALOG_*`` variables,

@@ -276,15 +276,36 @@ class TaskRows(EventRows):
             row = conn.execute(sa.select(*_COLUMNS).where(maintenance_tasks.c.id == task_id)).first()
         return None if row is None else _task(row)
 
-    def list_tasks(self, entry_id: int | None = None, states: Sequence[str] = (), limit: int = 100) -> list[Task]:
-        """The newest first."""
+    def list_tasks(
+        self, entry_ids: Sequence[int] | None = None, states: Sequence[str] = (), limit: int = 100
+    ) -> list[Task]:
+        """The newest first; only those of ``entry_ids`` when given."""
         q = sa.select(*_COLUMNS).order_by(maintenance_tasks.c.id.desc()).limit(limit)
-        if entry_id is not None:
-            q = q.where(maintenance_tasks.c.entry_id == entry_id)
+        if entry_ids is not None:
+            q = q.where(maintenance_tasks.c.entry_id.in_(list(entry_ids)))
         if states:
             q = q.where(maintenance_tasks.c.state.in_(list(states)))
         with self._read() as conn:
             return [_task(r) for r in conn.execute(q)]
+
+    def former_task_entries(self, ns: Sequence[str], name: str, limit: int = 100) -> list[int]:
+        """The ids of entries no longer live (dropped, or purged and forgotten) that had tasks under
+        the name ``ns.name``: a gone table's history. Tasks keep the names they were queued under,
+        and a purge is queued under the name the table was dropped with. The names have no index:
+        this scans the tasks, and runs only when no live table has the name."""
+        live = sa.select(entries.c.id)
+        q = (
+            sa.select(maintenance_tasks.c.entry_id)
+            .where(
+                maintenance_tasks.c.namespace == join_namespace(tuple(ns)),
+                maintenance_tasks.c.name == name,
+                maintenance_tasks.c.entry_id.not_in(live),
+            )
+            .distinct()
+            .limit(limit)
+        )
+        with self._read() as conn:
+            return [r[0] for r in conn.execute(q)]
 
     def queue_depth(self) -> dict[str, int]:
         """Tasks per state among queued and running, and the age of the oldest due one (ms)."""
