@@ -38,6 +38,7 @@ from tests.support import (
     start_server,
     token,
     wait_task,
+    warehouse_roots,
 )
 
 MAINTENANCE = "/management/v1/maintenance"
@@ -56,7 +57,7 @@ def srv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     """A server of its own (its ids start at 1) with authentication on, care on request and the
     warehouse ``w2`` (a local directory)."""
     workdir = tmp_path_factory.mktemp(f"hidden-{request.param}")
-    env = {**auth_env(workdir, GRANTS), **CARE_ON_REQUEST}
+    env = {**auth_env(workdir, GRANTS), **CARE_ON_REQUEST, **warehouse_roots(workdir)}
     io: dict[str, str] = {}
     if request.param == "postgres-s3":
         services = request.getfixturevalue("services")
