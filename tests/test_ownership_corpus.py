@@ -23,7 +23,10 @@ so that one failure does not spill into the next case).
   paths) EQUAL TO, INSIDE, or CONTAINING V's location or V's outside path, by create, register and
   commit: 409 with the Iceberg error body, the name not taken (or the commit not landed), and the
   whole warehouse listing the same before and after the request (nothing written or deleted).
-- ``test_an_attacker_at_the_warehouse_root_*``: the same with the warehouse root itself.
+  V's location is the same kind of prefix in both variants: it is attacked on the data-outside
+  victims, V's outside path on all four.
+- ``test_an_attacker_at_the_warehouse_root_*``: the same with the warehouse root itself (400, 403 or
+  409: it is no table's place and it contains V).
 - ``test_neighbours_*``: four attackers whose every prefix lies NEXT TO one of V's (longer and
   shorter names, so one is a string prefix of the other; sibling directories; made by create,
   register and commit) are accepted, get real data and an orphan planted in each prefix, and every
@@ -466,23 +469,36 @@ def related(victim: Victim, relation: str, target: str) -> str:
     return parent(prefix)
 
 
+# (V's variant, V's state, relation, which of V's prefixes). V's location is the same kind of
+# prefix in both variants: it is attacked on the data-outside victims only.
+OVERLAPS = [
+    (variant, state, relation, target)
+    for variant, state in VICTIMS
+    for relation in RELATIONS
+    for target in ("location", "outside-path")
+    if variant == "data-outside" or target == "outside-path"
+]
+
+
 @pytest.mark.parametrize("op", ["create", "register", "commit"])
 @pytest.mark.parametrize("fld", FIELDS)
-@pytest.mark.parametrize("target", ["location", "outside-path"])
-@pytest.mark.parametrize("relation", RELATIONS)
+@pytest.mark.parametrize(("variant", "state", "relation", "target"), OVERLAPS, ids=["-".join(c) for c in OVERLAPS])
 def test_an_overlapping_attacker_is_refused_and_writes_nothing(
-    corpus: Corpus, victim: Victim, relation: str, target: str, fld: str, op: str
+    corpora: Corpora, corpus: Corpus, variant: str, state: str, relation: str, target: str, fld: str, op: str
 ):
+    victim = corpora.victim(corpus, variant, state)
     check_refused(corpus, victim, op, fld, related(victim, relation, target))
 
 
 @pytest.mark.parametrize("op", ["create", "register", "commit"])
 @pytest.mark.parametrize("fld", FIELDS)
+@pytest.mark.parametrize("state", ["live", "dropped"])
 def test_an_attacker_at_the_warehouse_root_is_refused_and_writes_nothing(
-    corpus: Corpus, victim: Victim, fld: str, op: str
+    corpora: Corpora, corpus: Corpus, state: str, fld: str, op: str
 ):
     """The root contains every table: no location or write path may be it (a table's location lies
     strictly below the root)."""
+    victim = corpora.victim(corpus, "data-outside", state)
     check_refused(corpus, victim, op, fld, corpus.root, codes=(400, 403, 409))
 
 
