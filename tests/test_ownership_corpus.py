@@ -3,7 +3,7 @@ around one victim table.
 
 The rule: a table owns its ``location`` and its ``write.data.path``, ``write.metadata.path``,
 ``write.object-storage.path`` and ``write.folder-storage.path`` prefixes, live and dropped (until it
-is purged or forgotten). No prefix of one table may equal, contain or lie inside a prefix of
+is purged; a drop whose retention ended without purge is released and still holds them). No prefix of one table may equal, contain or lie inside a prefix of
 another: a create, a register or a commit that would make one is refused with 409
 (``AlreadyExistsException``) and writes nothing. A prefix merely next to another (``victim-data2``
 or ``victim-dat`` beside ``victim-data``, a sibling directory) is allowed, and no care job of such a
@@ -70,6 +70,9 @@ from tests.support import (
     rows,
     wait_task,
 )
+
+# 636 cases, over a minute per backend: the full suite's; the fast tier has test_ownership.py.
+pytestmark = pytest.mark.slow
 
 FIELDS = (
     "location",
