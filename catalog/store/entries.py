@@ -474,39 +474,44 @@ def _overlapping(conn: Connection, location: str, exclude_id: int | None) -> lis
     forgotten) whose location or a write path overlaps ``location``: ONE statement, each of its four
     parts answered by an index (equality with each ancestor, and a prefix: a range on SQLite, a
     ``LIKE`` on PostgreSQL). ``bench/ownership.py`` measures how it grows with the entries."""
+    sqlite = conn.dialect.name == "sqlite"
+    values: dict[str, object] = {"ancestors": ancestors(location), "exclude": -1 if exclude_id is None else exclude_id}
+    if sqlite:
+        values.update(low=location + "/", high=location + "0")  # '0' follows '/' in binary order
+    else:
+        escaped = location.replace("/", "//").replace("%", "/%").replace("_", "/_")
+        values["pattern"] = escaped + "//%"
+    return [
+        Located(r[0], split_namespace(r[1]), r[2], r[3], r[4], bool(r[6]), r[5], r[6] == 2)
+        for r in conn.execute(_OVERLAPPING[sqlite], values)
+        if overlaps(r[4], location)  # exact, whatever the collation
+    ]
 
-    if conn.dialect.name == "sqlite":  # a range: SQLite's LIKE (case-insensitive) never uses an index
 
-        def inside(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
-            return sa.and_(column > location + "/", column < location + "0")  # '0' follows '/' (binary order)
-    else:  # PostgreSQL: the text_pattern_ops index answers a left-anchored LIKE
-
-        def inside(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
-            return column.startswith(location + "/", autoescape=True)
+def _overlapping_statement(sqlite: bool) -> sa.CompoundSelect:
+    """The overlap query, built once per dialect (its parameters bound per call)."""
 
     def near(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
-        return sa.or_(column.in_(ancestors(location)), inside(column))
+        if sqlite:  # a range: SQLite's LIKE (case-insensitive) never uses an index
+            inside = sa.and_(column > sa.bindparam("low"), column < sa.bindparam("high"))
+        else:  # PostgreSQL: the text_pattern_ops index answers a left-anchored LIKE
+            inside = column.like(sa.bindparam("pattern"), escape="/")
+        return sa.or_(column.in_(sa.bindparam("ancestors", expanding=True)), inside)
 
     parts = []
     for table, is_dropped in ((entries, False), (dropped, True)):
         who = (table.c.id, table.c.namespace, table.c.name, table.c.kind)
-        own = sa.select(*who, table.c.location, sa.literal_column("'location'").label("what"))
-        own = own.where(near(table.c.location))
-        written = sa.select(*who, paths.c.location, paths.c.property).select_from(
-            paths.join(table, table.c.id == paths.c.entry_id)
-        )
-        written = written.where(near(paths.c.location))
-        if exclude_id is not None:
-            own, written = own.where(table.c.id != exclude_id), written.where(table.c.id != exclude_id)
-        # 0 live, 1 dropped, 2 released (no bound parameter to type)
+        # 0 live, 1 dropped, 2 released (constants: no bound parameter to type)
         flag = sa.case((dropped.c.released_ms.is_(None), 1), else_=2) if is_dropped else sa.literal_column("0")
-        parts += [own.add_columns(flag.label("state")), written.add_columns(flag)]
-    # LIKE is case-insensitive on SQLite: keep only exact overlaps
-    return [
-        Located(r[0], split_namespace(r[1]), r[2], r[3], r[4], bool(r[6]), r[5], r[6] == 2)
-        for r in conn.execute(sa.union_all(*parts))
-        if overlaps(r[4], location)
-    ]
+        own = sa.select(*who, table.c.location, sa.literal_column("'location'").label("what"), flag.label("state"))
+        parts.append(own.where(near(table.c.location), table.c.id != sa.bindparam("exclude")))
+        written = sa.select(*who, paths.c.location, paths.c.property, flag)
+        written = written.select_from(paths.join(table, table.c.id == paths.c.entry_id))
+        parts.append(written.where(near(paths.c.location), table.c.id != sa.bindparam("exclude")))
+    return sa.union_all(*parts)
+
+
+_OVERLAPPING = {True: _overlapping_statement(True), False: _overlapping_statement(False)}
 
 
 def _supersede(conn: Connection, ids: Collection[int]) -> None:
