@@ -14,62 +14,16 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import PY_SCHEMA, Server, free_port, rows, skip_or_fail
+from tests.support import FAST, PY_SCHEMA, Receiver, Server, free_port, rows, skip_or_fail, wait_for
 from tests.test_events import Start, read_all
 
 SECRET = "webhook-secret"
-FAST = {"CATALOG_EVENTS_DELIVERY_INTERVAL_SECONDS": "0.2", "CATALOG_EVENTS_DELIVERY_LEASE_SECONDS": "2"}
-
-
-class Receiver:
-    """A webhook receiver on ``port``: records every delivery (headers, CloudEvent); down until
-    ``up()`` (nothing listens on the port), and down again after ``down()``."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}/hook"
-        self.received: list[tuple[dict[str, str], dict[str, Any], bytes]] = []
-        self._server: ThreadingHTTPServer | None = None
-
-    def up(self) -> None:
-        received = self.received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                received.append(({k.lower(): v for k, v in self.headers.items()}, json.loads(body), body))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def down(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def ids(self) -> list[str]:
-        return [event["id"] for _, event, _ in self.received]
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def some_changes(srv: Server, ns: str, appends: int = 3) -> None:
