@@ -289,6 +289,9 @@ def test_a_receiver_down_for_20_s_is_caught_up_with_and_the_log_says_failing_the
         assert len(failing) == 1 and failing[0]["level"] == "warning", lines
         assert len(recovered) == 1 and recovered[0]["ts"] > failing[0]["ts"], lines
         assert len(lines) <= 4, lines
+        metrics = requests.get(f"{srv.url}/metrics", timeout=10).text
+        assert 'catalog_events_sink_failing{sink="hook"} 0.0' in metrics
+        assert 'catalog_events_sink_lag_seconds{sink="hook"}' in metrics
     finally:
         stop.set()
         hook.down()

@@ -206,6 +206,7 @@ class SinkHealth:
         self.failures = 0
         self.failing = False
         self.behind = False
+        metrics.EVENTS_SINK_FAILING.labels(name).set(0)  # the series is there before any failure
 
     def failed(self, error: Exception, backoff: float) -> None:
         self.failures += 1
