@@ -4,8 +4,9 @@ request being served.
 
 Loggers: ``catalog`` (the server), ``catalog.access`` (one line per request: info, health probes and
 ``/metrics`` at debug), ``catalog.commit`` (one info line per landed commit, conflicts at warning),
-``catalog.audit`` (kept at any level). Libraries' chatter (Alembic's per-connection INFO lines) is
-held at warning.
+``catalog.audit`` (kept at any level), ``catalog.events`` (a sink failing, delivering again, behind,
+caught up: once per change, never per event). Libraries' chatter (Alembic's per-connection INFO
+lines, httpx's line per webhook POST) is held at warning.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import orjson
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-# Libraries whose INFO lines say nothing an operator needs (alembic: "Context impl ..." per check).
-_QUIET = ("alembic",)
+# Libraries whose INFO lines say nothing an operator needs (alembic: "Context impl ..." per check;
+# httpx: "HTTP Request: POST ..." per event a webhook is sent, counted in the metrics instead).
+_QUIET = ("alembic", "httpx")
 
 
 class JsonFormatter(logging.Formatter):

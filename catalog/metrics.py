@@ -168,6 +168,20 @@ EVENTS_SINK_LAG = Gauge(
     multiprocess_mode="livemax",
     registry=REGISTRY,
 )
+EVENTS_SINK_LAG_SECONDS = Gauge(
+    "catalog_events_sink_lag_seconds",
+    "Age of the oldest event a sink has not accepted yet, 0 when caught up (set by the replica that delivers)",
+    ["sink"],
+    multiprocess_mode="livemax",
+    registry=REGISTRY,
+)
+EVENTS_SINK_FAILING = Gauge(
+    "catalog_events_sink_failing",
+    "1 while deliveries to a sink fail (nothing accepted since the last failure), else 0",
+    ["sink"],
+    multiprocess_mode="livemax",
+    registry=REGISTRY,
+)
 
 
 class GaugeCollector:

@@ -7,6 +7,8 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
 - the server as a process: ``Server``, ``start_server``, ``start_worker``, ``kill_group`` (kill -9 of a
   worker with its children), ``group_members``, ``s3_env``, ``s3_client_props``, ``warehouse_roots``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
+- change events pushed: ``Receiver`` (a real local webhook receiver, down, up or refusing every Nth
+  POST), ``FAST`` (delivery settings for tests), ``wait_for`` (a condition, bounded)
 - storage as it is: ``stored_files`` (the files under a prefix, walked or listed in the bucket)
 - maintenance on the shared servers: ``CARE_ON_REQUEST``, ``wait_task``; dropped tables: ``purge_now``
 - schemas, named by what they are: ``JSON_SCHEMA`` (REST JSON, id + data), ``JSON_ID_SCHEMA`` (REST
@@ -28,6 +30,7 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -42,6 +45,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -382,6 +386,73 @@ def metric_total(url: str, name: str) -> float:
     """The unlabelled series ``name`` on the server's /metrics."""
     text = requests.get(f"{url}/metrics", timeout=10).text
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+# --- change events pushed: a webhook receiver ----------------------------------------------------------
+
+# Delivery settings for tests: a sink loop polls every 0.2 s, a dead replica's lease expires in 2 s.
+FAST = {"CATALOG_EVENTS_DELIVERY_INTERVAL_SECONDS": "0.2", "CATALOG_EVENTS_DELIVERY_LEASE_SECONDS": "2"}
+
+
+class Receiver:
+    """A webhook receiver on ``port``: records every delivery (headers, CloudEvent, body) and when it
+    arrived (``arrivals``: (time.time(), id)); down until ``up()`` (nothing listens on the port), and
+    down again after ``down()``. ``refuse_every=n``: every n-th POST is answered 503 (and not recorded),
+    a flaky receiver, deterministically."""
+
+    def __init__(self, port: int, refuse_every: int = 0) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}/hook"
+        self.refuse_every = refuse_every
+        self.received: list[tuple[dict[str, str], dict[str, Any], bytes]] = []
+        self.arrivals: list[tuple[float, str]] = []
+        self.posts = 0
+        self.refused = 0
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    def up(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with receiver._lock:
+                    receiver.posts += 1
+                    refuse = receiver.refuse_every > 0 and receiver.posts % receiver.refuse_every == 0
+                    if refuse:
+                        receiver.refused += 1
+                    else:
+                        event = json.loads(body)
+                        receiver.received.append(({k.lower(): v for k, v in self.headers.items()}, event, body))
+                        receiver.arrivals.append((time.time(), event["id"]))
+                self.send_response(503 if refuse else 204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def down(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def ids(self) -> list[str]:
+        with self._lock:
+            return [event["id"] for _, event, _ in self.received]
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
 
 
 # --- schemas and rows --------------------------------------------------------------------------------

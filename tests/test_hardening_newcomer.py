@@ -294,6 +294,8 @@ def test_docs_and_openapi_json_are_served_without_a_token(auth_server):
     page = requests.get(f"{auth_server.url}/docs", timeout=10)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'href="/openapi.json"' in page.text and "/v1/{prefix}/namespaces" in page.text
+    # the document's own title, once: not "REST API API"
+    assert "<title>iceberg-catalog REST API</title>" in page.text and "API API" not in page.text
     # self-contained: nothing loaded from elsewhere (no network needed, any CSP)
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page.text), page.text[:500]
     assert "<script" not in page.text

@@ -1,4 +1,4 @@
-"""Unit tests of pure logic: the commit step and the wire codec."""
+"""Unit tests of pure logic: the commit step, the wire codec, when a sink's state is logged."""
 
 from __future__ import annotations
 
@@ -284,3 +284,33 @@ def test_location_policy_confines_to_the_roots():
     )
     assert not overlaps("s3://b/a", "s3://b/ab")
     assert ancestors("s3://b/x/y") == ["s3://b/", "s3://b/x", "s3://b/x/y"]
+
+
+def test_a_sinks_log_says_each_change_of_state_once(caplog):
+    """``SinkHealth``: a refused POST now and then is no line; failing is one line at the third attempt
+    in a row that delivered nothing, delivering again one line; behind and caught up one line each."""
+    import logging
+
+    from catalog.delivery.loop import BEHIND_SECONDS, FAILING_AFTER, SinkHealth
+
+    health = SinkHealth("unit-hook")
+    boom = RuntimeError("HTTP 503")
+    with caplog.at_level(logging.INFO, logger="catalog.events"):
+        health.failed(boom, 0.5)
+        health.delivered()  # one refusal, then delivered: not a failing sink
+        assert caplog.messages == []
+        for attempt in range(FAILING_AFTER + 5):
+            health.failed(boom, 0.5 * 2**attempt)
+        for _ in range(3):
+            health.delivered()
+        for age in (1.0, BEHIND_SECONDS + 1, BEHIND_SECONDS + 50):
+            health.lag(500, age)
+        health.lag(10, 2.0)
+        health.lag(0, 0.0)
+        health.lag(0, 0.0)
+    assert [(r.levelname, r.getMessage().split(",")[0].split(":")[0]) for r in caplog.records] == [
+        ("WARNING", f"events to unit-hook failing ({FAILING_AFTER} attempts in a row)"),
+        ("INFO", "events to unit-hook delivered again"),
+        ("WARNING", "events to unit-hook behind"),
+        ("INFO", "events to unit-hook caught up"),
+    ]

@@ -734,8 +734,7 @@ def test_serve_refuses_a_broken_warehouses_file_in_one_line(tmp_path: Path, cont
 
 
 def test_each_warehouse_has_its_own_feed_and_its_events_name_it(tmp_path: Path) -> None:
-    from tests.support import free_port
-    from tests.test_delivery import FAST, Receiver, wait_for
+    from tests.support import FAST, Receiver, free_port, wait_for
 
     hook = Receiver(free_port())
     hook.up()

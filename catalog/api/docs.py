@@ -41,7 +41,7 @@ def load_spec() -> dict[str, Any] | None:
 
 def page(spec: dict[str, Any]) -> str:
     """The /docs page: every operation by tag, its method, path and summary, and the JSON's link."""
-    title = html.escape(str(spec.get("info", {}).get("title") or "iceberg-catalog"))
+    title = html.escape(str(spec.get("info", {}).get("title") or "iceberg-catalog API"))  # says "API" itself
     rows: dict[str, list[str]] = {}
     for path, item in (spec.get("paths") or {}).items():
         for method in _METHODS:
@@ -62,7 +62,7 @@ def page(spec: dict[str, Any]) -> str:
     )
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{title} API</title><style>body{{font-family:sans-serif;margin:2em;max-width:70em}}"
+        f"<title>{title}</title><style>body{{font-family:sans-serif;margin:2em;max-width:70em}}"
         "table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;padding:.3em;"
         "text-align:left;vertical-align:top}code{white-space:nowrap}</style></head><body>"
         f"<h1>{title} {html.escape(__version__)}</h1>"
