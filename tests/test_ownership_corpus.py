@@ -3,12 +3,13 @@ around one victim table.
 
 The rule: a table owns its ``location`` and its ``write.data.path``, ``write.metadata.path``,
 ``write.object-storage.path`` and ``write.folder-storage.path`` prefixes, live and dropped (until it
-is purged; a drop whose retention ended without purge is released and still holds them). No prefix of one table may equal, contain or lie inside a prefix of
-another: a create, a register or a commit that would make one is refused with 409
-(``AlreadyExistsException``) and writes nothing. A prefix merely next to another (``victim-data2``
-or ``victim-dat`` beside ``victim-data``, a sibling directory) is allowed, and no care job of such a
-neighbour (snapshot expiry, orphan removal, manifest rewrite, compaction, purge) deletes a file of
-the victim. A table at (or over) the warehouse root is refused.
+is purged; a drop whose retention ended without purge is released and still holds them). No prefix
+of one table may equal, contain or lie inside a prefix of another: a create, a register or a commit
+that would make one is refused with 409 (``AlreadyExistsException``) and writes nothing. A prefix
+merely next to another (``victim-data2`` or ``victim-dat`` beside ``victim-data``, a sibling
+directory) is allowed, and no care job of such a neighbour (snapshot expiry, orphan removal,
+manifest rewrite, compaction, purge) deletes a file of the victim. A table at (or over) the
+warehouse root is refused.
 
 The victim V has real data (pyiceberg appends: data files, manifests, manifest lists, several
 metadata files) and one ``write.*.path`` OUTSIDE its location, as is normal on object stores:
