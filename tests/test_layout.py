@@ -166,3 +166,21 @@ def test_the_checks_catch_what_they_guard(probe: str, tmp_path: Path) -> None:
     assert found == {"catalog.service", "catalog.store.errors"}
     if probe == "upward":
         assert floor_of("catalog.store.entries")[0] < floor_of("catalog.service")[0]
+
+
+# Binary files the repository keeps on purpose: the benchmark charts and the docs' pictures.
+KEPT_BINARIES = (".png",)
+
+
+def test_no_binary_file_is_committed() -> None:
+    """A wheel, an archive or a database in the tree is a mistake (a 2.9 MB wheel once sat at the
+    root, referenced by nothing): every tracked file is text, but for the pictures."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    binaries = []
+    for name in tracked.decode().split("\0"):
+        path = ROOT / name
+        if name and path.is_file() and not name.endswith(KEPT_BINARIES) and b"\0" in path.read_bytes()[:8192]:
+            binaries.append(name)
+    assert binaries == [], f"binary files tracked by git: {binaries}"
