@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -297,15 +298,36 @@ def test_events_tail_prints_the_feed_and_follows_it(server: Server) -> None:
     lines = done.stdout.splitlines()
     assert [ln.split()[2:4] for ln in lines] == [["create-namespace", ns], ["create-table", f"{ns}.t"]]
     follow = subprocess.Popen([*cli, "--follow", "--from-now", "--json"], stdout=subprocess.PIPE, text=True)
+    printed: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for line in follow.stdout:  # type: ignore[union-attr]
+                printed.put(line)
+        except (ValueError, OSError):  # closed under it when the test ends
+            return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        time.sleep(2)  # it has read what was there and waits
-        server.catalog().load_table(f"{ns}.t").append(rows(0, 1))
-        first = json.loads(follow.stdout.readline())
+        # "--from-now" skips what is there when it starts, which on a busy machine may be after an
+        # append: append until one is printed (bounded), rather than after a fixed sleep.
+        table = server.catalog().load_table(f"{ns}.t")
+        for attempt in range(12):
+            table.append(rows(attempt, 1))
+            try:
+                first = json.loads(printed.get(timeout=5))
+                break
+            except queue.Empty:
+                continue
+        else:
+            raise AssertionError("events tail --follow printed nothing in a minute of appends")
         assert first["operation"]["operation-type"] == "update-table"
         assert first["operation"]["identifier"] == {"namespace": [ns], "name": "t"}
     finally:
         follow.kill()
         follow.wait(10)
+        reader.join(10)  # it ends at the killed process's end of output
         follow.stdout.close()
     bad = subprocess.run([*cli[:-2], "--type", "nope"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown operation type" in bad.stderr
