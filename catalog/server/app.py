@@ -112,7 +112,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             _settle_legacy_grants(access)
         if settings.authz_bootstrap:
             access.bootstrap(settings.authz_bootstrap)
-        # Rows from before migration 0003 get their locations in the background (a no-op after).
+        # Rows from before migrations 0003 and 0011 get their locations and write paths in the
+        # background (a no-op after); each created warehouse's as it opens.
         threading.Thread(target=_backfill, args=(catalog,), name="backfill", daemon=True).start()
         pages = paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
 
@@ -144,6 +145,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             """Another warehouse: a catalog of its own on its database and storage (the grants are the
             server's, seen from that warehouse: ``auth.grants.in_warehouse``)."""
             opened = build_catalog(of)
+            threading.Thread(target=_backfill, args=(opened,), name=f"backfill-{name}", daemon=True).start()
             return state(of, opened, Access(of, catalog.store, warehouse=name)), start_parts(opened, name)
 
         app.state.ctx = state(settings, catalog, access)
