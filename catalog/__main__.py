@@ -13,18 +13,21 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from catalog import __version__, logs
+from catalog import __version__
 from catalog.cli import browse, doctor, dropped, maintenance
 from catalog.cli import events as events_cli
 from catalog.cli import migrate as migrate_cli
 from catalog.cli import warehouses as warehouses_cli
-from catalog.server import startup
-from catalog.settings import Settings
+from catalog.server.flags import FLAGS as _FLAGS
 
-_FLAGS = startup.FLAGS
+if TYPE_CHECKING:
+    from catalog.settings import Settings
+
+# The server's modules (startup: SQLAlchemy, Alembic, pydantic, ...) are imported only by the commands
+# that use them (serve, migrate, grants): --help and the commands that talk to a running server over
+# HTTP start without them (tests/test_cli.py holds this; `python -m bench.cli` times it).
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         return events_cli.run(args)
     if args.command == "warehouses":
         return warehouses_cli.run(args)
+    from pydantic import ValidationError
+
+    from catalog import logs
+    from catalog.server import startup
+    from catalog.settings import Settings
 
     for field in _FLAGS:
         value = getattr(args, field, None)
@@ -228,6 +236,8 @@ def _serve(settings: Settings) -> int:
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
+    from catalog import logs
+    from catalog.server import startup
     from catalog.server.connections import BoundedHttpProtocol
 
     # One process answers /metrics from its own registry; several get a fresh directory below.

@@ -255,6 +255,82 @@ def test_doctor_on_postgres_and_s3(pg_s3_server, services, capsys, monkeypatch) 
 
 
 # ---------------------------------------------------------------------------------------------
+# Start-up: what each command imports (bench/cli.py times it; no timing is asserted here)
+# ---------------------------------------------------------------------------------------------
+
+# The server's libraries: --help and the commands that talk to a running server over HTTP need none.
+SERVER_LIBRARIES = {
+    "sqlalchemy", "alembic", "psycopg", "litestar", "uvicorn", "jwt", "prometheus_client", "pydantic_settings",
+    "boto3", "botocore", "pyarrow",
+}  # fmt: skip
+# pyiceberg's REST client (the browse commands: namespaces, tables list|show|history, views) and what it brings.
+REST_CLIENT = {"pyiceberg", "pydantic"}
+# What the management commands use to call the server and print (tables dropped, maintenance, events, warehouses).
+HTTP_CLIENT = {"requests", "rich", "yaml"}
+
+_PROBE = """import json, sys
+from catalog.__main__ import main
+try:
+    status = main(sys.argv[2:])
+except SystemExit as e:
+    status = e.code
+with open(sys.argv[1], "w") as f:
+    json.dump({"status": status, "modules": sorted({m.partition(".")[0] for m in sys.modules})}, f)
+"""
+
+
+def imported_by(tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
+    """Run one command in a new process: its exit status and the top-level modules it imported."""
+    found = tmp_path / "modules.json"
+    run = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(found), *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0 and found.exists(), run.stderr
+    doc = json.loads(found.read_text())
+    return doc["status"], set(doc["modules"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["serve", "--help"],
+        ["migrate", "--help"],
+        ["doctor", "--help"],
+        ["namespaces", "list", "--help"],
+        ["tables", "dropped", "--help"],
+        ["maintenance", "history", "--help"],
+        ["events", "tail", "--help"],
+        ["warehouses", "list", "--help"],
+    ],
+    ids=" ".join,
+)
+def test_help_imports_neither_the_server_nor_a_client(argv: list[str], tmp_path: Path) -> None:
+    status, modules = imported_by(tmp_path, *argv)
+    assert status == 0 and "argparse" in modules
+    assert modules & (SERVER_LIBRARIES | REST_CLIENT | HTTP_CLIENT) == set()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["tables", "dropped"], ["maintenance", "history"], ["events", "tail"], ["warehouses", "list"]],
+    ids=" ".join,
+)
+def test_management_commands_import_only_an_http_client(lake, argv: list[str], tmp_path: Path) -> None:
+    server, _, _ = lake
+    status, modules = imported_by(tmp_path, *argv, "--uri", server.url)
+    assert status == 0 and "requests" in modules  # the probe sees what a command does import
+    assert modules & (SERVER_LIBRARIES | REST_CLIENT) == set()
+
+
+def test_browse_commands_import_pyiceberg_but_not_the_server(lake, tmp_path: Path) -> None:
+    server, _, _ = lake
+    status, modules = imported_by(tmp_path, "namespaces", "list", "--uri", server.url)
+    assert status == 0 and "pyiceberg" in modules
+    assert modules & SERVER_LIBRARIES == set()
+
+
+# ---------------------------------------------------------------------------------------------
 # migrate --downgrade
 # ---------------------------------------------------------------------------------------------
 

@@ -22,7 +22,6 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from catalog import logs
 from catalog.cli.browse import Output
 from catalog.cli.common import CliError, Management, connection_options, first_line
 
@@ -129,6 +128,7 @@ def _what(task: dict[str, Any]) -> str:
 
 
 def _worker() -> int:
+    from catalog import logs
     from catalog.server.app import build_catalog
     from catalog.server.care import Cared, start_parts
     from catalog.server.warehouses import Registry

@@ -21,8 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from catalog.cli.common import DEFAULT_URI, CliError, Management
 
 BASE = "/management/v1/warehouses"
@@ -82,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
 def _document(args: argparse.Namespace) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     if args.file:
+        import yaml
+
         try:
             doc = yaml.safe_load(Path(args.file).read_text()) or {}
         except (OSError, yaml.YAMLError) as e:

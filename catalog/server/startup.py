@@ -31,6 +31,7 @@ from sqlalchemy.engine import make_url
 from catalog import __version__, logs
 from catalog.auth import identity
 from catalog.delivery import sinks
+from catalog.server.flags import FLAGS
 from catalog.settings import Settings, unknown_variables
 from catalog.storage import azure, gcs, vending
 from catalog.store import migrate
@@ -38,15 +39,6 @@ from catalog.store.db import create_engine
 
 log = logging.getLogger("catalog")
 
-# The command-line flag of each setting that has one (the others are environment variables only).
-FLAGS = {
-    "database_url": "--database-url",
-    "warehouse": "--warehouse",
-    "host": "--host",
-    "port": "--port",
-    "workers": "--workers",
-    "log_level": "--log-level",
-}
 # Settings whose value is never repeated in a message (they may hold a password or a key).
 _SECRET = ("database_url", "secret", "token", "clients", "key")
 
