@@ -13,7 +13,10 @@ a guard refusal re-plans on the new head. Only after the commit landed are files
 reachable from the metadata before it and from none of the metadata it left
 (``reachability.after_expiry``), and the metadata files that fell out of the metadata log, each
 only when it lies inside the table's own locations (``Ownership.owned``). A crash between the
-commit and the deletes leaves orphans, never a dangling reference.
+commit and the deletes leaves orphans, never a dangling reference. Every expiry run, with or
+without snapshots to expire, then deletes the metadata files that fell out of the log earlier
+(other commits'), found by listing the metadata directories (``old_metadata``: old enough that no
+commit can be in flight with one, and the table's own).
 
 Orphan removal deletes files under the table's own locations that no metadata of the table
 references and that are older than ``CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS``. It checks the pointer
