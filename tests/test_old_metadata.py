@@ -7,7 +7,8 @@ the metadata files alone) in two directories, ``<location>/metadata`` and then i
 each of which loads; a metadata file younger than the age is kept, and so is everything that is not
 named like a metadata file, a metadata file below a subdirectory, and every file of the neighbour
 table whose location shares the ``write.metadata.path`` as a string prefix. A dry run deletes
-nothing and says what would go; a table with ``gc.enabled=false`` keeps every file.
+nothing and says what would go. An expiry that commits (snapshots expired) deletes them after its
+commit too. A table with ``gc.enabled=false`` keeps every file.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyiceberg.serializers import FromInputFile
 
@@ -93,6 +95,20 @@ def test_metadata_files_out_of_the_log_are_deleted_and_nothing_else(server: Serv
         for i in range(5):
             _set(http, ns, "g", n=str(i))
     gc_off_location = _spelled(gc_off["metadata"]["location"])
+    # Snapshots to expire as well: the expiry commits, then deletes what fell out of the log.
+    catalog = server.catalog()
+    appended = catalog.create_table(
+        f"{ns}.s",
+        pa.schema([pa.field("id", pa.int64())]),
+        properties={
+            "write.metadata.previous-versions-max": "2",
+            "history.expire.max-snapshot-age-ms": "1",
+            "history.expire.min-snapshots-to-keep": "1",
+        },
+    )
+    for i in range(6):
+        appended.append(pa.table({"id": pa.array([i], pa.int64())}))
+    appended_location = _spelled(appended.location())
     log = [e["metadata-file"] for e in current["metadata"]["metadata-log"]]
     assert len(log) == 5, log
 
@@ -136,7 +152,6 @@ def test_metadata_files_out_of_the_log_are_deleted_and_nothing_else(server: Serv
     assert {p for p in keep_anyway if p.startswith(f"{location}/")} <= after
     assert stored_files(server, neighbour_location) == neighbour_before, "the neighbour table's files were touched"
 
-    catalog = server.catalog()
     loaded = catalog.load_table(f"{ns}.t")
     assert loaded.metadata.properties["n"] == "39"
     for path in live:  # every file the log names still loads, with the table's identity
@@ -145,6 +160,15 @@ def test_metadata_files_out_of_the_log_are_deleted_and_nothing_else(server: Serv
 
     again = run_care(server, ns, "t", kinds=["expire-snapshots"])[0]
     assert again["state"] == "done" and again["result"]["deleted-metadata-files"] == 0, again
+
+    expired = run_care(server, ns, "s", kinds=["expire-snapshots"])[0]
+    assert expired["state"] == "done" and expired["result"]["expired-snapshots-count"] == 5, expired
+    appended = catalog.load_table(f"{ns}.s")
+    remaining = _metadata_files(stored_files(server, appended_location), f"{appended_location}/metadata")
+    logged = {appended.metadata_location, *(e.metadata_file for e in appended.metadata.metadata_log)}
+    assert remaining == logged and len(logged) == 3, (remaining, logged)
+    assert expired["result"]["deleted-metadata-files"] == 1 + 6 + 1 - 3, expired  # create, appends, expiry
+    assert appended.scan().to_arrow().num_rows == 6
 
     gc_before = stored_files(server, gc_off_location)
     assert len(_metadata_files(gc_before, f"{gc_off_location}/metadata")) == 6

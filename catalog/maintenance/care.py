@@ -152,7 +152,7 @@ class Care:
             plan = _spare_recent_heads(expire.plan(metadata, now, rules), metadata, now, self.settings)
             updates = plan.updates()
             if not updates:
-                swept = self._stale_metadata(task, entry, file, dry)
+                swept = self._stale_metadata(task, entry, file)
                 if dry:
                     return {
                         "dry-run": True,
@@ -174,7 +174,7 @@ class Care:
             planned_gone = reachability.after_expiry(metadata, planned, io)
             if dry:
                 dropped = _dropped_metadata(metadata, file.location, planned, None)
-                swept = self._stale_metadata(task, entry, file, dry)
+                swept = self._stale_metadata(task, entry, file)
                 metadata_files = self._owned(entry, metadata, [*dropped, *(f.location for f in swept)])
                 gone = self._owned(entry, metadata, [*planned_gone.all(), *metadata_files])
                 return {
@@ -211,7 +211,7 @@ class Care:
             # Then the metadata files that fell out of the log earlier (by other commits), on the
             # table as it is after this commit.
             try:
-                swept_count = self._delete_metadata(self._stale_metadata(task, entry, after_file, dry))
+                swept_count = self._delete_metadata(self._stale_metadata(task, entry, after_file))
             except Skipped:  # dropped meanwhile: its files are the dropped entry's now
                 swept_count = 0
             return {
@@ -223,7 +223,7 @@ class Care:
             }, after_file.location
         raise errors.CommitFailed(f"Snapshot expiry of {_ident(entry)}: the table kept changing its refs")
 
-    def _stale_metadata(self, task: Task, entry: Entry, file: MetadataFile, dry: bool) -> list[StoredFile]:
+    def _stale_metadata(self, task: Task, entry: Entry, file: MetadataFile) -> list[StoredFile]:
         """The table's metadata files that are in neither its current file nor its log, older than
         ``CATALOG_MAINTENANCE_METADATA_FILE_AGE_SECONDS`` and its own (``old_metadata``; at most
         ``METADATA_PER_RUN``). The age counts from before the pointer is read again here: a file
