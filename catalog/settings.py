@@ -495,6 +495,13 @@ class Settings(BaseSettings):
         description="Files no metadata references are removed only once they are older than this (in-flight "
         "writers and staged creates write files before they commit).",
     )
+    maintenance_metadata_file_age_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="Snapshot expiry deletes the table's metadata files that are neither current nor in its metadata "
+        "log once they are older than this: a commit writes its new metadata file before it swaps the pointer, so a "
+        "younger file may be a commit in flight (one request: seconds). Also covers the storage's clock skew.",
+    )
     maintenance_writer_grace_seconds: float = Field(
         default=3600.0,
         ge=0,

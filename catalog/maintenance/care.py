@@ -13,7 +13,10 @@ a guard refusal re-plans on the new head. Only after the commit landed are files
 reachable from the metadata before it and from none of the metadata it left
 (``reachability.after_expiry``), and the metadata files that fell out of the metadata log, each
 only when it lies inside the table's own locations (``Ownership.owned``). A crash between the
-commit and the deletes leaves orphans, never a dangling reference.
+commit and the deletes leaves orphans, never a dangling reference. Every expiry run, with or
+without snapshots to expire, then deletes the metadata files that fell out of the log earlier
+(other commits'), found by listing the metadata directories (``old_metadata``: old enough that no
+commit can be in flight with one, and the table's own).
 
 Orphan removal deletes files under the table's own locations that no metadata of the table
 references and that are older than ``CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS``. It checks the pointer
@@ -40,12 +43,12 @@ from catalog import errors, metrics
 from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
 from catalog.locations import normalise
-from catalog.maintenance import compaction, expire, manifests, orphans, policy, reachability
+from catalog.maintenance import compaction, expire, manifests, old_metadata, orphans, policy, reachability
 from catalog.maintenance.spark import SparkEngine
 from catalog.metadata import tables
 from catalog.settings import Settings
 from catalog.storage import purge
-from catalog.storage.backends import Storage
+from catalog.storage.backends import Storage, StoredFile
 from catalog.storage.manifests import Unreadable
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store.entries import Store
@@ -60,6 +63,7 @@ REWRITE_MANIFESTS, COMPACT = manifests.KIND, compaction.KIND
 KINDS = (EXPIRE, ORPHANS, REWRITE_MANIFESTS, COMPACT)  # what a live table gets; a purge is for a dropped one
 REPLANS = 5  # an expiry whose guard refused it (a ref moved onto a planned snapshot) plans again
 ORPHANS_PER_RUN = 100_000  # the next run takes the rest
+METADATA_PER_RUN = 100_000  # stale metadata files an expiry deletes at most (the next run takes the rest)
 ORPHAN_PASSES = 50  # commits an orphan removal catches up with before it gives up (each pass is cheap)
 RESULT_ITEMS = 1000  # snapshot ids or paths a task's result lists (with the full count beside them)
 SWEEP_BATCH = 1000  # files deleted at a time by a purge's sweep of the table's location
@@ -121,7 +125,10 @@ class Care:
         except Skipped as e:
             return {"skipped": str(e)}, None
         if task.kind == EXPIRE:
-            return self.expire_snapshots(task, entry, file)
+            try:
+                return self.expire_snapshots(task, entry, file)
+            except Skipped as e:  # dropped while its metadata directory was looked at
+                return {"skipped": str(e)}, None
         if task.kind == ORPHANS:
             return self.remove_orphans(task, entry, file)
         if task.kind == REWRITE_MANIFESTS:
@@ -145,18 +152,37 @@ class Care:
             plan = _spare_recent_heads(expire.plan(metadata, now, rules), metadata, now, self.settings)
             updates = plan.updates()
             if not updates:
-                return {**_capped("expired-snapshots", []), "removed-refs": [], "deleted-files": 0}, file.location
+                swept = self._stale_metadata(task, entry, file)
+                if dry:
+                    return {
+                        "dry-run": True,
+                        **_capped("expired-snapshots", []),
+                        "removed-refs": [],
+                        **_capped("files-to-delete", [f.location for f in swept]),
+                        **_capped("metadata-files-to-delete", [f.location for f in swept]),
+                    }, file.location
+                deleted = self._delete_metadata(swept)
+                return {
+                    **_capped("expired-snapshots", []),
+                    "removed-refs": [],
+                    "deleted-files": deleted,
+                    "deleted-metadata-files": deleted,
+                }, file.location
             # Every file the plan would leave unreachable is found BEFORE the commit: a manifest that
             # cannot be read fails the task with the table unchanged, never half-cleaned.
             planned = tables.apply(metadata, [], updates, base_location=file.location, now_ms=now)
             planned_gone = reachability.after_expiry(metadata, planned, io)
             if dry:
-                gone = self._owned(entry, metadata, planned_gone.all())
+                dropped = _dropped_metadata(metadata, file.location, planned, None)
+                swept = self._stale_metadata(task, entry, file)
+                metadata_files = self._owned(entry, metadata, [*dropped, *(f.location for f in swept)])
+                gone = self._owned(entry, metadata, [*planned_gone.all(), *metadata_files])
                 return {
                     "dry-run": True,
                     **_capped("expired-snapshots", list(plan.snapshot_ids)),
                     "removed-refs": list(plan.refs),
                     **_capped("files-to-delete", sorted(gone)),
+                    **_capped("metadata-files-to-delete", sorted(metadata_files)),
                 }, file.location
             change = Change(
                 TABLE,
@@ -181,13 +207,52 @@ class Care:
             dropped_logs = _dropped_metadata(metadata, file.location, after_file.data, after_file.location)
             gone = self._owned(entry, after_file.data, [*unreachable, *dropped_logs])
             deleted = self._delete(gone, EXPIRE)
+            deleted_logs = len(set(gone) & set(dropped_logs))
+            # Then the metadata files that fell out of the log earlier (by other commits), on the
+            # table as it is after this commit.
+            try:
+                swept_count = self._delete_metadata(self._stale_metadata(task, entry, after_file))
+            except Skipped:  # dropped meanwhile: its files are the dropped entry's now
+                swept_count = 0
             return {
                 **_capped("expired-snapshots", list(plan.snapshot_ids)),
                 "removed-refs": list(plan.refs),
-                "deleted-files": deleted,
+                "deleted-files": deleted + swept_count,
+                "deleted-metadata-files": deleted_logs + swept_count,
                 "metadata-location": after_file.location,
             }, after_file.location
         raise errors.CommitFailed(f"Snapshot expiry of {_ident(entry)}: the table kept changing its refs")
+
+    def _stale_metadata(self, task: Task, entry: Entry, file: MetadataFile) -> list[StoredFile]:
+        """The table's metadata files that are in neither its current file nor its log, older than
+        ``CATALOG_MAINTENANCE_METADATA_FILE_AGE_SECONDS`` and its own (``old_metadata``; at most
+        ``METADATA_PER_RUN``). The age counts from before the pointer is read again here: a file
+        older than that and not in the log could only become current through a commit that took
+        longer than the age from its write to its swap. ``Skipped`` when the table is gone."""
+        started_ms = int(time.time() * 1000)
+        latest = self.store.get_entry_by_id(entry.id)
+        if latest is None:
+            raise Skipped("the table was dropped")
+        if latest.metadata_location != file.location:
+            entry, file = self.current(task)
+        cutoff = started_ms - int(self.settings.maintenance_metadata_file_age_seconds * 1000)
+        keep = old_metadata.kept(file.data, file.location)
+        owned = self.ownership.owned(file.data, entry.id)
+        found: list[StoredFile] = []
+        for directory in old_metadata.directories(file.data):
+            listing = self.storage.listing(directory)
+            for stored in old_metadata.stale(listing, directory, keep, cutoff, owned):
+                found.append(stored)
+                if len(found) >= METADATA_PER_RUN:
+                    return found
+        return found
+
+    def _delete_metadata(self, stale: list[StoredFile]) -> int:
+        deleted = self._delete([f.location for f in stale], EXPIRE)
+        metrics.MAINTENANCE_BYTES_DELETED.labels(EXPIRE).inc(sum(f.size for f in stale))
+        if deleted:
+            log.info("snapshot expiry deleted %d metadata files out of the metadata log", deleted)
+        return deleted
 
     # -- manifest rewrite (catalog/maintenance/manifests.py) ------------------------------------------
 
@@ -351,10 +416,15 @@ def _keeps_refs(expired: tuple[str, ...]) -> Any:
     return guard
 
 
-def _dropped_metadata(before: dict[str, Any], before_location: str, after: dict[str, Any], location: str) -> list[str]:
-    """Metadata files the commit took out of the metadata log (``write.metadata.previous-versions-max``)."""
+def _dropped_metadata(
+    before: dict[str, Any], before_location: str, after: dict[str, Any], location: str | None
+) -> list[str]:
+    """Metadata files the commit took out of the metadata log (``write.metadata.previous-versions-max``);
+    ``location`` None: a planned commit, its file not written yet."""
     was = {normalise(e["metadata-file"]) for e in before.get("metadata-log") or []} | {normalise(before_location)}
-    now = {normalise(e["metadata-file"]) for e in after.get("metadata-log") or []} | {normalise(location)}
+    now = {normalise(e["metadata-file"]) for e in after.get("metadata-log") or []}
+    if location is not None:
+        now.add(normalise(location))
     return sorted(was - now)
 
 
