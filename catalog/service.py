@@ -349,7 +349,7 @@ class Catalog:
         self, kind: Kind, ns: Namespace, name: str, purge_requested: bool = False, by: str | None = None
     ) -> Dropped | None:
         """Drop the entry: its name is free at once; the entry itself is kept, restorable, for
-        ``CATALOG_DROP_RETENTION`` (``store/dropped.py``), then forgotten or, with
+        ``CATALOG_DROP_RETENTION`` (``store/dropped.py``), then released or, with
         ``purge_requested`` (tables), purged by a maintenance worker. No file I/O here: a purge due
         now is queued (``maintenance/care.py``), durable, and retried until the files are gone."""
         entry = self.entry(kind, ns, name)
@@ -381,7 +381,7 @@ class Catalog:
 
     def end_retention(self, dropped_id: int) -> Dropped:
         """End a dropped entry's retention now: a purge is queued (dropped with purge) or the entry
-        is forgotten, its files kept (without)."""
+        is released, its files kept and its locations held (without)."""
         gone = self.store.end_retention(dropped_id)
         if gone is None:
             raise missing_dropped(dropped_id)
@@ -392,13 +392,14 @@ class Catalog:
         return gone
 
     def unregister(self, ns: Namespace, name: str) -> MetadataFile:
-        """unregisterTable: remove the table's entry and keep every file, the opposite of register.
+        """unregisterTable: remove the table's entry and keep every file, the opposite of register
+        (its locations stay held, as a released drop's: a register of the same table takes them).
         Answers the metadata file the pointer was at when the entry went: the delete is conditional on
         that pointer, so a commit landing meanwhile is in the answer (or, once removed, fails)."""
         for _ in range(self.settings.commit_max_attempts):
             entry = self.entry(TABLE, ns, name)
             file = self.files.read(entry.metadata_location)  # first: storage away means nothing removed
-            if self.store.delete_entry(entry, at=entry.metadata_location):
+            if self.store.release_entry(entry, entry.metadata_location):
                 log.info("table %s unregistered, its files kept: %s", ident(ns, name), entry.metadata_location)
                 return file
         # Nothing was removed: as busy a table as this is a retry-later.

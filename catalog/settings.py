@@ -536,8 +536,8 @@ class Settings(BaseSettings):
         ge=0,
         description="Seconds a dropped table or view is kept, restorable with undrop, its location still "
         "owned (a number of seconds, or with a unit: 30m, 12h, 7d); then it is purged (if its drop asked "
-        "for it) or forgotten, its files kept. 0: at once (a requested purge is still queued, never done "
-        "in the request).",
+        "for it) or released, its files kept and its location held. 0: at once (a requested purge is "
+        "still queued, never done in the request).",
     )
 
     # -- change events (catalog/events/, store/events.py, delivery/) --------------------------------

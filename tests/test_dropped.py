@@ -112,7 +112,7 @@ def test_a_dropped_tables_location_stays_owned_until_it_is_forgotten(server: Ser
     assert requests.post(f"{server.url}/management/v1/dropped/999999999/undrop", timeout=30).status_code == 404
     assert requests.post(f"{server.url}/management/v1/dropped/x/undrop", timeout=30).status_code == 400
 
-    purge_now(server.url, f"{ns}.t")  # dropped without purge: forgotten, its files kept
+    purge_now(server.url, f"{ns}.t")  # dropped without purge: released, its files kept
     assert original.io.new_input(original.metadata_location).exists()
     taken = catalog.create_table(f"{ns}.other", PY_SCHEMA, location=location)
     assert taken.location() == location
@@ -172,7 +172,7 @@ def test_the_retention_ends_by_itself_purging_or_forgetting(tmp_path: Path, rete
         catalog.drop_table("r.kept")
         catalog.purge_table("r.purged")
         if retention == "0":
-            assert [d["name"] for d in _dropped(srv, "r")] in ([], ["purged"])  # without purge: forgotten now
+            assert [d["name"] for d in _dropped(srv, "r")] in ([], ["purged"])  # without purge: released now
         else:
             assert {d["name"] for d in _dropped(srv, "r")} == {"kept", "purged"}
         _wait(lambda: not _dropped(srv, "r"), "the retention to end")

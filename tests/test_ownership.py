@@ -240,6 +240,16 @@ def test_another_principal_cannot_claim_a_released_location_but_its_owner_can(tm
         again = admin.create_table("hr.plans2", PY_SCHEMA, location=location)  # who may drop it may
         assert again.location() == location
         assert stored_files(srv, location) >= kept
+
+        # unregister (and a drop with CATALOG_DROP_RETENTION=0) releases at once, the same way
+        admin.create_table("hr.budget", PY_SCHEMA).append(rows(0, 1))
+        budget = admin.load_table("hr.budget")
+        out = requests.post(f"{srv.url}/v1/namespaces/hr/tables/budget/unregister", headers=headers, timeout=30)
+        assert out.status_code == 200, out.text
+        with pytest.raises(TableAlreadyExistsError, match="dropped without purge"):
+            attacker.create_table("mine.grab", PY_SCHEMA, location=budget.location())
+        moved = admin.register_table("hr.budget_moved", budget.metadata_location)  # unregister then register
+        assert moved.scan().to_arrow().num_rows == 1
     finally:
         srv.stop()
 

@@ -8,8 +8,8 @@ warehouse of ``?warehouse=`` (absent: the default; ``api.routing`` selects it, g
   ``create`` on its namespace. 409 when the name or the location was taken since, or its purge has
   begun.
 - ``DELETE /management/v1/dropped/{id}`` -> 202 with the entry: its retention ends now, so it is
-  purged (dropped with ``purgeRequested``: a ``purge`` task is queued, needs ``purge``) or forgotten
-  with its files kept (needs ``drop``).
+  purged (dropped with ``purgeRequested``: a ``purge`` task is queued, needs ``purge``) or released
+  with its files kept and its location held (needs ``drop``; ``store/dropped.py``).
 
 An id naming an entry the caller may not see (no privilege on its name) is answered as an id that
 names none (404, the same body); one it sees but may not change is a 403.

@@ -6,7 +6,7 @@ with the same ``--uri``/``--token``/``--credential``/``--warehouse`` as the brow
 - ``tables undrop NS.NAME [--id ID]``: restore it under its name (the most recently dropped of that
   name, or the one with ``--id``).
 - ``tables end-retention NS.NAME [--id ID]``: end its retention now: purged (dropped with purge) or
-  forgotten with its files kept.
+  released with its files kept (and its location held).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             out.document(restored) if args.json else out.line(f"{args.table} is back ({restored['kind']})")
             return 0
         ended = api.call("DELETE", f"/management/v1/dropped/{gone['id']}")
-        what = "its purge is queued (see `maintenance status`)" if ended["purge"] else "forgotten, its files kept"
+        what = "its purge is queued (see `maintenance status`)" if ended["purge"] else "released, its files kept"
         out.document(ended) if args.json else out.line(f"{args.table}: {what}")
         return 0
     except CliError as e:

@@ -21,7 +21,7 @@ its ``commit.manifest.min-count-to-merge`` (and it did not set ``commit.manifest
 false); data compaction on a table whose pointer moved, at most every
 ``CATALOG_MAINTENANCE_COMPACTION_EVERY_MINUTES``, when its data files are many and small. Tables
 whose ``catalog.maintenance.enabled`` is false (on the table or a namespace above it) are left alone.
-It also ends the retention of dropped entries (``CATALOG_DROP_RETENTION``): forgotten, or purged by
+It also ends the retention of dropped entries (``CATALOG_DROP_RETENTION``): released, or purged by
 a ``purge`` task.
 """
 
@@ -199,12 +199,12 @@ class Scheduler:
         return enqueued
 
     def settle_dropped(self) -> int:
-        """Dropped entries whose retention ended: forgotten (dropped without purge, files kept) or
+        """Dropped entries whose retention ended: released (dropped without purge, files kept) or
         given their purge task (whatever ``catalog.maintenance.enabled`` says: the drop asked for
         it). The number of purges enqueued."""
         expired = self.store.expired_dropped(SCHEDULED_PER_SCAN)
-        if forgotten := self.store.forget_dropped([d.id for d in expired if not d.purge]):
-            log.info("forgot %d dropped tables and views whose retention ended (their files are kept)", forgotten)
+        if released := self.store.forget_dropped([d.id for d in expired if not d.purge]):
+            log.info("released %d dropped tables and views whose retention ended (files kept)", released)
         enqueued = 0
         for gone in expired:
             if gone.purge and gone.purging_ms is None:  # a purge begun has its task (or failed visibly)

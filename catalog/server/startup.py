@@ -130,10 +130,10 @@ def auth_mode(settings: Settings) -> str:
 def dropped_mode(settings: Settings) -> str:
     seconds = settings.drop_retention
     if seconds == 0:
-        kept = "not kept (CATALOG_DROP_RETENTION=0): forgotten at once, a requested purge queued at once"
+        kept = "not kept (CATALOG_DROP_RETENTION=0): released at once, a requested purge queued at once"
     else:
         span = f"{seconds / 86400:g} days" if seconds >= 86400 else f"{seconds / 3600:g} h"
-        kept = f"kept {span}, restorable (`iceberg-catalog tables undrop`), then purged or forgotten"
+        kept = f"kept {span}, restorable (`iceberg-catalog tables undrop`), then purged or released"
     if settings.maintenance_workers == 0:
         kept += "; purges need a maintenance worker (none in this process)"
     return kept

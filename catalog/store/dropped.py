@@ -5,8 +5,8 @@ A drop moves the entry's row from ``catalog_entries`` to ``dropped_entries`` in 
 location, which stays owned (``Store.overlapping`` sees dropped entries too), so no new table can
 move into files a purge will delete or an undrop will bring back. ``Store.undrop_entry`` moves it
 back when its name and location are free. When the retention ends, an entry dropped without purge
-is forgotten (its files stay, as the spec says) and one dropped with ``purgeRequested`` gets a
-durable ``purge`` task (``catalog/maintenance/care.py``).
+is released (its files stay, as the spec says, and its locations stay held: ``forget_dropped``) and
+one dropped with ``purgeRequested`` gets a durable ``purge`` task (``catalog/maintenance/care.py``).
 
 A purge and an undrop exclude each other by the row itself: the purge sets ``purging_ms`` with a
 conditional UPDATE before deleting anything, an undrop deletes the row only while ``purging_ms`` is

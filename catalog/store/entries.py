@@ -21,7 +21,7 @@ from catalog.store.db import catalog_entries as entries
 from catalog.store.db import dropped_entries as dropped
 from catalog.store.db import entry_paths as paths
 from catalog.store.db import idempotency_keys as keys
-from catalog.store.db import join_namespace, namespaces, split_namespace
+from catalog.store.db import join_namespace, maintenance_runs, namespaces, split_namespace
 from catalog.store.dropped import COLUMNS as DROPPED_COLUMNS
 from catalog.store.dropped import SHOWN, Dropped, DroppedRows, as_dropped, forget_records
 from catalog.store.grant_rows import GrantRows
@@ -344,40 +344,19 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
 
     def drop_entry(self, entry: Entry, purge: bool, retention_ms: int, by: str | None) -> Dropped | None:
         """Drop the entry: keep it as a dropped entry until ``retention_ms`` from now (its name free,
-        its id, pointer and location kept), or, with no retention and no purge, forget it at once.
-        The dropped entry (None when forgotten); ``NoSuchTable``/``NoSuchView`` when it is gone."""
+        its id, pointer and location kept), or, with no retention and no purge, release it at once
+        (``dropped.py``: not restorable, its files kept and its locations still held). The dropped
+        entry (None when released); ``NoSuchTable``/``NoSuchView`` when it is gone."""
         event = records.entry_event(
             records.DROP, entry.kind, entry.namespace, entry.name, entry.id, purge_requested=purge
         )
-        if retention_ms <= 0 and not purge:
-            if not self.delete_entry(entry, event=event):
-                raise _missing(entry.kind, ".".join((*entry.namespace, entry.name)))
-            return None
-        now = now_ms()
+        released = retention_ms <= 0 and not purge
         with self._write() as conn:
-            row = conn.execute(
-                sa.select(entries.c.metadata_location, entries.c.location, entries.c.paths_recorded).where(
-                    entries.c.id == entry.id
-                )
-            ).first()
-            if row is None or conn.execute(entries.delete().where(entries.c.id == entry.id)).rowcount != 1:
+            if not _to_dropped(conn, entry, None, purge, retention_ms, by, released):
                 raise _missing(entry.kind, ".".join((*entry.namespace, entry.name)))
-            conn.execute(
-                dropped.insert().values(
-                    id=entry.id,
-                    namespace=join_namespace(entry.namespace),
-                    name=entry.name,
-                    kind=entry.kind,
-                    metadata_location=row.metadata_location,
-                    location=row.location,
-                    purge=purge,
-                    dropped_ms=now,
-                    expires_ms=now + max(0, retention_ms),
-                    dropped_by=by[:256] if by else None,
-                    paths_recorded=row.paths_recorded,
-                )
-            )
             self._emit(conn, [event])
+            if released:
+                return None
             return as_dropped(conn.execute(sa.select(*DROPPED_COLUMNS).where(dropped.c.id == entry.id)).one())
 
     def undrop_entry(self, dropped_id: int) -> Entry:
@@ -427,20 +406,16 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
             self._emit(conn, [records.entry_event(records.UNDROP, gone.kind, gone.namespace, gone.name, gone.id)])
         return Entry(gone.id, gone.namespace, gone.name, gone.kind, gone.metadata_location)
 
-    def delete_entry(self, entry: Entry, at: str | None = None, event: Event | None = None) -> bool:
-        """Delete the entry (only while its pointer is still ``at``, when given): whether it was.
-        ``event`` is written when it was (a drop's; an unregister's is a drop too)."""
-        where = [entries.c.id == entry.id]
-        if at is not None:
-            where.append(entries.c.metadata_location == at)
-        if event is None:
-            event = records.entry_event(records.DROP, entry.kind, entry.namespace, entry.name, entry.id)
+    def release_entry(self, entry: Entry, at: str, by: str | None = None) -> bool:
+        """Unregister: the entry goes at once, only while its pointer is still ``at`` (whether it
+        went), as a released dropped entry: its files kept and its locations still held, so that no
+        other principal takes them over (``dropped.py``). Its event is a drop's."""
+        event = records.entry_event(records.DROP, entry.kind, entry.namespace, entry.name, entry.id)
         with self._write() as conn:
-            deleted = conn.execute(entries.delete().where(*where)).rowcount == 1
-            if deleted:
-                forget_records(conn, [entry.id])
-                self._emit(conn, [event])
-            return deleted
+            if not _to_dropped(conn, entry, at, False, 0, by, True):
+                return False
+            self._emit(conn, [event])
+            return True
 
     def rename_entry(self, entry: Entry, to_ns: tuple[str, ...], to_name: str) -> None:
         noun = "Table" if entry.kind == "table" else "View"
@@ -467,6 +442,45 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                 self._emit(conn, [event])
         except exc.IntegrityError as e:
             raise errors.AlreadyExists(f"Cannot rename {src} to {dst}. {noun} already exists") from e
+
+
+def _to_dropped(
+    conn: Connection,
+    entry: Entry,
+    at: str | None,
+    purge: bool,
+    retention_ms: int,
+    by: str | None,
+    released: bool,
+) -> bool:
+    """Move the entry's row (only while its pointer is ``at``, when given) to ``dropped_entries``:
+    kept ``retention_ms``, or ``released`` at once. Whether it moved."""
+    where = [entries.c.id == entry.id, *([entries.c.metadata_location == at] if at is not None else [])]
+    row = conn.execute(
+        sa.select(entries.c.metadata_location, entries.c.location, entries.c.paths_recorded).where(*where)
+    ).first()
+    if row is None or conn.execute(entries.delete().where(*where)).rowcount != 1:
+        return False
+    now = now_ms()
+    conn.execute(
+        dropped.insert().values(
+            id=entry.id,
+            namespace=join_namespace(entry.namespace),
+            name=entry.name,
+            kind=entry.kind,
+            metadata_location=row.metadata_location,
+            location=row.location,
+            purge=purge,
+            dropped_ms=now,
+            expires_ms=now + max(0, retention_ms),
+            dropped_by=by[:256] if by else None,
+            paths_recorded=row.paths_recorded,
+            released_ms=now if released else None,
+        )
+    )
+    if released:
+        conn.execute(maintenance_runs.delete().where(maintenance_runs.c.entry_id == entry.id))
+    return True
 
 
 def _overlapping(conn: Connection, location: str, exclude_id: int | None) -> list[Located]:

@@ -4,7 +4,7 @@ registration away from another's files.
 Every location must lie in the allowed roots (``locations.Locations``, 403 outside). Every entry
 owns its location and, for a table, its ``write.*.path`` prefixes (they put a table's files
 elsewhere, normal on object stores), while it is live and
-while it is dropped (until it is purged or forgotten): no prefix of one entry may equal, contain or
+while it is dropped (until it is purged; a released drop keeps them): no prefix of one entry may equal, contain or
 lie inside a prefix of another (409), the prefixes are recorded in the database next to the
 location (``entry_paths``) so that the check is one indexed query, and each lies strictly below a
 root (a table at the warehouse root would own the whole warehouse). Every job that deletes files by
