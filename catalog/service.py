@@ -254,12 +254,12 @@ class Catalog:
         hold the file (under its location or its ``write.metadata.path``). Each is checked before
         the next is read, so a refused request reads nothing it may not.
 
-        Drop then register (how a table moves between namespaces or catalogs): a table dropped
-        without purge keeps its locations through its retention; registering that same table (the
-        same table uuid) again supersedes the dropped entry, which is forgotten in the register's
-        transaction (its files are the new entry's). Only the dropped entries the caller may drop
-        (``superseding``: the API checks and asks again, ``HeldByDropped``); another table claiming
-        the location stays refused.
+        Drop then register (how a table moves between namespaces or catalogs): a table or view
+        dropped without purge keeps its locations through its retention, and after it (released);
+        registering that same one (the same uuid) again supersedes the dropped entry, which is
+        forgotten in the register's transaction (its files are the new entry's). Only the dropped
+        entries the caller may drop (``superseding``: the API checks and asks again,
+        ``HeldByDropped``); another table claiming the location stays refused.
         """
         check_name(name)
         self.load_namespace(ns)
