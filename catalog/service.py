@@ -17,6 +17,7 @@ from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
 from catalog.events import records
+from catalog.events.records import StoredEvent
 from catalog.locations import is_within, normalise, overlaps, segment
 from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
 from catalog.maintenance.care import PURGE, Care
@@ -28,7 +29,6 @@ from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store import migrate
 from catalog.store.dropped import Dropped
 from catalog.store.entries import HeldByDropped, Store, name_taken
-from catalog.store.events import StoredEvent
 from catalog.store.ownership import PATH_PROPERTIES, Ownership
 from catalog.store.pointers import Entry, KeyRecord
 from catalog.store.tasks import Task

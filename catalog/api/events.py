@@ -32,8 +32,7 @@ from catalog.api import guard, wire
 from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Target
-from catalog.events.records import RENAME, TYPES
-from catalog.store.events import StoredEvent
+from catalog.events.records import RENAME, TYPES, StoredEvent
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from catalog.events.records import StoredEvent
 from catalog.settings import ConfigurationError, Settings
-from catalog.store.events import StoredEvent
 
 SIGNATURE_HEADER = "X-Catalog-Signature"
 TYPE_PREFIX = "iceberg.catalog."

@@ -128,3 +128,35 @@ def _actions(updates: Iterable[dict[str, Any]]) -> set[str]:
 
 def _clean(payload: dict[str, Any]) -> dict[str, Any]:
     return {k.replace("_", "-"): v for k, v in payload.items() if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event as the outbox keeps it (``store/events.py``), with the position the feed orders it
+    by; ``to_json`` is its wire format, the feed's and the push sinks' alike."""
+
+    position: int
+    event_id: str
+    created_ms: int
+    type: str
+    object_kind: str
+    namespace: tuple[str, ...]
+    name: str | None
+    entry_id: int | None
+    payload: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """The feed's and the push sinks' shape of an event (docs/events.md)."""
+        operation: dict[str, Any] = {"operation-type": self.type}
+        if self.object_kind == "namespace":
+            operation["namespace"] = list(self.namespace)
+        else:
+            operation["identifier"] = {"namespace": list(self.namespace), "name": self.name}
+            operation["object-type"] = self.object_kind
+        operation.update(self.payload)
+        return {
+            "event-id": self.event_id,
+            "sequence": self.position,
+            "timestamp-ms": self.created_ms,
+            "operation": operation,
+        }

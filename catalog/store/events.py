@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from catalog.events.records import Event
+from catalog.events.records import Event, StoredEvent
 from catalog.store.db import event_sinks, events, join_namespace, split_namespace
 from catalog.store.sql import Compiled, Database
 
@@ -42,35 +41,6 @@ _SEQUENCER_LOCK = 0x1CEB_E4C1  # any constant the catalog owns (see entries._LOC
 SEQUENCE_BATCH = 10_000
 PRUNE_BATCH = 5_000
 _COLUMNS = ("event_id", "created_ms", "type", "object_kind", "namespace", "name", "entry_id", "payload")
-
-
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    position: int
-    event_id: str
-    created_ms: int
-    type: str
-    object_kind: str
-    namespace: tuple[str, ...]
-    name: str | None
-    entry_id: int | None
-    payload: dict[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        """The feed's and the push sinks' shape of an event (docs/events.md)."""
-        operation: dict[str, Any] = {"operation-type": self.type}
-        if self.object_kind == "namespace":
-            operation["namespace"] = list(self.namespace)
-        else:
-            operation["identifier"] = {"namespace": list(self.namespace), "name": self.name}
-            operation["object-type"] = self.object_kind
-        operation.update(self.payload)
-        return {
-            "event-id": self.event_id,
-            "sequence": self.position,
-            "timestamp-ms": self.created_ms,
-            "operation": operation,
-        }
 
 
 def event_row(event: Event, now_ms: int) -> dict[str, Any]:
