@@ -65,7 +65,7 @@ def _catalog(backend: str) -> Iterator:
             catalog.create_namespace(("n",), {})
             yield catalog
         finally:
-            catalog.store.engine.dispose()
+            catalog.db.engine.dispose()
             for handle in handles:
                 handle.stop()
 
@@ -74,14 +74,14 @@ def _fill(catalog, start: int, end: int) -> None:
     """Tables ``start`` to ``end``: every third with a write.data.path outside its location, every
     tenth dropped."""
     root = catalog.storage.root()
-    store = catalog.store
+    entries = catalog.entries
     for i in range(start, end):
         location = f"{root}/n/t{i}"
         paths = {"write.data.path": f"{root}/data/t{i}"} if i % 3 == 0 else None
-        store.insert_entry(("n",), f"t{i}", "table", f"{location}/metadata/0.json", location, write_paths=paths)
+        entries.insert_entry(("n",), f"t{i}", "table", f"{location}/metadata/0.json", location, write_paths=paths)
         if i % 10 == 0:
-            entry = store.get_entry(("n",), f"t{i}")
-            store.drop_entry(entry, False, 3_600_000, None)
+            entry = catalog.pointers.get_entry(("n",), f"t{i}")
+            entries.drop_entry(entry, False, 3_600_000, None)
 
 
 def _measure(catalog, size: int) -> tuple[float, float, float]:

@@ -158,7 +158,8 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
     from catalog.auth.grants import read_bootstrap
     from catalog.auth.tokens import parse_clients
     from catalog.store.db import create_engine
-    from catalog.store.entries import Store
+    from catalog.store.grant_rows import GrantRows
+    from catalog.store.sql import Database
     from catalog.store.warehouse_rows import WarehouseRows
 
     try:
@@ -166,9 +167,10 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
             found = read_bootstrap(args.file or settings.authz_bootstrap or "")
             print(f"{len(found)} grants")
             return 0
-        store = Store(create_engine(settings), settings.events_enabled)
+        engine = create_engine(settings)
+        grants = GrantRows(Database(engine))  # the one part of the store this command uses
         if args.action == "list":
-            for g in sorted(store.list_grants(), key=lambda g: g.id or 0):
+            for g in sorted(grants.list_grants(), key=lambda g: g.id or 0):
                 if args.principal in (None, g.principal):
                     print(json.dumps(g.to_json()))
         elif args.action == "add":
@@ -177,23 +179,23 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
             target = policy.parse_target(_grant_object(args.on))
             where = target.where()[0]
             known = where is None or where in settings.default_warehouse_names
-            if not known and WarehouseRows(store.engine).get(where) is None:
+            if not known and WarehouseRows(engine).get(where) is None:
                 raise errors.NoSuchWarehouse.named(where)
             wanted = [
                 policy.Grant(policy.parse_principal(args.principal), policy.parse_privilege(p), target)
                 for p in args.privilege
             ]
             policy.refuse_ambiguous(wanted, parse_clients(settings.oauth_clients))
-            for g in store.add_grants(wanted):
+            for g in grants.add_grants(wanted):
                 print(json.dumps(g.to_json()))
         elif args.action == "remove":
             if args.id is None:
                 raise errors.BadRequest("grants remove needs --id")
-            removed = store.delete_grant(args.id)
+            removed = grants.delete_grant(args.id)
             if removed is None:
                 raise errors.NotFound(f"no grant with id {args.id}")
             print(json.dumps(removed.to_json()))
-        store.engine.dispose()
+        engine.dispose()
     except (errors.IcebergError, ValueError) as e:
         print(f"iceberg-catalog grants: {getattr(e, 'message', e)}", file=sys.stderr)
         return 2

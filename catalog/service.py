@@ -27,11 +27,15 @@ from catalog.settings import Settings
 from catalog.storage.backends import LocalStorage, Storage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store import migrate
-from catalog.store.dropped import Dropped
-from catalog.store.entries import HeldByDropped, Store, name_taken
+from catalog.store.dropped import Dropped, DroppedRows
+from catalog.store.entries import Entries, HeldByDropped, name_taken
+from catalog.store.events import EventRows
+from catalog.store.grant_rows import GrantRows
+from catalog.store.leases import Leases
 from catalog.store.ownership import PATH_PROPERTIES, Ownership
-from catalog.store.pointers import Entry, KeyRecord
-from catalog.store.tasks import Task
+from catalog.store.pointers import Entry, KeyRecord, Pointers
+from catalog.store.sql import Database
+from catalog.store.tasks import Task, TaskRows
 
 log = logging.getLogger("catalog.service")
 Namespace = tuple[str, ...]
@@ -39,14 +43,37 @@ __all__ = ["TABLE", "VIEW", "Catalog", "Change", "Committed", "HeldByDropped", "
 
 
 class Catalog:
-    def __init__(self, settings: Settings, store: Store, storage: Storage, files: MetadataFiles) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        storage: Storage,
+        files: MetadataFiles,
+        *,
+        db: Database,
+        pointers: Pointers,
+        entries: Entries,
+        dropped: DroppedRows,
+        tasks: TaskRows,
+        outbox: EventRows,
+        leases: Leases,
+        grants: GrantRows,
+    ) -> None:
+        """The store's parts (``build_catalog`` builds them once on one database); each part below is
+        handed on to the consumers that use it, and only to them."""
         self.settings = settings
-        self.store = store
         self.storage = storage
         self.files = files
-        self.ownership = Ownership(store, storage.locations)
-        self.engine = CommitEngine(settings, store, files, self.ownership, grouping=GroupCommitter)
-        self.care = Care(settings, store, storage, files, self.ownership, self.engine)
+        self.db = db  # the readiness probe, the migration check, and closing
+        self.pointers = pointers
+        self.entries = entries
+        self.dropped_rows = dropped
+        self.tasks = tasks
+        self.outbox = outbox  # the feed here; with ``leases``, the delivery loops (``server/care.py``)
+        self.leases = leases
+        self.grants = grants  # not used here: the server builds this catalog's ``Access`` with it
+        self.ownership = Ownership(entries, storage.locations)
+        self.engine = CommitEngine(settings, pointers, entries, files, self.ownership, grouping=GroupCommitter)
+        self.care = Care(settings, tasks, entries, dropped, storage, files, self.ownership, self.engine)
         # Readiness checks run on their own threads, one at a time per check, so that a stalled
         # dependency neither takes request threads nor piles up checks.
         self._probe_threads = ThreadPoolExecutor(max_workers=3, thread_name_prefix="readiness")
@@ -56,7 +83,7 @@ class Catalog:
         """Each dependency's check (the storage's too, unless ``storage`` is false), as a future
         that resolves when it passed and raises why not. A check still running from an earlier
         probe is joined, not started again."""
-        checks = {"database": self.store.ping, "migrations": self._at_head}
+        checks = {"database": self.db.ping, "migrations": self._at_head}
         if storage:
             checks["storage"] = self.storage.ping
         for name, check in checks.items():
@@ -73,11 +100,11 @@ class Catalog:
         """Let go of what this catalog holds: its database connections and its readiness threads
         (a warehouse closed, or reopened with a changed profile)."""
         self._probe_threads.shutdown(wait=False, cancel_futures=True)
-        self.store.close_held_connections()
-        self.store.engine.dispose()
+        self.pointers.close_held_connections()
+        self.db.engine.dispose()
 
     def _at_head(self) -> None:
-        if not migrate.is_at_head(self.store.engine):
+        if not migrate.is_at_head(self.db.engine):
             raise errors.ServiceUnavailable("schema is not at head")
 
     # -- namespaces ------------------------------------------------------------------------------
@@ -86,23 +113,23 @@ class Catalog:
         check_namespace(ns)
         if "location" in properties:
             self._check_namespace_location(ns, properties["location"])
-        self.store.create_namespace(ns, properties)
+        self.entries.create_namespace(ns, properties)
 
     def load_namespace(self, ns: Namespace) -> dict[str, str]:
-        props = self.store.get_namespace(ns)
+        props = self.entries.get_namespace(ns)
         if props is None:
             raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns)}")
         return props
 
     def drop_namespace(self, ns: Namespace) -> None:
-        self.store.drop_namespace(ns)
+        self.entries.drop_namespace(ns)
 
     def update_namespace_properties(
         self, ns: Namespace, removals: Sequence[str], updates: dict[str, str]
     ) -> tuple[list[str], list[str], list[str]]:
         if "location" in updates:
             self._check_namespace_location(ns, updates["location"])
-        return self.store.update_namespace_properties(ns, removals, updates)
+        return self.entries.update_namespace_properties(ns, removals, updates)
 
     def _check_namespace_location(self, ns: Namespace, location: str) -> None:
         """A namespace's ``location``: in the allowed roots (403), and in no other namespace's
@@ -117,7 +144,7 @@ class Catalog:
             return longer[: len(shorter)] == shorter
 
         root = self.storage.root().rstrip("/")
-        for other, other_location in self.store.namespace_locations():
+        for other, other_location in self.entries.namespace_locations():
             if related(other):
                 continue
             try:
@@ -129,7 +156,7 @@ class Catalog:
                     "Invalid namespace location: it overlaps the directory of another namespace",
                     detail=f"{location} overlaps namespace {'.'.join(other)} at {directory}",
                 )
-        for entry in self.store.overlapping(normal):
+        for entry in self.entries.overlapping(normal):
             if not related(entry.namespace):
                 raise errors.BadRequest(
                     "Invalid namespace location: it overlaps the location of a table or view of another namespace",
@@ -139,16 +166,16 @@ class Catalog:
     def list_namespaces(self, parent: Namespace, after: str | None, limit: int | None) -> list[Namespace]:
         if parent:
             self.load_namespace(parent)
-        return self.store.list_namespaces(parent, after, limit)
+        return self.entries.list_namespaces(parent, after, limit)
 
     # -- entries: reads --------------------------------------------------------------------------
 
     def list_entries(self, kind: Kind, ns: Namespace, after: str | None, limit: int | None) -> list[str]:
         self.load_namespace(ns)
-        return self.store.list_entries(ns, kind.name, after, limit)
+        return self.entries.list_entries(ns, kind.name, after, limit)
 
     def entry(self, kind: Kind, ns: Namespace, name: str) -> Entry:
-        return _found(self.store.get_entry(ns, name), kind, ns, name)
+        return _found(self.pointers.get_entry(ns, name), kind, ns, name)
 
     def load(self, kind: Kind, ns: Namespace, name: str) -> MetadataFile:
         return self.files.read(self.entry(kind, ns, name).metadata_location)
@@ -158,16 +185,16 @@ class Catalog:
         mode never waits for a writer) and the file is cached. None: call ``load`` on a thread.
         A thread hop costs more than such a load, and under load its GIL hand-offs dominate the
         latency tail of the hottest route."""
-        if not self.store.local:
+        if not self.db.local:
             return None
         return self.files.cached(self.entry(kind, ns, name).metadata_location)
 
     async def load_awaited(self, kind: Kind, ns: Namespace, name: str) -> MetadataFile | None:
         """``load`` with the pointer read awaited on the event loop (PostgreSQL: no thread hop,
         ``store/async_reads.py``) when the file is cached. None: call ``load`` on a thread."""
-        if not self.store.awaits_reads:
+        if not self.pointers.awaits_reads:
             return None
-        entry = _found(await self.store.get_entry_awaited(ns, name), kind, ns, name)
+        entry = _found(await self.pointers.get_entry_awaited(ns, name), kind, ns, name)
         return self.files.cached(entry.metadata_location)
 
     # -- entries: create, register, drop, rename -------------------------------------------------
@@ -263,12 +290,12 @@ class Catalog:
         """
         check_name(name)
         self.load_namespace(ns)
-        existing = self.store.get_entry(ns, name)
+        existing = self.pointers.get_entry(ns, name)
         replaced = existing if existing is not None and overwrite and existing.kind == kind.name else None
         if replaced is None:
             self._name_must_be_free(kind, ns, name)
         self.ownership.locations.check(location, "metadata location")
-        holder = self.store.referencing(location)
+        holder = self.entries.referencing(location)
         if holder is not None and (replaced is None or holder.id != replaced.id):
             other = ident(holder.namespace, holder.name)
             raise errors.AlreadyExists(
@@ -303,9 +330,9 @@ class Catalog:
             **{uuid_key.replace("-", "_"): doc.get(uuid_key)},
         )  # fmt: skip
         if replaced is not None:
-            self.store.overwrite_entry(ns, name, location, own, event, paths, superseded)
+            self.entries.overwrite_entry(ns, name, location, own, event, paths, superseded)
         else:
-            self.store.insert_entry(
+            self.entries.insert_entry(
                 ns, name, kind.name, location, own, event=event, write_paths=paths, superseding=superseded
             )
         if superseded:
@@ -324,11 +351,11 @@ class Catalog:
         ``claimed`` locations that a register of the same one (``same_uuid``) or a create (None:
         released ones only, never one that may still be undropped) takes over. ``HeldByDropped`` when some
         are not in ``allowed`` yet; anything else holding them is refused by the claims that follow."""
-        holders = {o.id for p in claimed for o in self.store.overlapping(p, exclude) if o.dropped}
+        holders = {o.id for p in claimed for o in self.entries.overlapping(p, exclude) if o.dropped}
         taken: set[int] = set()
         released = False
         for held in holders:
-            gone = self.store.get_dropped(held, released=True)
+            gone = self.dropped_rows.get_dropped(held, released=True)
             if gone is None or gone.kind != kind.name or gone.purge or gone.purging_ms is not None:
                 continue
             released |= gone.released_ms is not None
@@ -354,20 +381,20 @@ class Catalog:
         now is queued (``maintenance/care.py``), durable, and retried until the files are gone."""
         entry = self.entry(kind, ns, name)
         purge = purge_requested and kind is TABLE
-        gone = self.store.drop_entry(entry, purge, int(self.settings.drop_retention * 1000), by)
+        gone = self.entries.drop_entry(entry, purge, int(self.settings.drop_retention * 1000), by)
         if gone is not None and purge and gone.expires_ms <= gone.dropped_ms:
-            self.store.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)
+            self.tasks.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)
         return gone
 
     def dropped(self, ns: Namespace | None, name: str | None, limit: int) -> list[Dropped]:
-        return self.store.list_dropped(ns, name, limit)
+        return self.dropped_rows.list_dropped(ns, name, limit)
 
     def dropped_entries(self, ids: Collection[int]) -> list[Dropped]:
         """Dropped entries by id, released ones too (those a create or register may supersede)."""
-        return [gone for i in ids if (gone := self.store.get_dropped(i, released=True)) is not None]
+        return [gone for i in ids if (gone := self.dropped_rows.get_dropped(i, released=True)) is not None]
 
     def dropped_entry(self, dropped_id: int) -> Dropped:
-        gone = self.store.get_dropped(dropped_id)
+        gone = self.dropped_rows.get_dropped(dropped_id)
         if gone is None:
             raise missing_dropped(dropped_id)
         return gone
@@ -375,20 +402,20 @@ class Catalog:
     def undrop(self, dropped_id: int) -> Entry:
         """Restore a dropped table or view under its name (409 when the name or its location was
         taken since, or its purge has begun)."""
-        entry = self.store.undrop_entry(dropped_id)
+        entry = self.entries.undrop_entry(dropped_id)
         log.info("%s %s undropped: %s", entry.kind, ident(entry.namespace, entry.name), entry.metadata_location)
         return entry
 
     def end_retention(self, dropped_id: int) -> Dropped:
         """End a dropped entry's retention now: a purge is queued (dropped with purge) or the entry
         is released, its files kept and its locations held (without)."""
-        gone = self.store.end_retention(dropped_id)
+        gone = self.dropped_rows.end_retention(dropped_id)
         if gone is None:
             raise missing_dropped(dropped_id)
         if gone.purge:
-            self.store.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)
+            self.tasks.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)
         else:
-            self.store.forget_dropped([gone.id])
+            self.dropped_rows.forget_dropped([gone.id])
         return gone
 
     def unregister(self, ns: Namespace, name: str) -> MetadataFile:
@@ -399,7 +426,7 @@ class Catalog:
         for _ in range(self.settings.commit_max_attempts):
             entry = self.entry(TABLE, ns, name)
             file = self.files.read(entry.metadata_location)  # first: storage away means nothing removed
-            if self.store.release_entry(entry, entry.metadata_location):
+            if self.entries.release_entry(entry, entry.metadata_location):
                 log.info("table %s unregistered, its files kept: %s", ident(ns, name), entry.metadata_location)
                 return file
         # Nothing was removed: as busy a table as this is a retry-later.
@@ -409,7 +436,7 @@ class Catalog:
         entry = self.entry(kind, *src)
         check_namespace(dst[0])
         check_name(dst[1])
-        self.store.rename_entry(entry, *dst)
+        self.entries.rename_entry(entry, *dst)
 
     # -- commits ---------------------------------------------------------------------------------
 
@@ -436,7 +463,7 @@ class Catalog:
         None: call ``commit`` on a thread. ``others_waiting``: other requests are pending, so the
         new file's sync may leave the loop. A single change only, so the transaction checks of
         ``commit`` do not apply."""
-        if not (self.settings.inline_commits and self.store.local and isinstance(self.storage, LocalStorage)):
+        if not (self.settings.inline_commits and self.db.local and isinstance(self.storage, LocalStorage)):
             return None
         return await self.engine.commit_inline(changes, key, others_waiting)
 
@@ -446,21 +473,21 @@ class Catalog:
 
     def event_start(self) -> int:
         """Order what committed since the last look, and the position the feed starts after."""
-        self.store.sequence()
-        return self.store.event_bounds()[0]
+        self.outbox.sequence()
+        return self.outbox.event_bounds()[0]
 
     def events_after(self, position: int, limit: int, types: Sequence[str] = ()) -> list[StoredEvent]:
-        return self.store.read_events(position, limit, types)
+        return self.outbox.read_events(position, limit, types)
 
     def recorded(self, key: str) -> KeyRecord | None:
-        return self.store.get_key(key)
+        return self.pointers.get_key(key)
 
     def record(self, record: KeyRecord) -> KeyRecord | None:
         """Record a final response; the record a concurrent twin wrote first, if it did."""
-        return None if self.store.put_key(record) else self.store.get_key(record.key)
+        return None if self.pointers.put_key(record) else self.pointers.get_key(record.key)
 
     def expire_keys(self, older_than_ms: int) -> int:
-        return self.store.expire_keys(older_than_ms)
+        return self.pointers.expire_keys(older_than_ms)
 
     def read_file(self, location: str) -> MetadataFile:
         """A metadata file by location (a recorded commit response)."""
@@ -469,7 +496,7 @@ class Catalog:
     # -- helpers ---------------------------------------------------------------------------------
 
     def _name_must_be_free(self, creating: Kind, ns: Namespace, name: str) -> None:
-        existing = self.store.get_entry(ns, name)
+        existing = self.pointers.get_entry(ns, name)
         if existing is not None:
             raise name_taken(creating.name, existing.kind, ident(ns, name))
 
@@ -481,7 +508,7 @@ class Catalog:
         ns_props = self.load_namespace(ns)
         base = self._namespace_base(ns, ns_props)
         chosen = self.ownership.locations.check(f"{base}/{segment(name)}")
-        if self.store.get_entry(ns, name) is not None or self.store.overlapping(chosen):
+        if self.pointers.get_entry(ns, name) is not None or self.entries.overlapping(chosen):
             return None
         return chosen
 
@@ -506,7 +533,7 @@ class Catalog:
             return requested.rstrip("/")
         base = self._namespace_base(ns, ns_props)
         chosen = f"{base}/{segment(name)}"
-        if self.store.overlapping(self.ownership.locations.check(chosen)):
+        if self.entries.overlapping(self.ownership.locations.check(chosen)):
             # cut to leave room for the suffix: a path segment is at most MAX_NAME_BYTES on disk too
             stem = segment(name).encode()[: names.MAX_NAME_BYTES - 9].decode(errors="ignore")
             stem = stem[:-2] if stem.endswith("%2") else stem[:-1] if stem.endswith("%") else stem
@@ -531,7 +558,7 @@ class Catalog:
         entry = self.entry(TABLE, ns, name)
         uuid = self.files.read(entry.metadata_location).data.get("table-uuid")
         options = {"dry-run": dry_run, "forced": True}
-        return [self.store.enqueue(kind, entry.id, uuid, entry.namespace, entry.name, options) for kind in kinds]
+        return [self.tasks.enqueue(kind, entry.id, uuid, entry.namespace, entry.name, options) for kind in kinds]
 
     def maintenance_tasks(
         self, ns: Namespace | None, name: str | None, states: Sequence[str], limit: int
@@ -540,17 +567,17 @@ class Catalog:
         (dropped, or purged and forgotten) has the tasks of the entries that had the name and are
         live no more (its care before the drop, and its purge); none: ``NoSuchTable``."""
         if ns is None or name is None:
-            return self.store.list_tasks(None, states, limit)
-        entry = self.store.get_entry(ns, name)
+            return self.tasks.list_tasks(None, states, limit)
+        entry = self.pointers.get_entry(ns, name)
         if entry is not None and entry.kind == TABLE.name:
-            return self.store.list_tasks([entry.id], states, limit)
-        former = self.store.former_task_entries(ns, name)
+            return self.tasks.list_tasks([entry.id], states, limit)
+        former = self.tasks.former_task_entries(ns, name)
         if not former:
             _found(None, TABLE, ns, name)
-        return self.store.list_tasks(former, states, limit)
+        return self.tasks.list_tasks(former, states, limit)
 
     def maintenance_task(self, task_id: int) -> Task:
-        task = self.store.get_task(task_id)
+        task = self.tasks.get_task(task_id)
         if task is None:
             raise missing_task(task_id)
         return task
@@ -560,13 +587,13 @@ class Catalog:
         migrations 0003 and 0011 (read from their metadata files), so the ownership rule covers them
         too. Returns how many were filled."""
         filled = 0
-        while entries := self.store.entries_without_location(batch):
+        while entries := self.entries.entries_without_location(batch):
             for entry in entries:
                 try:
                     doc = self.files.read(entry.metadata_location).data
                     props = (doc.get("properties") or {}) if entry.kind == "table" else {}
                     paths = {k: normalise(props[k], k) for k in PATH_PROPERTIES if props.get(k) is not None}
-                    self.store.record_locations(entry.id, entry.metadata_location, normalise(doc["location"]), paths)
+                    self.entries.record_locations(entry.id, entry.metadata_location, normalise(doc["location"]), paths)
                     filled += 1
                 except Exception as e:  # noqa: BLE001 - an unreadable entry keeps NULL; reported once
                     log.warning("cannot record the location of %s: %s", ident(entry.namespace, entry.name), e)

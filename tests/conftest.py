@@ -264,5 +264,5 @@ def two_processes(tmp_path: Path) -> Iterator[tuple[Server, object]]:
         Settings(database_url=srv.env["CATALOG_DATABASE_URL"], warehouse=srv.env["CATALOG_WAREHOUSE"]), migrated=True
     )
     yield srv, local
-    local.store.engine.dispose()
+    local.db.engine.dispose()
     srv.stop()

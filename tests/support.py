@@ -587,7 +587,7 @@ def local_catalog(path: Path, **settings: Any) -> Iterator[Any]:
         cat.create_namespace(("n",), {})
         yield cat
     finally:
-        cat.store.engine.dispose()
+        cat.db.engine.dispose()
 
 
 # --- tokens ------------------------------------------------------------------------------------------
@@ -922,7 +922,7 @@ def run_job_racing(local: Any, ns: str, job: Any, before_commit: Any) -> dict:
     """Run a maintenance job (``job.run(entry, file, dry, reread)``, e.g. a manifest rewrite or a
     compaction) on ``ns.t`` in this process (``local``: ``build_catalog``'s); ``before_commit()``
     runs once, before the job's first commit: what a writer landing first looks like to it."""
-    entry = local.store.get_entry((ns,), "t")
+    entry = local.pointers.get_entry((ns,), "t")
     commit, calls = local.engine.commit, []
 
     def racing(changes, key=None):  # noqa: ANN001, ANN202
@@ -932,6 +932,6 @@ def run_job_racing(local: Any, ns: str, job: Any, before_commit: Any) -> dict:
         return commit(changes, key)
 
     local.engine.commit = racing
-    reread = lambda: (e := local.store.get_entry((ns,), "t"), local.files.read(e.metadata_location))  # noqa: E731
+    reread = lambda: (e := local.pointers.get_entry((ns,), "t"), local.files.read(e.metadata_location))  # noqa: E731
     result, _ = job.run(entry, local.files.read(entry.metadata_location), False, reread)
     return result

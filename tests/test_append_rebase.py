@@ -676,19 +676,19 @@ def test_a_crash_before_the_cas_leaves_only_orphans(local, monkeypatch):
     head = commit(local, "c", *client_append(base, 2, 1))
     stale = client_append(base, 3, 1)
     pointer = local.load(TABLE, ("n",), "c").location
-    real = local.store.swap_pointers
+    real = local.pointers.swap_pointers
 
     def crash(*args, **kwargs):
         raise SystemExit("killed in the CAS")  # not an Exception: nothing after it runs, like a crash
 
-    monkeypatch.setattr(local.store, "swap_pointers", crash)
+    monkeypatch.setattr(local.pointers, "swap_pointers", crash)
     with pytest.raises(SystemExit):
         commit(local, "c", *stale)
     assert local.load(TABLE, ("n",), "c").location == pointer
     written = [p for p in _metadata_dir(local, "c").iterdir() if "rebased" in p.name]
     assert len(written) == 1  # the orphan: no snapshot of the table names it
     assert all(s["manifest-list"] != f"file://{written[0]}" for s in head["snapshots"])
-    monkeypatch.setattr(local.store, "swap_pointers", real)
+    monkeypatch.setattr(local.pointers, "swap_pointers", real)
     landed = metrics.APPEND_REBASES._value.get()
     final = commit(local, "c", *stale)
     assert final["current-snapshot-id"] == 3 and metrics.APPEND_REBASES._value.get() == landed + 1
@@ -696,7 +696,7 @@ def test_a_crash_before_the_cas_leaves_only_orphans(local, monkeypatch):
     def lose(*args, **kwargs):  # a known failure (the database refused): the written files are deleted
         raise RuntimeError("refused")
 
-    monkeypatch.setattr(local.store, "swap_pointers", lose)
+    monkeypatch.setattr(local.pointers, "swap_pointers", lose)
     before = set(_metadata_dir(local, "c").iterdir())
     with pytest.raises(RuntimeError):
         commit(local, "c", *client_append(head, 4, 1))

@@ -304,7 +304,7 @@ def test_a_compaction_whose_files_another_compaction_took_plans_again(two_proces
     other = compaction.Compactor(local.storage, local.engine, 2**30, 0)
 
     def compact_first() -> None:
-        entry = local.store.get_entry((ns,), "t")
+        entry = local.pointers.get_entry((ns,), "t")
         other.run(entry, local.files.read(entry.metadata_location), False, lambda: None)
 
     result = run_job_racing(local, ns, compaction.Compactor(local.storage, local.engine, 2**30, 0), compact_first)

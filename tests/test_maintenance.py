@@ -278,7 +278,7 @@ def queued_only(tmp_path: Path) -> Iterator[tuple[Server, object]]:
         )
     )
     yield srv, local
-    local.store.engine.dispose()
+    local.db.engine.dispose()
     srv.stop()
 
 
@@ -304,7 +304,7 @@ def test_a_table_dropped_or_recreated_while_its_task_waits_is_skipped(queued_onl
     workers = Workers(local.care, 1)
     assert workers.run_one("test") and workers.run_one("test")
     for queued in (gone, again):
-        task = local.store.get_task(queued["id"])
+        task = local.tasks.get_task(queued["id"])
         assert task.state == "done" and "skipped" in task.result, task
     assert len(catalog.load_table("d.again").metadata.snapshots) == 1  # the new table was not touched
 
@@ -321,7 +321,7 @@ def test_a_renamed_table_is_cared_for_under_its_new_name(queued_only) -> None:  
     queued = _queue(srv, "r", "t")
     catalog.rename_table("r.t", "r.moved")
     assert Workers(local.care, 1).run_one("test")
-    task = local.store.get_task(queued["id"])
+    task = local.tasks.get_task(queued["id"])
     assert task.state == "done" and len(task.result["expired-snapshots"]) == 2, task
     assert len(catalog.load_table("r.moved").metadata.snapshots) == 1
 
@@ -337,15 +337,15 @@ def test_a_killed_workers_task_is_claimed_again_and_its_late_result_dropped(queu
     for i in range(3):
         table.append(_rows(1, i))
     queued = _queue(srv, "k", "t")
-    dead = local.store.claim("dead-worker", lease_ms=300)
+    dead = local.tasks.claim("dead-worker", lease_ms=300)
     assert dead is not None and dead.id == queued["id"]
-    assert local.store.claim("another", lease_ms=300) is None  # not twice while the lease holds
+    assert local.tasks.claim("another", lease_ms=300) is None  # not twice while the lease holds
     time.sleep(0.5)
     assert Workers(local.care, 1).run_one("successor")
-    task = local.store.get_task(queued["id"])
+    task = local.tasks.get_task(queued["id"])
     assert task.state == "done" and task.attempts == 2 and len(task.result["expired-snapshots"]) == 2
-    assert not local.store.finish(dead, "dead-worker", {"late": True}, None)  # its result is not taken
-    assert local.store.get_task(queued["id"]).result == task.result
+    assert not local.tasks.finish(dead, "dead-worker", {"late": True}, None)  # its result is not taken
+    assert local.tasks.get_task(queued["id"]).result == task.result
     live = _live_files(catalog.load_table("k.t"))
     assert all(os.path.exists(f.removeprefix("file://")) for f in live)
 
@@ -365,10 +365,10 @@ def test_storage_errors_are_retried_then_the_task_fails_visibly(queued_only) -> 
     queued = _queue(srv, "f", "t")
     workers = Workers(local.care, 1)
     assert workers.run_one("test")
-    task = local.store.get_task(queued["id"])
+    task = local.tasks.get_task(queued["id"])
     assert task.state == "queued" and task.attempts == 1 and task.last_error, task
     assert workers.run_one("test")
-    task = local.store.get_task(queued["id"])
+    task = local.tasks.get_task(queued["id"])
     assert task.state == "failed" and task.attempts == 2 and task.last_error, task
     assert catalog.load_table("f.t").metadata_location == before  # nothing was committed
     listed = requests.get(f"{srv.url}/management/v1/maintenance/tasks", params={"state": "failed"}, timeout=10)
@@ -497,10 +497,10 @@ def test_expiry_is_due_again_after_n_commits_however_recent_its_lastrun_care(que
         catalog.create_namespace("n")
         table = _table(catalog, "n", "hot")
         table.append(_rows(1))
-        scheduler, workers = Scheduler(local.care), Workers(local.care, 1)
+        scheduler, workers = Scheduler(local.care, local.leases), Workers(local.care, 1)
 
         def expiries() -> list:
-            return [t for t in local.store.list_tasks() if t.kind == "expire-snapshots"]
+            return [t for t in local.tasks.list_tasks() if t.kind == "expire-snapshots"]
 
         scheduler.schedule()  # never expired: due
         assert len(expiries()) == 1
@@ -514,7 +514,7 @@ def test_expiry_is_due_again_after_n_commits_however_recent_its_lastrun_care(que
         scheduler.schedule()
         assert len(expiries()) == 2 and expiries()[0].state == "queued"  # the 5th commit made it due
     finally:
-        local.store.engine.dispose()
+        local.db.engine.dispose()
 
 
 JUNK = 40_000  # enough old files that the worker is caught half way through deleting them
@@ -601,7 +601,7 @@ def test_orphan_removal_finishes_on_a_table_under_continuous_appends(queued_only
     finally:
         stop.set()
         appender.join(60)
-    task = local.store.get_task(queued["id"])
+    task = local.tasks.get_task(queued["id"])
     assert task.state == "done" and task.result["deleted-files"] == 200, (task.state, task.last_error, task.result)
     table = catalog.load_table("h.t")
     assert all(os.path.exists(f.removeprefix("file://")) for f in _live_files(table))

@@ -243,7 +243,7 @@ def test_a_rewrite_whose_manifests_were_rewritten_meanwhile_plans_again(two_proc
     other = manifests.Rewriter(local.storage, local.engine)
 
     def rewrite_first() -> None:  # another rewrite lands first: the manifests this one replaces are gone
-        entry = local.store.get_entry((ns,), "t")
+        entry = local.pointers.get_entry((ns,), "t")
         other.run(entry, local.files.read(entry.metadata_location), False, lambda: None)
 
     result = run_job_racing(local, ns, manifests.Rewriter(local.storage, local.engine), rewrite_first)

@@ -38,7 +38,7 @@ MAX_GRANTS_PER_REQUEST = 100
 async def whoami(request: Request, ctx: Ctx) -> Response:
     who = guard.principal(request)
     keys = set(principal_keys(who.name, who.groups, who.kind))
-    grants = await wire.blocking(ctx.access.store.list_grants)
+    grants = await wire.blocking(ctx.access.grants.list_grants)
     return wire.json_response(
         {
             "principal": who.name,
@@ -53,7 +53,7 @@ async def whoami(request: Request, ctx: Ctx) -> Response:
 @get(BASE + "/grants")
 async def list_grants(request: Request, ctx: Ctx) -> Response:
     wanted = request.query_params.get("principal")
-    grants = [g for g in await wire.blocking(ctx.access.store.list_grants) if wanted in (None, g.principal)]
+    grants = [g for g in await wire.blocking(ctx.access.grants.list_grants) if wanted in (None, g.principal)]
     manageable = [await guard.holds(request, Privilege.MANAGE_GRANTS, g.target) for g in grants]
     return wire.json_response({"grants": [g.to_json() for g, ok in zip(grants, manageable, strict=True) if ok]})
 
@@ -78,7 +78,7 @@ async def add_grants(body: RawBody, request: Request, ctx: Ctx) -> Response:
 async def revoke_grant(grant_id: FromPath[str], request: Request, ctx: Ctx) -> None:
     if not grant_id.isdigit() or len(grant_id) > 18:
         raise errors.BadRequest("A grant id is a number")
-    found = [g for g in await wire.blocking(ctx.access.store.list_grants) if g.id == int(grant_id)]
+    found = [g for g in await wire.blocking(ctx.access.grants.list_grants) if g.id == int(grant_id)]
     missing = errors.NotFound(f"No grant with id {int(grant_id)}")
     if not found:
         raise missing

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 import yaml
 
@@ -21,16 +22,29 @@ from catalog import errors
 from catalog.auth.policy import CATALOG, Grant, Policy, as_client, parse_grants, refuse_ambiguous
 from catalog.auth.tokens import parse_clients
 from catalog.settings import Settings
-from catalog.store.entries import Store
 
 log = logging.getLogger("catalog.access")
 
 
+class GrantStore(Protocol):
+    """What ``Access`` needs of the stored grants (the store's ``GrantRows`` is one)."""
+
+    def list_grants(self) -> list[Grant]: ...
+
+    def add_grants(self, grants: Sequence[Grant]) -> list[Grant]: ...
+
+    def delete_grant(self, grant_id: int) -> Grant | None: ...
+
+    def sync_bootstrap(self, grants: Sequence[Grant]) -> tuple[int, int]: ...
+
+    def settle_legacy(self, client_ids: Collection[str]) -> list[Grant]: ...
+
+
 class Access:
-    def __init__(self, settings: Settings, store: Store, warehouse: str | None = None) -> None:
+    def __init__(self, settings: Settings, grants: GrantStore, warehouse: str | None = None) -> None:
         """``warehouse``: the name of a warehouse besides the default one, whose decisions these are
-        (the grants are all in the server's database, ``store``; see ``in_warehouse``)."""
-        self.store = store
+        (the grants are all in the server's database, ``grants``; see ``in_warehouse``)."""
+        self.grants = grants
         self.warehouse = warehouse
         # the names this warehouse's grants may give it: a created one's own, or the default's (its
         # name and aliases; a created warehouse's settings carry its name as their prefix instead)
@@ -52,7 +66,7 @@ class Access:
         """A fresh snapshot, reloaded if stale (blocking)."""
         with self._lock:
             if time.monotonic() >= self._expires:
-                self._policy = Policy(in_warehouse(self.store.list_grants(), self.warehouse, self.names))
+                self._policy = Policy(in_warehouse(self.grants.list_grants(), self.warehouse, self.names))
                 self._expires = time.monotonic() + self.ttl
             return self._policy
 
@@ -62,17 +76,17 @@ class Access:
 
     def grant(self, grants: list[Grant]) -> list[Grant]:
         refuse_ambiguous(grants, self.clients)
-        stored = self.store.add_grants(grants)
+        stored = self.grants.add_grants(grants)
         self.changed()
         return stored
 
     def revoke(self, grant_id: int) -> Grant | None:
-        removed = self.store.delete_grant(grant_id)
+        removed = self.grants.delete_grant(grant_id)
         self.changed()
         return removed
 
     def bootstrap(self, path: str) -> None:
-        """Keep the bootstrap grants in step with the file (see ``Store.sync_bootstrap``)."""
+        """Keep the bootstrap grants in step with the file (see ``GrantRows.sync_bootstrap``)."""
         grants = []
         for g in read_bootstrap(path):
             grants.append(as_client(g, self.clients))
@@ -85,14 +99,14 @@ class Access:
                     grants[-1].principal,
                     g.principal,
                 )
-        added, removed = self.store.sync_bootstrap(grants)
+        added, removed = self.grants.sync_bootstrap(grants)
         self.changed()
         log.info("authorization bootstrap %s: %d grants (%d added, %d removed)", path, len(grants), added, removed)
 
     def settle_legacy(self) -> None:
         """Grants from before principal kinds (migration 0005) that name a configured built-in client
         become ``client:<id>``; the others stay ``user:<name>`` (see ``GrantRows.settle_legacy``)."""
-        for g in self.store.settle_legacy(self.clients):
+        for g in self.grants.settle_legacy(self.clients):
             log.warning(
                 "grant %s of %s on %s (made before principal kinds) now names the built-in client: client:%s",
                 g.privilege,

@@ -49,9 +49,9 @@ from catalog.events import records
 from catalog.settings import Settings
 from catalog.storage.backends import LocalStorage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
-from catalog.store.entries import Store, name_taken
+from catalog.store.entries import Entries, name_taken
 from catalog.store.ownership import Ownership
-from catalog.store.pointers import Entry, InlineBusy, KeyRecord, PointerOutcomeUnknown, Swap, Swapped
+from catalog.store.pointers import Entry, InlineBusy, KeyRecord, PointerOutcomeUnknown, Pointers, Swap, Swapped
 from catalog.store.sql import what_failed
 
 log = logging.getLogger("catalog.commit")
@@ -66,13 +66,15 @@ class CommitEngine:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        pointers: Pointers,
+        entries: Entries,
         files: MetadataFiles,
         ownership: Ownership,
         grouping: Callable[[CommitEngine], Grouping] | None = None,
     ) -> None:
         self.settings = settings
-        self.store = store
+        self.pointers = pointers  # the read and the CAS (with its events and Idempotency-Key)
+        self.entries = entries  # a create's insert
         self.files = files
         self.ownership = ownership
         self.rebaser = rebase.Rebaser(files.storage)
@@ -219,7 +221,7 @@ class CommitEngine:
                 try:
                     current, staged = self._stage(changes, kind)
                 except errors.AlreadyExists:  # a create whose twin (same key) created it first
-                    if key is not None and changes[0].creates and self.store.get_key(key.key) is not None:
+                    if key is not None and changes[0].creates and self.pointers.get_key(key.key) is not None:
                         return Replayed()
                     raise
                 if not staged:  # nothing changed
@@ -309,7 +311,7 @@ class CommitEngine:
         """The entry and its metadata file. ``cached_only`` (inline): ``_NotInline`` unless the file
         is in memory and at most ``INLINE_MAX_BYTES``."""
         try:
-            entry = self.store.get_entry(change.namespace, change.name, INLINE_WAIT_S if cached_only else None)
+            entry = self.pointers.get_entry(change.namespace, change.name, INLINE_WAIT_S if cached_only else None)
         except InlineBusy:
             raise _NotInline("writer") from None
         if change.creates:
@@ -472,9 +474,9 @@ class CommitEngine:
                 )
                 for s in staged
             ]
-            events = [self.event(s) for s in staged] if self.store.events_on else []
+            events = [self.event(s) for s in staged] if self.pointers.events_on else []
             try:
-                result = self.store.swap_pointers(swaps, key, events, wait=wait)
+                result = self.pointers.swap_pointers(swaps, key, events, wait=wait)
             except PointerOutcomeUnknown as e:
                 return self._settle(current, staged, swaps, e, kind, key is not None)
             except Exception:
@@ -494,9 +496,9 @@ class CommitEngine:
         """A create's "CAS": insert the row, with the Idempotency-Key's. False: the key was recorded
         by a twin request first (nothing inserted; its response is the answer)."""
         change = staged.change
-        event = self.event(staged) if self.store.events_on else None
+        event = self.event(staged) if self.pointers.events_on else None
         try:
-            result = self.store.insert_entry(
+            result = self.entries.insert_entry(
                 change.namespace,
                 change.name,
                 change.kind.name,
@@ -510,7 +512,7 @@ class CommitEngine:
         except errors.AlreadyExists:
             self.discard([staged])  # known not committed: the row was never inserted
             # a twin with the same key may have created it meanwhile: then its response is the answer
-            if key is not None and self.store.get_key(key.key) is not None:
+            if key is not None and self.pointers.get_key(key.key) is not None:
                 return False
             raise
         except errors.IcebergError:
@@ -563,7 +565,7 @@ class CommitEngine:
         """After a failed COMMIT: a fresh read of the pointers. One new pointer in place proves the
         whole transaction landed (its file name is fresh, and the transaction is atomic)."""
         try:
-            now = [self.store.read_pointer(s.entry_id) for s in swaps]
+            now = [self.pointers.read_pointer(s.entry_id) for s in swaps]
         except Exception:  # noqa: BLE001 - still unreachable: the outcome stays unknown
             now = None
         if now is not None and any(p == s.new for p, s in zip(now, swaps, strict=True)):

@@ -1,7 +1,7 @@
 """The delivery loops: the outbox's housekeeping, and one loop per sink.
 
 ``Outbox``: in every process, one thread; whichever process holds the lease ``events-outbox``
-orders what committed (``store.sequence``: the feed and the sinks read by position) and prunes events
+orders what committed (``outbox.sequence``: the feed and the sinks read by position) and prunes events
 older than ``CATALOG_EVENTS_RETENTION`` or beyond ``CATALOG_EVENTS_MAX_ROWS``.
 
 ``SinkLoop``: in every process, one thread per sink; whichever holds the lease ``events-sink:<name>``
@@ -30,7 +30,8 @@ import uuid
 from catalog import metrics
 from catalog.delivery.sinks import DeliveryFailed, Sink
 from catalog.settings import Settings
-from catalog.store.entries import Store
+from catalog.store.events import EventRows
+from catalog.store.leases import Leases
 
 log = logging.getLogger("catalog.events")
 
@@ -50,8 +51,8 @@ def owner_name(role: str) -> str:
 class _Loop:
     lease: str = ""
 
-    def __init__(self, store: Store, settings: Settings) -> None:
-        self.store, self.settings = store, settings
+    def __init__(self, outbox: EventRows, leases: Leases, settings: Settings) -> None:
+        self.outbox, self.leases, self.settings = outbox, leases, settings
         self.owner = owner_name(self.lease)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -65,12 +66,12 @@ class _Loop:
         if self._thread is not None:
             self._thread.join(timeout)
         try:
-            self.store.release_lease(self.lease, self.owner)
+            self.leases.release_lease(self.lease, self.owner)
         except Exception:  # noqa: BLE001 - it expires by itself
             pass
 
     def _holds(self) -> bool:
-        return self.store.take_lease(self.lease, self.owner, int(self.settings.events_delivery_lease_seconds * 1000))
+        return self.leases.take_lease(self.lease, self.owner, int(self.settings.events_delivery_lease_seconds * 1000))
 
     def _run(self) -> None:
         raise NotImplementedError
@@ -86,8 +87,8 @@ class Outbox(_Loop):
                 if not self._holds():
                     head = None
                     continue
-                self.store.sequence()
-                now = self.store.event_bounds()[1]
+                self.outbox.sequence()
+                now = self.outbox.event_bounds()[1]
                 if head is not None:  # counted by the holder, from the feed's head: each event once
                     metrics.EVENTS_SEQUENCED.inc(max(0, now - head))
                 head = now
@@ -99,18 +100,18 @@ class Outbox(_Loop):
 
     def prune(self) -> int:
         older = int(time.time() * 1000 - self.settings.events_retention * 1000)
-        gone = self.store.prune_events(older, self.settings.events_max_rows)
+        gone = self.outbox.prune_events(older, self.settings.events_max_rows)
         if gone:
             log.info("pruned %d events (retention)", gone)
         return gone
 
 
 class SinkLoop(_Loop):
-    def __init__(self, store: Store, settings: Settings, sink: Sink) -> None:
+    def __init__(self, outbox: EventRows, leases: Leases, settings: Settings, sink: Sink) -> None:
         self.sink = sink
         self.lease = f"events-sink:{sink.name}"
         self.health = SinkHealth(sink.name)
-        super().__init__(store, settings)
+        super().__init__(outbox, leases, settings)
 
     def stop(self, timeout: float = 5.0) -> None:
         super().stop(timeout)
@@ -158,20 +159,20 @@ class SinkLoop(_Loop):
         """Send the next batch after the sink's cursor and move it past what was accepted: how many,
         and why the rest was not (None when the whole batch was). Raises when none was accepted."""
         name = self.sink.name
-        position = self.store.sink_position(name)
+        position = self.outbox.sink_position(name)
         if position is None:
-            self.store.start_sink(name, 0)
-            position = self.store.sink_position(name) or 0
-        self.store.sequence()
-        batch = self.store.read_events(position, BATCH)
-        head = self.store.event_bounds()[1]
+            self.outbox.start_sink(name, 0)
+            position = self.outbox.sink_position(name) or 0
+        self.outbox.sequence()
+        batch = self.outbox.read_events(position, BATCH)
+        head = self.outbox.event_bounds()[1]
         self._lag(head - position, batch[0].created_ms if batch else None)
         if not batch:
             return 0, None
         sent = self.sink.send(batch)
         if not sent:  # a sink's send raises then; this is for one that does not
             raise DeliveryFailed(f"{name} accepted none of {len(batch)} events")
-        self.store.advance_sink(name, batch[sent - 1].position)
+        self.outbox.advance_sink(name, batch[sent - 1].position)
         metrics.EVENTS_DELIVERED.labels(name).inc(sent)
         rest = batch[sent:]
         self._lag(head - batch[sent - 1].position, rest[0].created_ms if rest else None)
@@ -240,11 +241,11 @@ class SinkHealth:
             log.info("events to %s caught up", self.name)
 
 
-def start_delivery(store: Store, settings: Settings, sinks: list[Sink]) -> list[_Loop]:
+def start_delivery(outbox: EventRows, leases: Leases, settings: Settings, sinks: list[Sink]) -> list[_Loop]:
     """The outbox's loop and one loop per sink, started (nothing when events are off)."""
     if not settings.events_enabled:
         return []
-    loops: list[_Loop] = [Outbox(store, settings), *(SinkLoop(store, settings, s) for s in sinks)]
+    loops: list[_Loop] = [Outbox(outbox, leases, settings), *(SinkLoop(outbox, leases, settings, s) for s in sinks)]
     for loop in loops:
         loop.start()
     return loops

@@ -51,10 +51,11 @@ from catalog.storage import purge
 from catalog.storage.backends import Storage, StoredFile
 from catalog.storage.manifests import Unreadable
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
-from catalog.store.entries import Store
+from catalog.store.dropped import DroppedRows
+from catalog.store.entries import Entries
 from catalog.store.ownership import PATH_PROPERTIES, Ownership
 from catalog.store.pointers import Entry
-from catalog.store.tasks import Task
+from catalog.store.tasks import Task, TaskRows
 
 log = logging.getLogger("catalog.maintenance")
 
@@ -78,14 +79,18 @@ class Care:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        tasks: TaskRows,
+        entries: Entries,
+        dropped: DroppedRows,
         storage: Storage,
         files: MetadataFiles,
         ownership: Ownership,
         engine: CommitEngine,
     ) -> None:
         self.settings = settings
-        self.store = store
+        self.tasks = tasks  # the queue, for the workers (``worker.py``)
+        self.entries = entries
+        self.dropped = dropped
         self.storage = storage
         self.files = files
         self.ownership = ownership
@@ -96,7 +101,7 @@ class Care:
 
     def current(self, task: Task) -> tuple[Entry, MetadataFile]:
         """The task's table as it is now, by identity; ``Skipped`` when it is gone or replaced."""
-        entry = self.store.get_entry_by_id(task.entry_id)
+        entry = self.entries.get_entry_by_id(task.entry_id)
         if entry is None or entry.kind != "table":
             raise Skipped("the table was dropped")
         file = self.files.read(entry.metadata_location)
@@ -106,7 +111,7 @@ class Care:
 
     def namespaces(self, ns: tuple[str, ...]) -> list[dict[str, str]]:
         """The properties of each namespace of ``ns``, outermost first."""
-        return [self.store.get_namespace(ns[: i + 1]) or {} for i in range(len(ns))]
+        return [self.entries.get_namespace(ns[: i + 1]) or {} for i in range(len(ns))]
 
     def enabled(self, entry: Entry, file: MetadataFile) -> bool:
         try:
@@ -230,7 +235,7 @@ class Care:
         older than that and not in the log could only become current through a commit that took
         longer than the age from its write to its swap. ``Skipped`` when the table is gone."""
         started_ms = int(time.time() * 1000)
-        latest = self.store.get_entry_by_id(entry.id)
+        latest = self.entries.get_entry_by_id(entry.id)
         if latest is None:
             raise Skipped("the table was dropped")
         if latest.metadata_location != file.location:
@@ -296,7 +301,7 @@ class Care:
         # A commit landing meanwhile may reference a candidate: what it added is read (only that),
         # the candidates it references are dropped, and the pointer is checked again.
         for _ in range(ORPHAN_PASSES):
-            latest = self.store.get_entry_by_id(entry.id)
+            latest = self.entries.get_entry_by_id(entry.id)
             if latest is None:
                 raise Skipped("the table was dropped")
             if latest.metadata_location == file.location:
@@ -323,13 +328,13 @@ class Care:
 
     def purge(self, task: Task) -> dict[str, Any]:
         """Delete the files of a dropped table whose retention ended, then forget it."""
-        gone = self.store.begin_purge(task.entry_id)
+        gone = self.dropped.begin_purge(task.entry_id)
         if gone is None:
             return {"skipped": "the table was undropped, or its purge is done"}
         try:
             file = self.files.read(gone.metadata_location)
         except errors.NotFound:  # deleted last, by an earlier attempt: nothing of the table is left
-            self.store.end_purge(gone.id)
+            self.dropped.end_purge(gone.id)
             return {"deleted-files": 0, "metadata-location": gone.metadata_location}
         io = purge.file_io(self.settings, file.location)
         owned = self.ownership.owned(file.data, gone.id)
@@ -355,7 +360,7 @@ class Care:
         deleted += self._delete([file.location], PURGE)  # last: a repeated purge starts from it
         if sweep:
             self.storage.remove_empty_directories(file.data["location"])
-        self.store.end_purge(gone.id)
+        self.dropped.end_purge(gone.id)
         log.info("purged dropped table %s: %d files deleted", gone.ident, deleted)
         return {"deleted-files": deleted, "metadata-location": gone.metadata_location}
 

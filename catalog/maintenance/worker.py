@@ -39,6 +39,7 @@ from catalog import errors, metrics
 from catalog.maintenance import compaction_plan, manifests
 from catalog.maintenance.care import COMPACT, EXPIRE, ORPHANS, PURGE, REWRITE_MANIFESTS, Care
 from catalog.storage.metadata_files import MetadataFile
+from catalog.store.leases import Leases
 from catalog.store.tasks import Task, now_ms
 
 log = logging.getLogger("catalog.maintenance")
@@ -56,7 +57,7 @@ def owner_name(role: str) -> str:
 class Workers:
     def __init__(self, care: Care, threads: int) -> None:
         self.care = care
-        self.store = care.store
+        self.tasks = care.tasks
         self.settings = care.settings
         self.threads = threads
         self._stop = threading.Event()
@@ -87,7 +88,7 @@ class Workers:
     def run_one(self, owner: str) -> bool:
         """Claim one due task and run it to its end; False when none was due."""
         lease_ms = int(self.settings.maintenance_lease_seconds * 1000)
-        task = self.store.claim(owner, lease_ms)
+        task = self.tasks.claim(owner, lease_ms)
         if task is None:
             return False
         lost = threading.Event()
@@ -103,7 +104,7 @@ class Workers:
             self._failed(task, owner, e)
         else:
             outcome = "skipped" if "skipped" in result else "done"
-            if lost.is_set() or not self.store.finish(task, owner, result, pointer):
+            if lost.is_set() or not self.tasks.finish(task, owner, result, pointer):
                 log.warning(
                     "maintenance task %d (%s of %s) lost its lease: its result is dropped",
                     task.id,
@@ -128,7 +129,7 @@ class Workers:
     def _heartbeat(self, task: Task, owner: str, lease_ms: int, done: threading.Event, lost: threading.Event) -> None:
         while not done.wait(lease_ms / 3000):
             try:
-                if not self.store.heartbeat(task.id, owner, lease_ms):
+                if not self.tasks.heartbeat(task.id, owner, lease_ms):
                     lost.set()
                     return
             except Exception as e:  # noqa: BLE001 - the next beat tries again; the lease may lapse
@@ -139,7 +140,7 @@ class Workers:
         final = task.attempts >= self.settings.maintenance_max_attempts
         backoff = min(3600.0, self.settings.maintenance_retry_seconds * 2 ** (task.attempts - 1))
         retry_at = None if final else now_ms() + int(1000 * backoff)
-        self.store.fail(task, owner, message, retry_at)
+        self.tasks.fail(task, owner, message, retry_at)
         metrics.MAINTENANCE_TASKS.labels(task.kind, "failed" if final else "retry").inc()
         log.log(
             logging.ERROR if final else logging.WARNING,
@@ -154,9 +155,10 @@ class Workers:
 
 
 class Scheduler:
-    def __init__(self, care: Care) -> None:
+    def __init__(self, care: Care, leases: Leases) -> None:
         self.care = care
-        self.store = care.store
+        self.tasks, self.entries, self.dropped = care.tasks, care.entries, care.dropped
+        self.leases = leases  # the scheduler's lease (the delivery loops hold theirs in the same part)
         self.settings = care.settings
         self.owner = owner_name("scheduler")
         self._stop = threading.Event()
@@ -171,7 +173,7 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join(timeout)
         try:
-            self.store.release_lease(SCHEDULER_LEASE, self.owner)
+            self.leases.release_lease(SCHEDULER_LEASE, self.owner)
         except Exception:  # noqa: BLE001 - it expires by itself
             pass
 
@@ -179,7 +181,7 @@ class Scheduler:
         interval = self.settings.maintenance_interval_seconds
         while not self._stop.wait(interval * random.uniform(0.8, 1.2)):
             try:
-                if self.store.take_lease(SCHEDULER_LEASE, self.owner, int(interval * 3000)):
+                if self.leases.take_lease(SCHEDULER_LEASE, self.owner, int(interval * 3000)):
                     self.schedule()
             except Exception as e:  # noqa: BLE001 - the database is away: the next round tries again
                 log.warning("maintenance scheduler: %s", e)
@@ -194,7 +196,7 @@ class Scheduler:
             (REWRITE_MANIFESTS, self.settings.maintenance_manifests_every_minutes * 60_000, True, 0),
             (COMPACT, self.settings.maintenance_compaction_every_minutes * 60_000, True, 0),
         ):
-            for entry_id, _, _ in self.store.due_tables(kind, int(every_ms), changed_only, SCHEDULED_PER_SCAN, commits):
+            for entry_id, _, _ in self.tasks.due_tables(kind, int(every_ms), changed_only, SCHEDULED_PER_SCAN, commits):
                 enqueued += self.enqueue(entry_id, kind)
         return enqueued
 
@@ -202,17 +204,17 @@ class Scheduler:
         """Dropped entries whose retention ended: released (dropped without purge, files kept) or
         given their purge task (whatever ``catalog.maintenance.enabled`` says: the drop asked for
         it). The number of purges enqueued."""
-        expired = self.store.expired_dropped(SCHEDULED_PER_SCAN)
-        if released := self.store.forget_dropped([d.id for d in expired if not d.purge]):
+        expired = self.dropped.expired_dropped(SCHEDULED_PER_SCAN)
+        if released := self.dropped.forget_dropped([d.id for d in expired if not d.purge]):
             log.info("released %d dropped tables and views whose retention ended (files kept)", released)
         enqueued = 0
         for gone in expired:
             if gone.purge and gone.purging_ms is None:  # a purge begun has its task (or failed visibly)
-                enqueued += int(self.store.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)[1])
+                enqueued += int(self.tasks.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)[1])
         return enqueued
 
     def enqueue(self, entry_id: int, kind: str) -> int:
-        entry = self.store.get_entry_by_id(entry_id)
+        entry = self.entries.get_entry_by_id(entry_id)
         if entry is None:
             return 0
         try:
@@ -224,9 +226,9 @@ class Scheduler:
         if kind == COMPACT and compaction_plan.deferred(file.data, int(time.time() * 1000), quiet):
             return 0  # writers are active: looked at again at the next scan, no run recorded
         if not self.care.enabled(entry, file) or not self._due(kind, file):  # looked at again when due again
-            self.store.record_run(entry.id, kind, entry.metadata_location)
+            self.tasks.record_run(entry.id, kind, entry.metadata_location)
             return 0
-        _, created = self.store.enqueue(kind, entry.id, file.data.get("table-uuid"), entry.namespace, entry.name)
+        _, created = self.tasks.enqueue(kind, entry.id, file.data.get("table-uuid"), entry.namespace, entry.name)
         return int(created)
 
     def _due(self, kind: str, file: MetadataFile) -> bool:

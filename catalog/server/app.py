@@ -70,8 +70,19 @@ def build_catalog(settings: Settings, migrated: bool = False) -> Catalog:
     if migrated and not migrate.is_at_head(engine):
         migrate.upgrade(engine)
     storage = create_storage(settings)
+    store = Store(engine, settings.events_enabled)  # the parts, on one database: each goes where it is used
     return Catalog(
-        settings, Store(engine, settings.events_enabled), storage, MetadataFiles(storage, settings.metadata_cache_bytes)
+        settings,
+        storage,
+        MetadataFiles(storage, settings.metadata_cache_bytes),
+        db=store.db,
+        pointers=store.pointers,
+        entries=store.entries,
+        dropped=store.dropped,
+        tasks=store.tasks,
+        outbox=store.outbox,
+        leases=store.leases,
+        grants=store.grants,
     )
 
 
@@ -107,7 +118,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         # `serve` migrated before starting the workers; this covers other ways of running the app.
         catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
-        access = Access(settings, catalog.store)
+        access = Access(settings, catalog.grants)
         if settings.auth_required:  # grants from before principal kinds, settled against the built-in clients
             _settle_legacy_grants(access)
         if settings.authz_bootstrap:
@@ -146,7 +157,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             server's, seen from that warehouse: ``auth.grants.in_warehouse``)."""
             opened = build_catalog(of)
             threading.Thread(target=_backfill, args=(opened,), name=f"backfill-{name}", daemon=True).start()
-            return state(of, opened, Access(of, catalog.store, warehouse=name)), start_parts(opened, name)
+            return state(of, opened, Access(of, catalog.grants, warehouse=name)), start_parts(opened, name)
 
         app.state.ctx = state(settings, catalog, access)
         registry[:] = [Registry(settings, app.state.ctx, open_warehouse, grants_changed=access.changed)]
@@ -229,10 +240,10 @@ def _publish_gauges(registry: Registry) -> None:
         return lambda: sum(each(read))
 
     def queued(c: Catalog) -> float:
-        return sum(v for k, v in c.store.queue_depth().items() if k in ("queued", "running"))
+        return sum(v for k, v in c.tasks.queue_depth().items() if k in ("queued", "running"))
 
     def oldest(c: Catalog) -> float:
-        return c.store.queue_depth()["oldest_queued_age_ms"] / 1000
+        return c.tasks.queue_depth()["oldest_queued_age_ms"] / 1000
 
     add = metrics.GAUGES.add
     add("catalog_http_requests_pending", "HTTP requests read and not yet answered", lambda: observation.PENDING.count)
@@ -240,8 +251,8 @@ def _publish_gauges(registry: Registry) -> None:
     add("catalog_metadata_cache_misses", "Metadata file reads from storage", total(lambda c: c.files.misses))
     cached = total(lambda c: c.files.cached_bytes)
     add("catalog_metadata_cache_bytes", "Memory charged to cached metadata files", cached)
-    add("catalog_db_pool_checked_out", "Database connections in use", total(lambda c: c.store.engine.pool.checkedout()))
-    add("catalog_db_pool_size", "Database pool size", total(lambda c: c.store.engine.pool.size()))
+    add("catalog_db_pool_checked_out", "Database connections in use", total(lambda c: c.db.engine.pool.checkedout()))
+    add("catalog_db_pool_size", "Database pool size", total(lambda c: c.db.engine.pool.size()))
     add("catalog_maintenance_queue_depth", "Maintenance tasks queued or running", total(queued), shared_by_workers=True)
     add(
         "catalog_maintenance_oldest_queued_age_seconds",

@@ -25,7 +25,7 @@ def start_care(catalog: Catalog, threads: int | None = None) -> list[Workers | S
     threads = catalog.settings.maintenance_workers if threads is None else threads
     if threads == 0:
         return []
-    workers, scheduler = Workers(catalog.care, threads), Scheduler(catalog.care)
+    workers, scheduler = Workers(catalog.care, threads), Scheduler(catalog.care, catalog.leases)
     workers.start()
     scheduler.start()
     return [workers, scheduler]
@@ -37,7 +37,7 @@ def start_parts(catalog: Catalog, warehouse: str | None = None, threads: int | N
     settings = catalog.settings
     return [
         *start_care(catalog, threads),
-        *delivery.start_delivery(catalog.store, settings, sinks.configured(settings, warehouse)),
+        *delivery.start_delivery(catalog.outbox, catalog.leases, settings, sinks.configured(settings, warehouse)),
     ]
 
 

@@ -78,7 +78,7 @@ class Registry(Generic[S]):
         self._grants_changed = grants_changed
         self.default_name = default_name(settings)
         self.default_names = settings.default_warehouse_names
-        self.rows = WarehouseRows(default.catalog.store.engine, settings.secrets_key)
+        self.rows = WarehouseRows(default.catalog.db.engine, settings.secrets_key)
         self._opener = opener
         self._open: dict[str, Opened[S]] = {}
         self._lock = threading.RLock()
@@ -168,7 +168,7 @@ class Registry(Generic[S]):
     def _prepare_database(self, settings: Settings) -> None:
         """The warehouse's own database brought to head: a new SQLite file, or a new schema."""
         if settings.database_schema:
-            with self.default.catalog.store.engine.begin() as conn:
+            with self.default.catalog.db.engine.begin() as conn:
                 conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{settings.database_schema}"'))
         from catalog.store.db import create_engine
 
@@ -246,20 +246,20 @@ class Registry(Generic[S]):
             if opened is not None:
                 opened.close()
                 self._drop_database(opened.settings)
-            store = self.default.catalog.store  # its grants go too: a later one of the name starts anew
-            for g in store.list_grants():
+            grants = self.default.catalog.grants  # its grants go too: a later one of the name starts anew
+            for g in grants.list_grants():
                 if g.target.where()[0] == name and g.id is not None:
-                    store.delete_grant(g.id)
+                    grants.delete_grant(g.id)
             self._grants_changed()
         log.info("warehouse %s deleted", name)
 
     def _empty(self, name: str) -> bool:
-        return not self.state(name).catalog.store.list_namespaces((), None, 1)
+        return not self.state(name).catalog.entries.list_namespaces((), None, 1)
 
     def _drop_database(self, settings: Settings) -> None:
         """An empty warehouse's database goes with it (a later warehouse of the same name starts anew)."""
         if settings.database_schema:
-            with self.default.catalog.store.engine.begin() as conn:
+            with self.default.catalog.db.engine.begin() as conn:
                 conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{settings.database_schema}" CASCADE'))
             return
         path = settings.database_url.split(":///", 1)[1]

@@ -25,6 +25,7 @@ from catalog.events import records
 from catalog.store.db import dropped_entries as dropped
 from catalog.store.db import entry_paths, join_namespace, maintenance_runs, split_namespace
 from catalog.store.events import EventRows
+from catalog.store.sql import Database
 from catalog.store.tasks import now_ms
 
 
@@ -87,11 +88,18 @@ def as_dropped(row: sa.Row) -> Dropped:
     return Dropped(*values)
 
 
-class DroppedRows(EventRows):
+class DroppedRows:
+    """The dropped entries on the catalog's ``Database`` (a drop and an undrop are ``Entries``'s: they
+    move a row between the two tables); the end of a purge writes its event through ``outbox``."""
+
+    def __init__(self, db: Database, outbox: EventRows) -> None:
+        self.db = db
+        self.outbox = outbox
+
     def get_dropped(self, dropped_id: int, released: bool = False) -> Dropped | None:
         """A dropped entry (``released``: a released one too)."""
         q = sa.select(*COLUMNS).where(dropped.c.id == dropped_id)
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(q if released else q.where(SHOWN)).first()
         return None if row is None else as_dropped(row)
 
@@ -104,14 +112,14 @@ class DroppedRows(EventRows):
             q = q.where(dropped.c.namespace == join_namespace(ns))
         if name is not None:
             q = q.where(dropped.c.name == name)
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [as_dropped(r) for r in conn.execute(q)]
 
     def end_retention(self, dropped_id: int) -> Dropped | None:
         """Make the entry's retention end now (the scheduler purges or forgets it next): the entry as
         it is now, None when there is no such dropped entry."""
         now = now_ms()
-        with self._write() as conn:
+        with self.db.write() as conn:
             conn.execute(
                 dropped.update().where(dropped.c.id == dropped_id, dropped.c.expires_ms > now).values(expires_ms=now)
             )
@@ -122,7 +130,7 @@ class DroppedRows(EventRows):
         """Entries whose retention ended, the oldest first."""
         q = sa.select(*COLUMNS).where(dropped.c.expires_ms <= now_ms(), SHOWN)
         q = q.order_by(dropped.c.expires_ms).limit(limit)
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [as_dropped(r) for r in conn.execute(q)]
 
     def forget_dropped(self, ids: Sequence[int]) -> int:
@@ -134,7 +142,7 @@ class DroppedRows(EventRows):
         if not ids:
             return 0
         now = now_ms()
-        with self._write() as conn:
+        with self.db.write() as conn:
             released = conn.execute(
                 dropped.update()
                 .where(
@@ -153,7 +161,7 @@ class DroppedRows(EventRows):
         """Claim the entry for its purge (no undrop from now on): the entry, or None when it is gone
         (undropped, or already purged) or its retention has not ended."""
         now = now_ms()
-        with self._write() as conn:
+        with self.db.write() as conn:
             conn.execute(
                 dropped.update()
                 .where(
@@ -171,7 +179,7 @@ class DroppedRows(EventRows):
 
     def end_purge(self, dropped_id: int) -> None:
         """The purge deleted the entry's files: forget it (its location is free again)."""
-        with self._write() as conn:
+        with self.db.write() as conn:
             gone = conn.execute(
                 dropped.delete()
                 .where(dropped.c.id == dropped_id, dropped.c.purging_ms.is_not(None))
@@ -180,7 +188,7 @@ class DroppedRows(EventRows):
             if gone is not None:
                 forget_records(conn, [dropped_id])
                 ns = split_namespace(gone.namespace)
-                self._emit(conn, [records.entry_event(records.PURGE, gone.kind, ns, gone.name, dropped_id)])
+                self.outbox.write(conn, [records.entry_event(records.PURGE, gone.kind, ns, gone.name, dropped_id)])
 
 
 def forget_records(conn: sa.Connection, ids: Sequence[int]) -> None:

@@ -24,9 +24,11 @@ from catalog.store.db import idempotency_keys as keys
 from catalog.store.db import join_namespace, maintenance_runs, namespaces, split_namespace
 from catalog.store.dropped import COLUMNS as DROPPED_COLUMNS
 from catalog.store.dropped import SHOWN, Dropped, DroppedRows, as_dropped, forget_records
+from catalog.store.events import EventRows
 from catalog.store.grant_rows import GrantRows
+from catalog.store.leases import Leases
 from catalog.store.pointers import Entry, KeyRecord, Pointers, Swapped, key_row
-from catalog.store.sql import exists
+from catalog.store.sql import Database, exists
 from catalog.store.tasks import TaskRows, now_ms
 
 
@@ -79,21 +81,18 @@ class HeldByDropped(errors.AlreadyExists):
         self.ids = ids
 
 
-class Store(Pointers, GrantRows, TaskRows, DroppedRows):
-    """The catalog's database: namespaces, entries and their locations here; the pointers and the
-    Idempotency-Keys in ``pointers.py``; the grants in ``grant_rows.py``; the maintenance queue in
-    ``tasks.py``; the dropped entries in ``dropped.py``; the change events in ``events.py`` (each
-    change here writes its event in its own transaction). One object, so that one engine and one
-    SQLite writer lock serve them all."""
+class Entries:
+    """Namespaces, entries and their locations on the catalog's ``Database``; each change writes its
+    event through ``outbox`` in its own transaction."""
 
-    def __init__(self, engine: Engine, events: bool = True) -> None:
-        super().__init__(engine)
-        self.events_on = events
+    def __init__(self, db: Database, outbox: EventRows) -> None:
+        self.db = db
+        self.outbox = outbox
 
     # -- namespaces ------------------------------------------------------------------------------
 
     def get_namespace(self, ns: tuple[str, ...]) -> dict[str, str] | None:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 sa.select(namespaces.c.properties).where(namespaces.c.name == join_namespace(ns))
             ).first()
@@ -101,7 +100,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
 
     def namespace_locations(self) -> list[tuple[tuple[str, ...], str | None]]:
         """Every namespace and its ``location`` property (None: the default, under the warehouse)."""
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(sa.select(namespaces.c.name, namespaces.c.properties)).all()
         return [(split_namespace(r.name), (r.properties or {}).get("location")) for r in rows]
 
@@ -115,12 +114,12 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
             q = q.where(namespaces.c.name > after)
         if limit is not None:
             q = q.limit(limit)
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [split_namespace(r.name) for r in conn.execute(q)]
 
     def create_namespace(self, ns: tuple[str, ...], properties: dict[str, str]) -> None:
         try:
-            with self._write() as conn:
+            with self.db.write() as conn:
                 if len(ns) > 1 and not exists(conn, namespaces, namespaces.c.name == join_namespace(ns[:-1])):
                     raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns[:-1])}")
                 conn.execute(
@@ -128,7 +127,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                         name=join_namespace(ns), parent=join_namespace(ns[:-1]), properties=properties
                     )
                 )
-                self._emit(conn, [records.namespace_event(records.CREATE_NAMESPACE, ns, properties=properties)])
+                self.outbox.write(conn, [records.namespace_event(records.CREATE_NAMESPACE, ns, properties=properties)])
         except exc.IntegrityError as e:
             raise errors.AlreadyExists(f"Namespace already exists: {'.'.join(ns)}") from e
 
@@ -137,7 +136,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
     ) -> tuple[list[str], list[str], list[str]]:
         """Apply removals then updates in one transaction; returns (updated, removed, missing)."""
         key = join_namespace(ns)
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(
                 sa.select(namespaces.c.properties).where(namespaces.c.name == key).with_for_update()
             ).first()
@@ -155,12 +154,12 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                 event = records.namespace_event(
                     records.UPDATE_NAMESPACE, ns, updated=sorted(updates), removed=removed, properties=props
                 )
-                self._emit(conn, [event])
+                self.outbox.write(conn, [event])
         return sorted(updates), removed, missing
 
     def drop_namespace(self, ns: tuple[str, ...]) -> None:
         key = join_namespace(ns)
-        with self._write() as conn:
+        with self.db.write() as conn:
             if not exists(conn, namespaces, namespaces.c.name == key):
                 raise errors.NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns)}")
             children = conn.execute(sa.select(sa.func.count()).where(namespaces.c.parent == key)).scalar_one()
@@ -176,7 +175,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                     f"and {children} namespace(s)."
                 )
             conn.execute(namespaces.delete().where(namespaces.c.name == key))
-            self._emit(conn, [records.namespace_event(records.DROP_NAMESPACE, ns)])
+            self.outbox.write(conn, [records.namespace_event(records.DROP_NAMESPACE, ns)])
 
     # -- tables and views ------------------------------------------------------------------------
 
@@ -190,7 +189,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
             q = q.where(entries.c.name > after)
         if limit is not None:
             q = q.limit(limit)
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [r.name for r in conn.execute(q)]
 
     def insert_entry(
@@ -212,7 +211,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         ``event`` (a create's or a register's) is written in it, with the new entry's id."""
         ident = ".".join((*ns, name))
         try:
-            with self._write() as conn:
+            with self.db.write() as conn:
                 if key is not None and exists(conn, keys, keys.c.key == key.key):
                     return Swapped.KEY_TAKEN
                 taken = _holder_of(conn, ns, name)
@@ -232,7 +231,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                 entry_id = inserted.inserted_primary_key[0]
                 _record_paths(conn, entry_id, write_paths or {})
                 if event is not None:
-                    self._emit(conn, [replace(event, entry_id=entry_id)])
+                    self.outbox.write(conn, [replace(event, entry_id=entry_id)])
                 if key is not None:
                     conn.execute(keys.insert().values(**key_row(key)))
         except exc.IntegrityError as e:
@@ -252,7 +251,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         """Register-with-overwrite: point an existing table at another metadata file (``event``
         written with it)."""
         where = (entries.c.namespace == join_namespace(ns), entries.c.name == name, entries.c.kind == "table")
-        with self._write() as conn:
+        with self.db.write() as conn:
             replaced = conn.execute(sa.select(entries.c.id).where(*where)).scalar()
             _supersede(conn, superseding)
             self._location_free(conn, location, replaced, write_paths)
@@ -268,7 +267,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                 )
             )
             if event is not None:
-                self._emit(conn, [replace(event, entry_id=replaced)])
+                self.outbox.write(conn, [replace(event, entry_id=replaced)])
 
     # -- locations (the ownership rule, see service) ---------------------------------------------
 
@@ -278,7 +277,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         Containing locations are found by equality with each ancestor, contained ones by prefix
         (``LIKE`` with the wildcards escaped). Runs on creates, registers and location changes only.
         """
-        with self._read() as conn:
+        with self.db.read() as conn:
             return _overlapping(conn, location, exclude_id)
 
     def _location_free(
@@ -290,7 +289,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         serialised for it: SQLite's write transactions are (BEGIN IMMEDIATE); on PostgreSQL an
         advisory lock held until the transaction ends does it, taken only by these rare inserts,
         never by commits."""
-        if not self.local:
+        if not self.db.local:
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCATIONS_LOCK})
         for mine in (location, *(write_paths or {}).values()):
             for other in _overlapping(conn, mine, exclude_id):
@@ -301,7 +300,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         q = sa.select(
             entries.c.id, entries.c.namespace, entries.c.name, entries.c.kind, entries.c.metadata_location
         ).where(entries.c.metadata_location == metadata_location)
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(q.limit(1)).first()
         return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
 
@@ -312,7 +311,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         for table in (entries, dropped):
             q = sa.select(table.c.id, table.c.namespace, table.c.name, table.c.kind, table.c.metadata_location)
             q = q.where(sa.or_(table.c.location.is_(None), table.c.paths_recorded.is_(False)))
-            with self._read() as conn:
+            with self.db.read() as conn:
                 rows = conn.execute(q.order_by(table.c.id).limit(limit - len(found))).all()
             found += [Entry(r[0], split_namespace(r[1]), r[2], r[3], r[4]) for r in rows]
             if len(found) >= limit:
@@ -324,7 +323,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
     ) -> None:
         """Record a live or dropped entry's location and write paths read from its metadata file,
         if its pointer is still that file (a commit since recorded them itself)."""
-        with self._write() as conn:
+        with self.db.write() as conn:
             for table in (entries, dropped):
                 moved = conn.execute(
                     table.update()
@@ -338,7 +337,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
     def get_entry_by_id(self, entry_id: int) -> Entry | None:
         """An entry by its identity (maintenance tasks name entries so: a rename keeps it)."""
         q = sa.select(entries.c.id, entries.c.namespace, entries.c.name, entries.c.kind, entries.c.metadata_location)
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(q.where(entries.c.id == entry_id)).first()
         return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4])
 
@@ -351,10 +350,10 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
             records.DROP, entry.kind, entry.namespace, entry.name, entry.id, purge_requested=purge
         )
         released = retention_ms <= 0 and not purge
-        with self._write() as conn:
+        with self.db.write() as conn:
             if not _to_dropped(conn, entry, None, purge, retention_ms, by, released):
                 raise _missing(entry.kind, ".".join((*entry.namespace, entry.name)))
-            self._emit(conn, [event])
+            self.outbox.write(conn, [event])
             if released:
                 return None
             return as_dropped(conn.execute(sa.select(*DROPPED_COLUMNS).where(dropped.c.id == entry.id)).one())
@@ -369,7 +368,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
             raise errors.AlreadyExists(f"Cannot undrop {dropped_id}: its name was taken meanwhile") from e
 
     def _undrop(self, dropped_id: int) -> Entry:
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(sa.select(*DROPPED_COLUMNS).where(dropped.c.id == dropped_id, SHOWN)).first()
             if row is None:
                 raise errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
@@ -403,7 +402,9 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                     or False,
                 )
             )
-            self._emit(conn, [records.entry_event(records.UNDROP, gone.kind, gone.namespace, gone.name, gone.id)])
+            self.outbox.write(
+                conn, [records.entry_event(records.UNDROP, gone.kind, gone.namespace, gone.name, gone.id)]
+            )
         return Entry(gone.id, gone.namespace, gone.name, gone.kind, gone.metadata_location)
 
     def release_entry(self, entry: Entry, at: str, by: str | None = None) -> bool:
@@ -411,17 +412,17 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
         went), as a released dropped entry: its files kept and its locations still held, so that no
         other principal takes them over (``dropped.py``). Its event is a drop's."""
         event = records.entry_event(records.DROP, entry.kind, entry.namespace, entry.name, entry.id)
-        with self._write() as conn:
+        with self.db.write() as conn:
             if not _to_dropped(conn, entry, at, False, 0, by, True):
                 return False
-            self._emit(conn, [event])
+            self.outbox.write(conn, [event])
             return True
 
     def rename_entry(self, entry: Entry, to_ns: tuple[str, ...], to_name: str) -> None:
         noun = "Table" if entry.kind == "table" else "View"
         src, dst = ".".join((*entry.namespace, entry.name)), ".".join((*to_ns, to_name))
         try:
-            with self._write() as conn:
+            with self.db.write() as conn:
                 taken = _holder_of(conn, to_ns, to_name)
                 if taken is not None:
                     other = "Table" if taken == "table" else "View"
@@ -439,7 +440,7 @@ class Store(Pointers, GrantRows, TaskRows, DroppedRows):
                 event = records.entry_event(
                     records.RENAME, entry.kind, entry.namespace, entry.name, entry.id, destination=destination
                 )
-                self._emit(conn, [event])
+                self.outbox.write(conn, [event])
         except exc.IntegrityError as e:
             raise errors.AlreadyExists(f"Cannot rename {src} to {dst}. {noun} already exists") from e
 
@@ -582,3 +583,35 @@ def name_taken(creating: str, existing: str, ident: str) -> errors.AlreadyExists
     if existing == "view":
         return errors.AlreadyExists(f"View with same name already exists: {ident}")
     return errors.AlreadyExists(f"Table with same name already exists: {ident}")
+
+
+class Store:
+    """The catalog's database as its parts, each built once on one ``Database`` (one engine, one
+    SQLite writer lock): ``pointers``, ``entries``, ``grants``, ``tasks``, ``leases``, ``dropped`` and
+    the ``outbox`` the changing ones write their events through. ``build_catalog`` hands each consumer
+    only the parts it uses; nothing else in ``catalog/`` may hold this whole (``tests/test_layout.py``).
+
+    For tests and one-off scripts, ``store.name`` is the one part's method of that name."""
+
+    def __init__(self, engine: Engine, events: bool = True) -> None:
+        self.db = Database(engine)
+        self.outbox = EventRows(self.db, events)
+        self.pointers = Pointers(self.db, self.outbox)
+        self.entries = Entries(self.db, self.outbox)
+        self.grants = GrantRows(self.db)
+        self.tasks = TaskRows(self.db, self.outbox)
+        self.leases = Leases(self.db)
+        self.dropped = DroppedRows(self.db, self.outbox)
+
+    @property
+    def engine(self) -> Engine:
+        return self.db.engine
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        parts = (self.db, self.outbox, self.pointers, self.entries, self.grants, self.tasks, self.leases, self.dropped)
+        for part in parts:
+            if hasattr(type(part), name) or name in vars(part):
+                return getattr(part, name)
+        raise AttributeError(f"no part of the store has {name!r}")

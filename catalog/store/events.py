@@ -56,38 +56,43 @@ def event_row(event: Event, now_ms: int) -> dict[str, Any]:
     }
 
 
-class EventRows(Database):
-    """Mixed into ``Store``: ``events_on`` (CATALOG_EVENTS_ENABLED) says whether changes write events."""
+class EventRows:
+    """The outbox, on the catalog's one ``Database``. The parts whose changes have events (entries,
+    pointers, tasks, dropped entries) are given this object and write their rows through it inside
+    their own transactions (``write``, or ``prepared``/``write_raw`` on the CAS's DBAPI cursor).
+    ``events_on`` (CATALOG_EVENTS_ENABLED) says whether changes write events."""
 
-    events_on: bool = True
-    _events_insert: Compiled | None = None
+    def __init__(self, db: Database, events_on: bool = True) -> None:
+        self.db = db
+        self.events_on = events_on
+        self._events_insert: Compiled | None = None
 
     def _insert_statement(self) -> sa.Insert:
         values: dict[str, Any] = {c: sa.bindparam(c) for c in _COLUMNS}
-        if self.local:  # one writer: the next position now (see the module docstring)
+        if self.db.local:  # one writer: the next position now (see the module docstring)
             values["position"] = sa.literal_column("(SELECT coalesce(max(position), 0) + 1 FROM events)")
         return events.insert().values(**values)
 
-    def _emit(self, conn: Connection, changes: Sequence[Event]) -> None:
-        """Write ``changes`` in the caller's transaction."""
+    def write(self, conn: Connection, changes: Sequence[Event]) -> None:
+        """Write ``changes`` in the caller's transaction (``conn``)."""
         if self.events_on and changes:
             now = _now_ms()
             conn.execute(self._insert_statement(), [event_row(e, now) for e in changes])
 
-    def _raw_rows(self, changes: Sequence[Event]) -> tuple[str, list[Any]]:
-        """The precompiled INSERT and its parameters for ``_emit_raw``: built before the CAS
+    def prepared(self, changes: Sequence[Event]) -> tuple[str, list[Any]]:
+        """The precompiled INSERT and its parameters for ``write_raw``: built before the CAS
         transaction begins, so nothing but the database can fail inside it."""
         if not (self.events_on and changes):
             return "", []
         insert = self._events_insert
         if insert is None:
-            insert = self._events_insert = Compiled(self._insert_statement(), self.engine.dialect)
+            insert = self._events_insert = Compiled(self._insert_statement(), self.db.engine.dialect)
         now = _now_ms()
         return insert.sql, [insert.parameters(event_row(e, now)) for e in changes]
 
     @staticmethod
-    def _emit_raw(cursor: Any, prepared: tuple[str, list[Any]]) -> None:
-        """``_emit`` on the CAS's raw DBAPI cursor (``prepared`` by ``_raw_rows``)."""
+    def write_raw(cursor: Any, prepared: tuple[str, list[Any]]) -> None:
+        """``write`` on the CAS's raw DBAPI cursor (``prepared`` by ``prepared``)."""
         sql, rows = prepared
         if len(rows) == 1:
             cursor.execute(sql, rows[0])
@@ -96,17 +101,17 @@ class EventRows(Database):
 
     def emit(self, changes: Sequence[Event]) -> None:
         """Events of changes that are not rows here (a maintenance task's outcome is written with it)."""
-        with self._write() as conn:
-            self._emit(conn, changes)
+        with self.db.write() as conn:
+            self.write(conn, changes)
 
     # -- order -----------------------------------------------------------------------------------
 
     def sequence(self) -> int:
         """Give positions to the committed rows that have none (see the module docstring); how many.
         0 also when another sequencer holds the lock (its work is visible once it commits)."""
-        if self.local:
+        if self.db.local:
             return 0  # positioned at insert
-        with self._write() as conn:
+        with self.db.write() as conn:
             if not conn.execute(sa.text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _SEQUENCER_LOCK}).scalar():
                 return 0
             return conn.execute(
@@ -126,7 +131,7 @@ class EventRows(Database):
         q = sa.select(events.c.position, *(events.c[c] for c in _COLUMNS)).where(events.c.position > after)
         if types:
             q = q.where(events.c.type.in_(list(types)))
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(q.order_by(events.c.position).limit(limit)).all()
         return [
             StoredEvent(r[0], r[1], r[2], r[3], r[4], split_namespace(r[5]), r[6], r[7], orjson.loads(r[8]))
@@ -135,7 +140,7 @@ class EventRows(Database):
 
     def event_bounds(self) -> tuple[int, int]:
         """(the oldest kept position - 1, the newest position): 0, 0 when there are none."""
-        with self._read() as conn:
+        with self.db.read() as conn:
             low, high = conn.execute(sa.select(sa.func.min(events.c.position), sa.func.max(events.c.position))).one()
         return (low - 1 if low is not None else 0), (high or 0)
 
@@ -144,14 +149,14 @@ class EventRows(Database):
         The newest positioned event always stays: the oldest position kept is how the feed tells a
         token whose next events were pruned (``event_bounds``)."""
         gone = 0
-        with self._write() as conn:
+        with self.db.write() as conn:
             high = conn.execute(sa.select(sa.func.max(events.c.position))).scalar()
             if high is None:
                 return 0
             if high > keep:
                 gone += conn.execute(events.delete().where(events.c.position <= high - keep)).rowcount
         while True:  # by age, from the oldest, in batches (positions follow time closely enough)
-            with self._write() as conn:
+            with self.db.write() as conn:
                 rows = conn.execute(
                     sa.select(events.c.position, events.c.created_ms)
                     .where(events.c.position < high)
@@ -167,17 +172,17 @@ class EventRows(Database):
     # -- push sinks' cursors ---------------------------------------------------------------------
 
     def sink_position(self, name: str) -> int | None:
-        with self._read() as conn:
+        with self.db.read() as conn:
             return conn.execute(sa.select(event_sinks.c.position).where(event_sinks.c.name == name)).scalar()
 
     def start_sink(self, name: str, position: int) -> None:
         """A new sink starts at ``position`` (the feed's end when it was first configured)."""
-        with self._write() as conn:
+        with self.db.write() as conn:
             if conn.execute(sa.select(event_sinks.c.name).where(event_sinks.c.name == name)).first() is None:
                 conn.execute(event_sinks.insert().values(name=name, position=position, delivered_ms=None))
 
     def advance_sink(self, name: str, position: int) -> None:
-        with self._write() as conn:
+        with self.db.write() as conn:
             conn.execute(
                 event_sinks.update()
                 .where(event_sinks.c.name == name, event_sinks.c.position < position)

@@ -18,9 +18,12 @@ from catalog.store.db import join_namespace, split_namespace
 from catalog.store.sql import Database
 
 
-class GrantRows(Database):
+class GrantRows:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
     def list_grants(self) -> list[Grant]:
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(sa.select(*_COLUMNS)).all()
         return [_grant(row) for row in rows]
 
@@ -29,7 +32,7 @@ class GrantRows(Database):
         them as stored, with their ids."""
         for attempt in range(3):  # a concurrent insert of the same grant: read it back, once it exists
             try:
-                with self._write() as conn:
+                with self.db.write() as conn:
                     self._insert_missing(conn, grants)
                     return [_grant(row) for row in conn.execute(_select_grants(grants))]
             except exc.IntegrityError:
@@ -38,7 +41,7 @@ class GrantRows(Database):
         raise AssertionError("unreachable")
 
     def delete_grant(self, grant_id: int) -> Grant | None:
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(sa.select(*_COLUMNS).where(grant_rows.c.id == grant_id)).first()
             if row is not None:
                 conn.execute(grant_rows.delete().where(grant_rows.c.id == grant_id))
@@ -70,7 +73,7 @@ class GrantRows(Database):
         raise AssertionError("unreachable")
 
     def _settle_legacy(self, client_ids: frozenset[str]) -> list[Grant]:
-        with self._write() as conn:
+        with self.db.write() as conn:
             rows = conn.execute(sa.select(*_COLUMNS).where(grant_rows.c.legacy == sa.true())).all()
             moved = []
             for row in rows:
@@ -90,7 +93,7 @@ class GrantRows(Database):
         return moved
 
     def _sync_bootstrap(self, grants: Sequence[Grant], wanted: set[tuple[str, ...]]) -> tuple[int, int]:
-        with self._write() as conn:
+        with self.db.write() as conn:
             rows = conn.execute(sa.select(grant_rows.c.id, *_GRANT_KEY).where(grant_rows.c.source == "bootstrap")).all()
             stale = [r.id for r in rows if tuple(r[1:]) not in wanted]
             if stale:

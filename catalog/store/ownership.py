@@ -26,22 +26,22 @@ from typing import Any
 
 from catalog import errors
 from catalog.locations import Locations, is_within, normalise
-from catalog.store.entries import LocationTaken, Store
+from catalog.store.entries import Entries, LocationTaken
 
 # Properties that put a table's files somewhere other than under its location.
 PATH_PROPERTIES = ("write.metadata.path", "write.data.path", "write.object-storage.path", "write.folder-storage.path")
 
 
 class Ownership:
-    def __init__(self, store: Store, locations: Locations) -> None:
-        self.store = store
+    def __init__(self, entries: Entries, locations: Locations) -> None:
+        self.entries = entries
         self.locations = locations
 
     def claim(self, location: str, exclude_id: int | None = None, superseded: Collection[int] = ()) -> str:
         """The normalised ``location`` if an entry may live there (``exclude_id``: the entry itself;
         ``superseded``: dropped entries a register forgets, see ``Catalog.register``)."""
         normal = self._below_a_root(self.locations.check(location), location, "location")
-        for other in self.store.overlapping(normal, exclude_id):
+        for other in self.entries.overlapping(normal, exclude_id):
             if other.id not in superseded:
                 raise LocationTaken(location, other)
         return normal
@@ -57,7 +57,7 @@ class Ownership:
             if (value := properties.get(key)) is None:
                 continue
             normal = self._below_a_root(self.locations.check(value, f"{key} property"), value, f"{key} property")
-            for other in self.store.overlapping(normal, exclude_id):
+            for other in self.entries.overlapping(normal, exclude_id):
                 if other.id not in superseded:
                     raise LocationTaken(value, other, what=key)
             out[key] = normal
@@ -124,7 +124,7 @@ class Ownership:
                     prefixes.append(self.locations.check(value))
                 except errors.IcebergError:
                     continue
-        others = [o.location for p in prefixes for o in self.store.overlapping(p, exclude_id)]
+        others = [o.location for p in prefixes for o in self.entries.overlapping(p, exclude_id)]
 
         def owned(path: str) -> bool:
             try:

@@ -14,7 +14,6 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc
-from sqlalchemy.engine import Engine
 
 from catalog import tracing
 from catalog.events.records import Event
@@ -23,7 +22,7 @@ from catalog.store.db import catalog_entries as entries
 from catalog.store.db import entry_paths, join_namespace, split_namespace
 from catalog.store.db import idempotency_keys as keys
 from catalog.store.events import EventRows
-from catalog.store.sql import Compiled, not_committed, quiet_rollback, short, translate
+from catalog.store.sql import Compiled, Database, not_committed, quiet_rollback, short, translate
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +92,14 @@ def _entry(row: tuple | None) -> Entry | None:
     return None if row is None else Entry(row[0], split_namespace(row[1]), row[2], row[3], row[4], row[5])
 
 
-class Pointers(EventRows):
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(engine)
+class Pointers:
+    """The pointer read and the CAS on the catalog's ``Database``. The CAS writes its events through
+    ``outbox`` on its own DBAPI cursor, in its own transaction (``swap_pointers``)."""
+
+    def __init__(self, db: Database, outbox: EventRows) -> None:
+        self.db = db
+        self.outbox = outbox
+        engine = db.engine
         self._async_reads = async_reads.for_engine(engine, min(async_reads.CONNECTIONS, engine.pool.size()))
         self._get_entry = Compiled(
             sa.select(
@@ -142,8 +146,8 @@ class Pointers(EventRows):
         on the event loop): read on the connection that commit will swap on, whose page cache its
         own last commit left valid, or ``InlineBusy`` when the database kept it waiting that long."""
         values = {"namespace": join_namespace(ns), "name": name}
-        if wait is None or not self.local or not self._writers.acquire(blocking=False):  # type: ignore[attr-defined]
-            return _entry(self._fetch_one(self._get_entry, values))
+        if wait is None or not self.db.local or not self.db.writers.acquire(blocking=False):  # type: ignore[attr-defined]
+            return _entry(self.db.fetch_one(self._get_entry, values))
         try:  # held: no swap is using the connection, and it is not being let go of
             conn = self._inline_connection(wait)
             try:
@@ -154,7 +158,7 @@ class Pointers(EventRows):
                         return _entry(cursor.fetchone())
                 finally:
                     cursor.close()
-            except self._dbapi_error as e:
+            except self.db.dbapi_error as e:
                 if _busy(e):
                     raise InlineBusy() from e
                 self._invalidate(conn, e)
@@ -163,7 +167,12 @@ class Pointers(EventRows):
                     raise
                 raise translated from e
         finally:
-            self._writers.release()  # type: ignore[attr-defined]
+            self.db.writers.release()  # type: ignore[attr-defined]
+
+    @property
+    def events_on(self) -> bool:
+        """Whether the CAS (and a create's insert) writes events (the outbox's switch)."""
+        return self.outbox.events_on
 
     @property
     def awaits_reads(self) -> bool:
@@ -180,7 +189,7 @@ class Pointers(EventRows):
         """Let go of the connections kept out of the pool: the event loop's reads and its swaps."""
         if self._async_reads is not None:
             self._async_reads.close()
-        with self._writers:  # not while a swap is using it
+        with self.db.writers:  # not while a swap is using it
             inline, self._inline = self._inline, None
         if inline is not None:
             inline.close()
@@ -210,32 +219,32 @@ class Pointers(EventRows):
         seconds to wait for the write lock, held by another thread or process, before answering
         ``BUSY``, having done nothing. None: wait as every other writer does.
         """
-        prepared = self._raw_rows(events)
+        prepared = self.outbox.prepared(events)
         if wait is None:
-            with self._writers:
+            with self.db.writers:
                 return self._swap_pointers(swaps, key, prepared)
-        assert self.local, "only SQLite's writer lock is waited for with a bound"
-        if not self._writers.acquire(timeout=wait):  # type: ignore[attr-defined]  # a Lock on SQLite
+        assert self.db.local, "only SQLite's writer lock is waited for with a bound"
+        if not self.db.writers.acquire(timeout=wait):  # type: ignore[attr-defined]  # a Lock on SQLite
             return Swapped.BUSY
         try:
             return self._swap_pointers(swaps, key, prepared, wait)
         finally:
-            self._writers.release()  # type: ignore[attr-defined]
+            self.db.writers.release()  # type: ignore[attr-defined]
 
     def _swap_pointers(
         self, swaps: Sequence[Swap], key: KeyRecord | None, events: tuple[str, list], wait: float | None = None
     ) -> Swapped:
         """The CAS transaction. Until COMMIT is sent nothing can have landed, so every failure before
         it is a known one (translated, at worst 503); only a failed COMMIT is ``PointerOutcomeUnknown``."""
-        inline = self.local and wait is not None
-        conn = self._inline_connection(wait) if inline else self._raw_connection()  # type: ignore[arg-type]
+        inline = self.db.local and wait is not None
+        conn = self._inline_connection(wait) if inline else self.db.raw_connection()  # type: ignore[arg-type]
         try:
             cursor = conn.cursor()
             try:
                 if inline:
                     if not _begin_or_busy(cursor):
                         return Swapped.BUSY
-                elif self.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
+                elif self.db.local:  # take the write lock now: a deferred upgrade could fail mid-transaction
                     cursor.execute("BEGIN IMMEDIATE")
                 for swap in sorted(swaps, key=lambda s: s.entry_id):
                     values = {
@@ -254,11 +263,11 @@ class Pointers(EventRows):
                 if key is not None:
                     try:
                         cursor.execute(self._put_key.sql, self._put_key.parameters(key_row(key)))
-                    except self._integrity_error:
+                    except self.db.integrity_error:
                         conn.rollback()
                         return Swapped.KEY_TAKEN
-                self._emit_raw(cursor, events)
-            except self._dbapi_error as e:
+                self.outbox.write_raw(cursor, events)
+            except self.db.dbapi_error as e:
                 quiet_rollback(conn)
                 self._invalidate(conn, e)
                 raise translate(e) or not_committed(e) from e
@@ -267,7 +276,7 @@ class Pointers(EventRows):
             except Exception as e:  # noqa: BLE001 - whatever failed here, COMMIT may have been sent
                 quiet_rollback(conn)
                 self._invalidate(conn, e)
-                raise PointerOutcomeUnknown(short(e), settled=self.local) from e
+                raise PointerOutcomeUnknown(short(e), settled=self.db.local) from e
             return Swapped.WON
         finally:
             if not inline:
@@ -287,13 +296,13 @@ class Pointers(EventRows):
         checkout, and setting and restoring the busy timeout around each ``BEGIN IMMEDIATE``, cost
         ~5% of a set-properties commit's CPU on the event loop (py-spy, issue 27)."""
         if self._inline is None:
-            self._inline = self._raw_connection()
+            self._inline = self.db.raw_connection()
             self._inline_wait_ms = -1
         wait_ms = int(wait * 1000)
         if wait_ms != self._inline_wait_ms:
             try:
                 self._inline.cursor().execute(f"PRAGMA busy_timeout={wait_ms}")
-            except self._dbapi_error as e:
+            except self.db.dbapi_error as e:
                 self._invalidate(self._inline, e)
                 raise translate(e) or not_committed(e) from e
             self._inline_wait_ms = wait_ms
@@ -306,13 +315,13 @@ class Pointers(EventRows):
         conn.invalidate(e)
 
     def read_pointer(self, entry_id: int) -> str | None:
-        with self._read() as conn:
+        with self.db.read() as conn:
             return conn.execute(sa.select(entries.c.metadata_location).where(entries.c.id == entry_id)).scalar()
 
     # -- idempotency keys ------------------------------------------------------------------------
 
     def get_key(self, key: str) -> KeyRecord | None:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 sa.select(keys.c.key, keys.c.fingerprint, keys.c.status, keys.c.body, keys.c.metadata_location).where(
                     keys.c.key == key
@@ -323,14 +332,14 @@ class Pointers(EventRows):
     def put_key(self, record: KeyRecord) -> bool:
         """Record a final response; False if the key was recorded first by another request."""
         try:
-            with self._write() as conn:
+            with self.db.write() as conn:
                 conn.execute(keys.insert().values(**key_row(record)))
         except exc.IntegrityError:
             return False
         return True
 
     def expire_keys(self, older_than_ms: int) -> int:
-        with self._write() as conn:
+        with self.db.write() as conn:
             return conn.execute(keys.delete().where(keys.c.created_ms < older_than_ms)).rowcount
 
 

@@ -41,16 +41,16 @@ class Database:
         self.local = engine.dialect.name == "sqlite"
         self._autocommit_reads = engine.dialect.name == "postgresql"  # SQLite connections already are
         dbapi = engine.dialect.loaded_dbapi
-        self._dbapi_error: type[Exception] = dbapi.Error
-        self._integrity_error: type[Exception] = dbapi.IntegrityError
+        self.dbapi_error: type[Exception] = dbapi.Error
+        self.integrity_error: type[Exception] = dbapi.IntegrityError
         self._unreachable: tuple[type[Exception], ...] = (dbapi.OperationalError, dbapi.InterfaceError)
         # SQLite has one writer at a time. Writers of this process queue on a lock (handed over at
         # once) rather than on SQLite's busy handler, which polls with sleeps of up to 100 ms.
         # (Every serialisation on SQLite's write path is listed in ``db.py``.)
-        self._writers: AbstractContextManager = threading.Lock() if self.local else nullcontext()
+        self.writers: AbstractContextManager = threading.Lock() if self.local else nullcontext()
 
     @contextmanager
-    def _read(self) -> Iterator[Connection]:
+    def read(self) -> Iterator[Connection]:
         with (
             tracing.span("db.read"),
             translated(),
@@ -59,26 +59,26 @@ class Database:
             yield conn
 
     @contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def write(self) -> Iterator[Connection]:
         """A write transaction whose failure means nothing was changed (no pointer moves in here).
         Unique-key violations reach the caller as ``IntegrityError``: only it knows which key."""
-        with tracing.span("db.write"), translated(keep=exc.IntegrityError), self._writers, self.engine.begin() as conn:
+        with tracing.span("db.write"), translated(keep=exc.IntegrityError), self.writers, self.engine.begin() as conn:
             yield conn
 
     def ping(self) -> None:
-        with self._read() as conn:
+        with self.read() as conn:
             conn.execute(sa.text("SELECT 1"))
 
-    def _raw_connection(self) -> PoolProxiedConnection:
+    def raw_connection(self) -> PoolProxiedConnection:
         try:  # what ``translated(driver=...)`` does, without a generator per hot read
             return self.engine.raw_connection()
-        except (exc.DBAPIError, exc.TimeoutError, self._dbapi_error) as e:
+        except (exc.DBAPIError, exc.TimeoutError, self.dbapi_error) as e:
             translated = translate(e)
             if translated is None:
                 raise
             raise translated from e
 
-    def _fetch_one(self, query: Compiled, values: dict[str, object]) -> tuple | None:
+    def fetch_one(self, query: Compiled, values: dict[str, object]) -> tuple | None:
         """One row of a precompiled query on a pooled DBAPI connection.
 
         The hot reads skip SQLAlchemy's per-call work (an isolation-level switch on checkout and
@@ -90,7 +90,7 @@ class Database:
             return self._fetch_one_untraced(query, values)
 
     def _fetch_one_untraced(self, query: Compiled, values: dict[str, object]) -> tuple | None:
-        conn = self._raw_connection()
+        conn = self.raw_connection()
         try:
             if self._autocommit_reads:  # no transaction: no ROLLBACK round trip when it is returned
                 conn.driver_connection.autocommit = True
@@ -102,7 +102,7 @@ class Database:
                 cursor.close()
                 if self._autocommit_reads:
                     conn.driver_connection.autocommit = False
-        except self._dbapi_error as e:
+        except self.dbapi_error as e:
             if isinstance(e, self._unreachable):
                 conn.invalidate(e)
             translated = translate(e)

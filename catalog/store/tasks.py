@@ -29,8 +29,9 @@ from sqlalchemy import exc
 
 from catalog.events import records
 from catalog.store.db import catalog_entries as entries
-from catalog.store.db import join_namespace, leases, maintenance_runs, maintenance_tasks, split_namespace
+from catalog.store.db import join_namespace, maintenance_runs, maintenance_tasks, split_namespace
 from catalog.store.events import EventRows
+from catalog.store.sql import Database
 
 ACTIVE = ("queued", "running")
 
@@ -134,7 +135,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class TaskRows(EventRows):
+class TaskRows:
+    """The maintenance queue on the catalog's ``Database``; a finished task writes its event through
+    ``outbox`` in its own transaction."""
+
+    def __init__(self, db: Database, outbox: EventRows) -> None:
+        self.db = db
+        self.outbox = outbox
+
     def enqueue(
         self,
         kind: str,
@@ -153,7 +161,7 @@ class TaskRows(EventRows):
             if existing is not None:
                 return existing, False
             try:
-                with self._write() as conn:
+                with self.db.write() as conn:
                     conn.execute(
                         maintenance_tasks.insert().values(
                             kind=kind,
@@ -181,7 +189,7 @@ class TaskRows(EventRows):
             maintenance_tasks.c.kind == kind,
             maintenance_tasks.c.state.in_(ACTIVE),
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(q).first()
         return None if row is None else _task(row)
 
@@ -193,9 +201,9 @@ class TaskRows(EventRows):
             sa.and_(maintenance_tasks.c.state == "running", maintenance_tasks.c.lease_expires_ms < now),
         )
         q = sa.select(maintenance_tasks.c.id).where(due).order_by(maintenance_tasks.c.not_before_ms).limit(1)
-        if not self.local:
+        if not self.db.local:
             q = q.with_for_update(skip_locked=True)
-        with self._write() as conn:
+        with self.db.write() as conn:
             task_id = conn.execute(q).scalar()
             if task_id is None:
                 return None
@@ -217,7 +225,7 @@ class TaskRows(EventRows):
     def heartbeat(self, task_id: int, owner: str, lease_ms: int) -> bool:
         """Extend the lease; False when this owner no longer holds it (taken over)."""
         now = now_ms()
-        with self._write() as conn:
+        with self.db.write() as conn:
             return (
                 conn.execute(
                     maintenance_tasks.update()
@@ -236,7 +244,7 @@ class TaskRows(EventRows):
         metadata it left), unless the task was a dry run or left no table (None: skipped, or a
         purge). False: the lease was lost."""
         now = now_ms()
-        with self._write() as conn:
+        with self.db.write() as conn:
             done = conn.execute(
                 maintenance_tasks.update()
                 .where(maintenance_tasks.c.id == task.id, maintenance_tasks.c.lease_owner == owner)
@@ -245,13 +253,13 @@ class TaskRows(EventRows):
             if done and pointer is not None and not task.options.get("dry-run"):
                 _record_run(conn, task.entry_id, task.kind, pointer, now)
             if done:
-                self._emit(conn, [_done_event(task, result)])
+                self.outbox.write(conn, [_done_event(task, result)])
         return done == 1
 
     def record_run(self, entry_id: int, kind: str, pointer: str | None) -> None:
         """Record a run without a task (the scheduler looked and found nothing to do, e.g. the
         table's maintenance is off), so the table is looked at again only when it is due again."""
-        with self._write() as conn:
+        with self.db.write() as conn:
             _record_run(conn, entry_id, kind, pointer, now_ms())
 
     def fail(self, task: Task, owner: str, error: str, retry_at_ms: int | None) -> bool:
@@ -261,7 +269,7 @@ class TaskRows(EventRows):
             values.update(state="failed", finished_ms=now_ms())
         else:
             values.update(state="queued", not_before_ms=retry_at_ms)
-        with self._write() as conn:
+        with self.db.write() as conn:
             return (
                 conn.execute(
                     maintenance_tasks.update()
@@ -272,7 +280,7 @@ class TaskRows(EventRows):
             )
 
     def get_task(self, task_id: int) -> Task | None:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(sa.select(*_COLUMNS).where(maintenance_tasks.c.id == task_id)).first()
         return None if row is None else _task(row)
 
@@ -285,7 +293,7 @@ class TaskRows(EventRows):
             q = q.where(maintenance_tasks.c.entry_id.in_(list(entry_ids)))
         if states:
             q = q.where(maintenance_tasks.c.state.in_(list(states)))
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [_task(r) for r in conn.execute(q)]
 
     def former_task_entries(self, ns: Sequence[str], name: str, limit: int = 100) -> list[int]:
@@ -304,14 +312,14 @@ class TaskRows(EventRows):
             .distinct()
             .limit(limit)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [r[0] for r in conn.execute(q)]
 
     def queue_depth(self) -> dict[str, int]:
         """Tasks per state among queued and running, and the age of the oldest due one (ms)."""
         q = sa.select(maintenance_tasks.c.state, sa.func.count(), sa.func.min(maintenance_tasks.c.not_before_ms))
         q = q.where(maintenance_tasks.c.state.in_(ACTIVE)).group_by(maintenance_tasks.c.state)
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(q).all()
         depth = {state: count for state, count, _ in rows}
         oldest = min((first for state, _, first in rows if state == "queued" and first is not None), default=None)
@@ -346,30 +354,5 @@ class TaskRows(EventRows):
             .order_by(runs.c.finished_ms.asc().nulls_first(), entries.c.id)
             .limit(limit)
         )
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [(r[0], split_namespace(r[1]), r[2]) for r in conn.execute(q)]
-
-    def take_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
-        """Hold the named lease until ``ttl_ms`` from now: True when ``owner`` holds it (it was free,
-        expired or already ``owner``'s)."""
-        now = now_ms()
-        with self._write() as conn:
-            moved = conn.execute(
-                leases.update()
-                .where(leases.c.name == name, sa.or_(leases.c.owner == owner, leases.c.expires_ms < now))
-                .values(owner=owner, expires_ms=now + ttl_ms)
-            ).rowcount
-            if moved:
-                return True
-            if conn.execute(sa.select(leases.c.owner).where(leases.c.name == name)).first() is not None:
-                return False
-            try:
-                with conn.begin_nested():
-                    conn.execute(leases.insert().values(name=name, owner=owner, expires_ms=now + ttl_ms))
-            except exc.IntegrityError:
-                return False
-            return True
-
-    def release_lease(self, name: str, owner: str) -> None:
-        with self._write() as conn:
-            conn.execute(leases.delete().where(leases.c.name == name, leases.c.owner == owner))
