@@ -168,6 +168,101 @@ def test_the_checks_catch_what_they_guard(probe: str, tmp_path: Path) -> None:
         assert floor_of("catalog.store.entries")[0] < floor_of("catalog.service")[0]
 
 
+# -- the store's parts (issue 42): composed, narrow, each handed only to the consumers that use it --
+
+STORE = "catalog.store"
+WHOLE_STORE = "Store"  # the set of the parts, in ``store/entries.py``
+MAY_HOLD_THE_WHOLE_STORE = ("catalog.store.entries", "catalog.server.app")  # where it is, and build_catalog
+
+
+def repositories() -> set[str]:
+    """The store's parts: the classes of ``catalog/store/`` built on the one ``Database`` (their
+    ``__init__`` takes ``db``), and ``Database`` itself."""
+    found = {"Database"}
+    for name, path in modules().items():
+        if name.startswith(STORE + "."):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    for item in node.body:
+                        init = isinstance(item, ast.FunctionDef) and item.name == "__init__"
+                        if init and "db" in [a.arg for a in item.args.args]:
+                            found.add(node.name)
+    return found
+
+
+def _name(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def mixed_repositories(path: Path, repos: set[str]) -> list[str]:
+    """Classes in ``path`` that inherit from more than one repository, or that are a repository and
+    inherit from another one (a part holds the ``Database`` and its collaborators, it is not them)."""
+    wrong = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef):
+            bases = [_name(b) for b in node.bases if _name(b) in repos]
+            if len(bases) > 1 or (bases and node.name in repos):
+                wrong.append(f"{path.name}: class {node.name}({', '.join(bases)})")
+    return wrong
+
+
+def holds_the_whole_store(path: Path) -> list[str]:
+    """Where ``path`` names the whole store (imports it, types with it, builds it): the lines."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            named = any(a.name == WHOLE_STORE for a in node.names)
+        elif isinstance(node, ast.Constant):  # a string annotation
+            named = node.value == WHOLE_STORE
+        else:
+            named = isinstance(node, (ast.Name, ast.Attribute)) and _name(node) == WHOLE_STORE
+        if named:
+            lines.append(node.lineno)
+    return [f"{path.name}:{n}" for n in sorted(set(lines))]
+
+
+def reaches(edges: dict[str, set[str]], source: str, target: str) -> list[str]:
+    """The imports from the modules of ``source`` into those of ``target``."""
+    inside = lambda name, prefix: name == prefix or name.startswith(prefix + ".")  # noqa: E731
+    return sorted(f"{n} -> {t}" for n, ts in edges.items() if inside(n, source) for t in ts if inside(t, target))
+
+
+def test_no_class_inherits_from_more_than_one_repository() -> None:
+    repos = repositories()
+    assert {"Database", "Pointers", "Entries", "GrantRows", "TaskRows", "Leases", "DroppedRows"} <= repos
+    assert [w for path in modules().values() for w in mixed_repositories(path, repos)] == []
+
+
+def test_no_consumer_is_given_the_whole_store() -> None:
+    """Only build_catalog holds every part at once; each consumer is built with the parts it uses."""
+    found = {name: holds_the_whole_store(path) for name, path in modules().items()}
+    assert {n: lines for n, lines in found.items() if lines and n not in MAY_HOLD_THE_WHOLE_STORE} == {}
+
+
+def test_auth_imports_nothing_of_the_store() -> None:
+    """Access is typed by a Protocol of its own (``auth.grants.GrantStore``): no arrow from auth/ to store/."""
+    assert reaches(graph(), "catalog.auth", STORE) == []
+
+
+@pytest.mark.parametrize("probe", ["mixin", "part-over-part", "whole-store", "auth-store"])
+def test_the_store_checks_catch_what_they_guard(probe: str, tmp_path: Path) -> None:
+    """Each check above fails on the shape it forbids (else it would pass vacuously)."""
+    m = tmp_path / "m.py"
+    if probe == "mixin":
+        m.write_text("from catalog.store.pointers import Pointers\nclass S(Pointers, GrantRows):\n    pass\n")
+        assert mixed_repositories(m, repositories()) == ["m.py: class S(Pointers, GrantRows)"]
+    elif probe == "part-over-part":
+        m.write_text("class TaskRows(EventRows):\n    pass\n")
+        assert mixed_repositories(m, repositories()) == ["m.py: class TaskRows(EventRows)"]
+    elif probe == "whole-store":
+        m.write_text("def f(store: 'Store'):\n    from catalog.store.entries import Store\n    return store\n")
+        assert holds_the_whole_store(m) == ["m.py:1", "m.py:2"]
+    else:
+        m.write_text("from catalog.store.entries import Entries\n")
+        edges = {"catalog.auth.m": imports("catalog.auth.m", m, {"catalog.store.entries"})}
+        assert reaches(edges, "catalog.auth", STORE) == ["catalog.auth.m -> catalog.store.entries"]
+
+
 # Binary files the repository keeps on purpose: the benchmark charts and the docs' pictures.
 KEPT_BINARIES = (".png",)
 
