@@ -1,7 +1,7 @@
 """How the ownership check grows with the number of entries: ``python -m bench.ownership``.
 
 A create, a register and a commit that moves a location or a write path ask the database which
-entries overlap the location they claim (``Store.overlapping``: one statement over the locations
+entries overlap the location they claim (``Entries.overlapping``: one statement over the locations
 and the ``write.*.path`` prefixes of live and dropped entries); every deleting job asks it for each
 prefix of its table (``Ownership.owned``). This fills a catalog with N tables, a third of them with
 a ``write.data.path`` outside their location and a tenth of them dropped, and times both checks for

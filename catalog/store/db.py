@@ -36,8 +36,8 @@ compare-and-swap alone decides correctness everywhere):
 2. ``commit/grouping.py`` ``GroupCommitter``: per table and process, one leader lands the appends
    that queued while the previous group was landing (under lock 1 for that table), so N appends
    cost one metadata file and one CAS instead of N.
-3. ``store/sql.py`` ``Database._writers``: one process-wide ``threading.Lock`` around every write
-   transaction on SQLite (``_write`` and the CAS). Writers of this process queue on it and are
+3. ``store/sql.py`` ``Database.writers``: one process-wide ``threading.Lock`` around every write
+   transaction on SQLite (``write`` and the CAS). Writers of this process queue on it and are
    handed the database at once, instead of on SQLite's busy handler, which polls with sleeps of up
    to 100 ms.
 4. ``store/db.py`` ``_configure_sqlite``: ``BEGIN IMMEDIATE`` for every non-autocommit transaction,
@@ -50,7 +50,7 @@ compare-and-swap alone decides correctness everywhere):
 A commit run on the event loop (``CommitEngine.commit_inline``, SQLite and local disk only) waits at
 most 2 ms for 1, for 3 and, through a busy timeout lowered for its ``BEGIN IMMEDIATE``, for 4/5;
 past that it goes to a worker thread and waits there as every other writer does.
-On PostgreSQL, the one serialisation the catalog adds is ``entries.Store._location_free``: an
+On PostgreSQL, the one serialisation the catalog adds is ``entries.Entries._location_free``: an
 advisory lock held by the rare transactions that claim a location (creates, registers, moves),
 never by commits.
 """

@@ -1,9 +1,9 @@
 """Dropped tables and views, kept for ``CATALOG_DROP_RETENTION`` before they go for good.
 
 A drop moves the entry's row from ``catalog_entries`` to ``dropped_entries`` in one transaction
-(``Store.drop_entry``): its name is free at once, but it keeps its id, its pointer and its
-location, which stays owned (``Store.overlapping`` sees dropped entries too), so no new table can
-move into files a purge will delete or an undrop will bring back. ``Store.undrop_entry`` moves it
+(``Entries.drop_entry``): its name is free at once, but it keeps its id, its pointer and its
+location, which stays owned (``Entries.overlapping`` sees dropped entries too), so no new table can
+move into files a purge will delete or an undrop will bring back. ``Entries.undrop_entry`` moves it
 back when its name and location are free. When the retention ends, an entry dropped without purge
 is released (its files stay, as the spec says, and its locations stay held: ``forget_dropped``) and
 one dropped with ``purgeRequested`` gets a durable ``purge`` task (``catalog/maintenance/care.py``).

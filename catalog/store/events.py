@@ -1,10 +1,11 @@
 """The outbox: change events written in the change's own transaction, their order, their reading,
 their pruning, and the push sinks' cursors.
 
-Written: every store method that changes the catalog calls ``_emit`` (or the CAS, ``_emit_raw``)
-inside its own transaction, after its own UPDATE/INSERT/DELETE, so an event exists exactly when its
-change does, and two changes of one row draw their ``seq`` in the order they commit (the second
-waits for the first's row lock before it gets there).
+Written: every store method that changes the catalog calls ``EventRows.write`` on the outbox it was
+given (the CAS: ``write_raw`` on its DBAPI cursor) inside its own transaction, after its own
+UPDATE/INSERT/DELETE, so an event exists exactly when its change does, and two changes of one row
+draw their ``seq`` in the order they commit (the second waits for the first's row lock before it
+gets there).
 
 Ordered: the feed does NOT read by ``seq``. On PostgreSQL a sequence value is drawn at insert, not
 at commit: transaction A may draw 10, B 11, and B commit first; a reader that served 11 and moved

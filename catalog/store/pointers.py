@@ -1,6 +1,6 @@
 """The pointers: the compiled read every load and commit starts with, the compare-and-swap that
 is the commit, and the Idempotency-Key rows written in it. This is the measured hot path: both
-statements are compiled once and run on a pooled DBAPI connection (``sql.Database._fetch_one``).
+statements are compiled once and run on a pooled DBAPI connection (``sql.Database.fetch_one``).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class Pointers:
         self._inline_wait_ms = -1
 
     def get_entry(self, ns: tuple[str, ...], name: str, wait: float | None = None) -> Entry | None:
-        """The pointer read of every load and commit: see ``_fetch_one``. ``wait`` (SQLite, a commit
+        """The pointer read of every load and commit: see ``Database.fetch_one``. ``wait`` (SQLite, a commit
         on the event loop): read on the connection that commit will swap on, whose page cache its
         own last commit left valid, or ``InlineBusy`` when the database kept it waiting that long."""
         values = {"namespace": join_namespace(ns), "name": name}

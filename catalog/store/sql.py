@@ -31,8 +31,10 @@ log = logging.getLogger("catalog.store")
 
 
 class Database:
-    """The engine and the two kinds of transaction the store runs on it. The store's job modules
-    (``entries.py``, ``pointers.py``, ``grant_rows.py``) build on it; ``store.Store`` joins them."""
+    """The engine and the two kinds of transaction the store runs on it. ONE per database: each part
+    of the store (``Pointers``, ``Entries``, ``GrantRows``, ``TaskRows``, ``Leases``, ``DroppedRows``,
+    the outbox ``EventRows``) holds it as ``db``, so one engine and one SQLite writer lock serve them
+    all (``entries.Store`` builds them)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
