@@ -19,7 +19,7 @@ from catalog.commit.grouping import GroupCommitter
 from catalog.events import records
 from catalog.locations import is_within, normalise, overlaps, segment
 from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
-from catalog.maintenance.care import PURGE, Care
+from catalog.maintenance.care import PURGE, WRITER_GRACE, Care
 from catalog.metadata import registered, tables, views
 from catalog.names import check_name, check_namespace
 from catalog.settings import Settings
@@ -522,15 +522,20 @@ class Catalog:
 
     # -- table care ------------------------------------------------------------------------------
 
-    def maintain(self, ns: Namespace, name: str, kinds: Sequence[str], dry_run: bool) -> list[tuple[Task, bool]]:
+    def maintain(
+        self, ns: Namespace, name: str, kinds: Sequence[str], dry_run: bool, writer_grace: float | None = None
+    ) -> list[tuple[Task, bool]]:
         """Queue ``kinds`` of care for the table now (a task of a kind already queued or running is
-        returned as it is, with False); workers run them."""
+        returned as it is, with False); workers run them. ``writer_grace``: this run's writer grace
+        and compaction quiet period, in seconds (None: the server's and the table's)."""
         if not kinds or any(k not in MAINTENANCE_KINDS for k in kinds):  # not repeated back: the API checked them
             raise errors.BadRequest(f"Unknown maintenance kind: choose from {', '.join(MAINTENANCE_KINDS)}")
         kinds = list(dict.fromkeys(kinds))
         entry = self.entry(TABLE, ns, name)
         uuid = self.files.read(entry.metadata_location).data.get("table-uuid")
-        options = {"dry-run": dry_run, "forced": True}
+        options: dict[str, Any] = {"dry-run": dry_run, "forced": True}
+        if writer_grace is not None:
+            options[WRITER_GRACE] = writer_grace
         return [self.store.enqueue(kind, entry.id, uuid, entry.namespace, entry.name, options) for kind in kinds]
 
     def maintenance_tasks(

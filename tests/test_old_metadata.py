@@ -209,3 +209,62 @@ def test_only_files_named_like_metadata_directly_in_the_directory_old_unlogged_a
     assert {f.location for f in stale} == {p for p, gone in names.items() if gone}
     doc = {"location": "s3://bucket/wh/ns/t/", "properties": {"write.metadata.path": "s3://bucket/meta/t/"}}
     assert old_metadata.directories(doc) == [d, "s3://bucket/meta/t"]
+
+
+def test_a_superseded_version_is_stale_at_once_and_a_higher_one_waits_for_the_age() -> None:
+    """The pure rule with the current file's version: a file of a version at most the current one's
+    was named for a pointer that is no longer current (its commit landed long ago or lost its CAS),
+    so it goes however young; a higher version may be a commit in flight and waits for the age."""
+    from catalog.maintenance import old_metadata
+    from catalog.storage.bounds import StoredFile
+
+    d = "s3://bucket/wh/ns/t/metadata"
+    current = f"{d}/00010-{uuid.uuid4()}.metadata.json"
+    young = 5_000  # younger than the cutoff below
+    names = {
+        f"{d}/00003-{uuid.uuid4()}.metadata.json": True,
+        f"{d}/00010-{uuid.uuid4()}.gz.metadata.json": True,  # the same version: a CAS that lost
+        f"{d}/00011-{uuid.uuid4()}.metadata.json": False,  # the next version: maybe in flight
+        f"{d}/v2.metadata.json": False,  # named otherwise: the age decides
+        current: False,
+    }
+    listing = [StoredFile(p, young, 10) for p in names]
+    keep = old_metadata.kept({"metadata-log": []}, current)
+    stale = old_metadata.stale(listing, d, keep, 2_000, lambda p: True, current_version=10)
+    assert {f.location for f in stale} == {p for p, gone in names.items() if gone}
+    unnamed = old_metadata.stale(listing, d, keep, 2_000, lambda p: True, current_version=-1)
+    assert list(unnamed) == []  # a current file named otherwise: every young file waits for the age
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_at_the_default_age_an_expiry_leaves_only_the_log_and_keeps_a_commit_in_flight(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A server at the default age (600 s): every file out of the log goes at the next expiry, not
+    ten minutes later; a file of the next version (a commit in flight, as far as anyone can tell)
+    stays."""
+    services = request.getfixturevalue("services") if backend == "postgres-s3" else None
+    server = care_server(backend, tmp_path / "srv", services)
+    try:
+        ns = f"meta_{uuid.uuid4().hex[:8]}"
+        with Http(server.url) as http:
+            assert http.post("/v1/namespaces", json={"namespace": [ns]}).status_code == 200
+            table = create(http, ns, "t", properties={"write.metadata.previous-versions-max": "3"})
+            location = _spelled(table["metadata"]["location"])
+            for i in range(12):
+                _set(http, ns, "t", n=str(i))
+            current = http.get(f"/v1/namespaces/{ns}/tables/t").json()
+        directory = f"{location}/metadata"
+        in_flight = f"{directory}/00013-{uuid.uuid4()}.metadata.json"
+        lost = f"{directory}/00012-{uuid.uuid4()}.metadata.json"  # the current version, another uuid: a lost CAS
+        _put(server, in_flight, b"{}")
+        _put(server, lost, b"{}")
+        live = {current["metadata-location"], *(e["metadata-file"] for e in current["metadata"]["metadata-log"])}
+        assert len(live) == 4
+
+        task = run_care(server, ns, "t", kinds=["expire-snapshots"])[0]
+        assert task["state"] == "done" and task["result"]["deleted-metadata-files"] == 13 - 4 + 1, task
+        assert _metadata_files(stored_files(server, location), directory) == live | {in_flight}
+        assert server.catalog().load_table(f"{ns}.t").metadata.properties["n"] == "11"
+    finally:
+        server.stop()

@@ -2,9 +2,12 @@
 warehouse of ``?warehouse=`` (absent: the default; ``api.routing`` selects it, grants decide as in it).
 
 - ``POST /management/v1/maintenance/tables/{namespace}/{table}`` with ``{"kinds": [...],
-  "dry-run": bool}`` (default: every kind, not a dry run) -> 202 ``{"tasks": [...]}``: the tasks,
-  queued to run now (a kind already queued or running is returned as it is, ``"created": false``).
-  Needs ``alter`` on the table. The body is checked first: at most one of each known kind (a
+  "dry-run": bool, "writer-grace-seconds": n}`` (default: every kind, not a dry run, the server's
+  grace) -> 202 ``{"tasks": [...]}``: the tasks, queued to run now (a kind already queued or
+  running is returned as it is, ``"created": false``). Needs ``alter`` on the table, and ``admin``
+  on it to set ``writer-grace-seconds`` (this run's writer grace for snapshot expiry and quiet
+  period for compaction: 0 lets a policy just set on a table act now, at the cost of writers who
+  loaded the table before the run retrying their commit). The body is checked first: at most one of each known kind (a
   repeated kind counts once), an unknown one is a 400 that does not repeat it.
 - ``GET /management/v1/maintenance/tasks?namespace=a.b&table=t&state=queued&limit=100``: the
   newest tasks first, only those of tables the caller may read (as loadTable: a task's result names
@@ -27,13 +30,14 @@ from catalog.api import guard, wire
 from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
-from catalog.maintenance.care import KINDS
+from catalog.maintenance.care import KINDS, WRITER_GRACE
 from catalog.service import missing_task
 from catalog.store.tasks import Task
 
 BASE = "/management/v1/maintenance"
 STATES = ("queued", "running", "done", "failed")
 MAX_LIMIT = 1000
+MAX_GRACE = 30 * 86400  # a week of grace is already more than any writer takes; a month bounds the input
 
 
 @post(BASE + "/tables/{namespace:str}/{table:str}", status_code=202)
@@ -45,8 +49,11 @@ async def run_maintenance(
     kinds, dry_run = _kinds(doc.get("kinds", list(KINDS))), doc.get("dry-run", False)
     if not isinstance(dry_run, bool):
         raise errors.BadRequest('Malformed request: {"kinds": [names], "dry-run": true|false}')
-    await guard.require(request, [(Privilege.ALTER, policy.entry("table", ns, name))])
-    queued = await wire.blocking(ctx.catalog.maintain, ns, name, kinds, dry_run)
+    grace = _grace(doc.get(WRITER_GRACE))
+    target = policy.entry("table", ns, name)
+    needs = [(Privilege.ALTER, target)] + ([(Privilege.ADMIN, target)] if grace is not None else [])
+    await guard.require(request, needs)
+    queued = await wire.blocking(ctx.catalog.maintain, ns, name, kinds, dry_run, grace)
     return wire.json_response({"tasks": [{**t.to_json(), "created": created} for t, created in queued]}, status=202)
 
 
@@ -88,6 +95,15 @@ def _kinds(kinds: object) -> list[str]:
     if not all(isinstance(k, str) and k in KINDS for k in kinds):
         raise errors.BadRequest(f"Unknown maintenance kind: choose from {', '.join(KINDS)}")
     return list(dict.fromkeys(kinds))
+
+
+def _grace(value: object) -> float | None:
+    """A run's writer grace in seconds (absent: the server's), a number from 0 to ``MAX_GRACE``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_GRACE:
+        raise errors.BadRequest(f"Malformed request: {WRITER_GRACE} is a number of seconds from 0 to {MAX_GRACE}")
+    return float(value)
 
 
 def _target(task: Task) -> policy.Target:

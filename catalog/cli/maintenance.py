@@ -38,6 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--kind", action="append", choices=KINDS, help="only this kind (repeatable; default: all)")
     run.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
     run.add_argument("--wait", action="store_true", help="return when the tasks finished, with what each did")
+    run.add_argument(
+        "--writer-grace",
+        type=float,
+        metavar="SECONDS",
+        help="this run's writer grace (snapshot expiry) and quiet period (compaction), e.g. 0 to apply a "
+        "policy just set; needs admin on the table (default: the server's and the table's)",
+    )
     for name, text in (("status", "queued and running tasks"), ("history", "finished tasks, newest first")):
         p = actions.add_parser(name, parents=[client], help=text)
         p.add_argument("table", nargs="?", help="namespace.table (default: every table you may read)")
@@ -69,7 +76,9 @@ def _split(name: str) -> tuple[tuple[str, ...], str]:
 def _run(session: Management, args: argparse.Namespace, out: Output) -> int:
     ns, name = _split(args.table)
     path = f"/management/v1/maintenance/tables/{quote(chr(0x1F).join(ns), safe='')}/{quote(name, safe='')}"
-    body = {"kinds": args.kind or list(KINDS), "dry-run": args.dry_run}
+    body: dict[str, Any] = {"kinds": args.kind or list(KINDS), "dry-run": args.dry_run}
+    if args.writer_grace is not None:
+        body["writer-grace-seconds"] = args.writer_grace
     tasks = session.call("POST", path, json=body)["tasks"]
     if args.wait:
         deadline = time.monotonic() + WAIT_SECONDS
@@ -108,23 +117,22 @@ def _show(tasks: list[dict[str, Any]], out: Output, title: str) -> None:
 
 
 def _what(task: dict[str, Any]) -> str:
-    if task["state"] == "failed" or (task["state"] == "queued" and task.get("last-error")):
-        return f"error: {task.get('last-error')}"
+    """The result column: never blank. A finished task's summary (the server words it:
+    ``maintenance/explain.py``), else what the task is waiting for."""
+    state, error = task["state"], task.get("last-error")
+    if state == "failed":
+        return f"error: {error}"
+    if state == "queued":
+        waiting = "already queued (with its own options)" if task.get("created") is False else "waiting for a worker"
+        return f"{waiting}; last attempt failed: {error}" if error else waiting
+    if state == "running":
+        return "running"
     result = task.get("result") or {}
-    if not result:
-        return ""
-    if "skipped" in result:
-        return f"skipped: {result['skipped']}"
-    parts = []
-    if "expired-snapshots" in result:
-        parts.append(f"{result.get('expired-snapshots-count', len(result['expired-snapshots']))} snapshots expired")
-    if "orphans" in result:
-        parts.append(f"{result['orphans']} orphans")
-    if result.get("dry-run"):
-        parts.append(f"would delete {result.get('files-to-delete-count', 0)} files")
-    elif "deleted-files" in result:
-        parts.append(f"{result['deleted-files']} files deleted")
-    return ", ".join(parts)
+    if "summary" in result:
+        return str(result["summary"])
+    # a result from a server before summaries: its counts as they are
+    counts = [f"{k} {v}" for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return ", ".join(counts) or "done"
 
 
 def _worker() -> int:

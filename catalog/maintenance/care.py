@@ -50,7 +50,7 @@ from catalog.settings import Settings
 from catalog.storage import purge
 from catalog.storage.backends import Storage, StoredFile
 from catalog.storage.manifests import Unreadable
-from catalog.storage.metadata_files import MetadataFile, MetadataFiles
+from catalog.storage.metadata_files import MetadataFile, MetadataFiles, version_of
 from catalog.store.entries import Store
 from catalog.store.ownership import PATH_PROPERTIES, Ownership
 from catalog.store.pointers import Entry
@@ -60,6 +60,7 @@ log = logging.getLogger("catalog.maintenance")
 
 EXPIRE, ORPHANS, PURGE = "expire-snapshots", "remove-orphans", "purge"
 REWRITE_MANIFESTS, COMPACT = manifests.KIND, compaction.KIND
+WRITER_GRACE = "writer-grace-seconds"  # a run's option: the grace it gives writers (expiry, compaction)
 KINDS = (EXPIRE, ORPHANS, REWRITE_MANIFESTS, COMPACT)  # what a live table gets; a purge is for a dropped one
 REPLANS = 5  # an expiry whose guard refused it (a ref moved onto a planned snapshot) plans again
 ORPHANS_PER_RUN = 100_000  # the next run takes the rest
@@ -149,7 +150,10 @@ class Care:
             if not rules.gc_enabled:  # as Java refuses: the table's files may be shared with another
                 return {"skipped": "gc.enabled is false on this table"}, file.location
             now = int(time.time() * 1000)
-            plan = _spare_recent_heads(expire.plan(metadata, now, rules), metadata, now, self.settings)
+            grace = writer_grace(task, self.settings)
+            planned_by_policy = expire.plan(metadata, now, rules)
+            plan = _spare_recent_heads(planned_by_policy, metadata, now, grace)
+            why = _why_kept(metadata, now, rules, planned_by_policy, plan, grace)
             updates = plan.updates()
             if not updates:
                 swept = self._stale_metadata(task, entry, file)
@@ -160,6 +164,7 @@ class Care:
                         "removed-refs": [],
                         **_capped("files-to-delete", [f.location for f in swept]),
                         **_capped("metadata-files-to-delete", [f.location for f in swept]),
+                        **why,
                     }, file.location
                 deleted = self._delete_metadata(swept)
                 return {
@@ -167,6 +172,7 @@ class Care:
                     "removed-refs": [],
                     "deleted-files": deleted,
                     "deleted-metadata-files": deleted,
+                    **why,
                 }, file.location
             # Every file the plan would leave unreachable is found BEFORE the commit: a manifest that
             # cannot be read fails the task with the table unchanged, never half-cleaned.
@@ -183,6 +189,7 @@ class Care:
                     "removed-refs": list(plan.refs),
                     **_capped("files-to-delete", sorted(gone)),
                     **_capped("metadata-files-to-delete", sorted(metadata_files)),
+                    **why,
                 }, file.location
             change = Change(
                 TABLE,
@@ -220,6 +227,7 @@ class Care:
                 "deleted-files": deleted + swept_count,
                 "deleted-metadata-files": deleted_logs + swept_count,
                 "metadata-location": after_file.location,
+                **why,
             }, after_file.location
         raise errors.CommitFailed(f"Snapshot expiry of {_ident(entry)}: the table kept changing its refs")
 
@@ -241,7 +249,7 @@ class Care:
         found: list[StoredFile] = []
         for directory in old_metadata.directories(file.data):
             listing = self.storage.listing(directory)
-            for stored in old_metadata.stale(listing, directory, keep, cutoff, owned):
+            for stored in old_metadata.stale(listing, directory, keep, cutoff, owned, version_of(file.location)):
                 found.append(stored)
                 if len(found) >= METADATA_PER_RUN:
                     return found
@@ -274,6 +282,7 @@ class Care:
             self.settings.maintenance_compaction_max_bytes,
             self.settings.maintenance_compaction_quiet_seconds,
             self.spark,
+            quiet_override=task.options.get(WRITER_GRACE),
         )
         try:
             return compactor.run(entry, file, bool(task.options.get("dry-run")), lambda: self.current(task))
@@ -309,6 +318,7 @@ class Care:
         result: dict[str, Any] = {
             "scanned": found.scanned,
             "kept-younger-than-age": found.kept_young,
+            "orphan-age-hours": self.settings.maintenance_orphan_age_hours,
             "orphans": len(found.files),
             "bytes": sum(f.size for f in found.files),
         }
@@ -388,14 +398,19 @@ class Care:
         return len(paths)
 
 
-def _spare_recent_heads(
-    plan: expire.Expiry, metadata: dict[str, Any], now_ms: int, settings: Settings
-) -> expire.Expiry:
+def writer_grace(task: Task, settings: Settings) -> float:
+    """The seconds of grace a task gives writers: the run's own (``writer-grace-seconds``, an
+    operator's override for this run only), else ``CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS``."""
+    override = task.options.get(WRITER_GRACE)
+    return float(override) if override is not None else settings.maintenance_writer_grace_seconds
+
+
+def _spare_recent_heads(plan: expire.Expiry, metadata: dict[str, Any], now_ms: int, grace: float) -> expire.Expiry:
     """The plan without the snapshots that were the head of a branch within the writer grace
-    (``CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS``): a snapshot stopped being a head when a child was
+    (``grace`` seconds): a snapshot stopped being a head when a child was
     committed on it, and a writer that loaded the table before that may still be committing from it
     (clients validate their commit against their starting snapshot, which must still exist)."""
-    grace_ms = int(settings.maintenance_writer_grace_seconds * 1000)
+    grace_ms = int(grace * 1000)
     if not plan.snapshot_ids or grace_ms == 0:
         return plan
     recent_parents = {
@@ -403,6 +418,27 @@ def _spare_recent_heads(
     }
     kept = tuple(i for i in plan.snapshot_ids if i not in recent_parents)
     return plan if kept == plan.snapshot_ids else expire.Expiry(kept, plan.refs)
+
+
+def _why_kept(
+    metadata: dict[str, Any],
+    now_ms: int,
+    rules: expire.Policy,
+    by_policy: expire.Expiry,
+    plan: expire.Expiry,
+    grace: float,
+) -> dict[str, Any]:
+    """What an expiry's result says about the snapshots it kept: how many for each reason (the
+    policy's, ``expire.why_kept``, and the writer grace's), and the values that decided."""
+    kept = expire.why_kept(metadata, now_ms, rules, by_policy)
+    if held := len(by_policy.snapshot_ids) - len(plan.snapshot_ids):
+        kept["writer-grace"] = held
+    return {
+        "kept-snapshots": kept,
+        "max-snapshot-age-ms": rules.max_snapshot_age_ms,
+        "min-snapshots-to-keep": rules.min_snapshots_to_keep,
+        "writer-grace-seconds": grace,
+    }
 
 
 def _keeps_refs(expired: tuple[str, ...]) -> Any:

@@ -57,9 +57,11 @@ from catalog.maintenance.compaction_plan import (
     deferred,
     delete_bytes,
     delete_key,
+    estimated_outputs,
     plan,
     quiet_ms,
     row_level_since,
+    target_bytes,
 )
 from catalog.maintenance.manifests import (
     commit_replace,
@@ -98,12 +100,14 @@ class Compactor:
         max_bytes: int,
         quiet_seconds: float,
         spark: SparkEngine | None = None,
+        quiet_override: float | None = None,
     ) -> None:
         self.storage = storage
         self.engine = engine
         self.max_bytes = max_bytes
         self.quiet_seconds = quiet_seconds
         self.spark = spark
+        self.quiet_override = quiet_override  # an operator's run: this quiet period, whatever the table says
 
     def run(self, entry: Entry, file: Any, dry: bool, reread: Any) -> tuple[dict[str, Any], str | None]:
         """Compact ``entry`` (at ``file``); ``reread()`` gives the table as it is now. The task's result
@@ -114,10 +118,10 @@ class Compactor:
             head = main_head(metadata)
             if head is None or not head.get("manifest-list"):
                 return {"skipped": "the table has no snapshot with a manifest list on main"}, file.location
-            quiet, now = quiet_ms(metadata, self.quiet_seconds), int(time.time() * 1000)
+            quiet, now = quiet_ms(metadata, self.quiet_seconds, self.quiet_override), int(time.time() * 1000)
             if reason := deferred(metadata, now, quiet):
                 metrics.MAINTENANCE_COMPACTIONS.labels("deferred").inc()
-                return {"engine": "in-process", "deferred": reason}, None
+                return {"engine": "in-process", "deferred": reason, "quiet-seconds": quiet / 1000}, None
             live = self._live(head)
             before = now - quiet if quiet else None
             if self.spark is not None and self.spark.configured:
@@ -126,7 +130,12 @@ class Compactor:
                 if size > self.max_bytes:  # beyond the in-process bound: Spark's rewrite_data_files
                     return self._on_spark(entry, file, dry, reread, size, len(live.data))
             the_plan = plan(metadata, live, self.max_bytes, before)
-            result: dict[str, Any] = {"engine": "in-process", "data-files-before": len(live.data)}
+            result: dict[str, Any] = {
+                "engine": "in-process",
+                "data-files-before": len(live.data),
+                "quiet-seconds": quiet / 1000,
+                "target-file-size-bytes": target_bytes(metadata),
+            }
             if the_plan.left:
                 result["left"] = the_plan.left
             if not the_plan.groups:
@@ -138,6 +147,7 @@ class Compactor:
                     "groups": len(the_plan.groups),
                     "data-files-to-rewrite": sum(len(g.files) for g in the_plan.groups),
                     "bytes-to-rewrite": sum(g.bytes for g in the_plan.groups),
+                    "estimated-data-files-to-add": estimated_outputs(metadata, the_plan.groups),
                 }, file.location
             start = head
             snapshot_id = new_snapshot_id(metadata)

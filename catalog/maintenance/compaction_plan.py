@@ -32,9 +32,10 @@ def target_bytes(metadata: dict[str, Any]) -> int:
         return TARGET_DEFAULT
 
 
-def quiet_ms(metadata: dict[str, Any], default_seconds: float) -> int:
-    """The table's quiet period (``catalog.compaction.quiet-seconds``, else the server's setting)."""
-    value = (metadata.get("properties") or {}).get(QUIET)
+def quiet_ms(metadata: dict[str, Any], default_seconds: float, override: float | None = None) -> int:
+    """The table's quiet period: ``override`` (an operator's run), else the table's
+    ``catalog.compaction.quiet-seconds``, else the server's setting."""
+    value = override if override is not None else (metadata.get("properties") or {}).get(QUIET)
     try:
         seconds = float(value) if value is not None else default_seconds
     except (TypeError, ValueError):
@@ -134,7 +135,11 @@ def plan(metadata: dict[str, Any], live: Live, max_bytes: int | None, added_befo
     by_partition: dict[Any, Group] = {}
     for e in live.data:
         f = e.data_file
-        if f.spec_id != spec_id or f.file_size_in_bytes >= MIN_RATIO * target:
+        if f.file_size_in_bytes >= MIN_RATIO * target:
+            left["near-target-size"] = left.get("near-target-size", 0) + 1
+            continue
+        if f.spec_id != spec_id:
+            left["older-partition-spec"] = left.get("older-partition-spec", 0) + 1
             continue
         if added_before_ms is not None and added_ms.get(e.snapshot_id, 0) >= added_before_ms:
             left["added-within-quiet-period"] = left.get("added-within-quiet-period", 0) + 1
@@ -157,6 +162,7 @@ def plan(metadata: dict[str, Any], live: Live, max_bytes: int | None, added_befo
         content = len(group.files) > 1 and group.bytes > target
         deletes = len(group.files) > 1 and bool(group.deletes)
         if not (many or content or deletes):
+            left["too-few-in-partition"] = left.get("too-few-in-partition", 0) + len(group.files)
             continue
         if group.bytes + delete_bytes(group) > budget:
             left["next-run"] = left.get("next-run", 0) + len(group.files)
@@ -164,6 +170,13 @@ def plan(metadata: dict[str, Any], live: Live, max_bytes: int | None, added_befo
         budget -= group.bytes + delete_bytes(group)
         groups.append(group)
     return Plan(groups, left)
+
+
+def estimated_outputs(metadata: dict[str, Any], groups: list[Group]) -> int:
+    """About how many files a rewrite of ``groups`` writes: each group's bytes over the target
+    size, at least one (what a dry run can say without reading a row)."""
+    target = target_bytes(metadata)
+    return sum(max(1, -(-g.bytes // target)) for g in groups)
 
 
 def delete_bytes(group: Group) -> int:

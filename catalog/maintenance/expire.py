@@ -204,6 +204,29 @@ def plan(
     )
 
 
+def why_kept(metadata: dict, now_ms: int, policy: Policy, expiry: Expiry) -> dict[str, int]:
+    """Why each snapshot ``expiry`` leaves was kept, counted by reason (for a task's result; pure):
+    ``ref-head`` (a branch's or tag's own snapshot), ``younger-than-max-age`` (not older than the
+    table's ``history.expire.max-snapshot-age-ms``), ``min-snapshots-to-keep`` (kept by a branch's
+    minimum or its own age). The first reason that holds is the one counted."""
+    gone = set(expiry.snapshot_ids)
+    heads = {ref["snapshot-id"] for name, ref in refs_of(metadata).items() if name not in expiry.refs}
+    cut_off = now_ms - policy.max_snapshot_age_ms
+    reasons: dict[str, int] = {}
+    for s in metadata.get("snapshots") or []:
+        sid = s["snapshot-id"]
+        if sid in gone:
+            continue
+        if sid in heads:
+            reason = "ref-head"
+        elif s["timestamp-ms"] >= cut_off:
+            reason = "younger-than-max-age"
+        else:
+            reason = "min-snapshots-to-keep"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
+
+
 def _ancestors(snapshot_id: int, parent: Mapping[int, int | None], stop: set[int]) -> Iterator[int]:
     """``SnapshotUtil.ancestorsOf``: the snapshot and its parents, newest first, while they exist, lazily
     (a walk that stops early reads no further); it also stops at a snapshot in ``stop`` (already walked)

@@ -14,8 +14,14 @@ A file is stale, and deleted, only when all hold:
 1. it lies directly in one of the table's metadata directories (``<location>/metadata`` and
    ``write.metadata.path``; ``directories``), and ``Ownership.owned`` accepts it;
 2. it is not the current metadata file and not in the current metadata log;
-3. it is older than ``CATALOG_MAINTENANCE_METADATA_FILE_AGE_SECONDS`` (600) measured from BEFORE
-   the pointer was read: a commit writes its new file first and swaps the pointer after, so a file
+3. its version (the ``NNNNN`` of its name) is at most the current file's, or it is older than
+   ``CATALOG_MAINTENANCE_METADATA_FILE_AGE_SECONDS`` (600) measured from BEFORE the pointer was
+   read. The version: a commit names its new file after the version of the pointer it expects plus
+   one (``metadata_files.next_location``; the commit engine's CAS expects the very pointer the file
+   was named after), so a file of version at most the current one's was written for a pointer that
+   is no longer current, and its commit either landed (then it was current once, and is out of the
+   log now) or lost its CAS: it can never become current. The age, for a file of a higher version
+   or named otherwise: a commit writes its new file first and swaps the pointer after, so a file
    not yet in the log may be a commit in flight. A file older than the age that was not current
    or logged when the pointer was read could only become current through a commit that took
    longer than the age between its write and its swap (one request, bounded by seconds: storage
@@ -34,6 +40,7 @@ from typing import Any
 from catalog import errors
 from catalog.locations import normalise
 from catalog.storage.backends import StoredFile
+from catalog.storage.metadata_files import version_of
 
 SUFFIX = ".metadata.json"
 
@@ -64,9 +71,11 @@ def stale(
     keep: set[str],
     older_than_ms: int,
     owned: Callable[[str], bool],
+    current_version: int = -1,
 ) -> Iterator[StoredFile]:
     """The files of ``listing`` (of ``directory``, normalised) that are stale by rules 1-4 of the
-    module docstring; ``keep``: the current file and the log's, normalised."""
+    module docstring; ``keep``: the current file and the log's, normalised; ``current_version``: the
+    current file's (``version_of``; -1: named otherwise, the age alone decides)."""
     for stored in listing:
         try:
             path = normalise(stored.location)
@@ -75,9 +84,11 @@ def stale(
         parent, _, name = path.rpartition("/")
         if parent != directory or not is_metadata_name(name):
             continue
-        if path in keep or stored.modified_ms >= older_than_ms or not owned(path):
+        if path in keep or not owned(path):
             continue
-        yield stored
+        superseded = current_version >= 0 and 0 <= version_of(name) <= current_version
+        if superseded or stored.modified_ms < older_than_ms:
+            yield stored
 
 
 def kept(metadata: dict[str, Any], location: str) -> set[str]:

@@ -36,7 +36,7 @@ import time
 import uuid
 
 from catalog import errors, metrics
-from catalog.maintenance import compaction_plan, manifests
+from catalog.maintenance import compaction_plan, explain, manifests
 from catalog.maintenance.care import COMPACT, EXPIRE, ORPHANS, PURGE, REWRITE_MANIFESTS, Care
 from catalog.storage.metadata_files import MetadataFile
 from catalog.store.tasks import Task, now_ms
@@ -103,6 +103,7 @@ class Workers:
             self._failed(task, owner, e)
         else:
             outcome = "skipped" if "skipped" in result else "done"
+            result = {**result, "summary": explain.summary(task.kind, result)}
             if lost.is_set() or not self.store.finish(task, owner, result, pointer):
                 log.warning(
                     "maintenance task %d (%s of %s) lost its lease: its result is dropped",
@@ -117,7 +118,7 @@ class Workers:
                     task.kind,
                     task.ident,
                     outcome,
-                    _summary(result),
+                    result["summary"],
                     extra={"fields": {"task": task.id, "kind": task.kind, "table": task.ident, "result": result}},
                 )
         finally:
@@ -240,24 +241,3 @@ class Scheduler:
         except Exception as e:  # noqa: BLE001 - an unreadable list: not scheduled, looked at again later
             log.warning("manifest rewrite not scheduled: %s", e)
             return False
-
-
-def _summary(result: dict) -> str:
-    if "skipped" in result:
-        return result["skipped"]
-    parts = []
-    for key in ("expired-snapshots", "removed-refs"):
-        if count := result.get(f"{key}-count", len(result.get(key) or [])):
-            parts.append(f"{count} {key.replace('-', ' ')}")
-    if result.get("manifests-replaced"):
-        parts.append(f"{result['manifests-replaced']} manifests merged into {result['manifests-created']}")
-    if result.get("rewritten-data-files"):
-        parts.append(f"{result['rewritten-data-files']} data files compacted into {result['added-data-files']}")
-    if result.get("yielded"):
-        parts.append(result["yielded"])
-    for key in ("orphans", "deleted-files"):
-        if key in result:
-            parts.append(f"{result[key]} {key.replace('-', ' ')}")
-    if result.get("dry-run"):
-        parts.append(f"dry run: {result.get('files-to-delete-count', 0)} files would be deleted")
-    return ", ".join(parts) or "nothing to do"
