@@ -138,8 +138,25 @@ CARE_ON_REQUEST = {
 }
 
 
+PORT_TRIES = 5  # a free port may be taken by another process between the check and the server's bind
+
+
 def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, str] | None = None) -> Server:
-    """Start the server as its own process on a free port and wait until it answers /health/live."""
+    """Start the server as its own process on a free port and wait until it answers /health/live
+    (on another port when the one picked was taken meanwhile, unless ``extra_env`` fixes the port)."""
+    for _ in range(PORT_TRIES - 1):
+        try:
+            return _start_server(workdir, backend, extra_env)
+        except PortTaken:
+            continue
+    return _start_server(workdir, backend, extra_env)
+
+
+class PortTaken(RuntimeError):
+    """The server could not listen: another process took the port after ``free_port`` saw it free."""
+
+
+def _start_server(workdir: Path, backend: str, extra_env: dict[str, str] | None) -> Server:
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {
@@ -164,7 +181,10 @@ def start_server(workdir: Path, backend: str = "sqlite", extra_env: dict[str, st
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            text = log.read_text()[-3000:]
+            if "Address already in use" in text and "CATALOG_PORT" not in (extra_env or {}):
+                raise PortTaken(text)
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{text}")
         try:
             if requests.get(f"{url}/health/live", timeout=1).status_code == 200:
                 return Server(url, env, proc, log, backend)

@@ -90,7 +90,7 @@ def test_an_unreadable_file_raises_never_a_guess(written, which: str) -> None:
     else:
         victim = gone["manifest-list"]
     table.io.delete(victim)
-    with pytest.raises(reachability.Unreadable) as caught:
+    with pytest.raises(reachability.ReachabilityUnknown) as caught:
         reachability.after_expiry(before, after, table.io)
     assert caught.value.path == victim
 

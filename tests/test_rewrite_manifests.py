@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from pyiceberg.manifest import ManifestContent, ManifestFile
 
-from catalog.maintenance import manifests
+from catalog.maintenance import rewrite_manifests
 from tests.support import (
     PART_SCHEMA,
     PART_SPEC,
@@ -85,7 +85,7 @@ def test_a_table_past_min_count_gets_its_manifests_merged_and_reads_the_same(car
     table = _wait_for_replace(catalog, f"{ns}.t")
     replace = next(s for s in table.metadata.snapshots if s.summary.operation.value == "replace")
     summary = replace.summary.additional_properties
-    assert int(summary["manifests-replaced"]) > manifests.MIN_COUNT_DEFAULT, summary
+    assert int(summary["manifests-replaced"]) > rewrite_manifests.MIN_COUNT_DEFAULT, summary
     assert summary["manifests-created"] == "1", summary  # 100+ small manifests are far below 8 MB
     assert int(summary["entries-processed"]) == 2 * int(summary["manifests-replaced"])  # two partitions an append
     parent = table.snapshot_by_id(replace.parent_snapshot_id)
@@ -120,7 +120,7 @@ def test_the_scheduler_respects_min_count_and_merge_enabled(care: Server) -> Non
     low = {"commit.manifest.min-count-to-merge": "5"}
     catalog, ns, merged = part_table(care, "mr", **low)
     off = catalog.create_table(
-        f"{ns}.off", PART_SCHEMA, partition_spec=PART_SPEC, properties={**low, manifests.MERGE_ENABLED: "false"}
+        f"{ns}.off", PART_SCHEMA, partition_spec=PART_SPEC, properties={**low, rewrite_manifests.MERGE_ENABLED: "false"}
     )
     few = catalog.create_table(f"{ns}.few", PART_SCHEMA, partition_spec=PART_SPEC)
     for i in range(7):
@@ -222,7 +222,7 @@ def test_a_rewrite_whose_head_moved_lands_on_the_new_head(two_processes) -> None
     result = run_job_racing(
         local,
         ns,
-        manifests.Rewriter(local.storage, local.engine),
+        rewrite_manifests.Rewriter(local.storage, local.engine),
         lambda: catalog.load_table(f"{ns}.t").append(_batch(99)),
     )
     assert result["landed-on-moved-head"] == 1 and result["replanned"] == 0, result
@@ -240,13 +240,13 @@ def test_a_rewrite_whose_manifests_were_rewritten_meanwhile_plans_again(two_proc
     catalog, ns, table = part_table(srv, "mr")
     for i in range(6):
         table.append(_batch(i))
-    other = manifests.Rewriter(local.storage, local.engine)
+    other = rewrite_manifests.Rewriter(local.storage, local.engine)
 
     def rewrite_first() -> None:  # another rewrite lands first: the manifests this one replaces are gone
         entry = local.store.get_entry((ns,), "t")
         other.run(entry, local.files.read(entry.metadata_location), False, lambda: None)
 
-    result = run_job_racing(local, ns, manifests.Rewriter(local.storage, local.engine), rewrite_first)
+    result = run_job_racing(local, ns, rewrite_manifests.Rewriter(local.storage, local.engine), rewrite_first)
     assert result["replanned"] == 1 and result["manifests-replaced"] == 0, result  # one manifest: nothing to do
     table = catalog.load_table(f"{ns}.t")
     replaces = [s for s in table.metadata.snapshots if s.summary.operation.value == "replace"]
@@ -282,12 +282,12 @@ def test_the_plan_groups_by_content_and_spec_and_sizes_by_the_target() -> None:
     data0 = [_manifest(ManifestContent.DATA, 0, 100) for _ in range(10)]
     data1 = [_manifest(ManifestContent.DATA, 1, 100)]  # one manifest that stays one: left alone (Java)
     deletes = [_manifest(ManifestContent.DELETES, 0, 100) for _ in range(3)]
-    groups = manifests.plan((*data0, *deletes, *data1), 250)
+    groups = rewrite_manifests.plan((*data0, *deletes, *data1), 250)
     assert [(g.content, g.spec_id, len(g.manifests), g.count) for g in groups] == [
         (ManifestContent.DATA, 0, 10, 4),  # ceil(1000 / 250)
         (ManifestContent.DELETES, 0, 3, 2),
     ]
-    assert manifests.plan(tuple(data0), 50) == []  # the target is below the manifests' own size
+    assert rewrite_manifests.plan(tuple(data0), 50) == []  # the target is below the manifests' own size
 
 
 # -- Spark: reads the rewritten table, and its own rewrite_manifests as the oracle ----------------
@@ -297,9 +297,11 @@ def test_the_plan_groups_by_content_and_spec_and_sizes_by_the_target() -> None:
 @pytest.mark.timeout(900)
 def test_spark_reads_the_rewrite_and_its_own_rewrite_manifests_agrees(care: Server, spark) -> None:  # noqa: ANN001
     lake = register_catalog(spark, care)
-    catalog, ns, ours = part_table(care, "mr", **{manifests.MERGE_ENABLED: "false"})  # not the scheduler's: ours to run
+    catalog, ns, ours = part_table(
+        care, "mr", **{rewrite_manifests.MERGE_ENABLED: "false"}
+    )  # not the scheduler's: ours to run
     theirs = catalog.create_table(
-        f"{ns}.twin", PART_SCHEMA, partition_spec=PART_SPEC, properties={manifests.MERGE_ENABLED: "false"}
+        f"{ns}.twin", PART_SCHEMA, partition_spec=PART_SPEC, properties={rewrite_manifests.MERGE_ENABLED: "false"}
     )
     for i in range(30):
         ours.append(_batch(i))
@@ -364,7 +366,7 @@ def test_a_v3_rewrite_keeps_every_rows_row_id(care: Server, spark) -> None:  # n
     spark.sql(f"CREATE NAMESPACE {lake}.{ns}")
     spark.sql(
         f"CREATE TABLE {t} (id BIGINT, part STRING) USING iceberg PARTITIONED BY (part) "
-        f"TBLPROPERTIES ('format-version' = '3', '{manifests.MERGE_ENABLED}' = 'false')"
+        f"TBLPROPERTIES ('format-version' = '3', '{rewrite_manifests.MERGE_ENABLED}' = 'false')"
     )
     for i in range(12):
         spark.sql(f"INSERT INTO {t} VALUES ({i * 10}, 'p{i % 3}'), ({i * 10 + 1}, 'p{(i + 1) % 3}')")
@@ -402,7 +404,8 @@ def test_delete_manifests_are_rewritten_apart_from_data_manifests_as_spark_does(
         t = f"{lake}.{ns}.{name}"
         spark.sql(
             f"CREATE TABLE {t} (id BIGINT, part STRING) USING iceberg PARTITIONED BY (part) TBLPROPERTIES "
-            f"('format-version' = '2', 'write.delete.mode' = 'merge-on-read', '{manifests.MERGE_ENABLED}' = 'false')"
+            f"('format-version' = '2', 'write.delete.mode' = 'merge-on-read', "
+            f"'{rewrite_manifests.MERGE_ENABLED}' = 'false')"
         )
         for i in range(6):
             spark.sql(f"INSERT INTO {t} VALUES ({i * 10}, 'p{i % 2}'), ({i * 10 + 1}, 'p{i % 2}')")

@@ -74,7 +74,7 @@ from catalog.storage.manifests import (
     ENTRY_READ,
     FILE_ROW_ID,
     FIRST_ROW_ID,
-    Body,
+    AvroBody,
     BufferOutput,
     added_by,
     body_of,
@@ -135,7 +135,7 @@ def storage_failed(e: BaseException) -> bool:
     return isinstance(e, errors.IcebergError) and e.code >= 500
 
 
-class Refused(Exception):
+class NotRebasable(Exception):
     """This commit cannot be rebased; the caller answers the original 409."""
 
 
@@ -257,7 +257,7 @@ class Rebaser:
 
     def __init__(self, storage: Storage, cache_manifests: int = CACHED_MANIFESTS) -> None:
         self.storage = storage
-        self._cache: OrderedDict[str, tuple[tuple[ManifestFile, ...], Body]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[tuple[ManifestFile, ...], AvroBody]] = OrderedDict()
         # the entries' manifests, in all (about 1 KB of memory each, parsed, and their bytes)
         self._budget = cache_manifests
         self._held = 0
@@ -266,7 +266,7 @@ class Rebaser:
         self._executor: ThreadPoolExecutor | None = None
 
     def rebuild(self, c: Candidate, base: dict, now_ms: int) -> Rebased:
-        """Write the rebased manifest list; the commit to apply instead. Raises ``Refused``."""
+        """Write the rebased manifest list; the commit to apply instead. Raises ``NotRebasable``."""
         version, snapshot_id = base["format-version"], c.snapshot["snapshot-id"]
         client_list = _owned(c.snapshot.get("manifest-list"), base)
         parent, parent_body = self._list(_owned(c.parent.get("manifest-list"), base))
@@ -278,20 +278,20 @@ class Rebaser:
             new = [m for m in client if m.added_snapshot_id == snapshot_id]
             rest = [m.manifest_path for m in client if m.added_snapshot_id != snapshot_id]
             if len(set(rest)) != len(rest) or not set(rest) <= {m.manifest_path for m in parent}:
-                raise Refused("the manifests it keeps are not its parent's")
+                raise NotRebasable("the manifests it keeps are not its parent's")
             # A writer may leave out the parent's manifests that hold no live file (only DELETED
             # entries: what a compaction or an overwrite leaves), as pyiceberg's and Java's do; the
             # others it left out it must have merged into its new manifests (``_check_merged``).
             merged = [m for m in parent if m.manifest_path not in set(rest) and _holds_files(m)]
         if not new or len(new) > MAX_NEW_MANIFESTS:
-            raise Refused(f"{len(new)} new manifests")
+            raise NotRebasable(f"{len(new)} new manifests")
         for manifest in new:
             _check_counts(manifest, c.snapshot, version)
         merges = any(m.existing_files_count for m in new)
         if merged and not merges:
-            raise Refused("the manifests it keeps are not its parent's")
+            raise NotRebasable("the manifests it keeps are not its parent's")
         if merges and not merged:
-            raise Refused("a manifest with existing or deleted entries, but none of its parent's manifests merged")
+            raise NotRebasable("a manifest with existing or deleted entries, but none of its parent's manifests merged")
         carried: list[tuple[str, tuple]] = []  # (path, snapshot id and sequence numbers) of EXISTING entries
         added: dict[str, list[ManifestEntry]] = {}  # a merged manifest's added entries, by its path
         for manifest in new:
@@ -359,21 +359,21 @@ class Rebaser:
         added, existing = [], []
         for entry in entries:
             if entry.data_file.content != DataFileContent.DATA:
-                raise Refused("an entry that adds a delete file")
+                raise NotRebasable("an entry that adds a delete file")
             if entry.status == ManifestEntryStatus.EXISTING:
                 if entry.snapshot_id in (None, snapshot["snapshot-id"]):
-                    raise Refused("an existing entry that is not of an earlier snapshot")
+                    raise NotRebasable("an existing entry that is not of an earlier snapshot")
                 existing.append(entry)
                 continue
             mine = entry.snapshot_id in (None, snapshot["snapshot-id"])
             if entry.status != ManifestEntryStatus.ADDED or not mine:
-                raise Refused("an entry that is not an added file of this snapshot")
+                raise NotRebasable("an entry that is not an added file of this snapshot")
             explicit = (entry.sequence_number, entry.file_sequence_number, entry.data_file[FILE_ROW_ID])
             if explicit != (None, None, None):
-                raise Refused("an entry with an explicit sequence number or row id")
+                raise NotRebasable("an entry with an explicit sequence number or row id")
             added.append(entry)
         if (len(added), len(existing)) != (m.added_files_count, m.existing_files_count):
-            raise Refused("a manifest whose counts do not match its entries")
+            raise NotRebasable("a manifest whose counts do not match its entries")
         return added, existing
 
     def _check_merged(self, carried: list[tuple[str, tuple]], merged: list[ManifestFile], base: dict) -> None:
@@ -382,16 +382,16 @@ class Rebaser:
         has there (read as Java's reader inherits them). Together with the parent's manifests it kept
         as they are, that is every live file of its parent and nothing else."""
         if len(merged) > MAX_MERGED_MANIFESTS:
-            raise Refused(f"{len(merged)} of its parent's manifests merged")
+            raise NotRebasable(f"{len(merged)} of its parent's manifests merged")
         if any(m.content != ManifestContent.DATA for m in merged):
-            raise Refused("a delete manifest of its parent's left out")
+            raise NotRebasable("a delete manifest of its parent's left out")
         wanted: list[tuple[str, int]] = []  # each read at most the length its list gives: the bound in all
         for m in merged:
             if not is_int(m.manifest_length) or not 0 < m.manifest_length <= MAX_FILE_BYTES:
-                raise Refused(f"a manifest of its parent's of {m.manifest_length} bytes")
+                raise NotRebasable(f"a manifest of its parent's of {m.manifest_length} bytes")
             wanted.append((_owned(m.manifest_path, base), m.manifest_length))
         if sum(size for _, size in wanted) > MAX_MERGED_BYTES:
-            raise Refused("its parent's manifests it merged are too large to check")
+            raise NotRebasable("its parent's manifests it merged are too large to check")
 
         def read(item: tuple[str, int]) -> bytes:
             return self.storage.read(*item)
@@ -402,11 +402,11 @@ class Rebaser:
             for entry in read_records(_bounded(raw), ENTRY_READ)[0]:
                 if entry.status != ManifestEntryStatus.DELETED:
                     if entry.data_file.file_path in live:
-                        raise Refused("a file live twice in its parent")
+                        raise NotRebasable("a file live twice in its parent")
                     live[entry.data_file.file_path] = _identity(entry, m)
         kept = dict(carried)
         if len(kept) != len(carried) or kept != live:
-            raise Refused("the files it carried over are not its parent's live files")
+            raise NotRebasable("the files it carried over are not its parent's live files")
 
     def _unmerged(
         self,
@@ -441,7 +441,7 @@ class Rebaser:
                             w.add(entry)
                     manifest = w.to_manifest_file()
                 except (errors.IcebergError, ValueError, TypeError, KeyError) as e:
-                    raise Refused(f"its added entries could not be written again: {e}") from e
+                    raise NotRebasable(f"its added entries could not be written again: {e}") from e
                 self._write(location, buffer.value)
                 written.append(location)
                 out.append(ManifestFile(*manifest._data[:FIRST_ROW_ID], *([None] if version >= 3 else [])))
@@ -514,7 +514,7 @@ class Rebaser:
         if group is not None:
             group.pending.pop(location, None)
 
-    def _list(self, location: str) -> tuple[tuple[ManifestFile, ...], Body]:
+    def _list(self, location: str) -> tuple[tuple[ManifestFile, ...], AvroBody]:
         """A manifest list's manifests and body, cached by location (a manifest list never changes)."""
         with self._lock:
             hit = self._cache.get(location)
@@ -525,7 +525,7 @@ class Rebaser:
         self._remember(location, manifests, body)
         return manifests, body
 
-    def _remember(self, location: str, manifests: tuple[ManifestFile, ...], body: Body) -> None:
+    def _remember(self, location: str, manifests: tuple[ManifestFile, ...], body: AvroBody) -> None:
         if len(manifests) > self._budget:
             return
         with self._lock:
@@ -601,7 +601,7 @@ def _holds_files(m: ManifestFile) -> bool:
 
 def _bounded(raw: bytes) -> bytes:
     if len(raw) > MAX_FILE_BYTES:
-        raise Refused(f"a manifest file of {len(raw)} bytes")
+        raise NotRebasable(f"a manifest file of {len(raw)} bytes")
     return raw
 
 
@@ -610,15 +610,15 @@ def _check_counts(m: ManifestFile, snapshot: dict, version: int) -> None:
     and existing ones only in a merged manifest (whose least sequence number is then its oldest
     file's), never deleted ones."""
     if m.content != ManifestContent.DATA:
-        raise Refused("a delete manifest")
+        raise NotRebasable("a delete manifest")
     counts = (m.added_files_count, m.added_rows_count, m.existing_files_count, m.existing_rows_count)
     if None in counts or (m.deleted_files_count, m.deleted_rows_count) != (0, 0):
-        raise Refused("a manifest with deleted entries (or without its counts)")
+        raise NotRebasable("a manifest with deleted entries (or without its counts)")
     if version >= 2:
         expected = {snapshot.get("sequence-number"), UNASSIGNED_SEQ}
         least_ok = m.existing_files_count > 0 or m.min_sequence_number in expected
         if m.sequence_number not in expected or not least_ok:
-            raise Refused("a manifest with sequence numbers of its own")
+            raise NotRebasable("a manifest with sequence numbers of its own")
 
 
 def _owned(location: Any, base: dict) -> str:
@@ -630,7 +630,7 @@ def _owned(location: Any, base: dict) -> str:
             return location
     except errors.IcebergError:
         pass
-    raise Refused(f"a file outside the table's location: {location!r}")
+    raise NotRebasable(f"a file outside the table's location: {location!r}")
 
 
 def with_totals(summary: dict, previous: dict) -> dict:

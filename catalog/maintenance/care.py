@@ -1,5 +1,5 @@
 """The jobs of table care, each one task: ``expire-snapshots``, ``remove-orphans``,
-``rewrite-manifests`` (its job is ``manifests.py``), ``rewrite-data-files`` (``compaction.py``) and
+``rewrite-manifests`` (its job is ``rewrite_manifests.py``), ``rewrite-data-files`` (``compaction.py``) and
 ``purge``.
 
 Snapshot expiry plans with Iceberg's ``ExpireSnapshots`` semantics (``expire.plan``), spares the
@@ -43,7 +43,7 @@ from catalog import errors, metrics
 from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
 from catalog.locations import normalise
-from catalog.maintenance import compaction, expire, manifests, old_metadata, orphans, policy, reachability
+from catalog.maintenance import compaction, expire, old_metadata, orphans, policy, reachability, rewrite_manifests
 from catalog.maintenance.spark import SparkEngine
 from catalog.metadata import tables
 from catalog.settings import Settings
@@ -59,7 +59,7 @@ from catalog.store.tasks import Task
 log = logging.getLogger("catalog.maintenance")
 
 EXPIRE, ORPHANS, PURGE = "expire-snapshots", "remove-orphans", "purge"
-REWRITE_MANIFESTS, COMPACT = manifests.KIND, compaction.KIND
+REWRITE_MANIFESTS, COMPACT = rewrite_manifests.KIND, compaction.KIND
 WRITER_GRACE = "writer-grace-seconds"  # a run's option: the grace it gives writers (expiry, compaction)
 KINDS = (EXPIRE, ORPHANS, REWRITE_MANIFESTS, COMPACT)  # what a live table gets; a purge is for a dropped one
 REPLANS = 5  # an expiry whose guard refused it (a ref moved onto a planned snapshot) plans again
@@ -262,10 +262,10 @@ class Care:
             log.info("snapshot expiry deleted %d metadata files out of the metadata log", deleted)
         return deleted
 
-    # -- manifest rewrite (catalog/maintenance/manifests.py) ------------------------------------------
+    # -- manifest rewrite (catalog/maintenance/rewrite_manifests.py) ------------------------------------------
 
     def rewrite_manifests(self, task: Task, entry: Entry, file: MetadataFile) -> tuple[dict[str, Any], str | None]:
-        rewriter = manifests.Rewriter(self.storage, self.engine)
+        rewriter = rewrite_manifests.Rewriter(self.storage, self.engine)
         try:
             return rewriter.run(entry, file, bool(task.options.get("dry-run")), lambda: self.current(task))
         except Skipped as e:

@@ -63,24 +63,29 @@ from catalog.maintenance.compaction_plan import (
     row_level_since,
     target_bytes,
 )
-from catalog.maintenance.manifests import (
+from catalog.maintenance.replace import (
     commit_replace,
     ident,
     listed,
     live_entries,
     main_head,
-    manifest_writer,
     metadata_dir,
     new_snapshot_id,
     read_live_entries,
     read_manifests,
     replace_on_main,
-    spec_and_schema,
 )
 from catalog.maintenance.rows import Rewritten, rewrite
 from catalog.maintenance.spark import SparkEngine
 from catalog.storage.backends import Storage, delete_quietly
-from catalog.storage.manifests import ENTRY_READ, BufferOutput, list_writer, read_records
+from catalog.storage.manifests import (
+    ENTRY_READ,
+    BufferOutput,
+    list_writer,
+    manifest_writer,
+    read_records,
+    spec_and_schema,
+)
 from catalog.store.pointers import Entry
 
 log = logging.getLogger("catalog.maintenance")

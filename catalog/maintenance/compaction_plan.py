@@ -16,7 +16,7 @@ from pyiceberg.typedef import Record
 from catalog import errors
 from catalog.commit.changes import MAINTENANCE_JOB
 from catalog.locations import is_within, normalise
-from catalog.maintenance.manifests import main_head
+from catalog.maintenance.replace import main_head
 
 TARGET, TARGET_DEFAULT = "write.target-file-size-bytes", 512 * 2**20  # Java's TableProperties
 MIN_RATIO = 0.75  # Java: min-file-size-bytes = 75% of the target
@@ -91,7 +91,7 @@ def due(metadata: dict[str, Any], default: bool = True) -> bool:
 
 
 @dataclass(slots=True)
-class Group:
+class FileGroup:
     """Small files of one partition (of the default spec), rewritten together."""
 
     partition: Record
@@ -104,8 +104,8 @@ class Group:
 
 
 @dataclass(slots=True)
-class Plan:
-    groups: list[Group]
+class CompactionPlan:
+    groups: list[FileGroup]
     left: dict[str, int] = field(default_factory=dict)  # why files were left alone -> how many
 
 
@@ -118,7 +118,9 @@ class Live:
     deletes: list[ManifestEntry]
 
 
-def plan(metadata: dict[str, Any], live: Live, max_bytes: int | None, added_before_ms: int | None = None) -> Plan:
+def plan(
+    metadata: dict[str, Any], live: Live, max_bytes: int | None, added_before_ms: int | None = None
+) -> CompactionPlan:
     """The groups to rewrite (pure: no I/O), at most ``max_bytes`` of them (None: all).
     ``added_before_ms``: only files whose snapshot is older (a snapshot expired since is older still)."""
     spec_id = metadata.get("default-spec-id", 0)
@@ -132,7 +134,7 @@ def plan(metadata: dict[str, Any], live: Live, max_bytes: int | None, added_befo
             equality.append(e)
     roots = _roots(metadata)
     left: dict[str, int] = {}
-    by_partition: dict[Any, Group] = {}
+    by_partition: dict[Any, FileGroup] = {}
     for e in live.data:
         f = e.data_file
         if f.file_size_in_bytes >= MIN_RATIO * target:
@@ -151,7 +153,7 @@ def plan(metadata: dict[str, Any], live: Live, max_bytes: int | None, added_befo
             left["equality-deletes"] = left.get("equality-deletes", 0) + 1
             continue
         key = tuple(f.partition) if f.partition is not None else ()
-        group = by_partition.setdefault(key, Group(f.partition or Record(), [], {}))
+        group = by_partition.setdefault(key, FileGroup(f.partition or Record(), [], {}))
         group.files.append(e)
         deletes = index.for_data_file(e.sequence_number or 0, f, partition_key=f.partition)
         if deletes:
@@ -169,17 +171,17 @@ def plan(metadata: dict[str, Any], live: Live, max_bytes: int | None, added_befo
             continue
         budget -= group.bytes + delete_bytes(group)
         groups.append(group)
-    return Plan(groups, left)
+    return CompactionPlan(groups, left)
 
 
-def estimated_outputs(metadata: dict[str, Any], groups: list[Group]) -> int:
+def estimated_outputs(metadata: dict[str, Any], groups: list[FileGroup]) -> int:
     """About how many files a rewrite of ``groups`` writes: each group's bytes over the target
     size, at least one (what a dry run can say without reading a row)."""
     target = target_bytes(metadata)
     return sum(max(1, -(-g.bytes // target)) for g in groups)
 
 
-def delete_bytes(group: Group) -> int:
+def delete_bytes(group: FileGroup) -> int:
     return sum(d.file_size_in_bytes for ds in group.deletes.values() for d in ds)
 
 

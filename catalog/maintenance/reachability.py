@@ -13,7 +13,7 @@ As Java decides it:
 * statistics and partition-statistics files: those ``before`` lists and ``after`` does not.
 
 Reachability from every remaining snapshot decides, never a guess: a manifest list or manifest that
-cannot be read raises ``Unreadable`` (the caller retries later); Java, failing to read a remaining
+cannot be read raises ``ReachabilityUnknown`` (the caller retries later); Java, failing to read a remaining
 manifest, logs it and still deletes the manifests and manifest lists it had chosen (no data files).
 Each manifest list and manifest is read once, ``READERS`` at a time; what is kept is sets of paths,
 a few manifests' entries decoded at a time. Nothing is filtered by location here: the caller confines its deletes to the
@@ -35,7 +35,7 @@ READERS = 8
 READ_BATCH = 64  # remaining manifests read per round while some candidate file may still be live
 
 
-class Unreadable(Exception):
+class ReachabilityUnknown(Exception):
     """A manifest list or manifest could not be read: nothing may be deleted on this plan."""
 
     def __init__(self, path: str, cause: BaseException) -> None:
@@ -63,7 +63,7 @@ class Unreachable:
 
 def after_expiry(before: dict, after: dict, io: FileIO) -> Unreachable:
     """Files reachable from ``before``'s snapshots and from none of ``after``'s: reachability from every
-    remaining snapshot decides, never a guess. Raises ``Unreadable``."""
+    remaining snapshot decides, never a guess. Raises ``ReachabilityUnknown``."""
     remaining_ids = {s["snapshot-id"] for s in after.get("snapshots") or []}
     remaining = [s for s in after.get("snapshots") or []]
     removed = [s for s in before.get("snapshots") or [] if s["snapshot-id"] not in remaining_ids]
@@ -123,7 +123,7 @@ def _manifest_paths(snapshot: dict, io: FileIO) -> list[str]:
     try:
         return [manifest.manifest_path for manifest in read_manifest_list(io.new_input(location))]
     except Exception as exc:  # any failure to read: nothing is known, so nothing may go
-        raise Unreadable(location, exc) from exc
+        raise ReachabilityUnknown(location, exc) from exc
 
 
 def _file_paths(manifest_path: str, io: FileIO, live_only: bool) -> list[str]:
@@ -141,7 +141,7 @@ def _file_paths(manifest_path: str, io: FileIO, live_only: bool) -> list[str]:
     try:
         entries = manifest.fetch_manifest_entry(io, discard_deleted=live_only)
     except Exception as exc:
-        raise Unreadable(manifest_path, exc) from exc
+        raise ReachabilityUnknown(manifest_path, exc) from exc
     return [entry.data_file.file_path for entry in entries]
 
 

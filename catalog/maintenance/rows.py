@@ -27,7 +27,7 @@ from pyiceberg.types import LongType, NestedField
 
 from catalog import errors
 from catalog.locations import normalise
-from catalog.maintenance.compaction_plan import Group, delete_key, inside, target_bytes
+from catalog.maintenance.compaction_plan import FileGroup, delete_key, inside, target_bytes
 from catalog.storage.backends import Storage, delete_quietly
 from catalog.storage.manifests import FILE_ROW_ID, BufferOutput, BytesInput
 from catalog.store.ownership import PATH_PROPERTIES
@@ -141,7 +141,7 @@ def _arrow_field(f: NestedField) -> pa.Field:
     return pa.field(f.name, pa.int64(), nullable=True, metadata={b"PARQUET:field_id": str(f.field_id).encode()})
 
 
-def rewrite(storage: Storage, metadata: dict[str, Any], groups: list[Group], limit: int) -> Rewritten:
+def rewrite(storage: Storage, metadata: dict[str, Any], groups: list[FileGroup], limit: int) -> Rewritten:
     """Read each group's rows (deletes applied, v3 lineage kept) and write them into files of the
     table's target size, create-only through ``storage``: what was written and what it replaces.
     A failure deletes what was written."""
@@ -209,7 +209,7 @@ def rewrite(storage: Storage, metadata: dict[str, Any], groups: list[Group], lim
 
 
 def _read_group(
-    table: Any, schema: Schema, io: StorageIO, group: Group, version: int
+    table: Any, schema: Schema, io: StorageIO, group: FileGroup, version: int
 ) -> tuple[pa.Table, dict[tuple[str, str | None], set[str]]]:
     """The group's rows (deletes applied; v3 with their lineage) and, for each delete file that
     applies, every data file it points at (read from the file: exact)."""

@@ -36,7 +36,7 @@ import time
 import uuid
 
 from catalog import errors, metrics
-from catalog.maintenance import compaction_plan, explain, manifests
+from catalog.maintenance import compaction_plan, explain, rewrite_manifests
 from catalog.maintenance.care import COMPACT, EXPIRE, ORPHANS, PURGE, REWRITE_MANIFESTS, Care
 from catalog.storage.metadata_files import MetadataFile
 from catalog.store.tasks import Task, now_ms
@@ -237,7 +237,7 @@ class Scheduler:
         if kind != REWRITE_MANIFESTS:
             return True
         try:
-            return manifests.due(file.data, self.care.storage)
+            return rewrite_manifests.due(file.data, self.care.storage)
         except Exception as e:  # noqa: BLE001 - an unreadable list: not scheduled, looked at again later
             log.warning("manifest rewrite not scheduled: %s", e)
             return False

@@ -158,7 +158,7 @@ class Unreadable(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Body:
+class AvroBody:
     """An Avro file's records as they lie after its header: blocks, each ending in the file's sync
     marker (``count`` records in all). A file with the same schema and codec can carry them as bytes."""
 
@@ -170,7 +170,7 @@ class Body:
     count: int
 
 
-def read_records(raw: bytes, read: tuple = LIST_READ) -> tuple[tuple[Any, ...], Body]:
+def read_records(raw: bytes, read: tuple = LIST_READ) -> tuple[tuple[Any, ...], AvroBody]:
     """Every record of an Avro file (``LIST_READ``: a manifest list's manifests, read with the v3
     schema, older lists with defaults; ``ENTRY_READ``: a manifest's entries), each block decoded to
     exactly its count, and the file's body. Raises ``Unreadable``."""
@@ -184,12 +184,12 @@ def read_records(raw: bytes, read: tuple = LIST_READ) -> tuple[tuple[Any, ...], 
     return tuple(records), body
 
 
-def body_of(raw: bytes) -> Body:
+def body_of(raw: bytes) -> AvroBody:
     """The body of a list this process just wrote."""
     return _open(raw, LIST_READ)[1]
 
 
-def added_by(raw: bytes, snapshot_id: int, parent: Body) -> list[ManifestFile] | None:
+def added_by(raw: bytes, snapshot_id: int, parent: AvroBody) -> list[ManifestFile] | None:
     """The manifests a client's list adds, when it is shown cheaply to keep exactly its parent's:
     its leading records are added by ``snapshot_id`` and the rest of its records are, byte for byte,
     the parent list's records under the same schema (how pyiceberg and Java write a fast append's
@@ -211,7 +211,7 @@ def leading_added(raw: bytes, snapshot_id: int) -> list[ManifestFile]:
     return _leading(raw, snapshot_id)[0]
 
 
-def _leading(raw: bytes, snapshot_id: int) -> tuple[list[ManifestFile], Body, bytes]:
+def _leading(raw: bytes, snapshot_id: int) -> tuple[list[ManifestFile], AvroBody, bytes]:
     """A list's leading manifests added by ``snapshot_id``, its body, and its inflated records
     after them."""
     reader, body = _open(raw, LIST_READ)
@@ -226,7 +226,7 @@ def _leading(raw: bytes, snapshot_id: int) -> tuple[list[ManifestFile], Body, by
     return new, body, records[rest:]
 
 
-def extend(raw: bytes, body: Body) -> tuple[bytes, Body] | None:
+def extend(raw: bytes, body: AvroBody) -> tuple[bytes, AvroBody] | None:
     """The list ``raw`` (just written: a header and its records' block) followed by ``body``'s blocks
     as bytes, when both have the same schema and codec; None otherwise.
 
@@ -241,11 +241,11 @@ def extend(raw: bytes, body: Body) -> tuple[bytes, Body] | None:
     if raw[start - SYNC_SIZE : start] != own.sync:
         return None
     data = own.data[:-SYNC_SIZE] + body.sync + body.data
-    joined = Body(body.schema, body.codec, body.sync, data, own.blocks + body.blocks, own.count + body.count)
+    joined = AvroBody(body.schema, body.codec, body.sync, data, own.blocks + body.blocks, own.count + body.count)
     return raw[: start - SYNC_SIZE] + body.sync + data, joined
 
 
-def _open(raw: bytes, read: tuple) -> tuple[Any, Body]:
+def _open(raw: bytes, read: tuple) -> tuple[Any, AvroBody]:
     """The record reader for a file's schema and its body, its blocks walked and their markers checked."""
     try:
         with AvroReader(BytesInput("", raw), *read) as file:
@@ -266,10 +266,10 @@ def _open(raw: bytes, read: tuple) -> tuple[Any, Body]:
     except (EOFError, ValueError, IndexError) as e:
         raise Unreadable(f"a broken block: {e}") from e
     codec = header.meta.get("avro.codec", "null")
-    return reader, Body(header.meta.get("avro.schema", ""), codec, header.sync, data, blocks, count)
+    return reader, AvroBody(header.meta.get("avro.schema", ""), codec, header.sync, data, blocks, count)
 
 
-def _blocks(body: Body) -> Iterator[tuple[int, bytes]]:
+def _blocks(body: AvroBody) -> Iterator[tuple[int, bytes]]:
     """Each block's record count and records, inflated within MAX_RECORD_BYTES in all. Only the
     codecs whose inflation can be bounded are read: null and deflate (Iceberg's default, gzip)."""
     if body.codec not in ("null", "deflate"):
