@@ -1,4 +1,4 @@
-"""Issue 28, item 1: page tokens must not reveal names the caller may not see.
+"""Page tokens must not reveal names the caller may not see (issue 28, item 1).
 
 A caller granted read on one table pages through namespaces and tables with ``pageSize=1``: no
 hidden name ever appears in a response body, the next-page tokens included (decoded). A forged or

@@ -1,4 +1,4 @@
-"""Hardening of the metadata engine (issue 28): every update kind costs what it changes, so that a commit
+"""How the metadata engine scales (issue 28): every update kind costs what it changes, so that a commit
 of N updates is O(N) whatever their kind. A commit of N one-id ``remove-snapshots`` used to filter the
 whole snapshot list per update (O(N²): 3.4 s at 10,000, and a 10 MB body holds 200,000 of them).
 
