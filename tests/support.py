@@ -8,7 +8,9 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
   worker with its children), ``group_members``, ``s3_env``, ``s3_client_props``, ``warehouse_roots``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
 - change events pushed: ``Receiver`` (a real local webhook receiver, down, up or refusing every Nth
-  POST), ``FAST`` (delivery settings for tests), ``wait_for`` (a condition, bounded)
+  POST), ``FAST`` (delivery settings for tests), ``wait_for`` (a condition, bounded); the feed read:
+  ``feed`` (one request), ``read_all`` (every event, following the tokens); ``Start`` (the type of
+  conftest's ``fresh``)
 - storage as it is: ``stored_files`` (the files under a prefix, walked or listed in the bucket),
   ``local_warehouse`` (the warehouse directory, or None in S3)
 - maintenance on the shared servers: ``CARE_ON_REQUEST``, ``wait_task``; dropped tables: ``purge_now``
@@ -462,6 +464,32 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+# A factory of fresh servers on one backend (conftest's ``fresh`` fixture).
+Start = Callable[..., Server]
+
+
+def feed(url: str, headers: dict[str, str] | None = None, **body: Any) -> requests.Response:
+    """One POST to the server's change-event feed (``/v1/events``)."""
+    return requests.post(f"{url}/v1/events", json=body, headers=headers or {}, timeout=30)
+
+
+def read_all(url: str, headers: dict[str, str] | None = None, **filters: Any) -> list[dict[str, Any]]:
+    """Every event the filter gives, following the continuation tokens to the end."""
+    out: list[dict[str, Any]] = []
+    token_: str | None = None
+    while True:
+        body = {**filters, "page-size": 1000, **({"continuation-token": token_} if token_ else {})}
+        resp = feed(url, headers, **body)
+        assert resp.status_code == 200, resp.text
+        page = resp.json()
+        out += page["events"]
+        if not page["events"] and token_ == page["next-page-token"]:
+            return out
+        if not page["events"]:
+            return out
+        token_ = page["next-page-token"]
 
 
 # --- schemas and rows --------------------------------------------------------------------------------

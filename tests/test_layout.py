@@ -1,4 +1,5 @@
-"""The layout of ``catalog/`` holds: no import cycles, and every import goes down the floors.
+"""The layout of ``catalog/`` holds: no import cycles, and every import goes down the floors. (And of
+``tests/``: no test module imports another; of ``bench/results/``: every link to it resolves.)
 
 Read from the source with ``ast``, so every import counts: top-level ones, those inside functions
 (lazy), and those under ``TYPE_CHECKING``. The floors, lowest first, are the ones the layout page
@@ -166,6 +167,60 @@ def test_the_checks_catch_what_they_guard(probe: str, tmp_path: Path) -> None:
     assert found == {"catalog.service", "catalog.store.errors"}
     if probe == "upward":
         assert floor_of("catalog.store.entries")[0] < floor_of("catalog.service")[0]
+
+
+# --- tests: a test module imports no other test module ------------------------------------------------
+
+TESTS = ROOT / "tests"
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """The ``tests/test_*.py`` modules ``path`` (a module of tests/) imports, wherever the statement
+    stands: ``import tests.test_x``, ``from tests.test_x import y``, ``from tests import test_x`` and the
+    relative forms."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(filter(None, ["tests", base]))  # tests/ is flat: '.' is the tests package
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if len(parts) >= 2 and parts[0] == "tests" and parts[1].startswith("test_"):
+                found.add(f"tests.{parts[1]}")
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers live in tests/support.py and fixtures in tests/conftest.py: a test module that
+    imports another runs (and collects) that module's tests' set-up too, and breaks when it moves."""
+    wrong = {
+        path.name: sorted(found)
+        for path in sorted(TESTS.glob("test_*.py"))
+        if (found := imported_test_modules(path) - {f"tests.{path.stem}"})
+    }
+    assert wrong == {}, f"test modules importing other test modules (move what they share to tests/support.py): {wrong}"
+
+
+def test_the_test_import_check_sees_every_form(tmp_path: Path) -> None:
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "import tests.test_a\n"
+        "from tests.test_b import helper\n"
+        "from tests import test_c, support\n"
+        "from .test_d import x\n"
+        "from . import test_e\n"
+        "def f():\n    from tests.test_f import y\n"
+        "from tests.support import read_all\n"
+        "from tests import services\n"
+    )
+    expected = {f"tests.test_{c}" for c in "abcdef"}
+    assert imported_test_modules(probe) == expected
 
 
 # Binary files the repository keeps on purpose: the benchmark charts and the docs' pictures.
