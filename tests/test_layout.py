@@ -1,5 +1,5 @@
 """The layout of ``catalog/`` holds: no import cycles, and every import goes down the floors. (And of
-``tests/``: no test module imports another; of ``bench/results/``: every link to it resolves.)
+``tests/``: no test module imports another.)
 
 Read from the source with ``ast``, so every import counts: top-level ones, those inside functions
 (lazy), and those under ``TYPE_CHECKING``. The floors, lowest first, are the ones the layout page
