@@ -1,5 +1,5 @@
 """The layout of ``catalog/`` holds: no import cycles, and every import goes down the floors. (And of
-``tests/``: no test module imports another.)
+``tests/``: no test module imports another; of ``bench/results/``: every result a document names exists.)
 
 Read from the source with ``ast``, so every import counts: top-level ones, those inside functions
 (lazy), and those under ``TYPE_CHECKING``. The floors, lowest first, are the ones the layout page
@@ -10,6 +10,7 @@ folder. Two folders on the same floor never import each other.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,59 @@ def test_the_test_import_check_sees_every_form(tmp_path: Path) -> None:
     )
     expected = {f"tests.test_{c}" for c in "abcdef"}
     assert imported_test_modules(probe) == expected
+
+
+# --- bench/results/: every result a document names is there --------------------------------------------
+
+RESULTS = ROOT / "bench" / "results"
+# ``bench/results/<name>`` named anywhere; not ``<rev>:bench/results/...`` (a path in an old commit,
+# for git show) and not the git-ignored output folders.
+RESULT_PATH = re.compile(r"(?<![:\w/])(?:bench/)?results/([A-Za-z0-9][A-Za-z0-9._/-]*)")
+MD_LINK = re.compile(r"\]\(([^)\s#]+)")
+IGNORED_OUTPUT = ("raw/", "tmp/")
+
+
+def result_references(path: Path, text: str) -> set[str]:
+    """The ``bench/results/`` paths a Markdown file names: written out (``bench/results/x.md``, or
+    ``results/x.md`` in bench/'s own files), or as a relative link that lands in bench/results/."""
+    found: set[str] = set()
+    in_bench = path.parent == ROOT / "bench"
+    for m in RESULT_PATH.finditer(text):
+        if m.group(0).startswith("bench/") or in_bench:
+            found.add(m.group(1).rstrip(".,;:"))
+    for m in MD_LINK.finditer(text):
+        target = (path.parent / m.group(1)).resolve()
+        if target.is_relative_to(RESULTS) and target != RESULTS:
+            found.add(target.relative_to(RESULTS).as_posix())
+    return {name for name in found if not name.startswith(IGNORED_OUTPUT)}
+
+
+def test_every_bench_result_a_document_names_exists() -> None:
+    """bench/results/ keeps the latest run of each scenario (bench/README.md, *The results*); a run that
+    is replaced or pruned must not leave a link to nothing behind. Older runs are named by their old
+    name and found in git history, never as a bench/results/ path."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "-z", "*.md"], cwd=ROOT, capture_output=True, check=True).stdout
+    broken = []
+    for name in filter(None, tracked.decode().split("\0")):
+        path = ROOT / name
+        if path.is_file():
+            broken += [
+                f"{name}: bench/results/{ref}"
+                for ref in sorted(result_references(path, path.read_text()))
+                if not (RESULTS / ref).exists()
+            ]
+    assert broken == [], f"links to bench results that are not in the tree: {broken}"
+
+
+def test_the_results_check_sees_links_and_mentions() -> None:
+    doc = ROOT / "docs" / "probe.md"  # never written: only its place matters for relative links
+    text = (
+        "[a](../bench/results/a.md) `bench/results/b.md`. `git show HEAD^:bench/results/old.md`"
+        " bench/results/raw/x.json [c](../bench/results/c.png)"
+    )
+    assert result_references(doc, text) == {"a.md", "b.md", "c.png"}
 
 
 # Binary files the repository keeps on purpose: the benchmark charts and the docs' pictures.
