@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text(json.dumps(payload, indent=1, default=str, allow_nan=True))
     written = f".md, {raw}"
+    stem.with_suffix(".png").unlink(missing_ok=True)  # the previous run's chart is not this run's
     try:
         chart.chart(results, stem.with_suffix(".png"), title)
         written += ", .png"
