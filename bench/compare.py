@@ -184,11 +184,9 @@ def compare(args: argparse.Namespace, plan) -> int:
     )
     text = "\n".join([title, "", *lines, verdict, "", f"Wall time {time.perf_counter() - started:.0f} s."]) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"{dt.date.today().isoformat()}-{os.uname().nodename}-compare.md"
-    n = 1
-    while out.exists():
-        n += 1
-        out = args.out / f"{dt.date.today().isoformat()}-{os.uname().nodename}-compare-{n}.md"
+    # The latest guard run replaces the previous one (its title names both commits and the date); older
+    # runs are in git history: git log -p -- bench/results/compare.md
+    out = args.out / "compare.md"
     out.write_text(text)
     print("\n" + text + f"\nwritten {out}")
     return 3 if dropped else 0

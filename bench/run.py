@@ -3,9 +3,11 @@
 Per backend it starts the server (``python -m catalog serve``, its own process), creates the tables
 over HTTP, drives the scenarios from forked client processes, verifies that no acknowledged commit
 was lost, measures the baselines, and stops everything. Then it writes
-``bench/results/<date>-<machine>.md`` (the one table), ``.png`` (the chart) and
-``bench/results/raw/<date>-<machine>.json`` (every number, latency samples included; git ignores
-``raw/``), and prints the table. See ``bench/README.md``.
+``bench/results/<scenario>.md`` (the one table; the date, machine and commit in its title), ``.png``
+(the chart) and ``bench/results/raw/<scenario>-<date>-<time>.json`` (every number, latency samples
+included; git ignores ``raw/``), and prints the table. A run replaces the previous result of its
+scenario: older runs are in git history (``git log -p -- bench/results/<scenario>.md``). See
+``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -97,18 +99,32 @@ def machine() -> dict:
     }
 
 
-def output_stem(out: Path, host: str) -> Path:
-    stem = out / f"{dt.date.today().isoformat()}-{host}"
-    n = 1
-    while stem.with_suffix(".md").exists() or raw_path(stem).exists():
-        n += 1
-        stem = out / f"{dt.date.today().isoformat()}-{host}-{n}"
-    return stem
+def scenario_name(only: set[str]) -> str:
+    """What a run measured, which names its result file: ``all`` for the default groups, else the groups'
+    short names joined by ``-`` (``hot``, ``care-events``, ...)."""
+    if only == {SHORT[p] for p in DEFAULT}:
+        return "all"
+    return "-".join(sorted(short for short, part in SHORT.items() if part in only))
 
 
-def raw_path(stem: Path) -> Path:
-    """The run's raw JSON: ``<out>/raw/<stem>.json``, a folder git ignores (only .md and .png are kept)."""
-    return stem.parent / "raw" / f"{stem.name}.json"
+def output_stem(out: Path, scenario: str) -> Path:
+    """``<out>/<scenario>``: the run replaces the previous result of its scenario (git history keeps it)."""
+    return out / scenario
+
+
+def raw_path(stem: Path, started: dt.datetime) -> Path:
+    """The run's raw JSON: ``<out>/raw/<scenario>-<date>-<time>.json``, a folder git ignores (only .md and
+    .png are kept)."""
+    return stem.parent / "raw" / f"{stem.name}-{started:%Y-%m-%d-%H%M}.json"
+
+
+def commit_label() -> str:
+    """The commit the run measured: its short hash, and whether the working tree had changes."""
+    import subprocess
+
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=9", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain"], capture_output=True, text=True)
+    return (head.stdout.strip() or "unknown") + (", uncommitted changes" if dirty.stdout.strip() else "")
 
 
 def _parts(text: str) -> set[str]:
@@ -204,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     info = machine()
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = output_stem(args.out, info["host"])
+    started_at = dt.datetime.now()
+    stem = output_stem(args.out, scenario_name(args.only))
+    raw = raw_path(stem, started_at)
     prof_dir = stem.parent / f"{stem.name}-profiles"
     if args.profile:
         prof_dir.mkdir(parents=True, exist_ok=True)
@@ -224,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
 
     title = (
-        f"iceberg-catalog benchmark, {'quick' if args.quick else 'full'} mode, {dt.datetime.now():%Y-%m-%d %H:%M}, "
+        f"iceberg-catalog benchmark, {'quick' if args.quick else 'full'} mode, {started_at:%Y-%m-%d %H:%M}, "
+        f"commit {commit_label()}, "
         f"{info['host']} ({info['cpus']} CPU, {info['cpu_model']}), server workers={args.workers}, "
         f"client={args.client}{', PROFILED (py-spy attached)' if args.profile else ''}"
         + "".join(f", {k}={v}" for k, v in args.server_env)
@@ -237,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Wall time {wall:.0f} s. Load average {info['load_average_at_start']} at start, "
         f"{info['load_average_at_end']} at end. Command: `{' '.join(['python -m bench', *(argv or sys.argv[1:])])}`.",
-        f"Raw numbers: `raw/{stem.name}.json` (not committed); chart: `{stem.name}.png`. "
+        f"Raw numbers: `raw/{raw.name}` (not committed); chart: `{stem.name}.png`. "
         "What each row means: `bench/README.md`.",
     ]
     for n, r in results.items():
@@ -253,9 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         "args": vars(args) | {"out": str(args.out)},
         "results": results,
     }
-    raw_path(stem).parent.mkdir(parents=True, exist_ok=True)
-    raw_path(stem).write_text(json.dumps(payload, indent=1, default=str, allow_nan=True))
-    written = f".md, {raw_path(stem)}"
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps(payload, indent=1, default=str, allow_nan=True))
+    written = f".md, {raw}"
+    stem.with_suffix(".png").unlink(missing_ok=True)  # the previous run's chart is not this run's
     try:
         chart.chart(results, stem.with_suffix(".png"), title)
         written += ", .png"

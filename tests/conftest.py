@@ -19,6 +19,9 @@ from pyiceberg.catalog.rest import RestCatalog
 
 from tests.support import (
     CARE_ON_REQUEST,
+    PEERS,
+    PEERS_GRANTS,
+    TOKEN_SECRET,
     Http,
     Server,
     backends,
@@ -266,3 +269,20 @@ def two_processes(tmp_path: Path) -> Iterator[tuple[Server, object]]:
     yield srv, local
     local.store.engine.dispose()
     srv.stop()
+
+
+@pytest.fixture(scope="module")
+def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A SQLite server with authentication and grants: the ``PEERS`` alice and bob may do anything, eve
+    only in the namespace ``eve`` (``support.As`` signs in as one of them)."""
+    workdir = tmp_path_factory.mktemp("peers")
+    (workdir / "grants.yaml").write_text(PEERS_GRANTS)
+    env = {
+        "CATALOG_AUTH_REQUIRED": "true",
+        "CATALOG_OAUTH_CLIENTS": ",".join(f"{k}:{v}" for k, v in PEERS.items()),
+        "CATALOG_TOKEN_SECRET": TOKEN_SECRET,
+        "CATALOG_AUTHZ_BOOTSTRAP": str(workdir / "grants.yaml"),
+    }
+    server = start_server(workdir, extra_env=env)
+    yield server
+    server.stop()

@@ -8,8 +8,11 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
   worker with its children), ``group_members``, ``s3_env``, ``s3_client_props``, ``warehouse_roots``
 - raw HTTP: ``Http`` (the one helper), ``assert_error``, ``metric_total``
 - change events pushed: ``Receiver`` (a real local webhook receiver, down, up or refusing every Nth
-  POST), ``FAST`` (delivery settings for tests), ``wait_for`` (a condition, bounded)
-- storage as it is: ``stored_files`` (the files under a prefix, walked or listed in the bucket)
+  POST), ``FAST`` (delivery settings for tests), ``wait_for`` (a condition, bounded); the feed read:
+  ``feed`` (one request), ``read_all`` (every event, following the tokens); ``Start`` (the type of
+  conftest's ``fresh``)
+- storage as it is: ``stored_files`` (the files under a prefix, walked or listed in the bucket),
+  ``local_warehouse`` (the warehouse directory, or None in S3)
 - maintenance on the shared servers: ``CARE_ON_REQUEST``, ``wait_task``; dropped tables: ``purge_now``
 - schemas, named by what they are: ``JSON_SCHEMA`` (REST JSON, id + data), ``JSON_ID_SCHEMA`` (REST
   JSON, one id column), ``PY_SCHEMA`` (pyiceberg, id + name + ts) and ``rows`` (pyarrow rows of it)
@@ -17,7 +20,9 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
 - commit bodies for the in-process engine: ``append_updates``
 - races: ``race(n, fn)``
 - the catalog in process: ``local_catalog``
-- tokens: ``TOKEN_SECRET``, ``CLIENTS``, ``auth_env`` (``ADMIN_ONLY``), ``token``, ``as_``, ``builtin_token``
+- tokens: ``TOKEN_SECRET``, ``CLIENTS``, ``auth_env`` (``ADMIN_ONLY``), ``token``, ``as_``, ``builtin_token``;
+  three peers who may all write: ``PEERS``, ``PEERS_GRANTS`` (conftest's ``peers`` server), ``As`` (raw
+  HTTP as one principal)
 - PostgreSQL: ``new_pg_database``, ``check_migrations_round_trip``, ``commit_with_its_connection_killed``
 - Spark (plain helpers; the session is conftest's ``spark`` fixture): ``spark_unavailable``,
   ``spark_conf``, ``register_catalog``, ``create_events``, ``insert_events``, ``sql_rows``, ``scalar``
@@ -278,6 +283,12 @@ def s3_client_props(s3) -> dict[str, str]:
     return {"s3.access-key-id": s3.access_key, "s3.secret-access-key": s3.secret_key}
 
 
+def local_warehouse(server: Server) -> Path | None:
+    """The server's warehouse directory, resolved; None when the warehouse is in S3."""
+    warehouse = server.env.get("CATALOG_WAREHOUSE", "")
+    return None if warehouse.startswith("s3://") else Path(warehouse).resolve()
+
+
 def stored_files(server: Server, prefix: str) -> set[str]:
     """Every file under ``prefix`` as the storage holds it (not as the catalog says): walked on local
     disk, listed in the bucket on S3, named as the prefix spells them. What an attack test asserts on."""
@@ -473,6 +484,32 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+# A factory of fresh servers on one backend (conftest's ``fresh`` fixture).
+Start = Callable[..., Server]
+
+
+def feed(url: str, headers: dict[str, str] | None = None, **body: Any) -> requests.Response:
+    """One POST to the server's change-event feed (``/v1/events``)."""
+    return requests.post(f"{url}/v1/events", json=body, headers=headers or {}, timeout=30)
+
+
+def read_all(url: str, headers: dict[str, str] | None = None, **filters: Any) -> list[dict[str, Any]]:
+    """Every event the filter gives, following the continuation tokens to the end."""
+    out: list[dict[str, Any]] = []
+    token_: str | None = None
+    while True:
+        body = {**filters, "page-size": 1000, **({"continuation-token": token_} if token_ else {})}
+        resp = feed(url, headers, **body)
+        assert resp.status_code == 200, resp.text
+        page = resp.json()
+        out += page["events"]
+        if not page["events"] and token_ == page["next-page-token"]:
+            return out
+        if not page["events"]:
+            return out
+        token_ = page["next-page-token"]
 
 
 # --- schemas and rows --------------------------------------------------------------------------------
@@ -680,6 +717,39 @@ def builtin_token(server, client_id: str, secret: str) -> str:
     resp = requests.post(f"{server.url}/v1/oauth/tokens", data=form, timeout=10)
     assert resp.status_code == 200, resp.text
     return resp.json()["access_token"]
+
+
+# Three peers who may all write (conftest's ``peers`` server): ``alice`` and ``bob`` everywhere, ``eve``
+# only in the namespace ``eve``. For what one principal may learn of, or do to, another's.
+PEERS = {"alice": "alice-secret", "bob": "bob-secret", "eve": "eve-secret"}
+PEERS_GRANTS = """
+grants:
+  - {principal: client:alice, privileges: [admin], on: catalog}
+  - {principal: client:bob, privileges: [admin], on: catalog}
+  - {principal: client:eve, privileges: [admin], on: {namespace: eve}}
+"""
+
+
+class As:
+    """Raw HTTP as one principal (by default one of ``PEERS``), signed in at the token endpoint."""
+
+    def __init__(self, server: Server, client: str, secret: str | None = None) -> None:
+        resp = requests.post(
+            f"{server.url}/v1/oauth/tokens",
+            data={"grant_type": "client_credentials", "client_id": client, "client_secret": secret or PEERS[client]},
+            timeout=10,
+        )
+        assert resp.status_code == 200, resp.text
+        self.base, self.headers = server.url, {"Authorization": f"Bearer {resp.json()['access_token']}"}
+
+    def __call__(self, method: str, path: str, headers: dict | None = None, **kw) -> requests.Response:
+        return requests.request(method, self.base + path, headers={**self.headers, **(headers or {})}, timeout=30, **kw)
+
+    def get(self, path: str, **kw) -> requests.Response:
+        return self("GET", path, **kw)
+
+    def post(self, path: str, **kw) -> requests.Response:
+        return self("POST", path, **kw)
 
 
 # --- PostgreSQL --------------------------------------------------------------------------------------

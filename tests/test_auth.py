@@ -484,3 +484,34 @@ def test_claim_at():
     assert claim_at(claims, "missing.path") is None
     with pytest.raises(InvalidToken):
         claim_at(claims, "s.deeper")
+
+
+# --- an OIDC token's times are numbers (issue 28, item e) ---------------------------------------
+
+
+def test_an_oidc_token_whose_exp_is_a_string_is_refused(tmp_path):
+    from tests.idp import LocalIdP
+
+    with LocalIdP(audience="catalog") as idp:
+        env = {
+            "CATALOG_AUTH_REQUIRED": "true",
+            "CATALOG_TOKEN_SECRET": SECRET,
+            "CATALOG_OIDC_ISSUER": idp.issuer,
+            "CATALOG_OIDC_AUDIENCE": "catalog",
+            "CATALOG_AUTHORIZATION": "none",
+        }
+        server = start_server(tmp_path / "oidc", extra_env=env)
+        try:
+
+            def get(token: str) -> requests.Response:
+                return requests.get(
+                    f"{server.url}/v1/namespaces", headers={"Authorization": f"Bearer {token}"}, timeout=10
+                )
+
+            assert get(idp.mint("alice")).status_code == 200
+            later = int(time.time()) + 3600
+            for claims in ({"exp": str(later)}, {"exp": f"{later}.0"}, {"iat": str(int(time.time()))}, {"exp": True}):
+                resp = get(idp.mint("alice", **claims))
+                assert_error(resp, 401, "NotAuthorizedException")
+        finally:
+            server.stop()

@@ -177,7 +177,7 @@ def no_leak(resp: requests.Response) -> None:
 
 
 def test_purge_deletes_only_the_tables_own_files(server, where, http, ns, outside, inside):
-    """A commit can no longer add another place's files (403, tests/test_hardening_lows.py), but a
+    """A commit can no longer add another place's files (403, tests/test_locations.py), but a
     registered table may carry them: its purge must skip them."""
     victims = [place.put(f"victim-{i}.avro", b"precious") for i, place in enumerate(outside)]
     neighbour = create(http, ns, "neighbour")

@@ -148,7 +148,7 @@ def test_identifier_must_match_path(http, ns):
 @pytest.mark.parametrize(
     "body",
     [
-        {"name": "a/../b", "schema": JSON_SCHEMA},  # '/' alone is allowed (tests/test_hardening_spec.py)
+        {"name": "a/../b", "schema": JSON_SCHEMA},  # '/' alone is allowed (tests/test_names.py)
         {"name": "..", "schema": JSON_SCHEMA},
         {"name": "", "schema": JSON_SCHEMA},
         {"name": "ok", "schema": JSON_SCHEMA, "location": "file:///tmp/wh/../../etc"},

@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import FAST, PY_SCHEMA, Receiver, Server, free_port, rows, skip_or_fail, wait_for
-from tests.test_events import Start, read_all
+from tests.support import FAST, PY_SCHEMA, Receiver, Server, Start, free_port, read_all, rows, skip_or_fail, wait_for
 
 SECRET = "webhook-secret"
 INFO = {"CATALOG_LOG_LEVEL": "info"}  # the tests' servers log at warning; the log tests read info lines

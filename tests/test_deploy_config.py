@@ -346,10 +346,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "migration": {"enabled": False},
     },
 }
-# With no database set the chart runs the embedded default (one pod, SQLite on its own claim: see
-# tests/test_hardening_newcomer.py). These sets are about PostgreSQL deployments: every set that builds
-# the URL from parts gives a password (the chart refuses an empty one), so "defaults" is the chart's
-# defaults plus that PostgreSQL password.
+# With no database set the chart runs the embedded default (one pod, SQLite on its own claim: see the
+# embedded-default tests at the end of this file). These sets are about PostgreSQL deployments: every
+# set that builds the URL from parts gives a password (the chart refuses an empty one), so "defaults"
+# is the chart's defaults plus that PostgreSQL password.
 for _values in VALUE_SETS.values():
     _db = _values.setdefault("database", {})
     if not (_db.get("url") or _db.get("existingSecret") or _db.get("password")):
@@ -1762,3 +1762,75 @@ def test_azure_and_gcs_values_become_their_settings(render: Any) -> None:
     assert gcs["CATALOG_WAREHOUSE"] == "gs://lake/wh" and gcs["CATALOG_GCS_PROJECT"] == "p"
     assert gcs["CATALOG_GCS_VEND_CREDENTIALS"] == "true"
     assert gcs["CATALOG_GCS_CLIENT_ENDPOINT"] == "https://storage.example"
+
+
+# --- `helm install` with no values: one pod on the embedded default (issue 28) --------------------
+
+
+def _helm_render(values: dict) -> dict[str, list[dict]]:
+    """The chart rendered with helm-python-sdk: its manifests by kind."""
+    import yaml
+
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
+    with helm.Chart.load(str(ROOT / "helm" / "iceberg-catalog")) as chart:
+        files = chart.render(values, name="lake", namespace="data", is_install=True)
+    kinds: dict[str, list[dict]] = {}
+    for path, text in sorted(files.items()):
+        if path.endswith(".txt") or not text.strip():
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                kinds.setdefault(doc["kind"], []).append(doc)
+    return kinds
+
+
+def test_helm_install_with_no_values_is_one_working_pod_on_the_embedded_default():
+    """No values: one pod, SQLite and a local warehouse on a claim the chart makes, no migration Job (it
+    would migrate a file the server never sees) and no database password to invent; the server's own
+    start-up check (an unusable warehouse is refused) passes on that volume."""
+    kinds = _helm_render({})
+    (deployment,) = kinds["Deployment"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "catalog"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "data")
+    assert env["CATALOG_DATABASE_URL"] == f"sqlite:///{mount}/catalog.db"
+    assert env["CATALOG_WAREHOUSE"] == f"{mount}/warehouse"
+    assert "DATABASE_PASSWORD" not in env
+    (claim,) = kinds["PersistentVolumeClaim"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "data")
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert "Job" not in kinds
+    kv = pytest.importorskip("kubernetes_validate.utils", reason="kubernetes-validate is not installed")
+    version = sorted(set(kv.all_versions()), key=lambda v: tuple(int(p) for p in v.split(".")))[-1]
+    for docs in kinds.values():
+        for manifest in docs:
+            kv.validate(manifest, version, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("values", "reason"),
+    [
+        ({"replicaCount": 2}, "the embedded default"),
+        ({"autoscaling": {"enabled": True}}, "the embedded default"),
+        ({"database": {"host": "pg"}}, "database.password is empty"),  # PostgreSQL half set: refused, not embedded
+    ],
+)
+def test_unworkable_values_are_still_refused(values, reason):
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
+    with pytest.raises(helm.HelmError) as failure:
+        _helm_render(values)
+    assert reason in str(failure.value)
+
+
+def test_postgresql_values_are_unchanged_by_the_embedded_default():
+    kinds = _helm_render({"database": {"password": "pw"}})
+    (deployment,) = kinds["Deployment"]
+    assert deployment["spec"]["replicas"] == 2 and "PersistentVolumeClaim" not in kinds and "Job" in kinds
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "catalog"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["CATALOG_DATABASE_URL"].startswith("postgresql+psycopg://catalog:$(DATABASE_PASSWORD)@postgresql:")
+    assert env["CATALOG_WAREHOUSE"] == "s3://warehouse/"

@@ -13,7 +13,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,36 +21,16 @@ import requests
 from tests.support import (
     PY_SCHEMA,
     Server,
+    Start,
     as_,
     auth_env,
+    feed,
     new_pg_database,
+    read_all,
     rows,
     start_server,
     token,
 )
-
-Start = Callable[..., Server]
-
-
-def feed(url: str, headers: dict[str, str] | None = None, **body: Any) -> requests.Response:
-    return requests.post(f"{url}/v1/events", json=body, headers=headers or {}, timeout=30)
-
-
-def read_all(url: str, headers: dict[str, str] | None = None, **filters: Any) -> list[dict[str, Any]]:
-    """Every event the filter gives, following the continuation tokens to the end."""
-    out: list[dict[str, Any]] = []
-    token_: str | None = None
-    while True:
-        body = {**filters, "page-size": 1000, **({"continuation-token": token_} if token_ else {})}
-        resp = feed(url, headers, **body)
-        assert resp.status_code == 200, resp.text
-        page = resp.json()
-        out += page["events"]
-        if not page["events"] and token_ == page["next-page-token"]:
-            return out
-        if not page["events"]:
-            return out
-        token_ = page["next-page-token"]
 
 
 def ops(events: list[dict[str, Any]]) -> list[str]:

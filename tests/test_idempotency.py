@@ -8,7 +8,7 @@ from collections import Counter
 
 import requests
 
-from tests.support import add_column, assert_error, create, load, race, start_server
+from tests.support import As, add_column, assert_error, create, load, race, start_server
 
 
 def keyed(key: str) -> dict:
@@ -145,3 +145,31 @@ def test_commit_and_its_key_land_in_one_transaction(tmp_path):
     assert store.expire_keys(older_than_ms=0) == 0 and store.get_key("k1") is not None
     assert store.expire_keys(older_than_ms=2**62) == 1 and store.get_key("k1") is None
     engine.dispose()
+
+
+# --- an Idempotency-Key is a principal's own (issue 28, item g) ---------------------------------
+
+
+def test_another_principal_reusing_a_key_gets_its_own_processing_and_learns_nothing(peers):
+    alice, bob = As(peers, "alice"), As(peers, "bob")
+    ns = f"idem_{uuid.uuid4().hex[:8]}"
+    assert alice.post("/v1/namespaces", json={"namespace": [ns]}).status_code == 200
+    create(alice, ns, "t")
+    key = {"Idempotency-Key": f"k-{uuid.uuid4()}"}
+    body = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"by": "alice"}}]}
+    first = alice.post(f"/v1/namespaces/{ns}/tables/t", json=body, headers=key)
+    assert first.status_code == 200, first.text
+
+    # bob, same key, a different request: his own commit, not "already used for a different request"
+    mine = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"by": "bob"}}]}
+    resp = bob.post(f"/v1/namespaces/{ns}/tables/t", json=mine, headers=key)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["metadata"]["properties"]["by"] == "bob"
+    assert "Idempotency" not in resp.text
+    # the key is now bob's own too: his reuse of it for another request is his own 400, never alice's record
+    again = bob.post(f"/v1/namespaces/{ns}/tables/t", json=body, headers=key)
+    assert again.status_code == 400 and "Idempotency-Key" in again.text  # his own key, his own other request
+    # alice's retry is still her replay: the same response, nothing applied again
+    replay = alice.post(f"/v1/namespaces/{ns}/tables/t", json=body, headers=key)
+    assert replay.status_code == 200 and replay.json()["metadata-location"] == first.json()["metadata-location"]
+    assert alice.get(f"/v1/namespaces/{ns}/tables/t").json()["metadata"]["properties"]["by"] == "bob"

@@ -1,4 +1,5 @@
-"""The layout of ``catalog/`` holds: no import cycles, and every import goes down the floors.
+"""The layout of ``catalog/`` holds: no import cycles, and every import goes down the floors. (And of
+``tests/``: no test module imports another; of ``bench/results/``: every result a document names exists.)
 
 Read from the source with ``ast``, so every import counts: top-level ones, those inside functions
 (lazy), and those under ``TYPE_CHECKING``. The floors, lowest first, are the ones the layout page
@@ -9,6 +10,7 @@ folder. Two folders on the same floor never import each other.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -166,6 +168,113 @@ def test_the_checks_catch_what_they_guard(probe: str, tmp_path: Path) -> None:
     assert found == {"catalog.service", "catalog.store.errors"}
     if probe == "upward":
         assert floor_of("catalog.store.entries")[0] < floor_of("catalog.service")[0]
+
+
+# --- tests: a test module imports no other test module ------------------------------------------------
+
+TESTS = ROOT / "tests"
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """The ``tests/test_*.py`` modules ``path`` (a module of tests/) imports, wherever the statement
+    stands: ``import tests.test_x``, ``from tests.test_x import y``, ``from tests import test_x`` and the
+    relative forms."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(filter(None, ["tests", base]))  # tests/ is flat: '.' is the tests package
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if len(parts) >= 2 and parts[0] == "tests" and parts[1].startswith("test_"):
+                found.add(f"tests.{parts[1]}")
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers live in tests/support.py and fixtures in tests/conftest.py: a test module that
+    imports another runs (and collects) that module's tests' set-up too, and breaks when it moves."""
+    wrong = {
+        path.name: sorted(found)
+        for path in sorted(TESTS.glob("test_*.py"))
+        if (found := imported_test_modules(path) - {f"tests.{path.stem}"})
+    }
+    assert wrong == {}, f"test modules importing other test modules (move what they share to tests/support.py): {wrong}"
+
+
+def test_the_test_import_check_sees_every_form(tmp_path: Path) -> None:
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "import tests.test_a\n"
+        "from tests.test_b import helper\n"
+        "from tests import test_c, support\n"
+        "from .test_d import x\n"
+        "from . import test_e\n"
+        "def f():\n    from tests.test_f import y\n"
+        "from tests.support import read_all\n"
+        "from tests import services\n"
+    )
+    expected = {f"tests.test_{c}" for c in "abcdef"}
+    assert imported_test_modules(probe) == expected
+
+
+# --- bench/results/: every result a document names is there --------------------------------------------
+
+RESULTS = ROOT / "bench" / "results"
+# ``bench/results/<name>`` named anywhere; not ``<rev>:bench/results/...`` (a path in an old commit,
+# for git show) and not the git-ignored output folders.
+RESULT_PATH = re.compile(r"(?<![:\w/])(?:bench/)?results/([A-Za-z0-9][A-Za-z0-9._/-]*)")
+MD_LINK = re.compile(r"\]\(([^)\s#]+)")
+IGNORED_OUTPUT = ("raw/", "tmp/")
+
+
+def result_references(path: Path, text: str) -> set[str]:
+    """The ``bench/results/`` paths a Markdown file names: written out (``bench/results/x.md``, or
+    ``results/x.md`` in bench/'s own files), or as a relative link that lands in bench/results/."""
+    found: set[str] = set()
+    in_bench = path.parent == ROOT / "bench"
+    for m in RESULT_PATH.finditer(text):
+        if m.group(0).startswith("bench/") or in_bench:
+            found.add(m.group(1).rstrip(".,;:"))
+    for m in MD_LINK.finditer(text):
+        target = (path.parent / m.group(1)).resolve()
+        if target.is_relative_to(RESULTS) and target != RESULTS:
+            found.add(target.relative_to(RESULTS).as_posix())
+    return {name for name in found if not name.startswith(IGNORED_OUTPUT)}
+
+
+def test_every_bench_result_a_document_names_exists() -> None:
+    """bench/results/ keeps the latest run of each scenario (bench/README.md, *The results*); a run that
+    is replaced or pruned must not leave a link to nothing behind. Older runs are named by their old
+    name and found in git history, never as a bench/results/ path."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "-z", "*.md"], cwd=ROOT, capture_output=True, check=True).stdout
+    broken = []
+    for name in filter(None, tracked.decode().split("\0")):
+        path = ROOT / name
+        if path.is_file():
+            broken += [
+                f"{name}: bench/results/{ref}"
+                for ref in sorted(result_references(path, path.read_text()))
+                if not (RESULTS / ref).exists()
+            ]
+    assert broken == [], f"links to bench results that are not in the tree: {broken}"
+
+
+def test_the_results_check_sees_links_and_mentions() -> None:
+    doc = ROOT / "docs" / "probe.md"  # never written: only its place matters for relative links
+    text = (
+        "[a](../bench/results/a.md) `bench/results/b.md`. `git show HEAD^:bench/results/old.md`"
+        " bench/results/raw/x.json [c](../bench/results/c.png)"
+    )
+    assert result_references(doc, text) == {"a.md", "b.md", "c.png"}
 
 
 # Binary files the repository keeps on purpose: the benchmark charts and the docs' pictures.

@@ -175,3 +175,78 @@ def test_credentials_endpoint_answers_explicitly(http, ns):
     resp = http.get(f"/v1/namespaces/{ns}/tables/t/credentials")
     assert resp.status_code == 200 and "storage-credentials" in resp.json()
     assert_error(http.get(f"/v1/namespaces/{ns}/tables/nope/credentials"), 404, "NoSuchTableException")
+
+
+# --- referenced-by and the load result's remote-signing-config (issue 28, item 12) ----------------
+
+
+def test_referenced_by_is_validated(http, ns) -> None:
+    schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "a", "type": "long", "required": False}]}
+    assert http("POST", f"/v1/namespaces/{ns}/tables", json={"name": "t", "schema": schema}).status_code == 200
+    view = {
+        "name": "v",
+        "schema": schema,
+        "view-version": {
+            "version-id": 1,
+            "timestamp-ms": 1,
+            "schema-id": 0,
+            "summary": {},
+            "default-namespace": [ns],
+            "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}],
+        },
+        "properties": {},
+    }
+    assert http("POST", f"/v1/namespaces/{ns}/views", json=view).status_code == 200
+    good = [f"{ns}%1Fv", f"prod%1Fanalytics%1Fquarterly%2Cv,{ns}%1Fv", "a%1Fb%1Fc"]
+    bad = ["justaview", f"{ns}%1F", "%1Fv", f"{ns}%1Fv,", ",".join([f"{ns}%1Fv"] * 33)]
+    for path in (
+        f"/v1/namespaces/{ns}/tables/t",
+        f"/v1/namespaces/{ns}/views/v",
+        f"/v1/namespaces/{ns}/tables/t/credentials",
+    ):
+        for value in good:
+            resp = http("GET", f"{path}?referenced-by={value}")
+            assert resp.status_code == 200, (path, value, resp.text)
+        for value in bad:
+            resp = http("GET", f"{path}?referenced-by={value}")
+            assert resp.status_code == 400, (path, value, resp.text)
+            assert resp.json()["error"]["type"] == "BadRequestException"
+
+
+def test_a_remote_signing_offer_carries_remote_signing_config(tmp_path) -> None:
+    """The load result's ``remote-signing-config`` (the contract's RemoteSigningConfig) next to the
+    ``config`` properties older clients read. A staged create answers a load result without touching S3."""
+    import requests
+
+    from tests.support import free_port, start_server
+
+    env = {
+        "CATALOG_WAREHOUSE": "s3://lake/wh",
+        "CATALOG_S3_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "CATALOG_S3_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "CATALOG_S3_SECRET_ACCESS_KEY": "secret-example",
+        "CATALOG_S3_PATH_STYLE_ACCESS": "true",
+        "CATALOG_S3_REMOTE_SIGNING": "true",
+    }
+    srv = start_server(tmp_path, extra_env=env)
+    try:
+        requests.post(f"{srv.url}/v1/namespaces", json={"namespace": ["n"]}, timeout=10).raise_for_status()
+        schema = {
+            "type": "struct",
+            "schema-id": 0,
+            "fields": [{"id": 1, "name": "a", "type": "long", "required": False}],
+        }
+        create = {"name": "t", "schema": schema, "stage-create": True}
+        for header, offered in (("remote-signing", True), ("vended-credentials", True), (None, False)):
+            headers = {"X-Iceberg-Access-Delegation": header} if header else {}
+            resp = requests.post(f"{srv.url}/v1/namespaces/n/tables", json=create, headers=headers, timeout=10)
+            assert resp.status_code == 200, resp.text
+            body = resp.json()
+            if offered:
+                assert body["config"]["s3.remote-signing-enabled"] == "true"
+                assert body["remote-signing-config"] == {"properties": {}, "headers": {}}
+            else:
+                assert "remote-signing-config" not in body and "s3.remote-signing-enabled" not in body["config"]
+            assert "secret-example" not in resp.text
+    finally:
+        srv.stop()

@@ -458,3 +458,32 @@ def test_signing_in_created_warehouses_keeps_a_principal_to_its_own(s3, tmp_path
             for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=f"{root}/"):
                 for o in page.get("Contents", []):
                     client.delete_object(Bucket=s3.bucket, Key=o["Key"])
+
+
+# --- encoded dot segments and backslashes (issue 28, item f) -------------------------------------
+
+
+def test_the_signer_refuses_encoded_dot_segments_and_backslashes():
+    """Pure logic (no store needed): what the sign route plans and confines for a key. The URI is
+    decoded once, as S3 decodes it; a segment still '..' after one more decode, or a backslash, is
+    refused, since a FileIO, proxy or tool that decodes again or reads '\\' as '/' would climb out."""
+    from catalog.storage import signing
+
+    hosts = [("s3.test", 9000)]
+
+    def plan(path: str) -> signing.Plan:
+        planned = signing.plan(signing.SignRequest("GET", f"http://s3.test:9000/b/{path}", {}), hosts)
+        signing.confine(planned, "s3://b/w/t")
+        return planned
+
+    assert plan("w/t/data/a%20b.parquet").keys == ["w/t/data/a b.parquet"]
+    for path in (
+        "w/t/%2e%2e/other/x",  # decoded once: '..'
+        "w/t/%252e%252e/other/x",  # decoded twice: '..'
+        "w/t/%252E./other/x",
+        "w/t/%252e/x",
+        "w/t/..%5Cother/x",  # a backslash
+        "w/t/a%5C..%5C..%5Cother",
+    ):
+        with pytest.raises(errors.Forbidden):
+            plan(path)
