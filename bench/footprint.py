@@ -263,7 +263,9 @@ def run(backend: Any, quick: bool, commits: int, server_env: dict[str, str], log
         conflicts = 0
         t0, started = time.perf_counter(), time.time()
         for i in range(commits):
-            while len(ahead) < PREFETCH and i + len(ahead) < commits:
+            # files written ahead stop at the next sample, so that a sample sees no file of a later commit
+            boundary = min(commits, (i // SAMPLE_EVERY + 1) * SAMPLE_EVERY)
+            while len(ahead) < PREFETCH and i + len(ahead) < boundary:
                 ahead.append(pool.submit(table.files.write, table.next_number()))
             listing = ahead.popleft().result()
             while True:
