@@ -245,10 +245,14 @@ def line(m: dict) -> str:
 # -- the group ------------------------------------------------------------------------------------
 
 
-def run(backend: Any, quick: bool, commits: int, server_env: dict[str, str], log: Any) -> dict:
+def run(
+    backend: Any, quick: bool, commits: int, server_env: dict[str, str], log: Any, props: dict[str, str] | None = None
+) -> dict:
+    """``props``: table properties (none by default: the row is of a table at the defaults; e.g.
+    ``write.metadata.delete-after-commit.enabled=true`` to measure that remedy)."""
     env = {**SERVER_ENV, **server_env}
     interval = float(env.get("CATALOG_MAINTENANCE_INTERVAL_SECONDS", INTERVAL_S))
-    out: dict[str, Any] = {"commits": commits, "server_env": env, "samples": []}
+    out: dict[str, Any] = {"commits": commits, "server_env": env, "table_properties": props or {}, "samples": []}
     t_group = time.perf_counter()
     server = backend.own_server("footprint", env)
     http = wire.Http(server.url)
@@ -258,7 +262,7 @@ def run(backend: Any, quick: bool, commits: int, server_env: dict[str, str], log
     name = backend.name
     try:
         http.request("POST", "/v1/namespaces", orjson.dumps({"namespace": [wire.NS]}))
-        table = Table(http, store, backend.storage, "footprint", {})
+        table = Table(http, store, backend.storage, "footprint", dict(props or {}))
         ahead: deque[Future] = deque()
         conflicts = 0
         t0, started = time.perf_counter(), time.time()

@@ -170,6 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="commits of the footprint group's table (default 10,000; 2,000 with --quick)",
     )
+    parser.add_argument(
+        "--footprint-property",
+        action="append",
+        default=[],
+        type=lambda t: tuple(t.split("=", 1)) if "=" in t else parser.error(f"expected KEY=VALUE, got {t!r}"),
+        metavar="KEY=VALUE",
+        help="a table property of the footprint group's table, repeatable (none by default)",
+    )
     parser.add_argument("--profile", action="store_true", help="record py-spy profiles of the server per scenario")
     parser.add_argument(
         "--compare",

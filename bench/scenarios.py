@@ -488,7 +488,8 @@ class Run:
         """Files and bytes under a table vs what its metadata references, after many commits with
         care at its defaults (``bench/footprint.py``)."""
         commits = getattr(self.args, "footprint_commits", None) or (2_000 if self.args.quick else 10_000)
-        self.r["footprint"] = footprint.run(self.b, self.args.quick, commits, dict(self.args.server_env), log)
+        props = dict(getattr(self.args, "footprint_property", None) or ())
+        self.r["footprint"] = footprint.run(self.b, self.args.quick, commits, dict(self.args.server_env), log, props)
 
     def compaction(self) -> None:
         """A table fed by 16 appenders, compaction off vs on (``bench/compaction.py``)."""
