@@ -177,7 +177,9 @@ def referenced(
     return refs, kinds
 
 
-def measure(store: Store, loaded: dict, commits: int, full: bool = False, pool: ThreadPoolExecutor | None = None) -> dict:
+def measure(
+    store: Store, loaded: dict, commits: int, full: bool = False, pool: ThreadPoolExecutor | None = None
+) -> dict:
     meta = loaded["metadata"]
     under: dict[str, int] = {}
     for d in table_dirs(meta):
@@ -303,9 +305,7 @@ def run(
             {
                 "kind": x.get("kind"),
                 "state": x.get("state"),
-                "finished_after_s": ((x.get("finished-ms") or 0) / 1000 - started)
-                if x.get("finished-ms")
-                else None,
+                "finished_after_s": ((x.get("finished-ms") or 0) / 1000 - started) if x.get("finished-ms") else None,
                 "deleted_files": (x.get("result") or {}).get("deleted-files"),
                 "deleted_metadata_files": (x.get("result") or {}).get("deleted-metadata-files"),
                 "summary": (x.get("result") or {}).get("summary"),
