@@ -299,7 +299,9 @@ def run(
             k: max(s[k] for s in out["samples"] + [final])
             for k in ("files_under", "bytes_under", "metadata_json_under", "files_ratio", "bytes_ratio")
         }
+        http.close()  # a fresh connection: the server drops keep-alive connections left idle (the final read)
         status, data = http.request("GET", f"{MAINTENANCE}/tasks?namespace={wire.NS}&table=footprint&limit=100")
+        out["tasks_status"] = status
         tasks = orjson.loads(data)["tasks"] if status == 200 else []
         out["tasks"] = [
             {
