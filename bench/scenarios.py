@@ -20,6 +20,7 @@ from . import (
     compaction,
     cpu,
     events,
+    footprint,
     hot,
     metrics,
     profiling,
@@ -67,6 +68,7 @@ PARTS = (
     "baselines",
     "care",
     "care_scale",
+    "footprint",
     "compaction",
     "events",
     "warehouses",
@@ -80,13 +82,15 @@ SHORT = {
     "baselines": "baselines",
     "care": "care",
     "care-scale": "care_scale",
+    "footprint": "footprint",
     "compaction": "compaction",
     "events": "events",
     "warehouses": "warehouses",
     "weed": "weed",
 }
-# opt-in: the scale probe (minutes) and the SeaweedFS catalog comparison (its own rounds, minutes)
-DEFAULT = tuple(k for k in SHORT if k not in ("care-scale", "weed"))
+# opt-in: the scale probe (minutes), the footprint after 10,000 commits at default care settings (GBs
+# of metadata written, minutes) and the SeaweedFS catalog comparison (its own rounds, minutes)
+DEFAULT = tuple(k for k in SHORT if k not in ("care-scale", "footprint", "weed"))
 
 
 @dataclass(frozen=True)
@@ -479,6 +483,13 @@ class Run:
         """100,000 snapshots expired, 1,000,000 files listed by orphan removal (``bench/care.py``)."""
         self.r["care_scale"] = out = {}
         care.scale(self.b, self.args.quick, dict(self.args.server_env), log, out)
+
+    def footprint(self) -> None:
+        """Files and bytes under a table vs what its metadata references, after many commits with
+        care at its defaults (``bench/footprint.py``)."""
+        commits = getattr(self.args, "footprint_commits", None) or (2_000 if self.args.quick else 10_000)
+        props = dict(getattr(self.args, "footprint_property", None) or ())
+        self.r["footprint"] = footprint.run(self.b, self.args.quick, commits, dict(self.args.server_env), log, props)
 
     def compaction(self) -> None:
         """A table fed by 16 appenders, compaction off vs on (``bench/compaction.py``)."""

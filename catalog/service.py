@@ -100,6 +100,7 @@ class Catalog:
         """Let go of what this catalog holds: its database connections and its readiness threads
         (a warehouse closed, or reopened with a changed profile)."""
         self._probe_threads.shutdown(wait=False, cancel_futures=True)
+        self.engine.close()
         self.pointers.close_held_connections()
         self.db.engine.dispose()
 

@@ -495,6 +495,13 @@ class Settings(BaseSettings):
         description="Files no metadata references are removed only once they are older than this (in-flight "
         "writers and staged creates write files before they commit).",
     )
+    metadata_delete_after_commit: bool = Field(
+        default=True,
+        description="After a commit lands, delete the metadata files it pushed out of the table's metadata log "
+        "(beyond write.metadata.previous-versions-max), in the background: the catalog's default for tables that do "
+        "not set write.metadata.delete-after-commit.enabled (Iceberg's own default is false; a table's false wins). "
+        "Without it a table committed to often holds many times its live metadata until snapshot expiry sweeps.",
+    )
     maintenance_metadata_file_age_seconds: float = Field(
         default=600.0,
         gt=0,

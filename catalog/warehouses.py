@@ -70,6 +70,8 @@ class Warehouse:
     location: str
     profile: dict[str, dict[str, Any]] = field(default_factory=dict)
     id: int | None = None
+    # What the server warned about when the warehouse was created or changed (never stored).
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The warehouse as the management API and the CLI show it: secrets never leave."""
@@ -77,7 +79,8 @@ class Warehouse:
             section: {k: (MASK if is_secret(k) else v) for k, v in keys.items()}
             for section, keys in self.profile.items()
         }
-        return {"name": self.name, "location": self.location, **shown, "default": False}
+        warned = {"warnings": list(self.warnings)} if self.warnings else {}
+        return {"name": self.name, "location": self.location, **shown, "default": False, **warned}
 
 
 def default_name(settings: Settings) -> str:

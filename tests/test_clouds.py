@@ -301,6 +301,7 @@ def test_a_created_gcs_warehouse_beside_a_local_default(gcs_emulator, tmp_path: 
         }
         made = requests.post(f"{server.url}/management/v1/warehouses", json=doc, timeout=60)
         assert made.status_code == 201, made.text
+        assert "warnings" not in made.json()  # vending: clients get a token
         catalog = RestCatalog(
             f"c-{uuid.uuid4().hex[:6]}",
             uri=server.url,
@@ -327,6 +328,61 @@ def test_a_created_gcs_warehouse_beside_a_local_default(gcs_emulator, tmp_path: 
         assert [n for n in gcs_emulator.names() if n.startswith(root)] == [n for n in names if n.startswith(root)]
     finally:
         server.stop()
+
+
+# docs/storage.md's pyiceberg settings for a no-auth GCS warehouse without vending: any token (the
+# emulator ignores it), with an expiry (pyarrow's GcsFileSystem refuses a token without one).
+NO_AUTH_CLIENT = {"gcs.oauth2.token": "emulator", "gcs.oauth2.token-expires-at": "4102444800000"}
+
+
+@pytest.mark.gcs
+def test_a_gcs_warehouse_that_gives_clients_no_token_is_warned_about(gcs_emulator, tmp_path: Path) -> None:
+    """``no-auth`` without vending: the server reaches the emulator, but the catalog tells clients no
+    token, and a client with none of its own was seen to hang in ``append``. Creating it is answered
+    201 with a warning (and a log line); changing it to vend clears the warning; a client following
+    docs/storage.md (a placeholder ``gcs.oauth2.token`` of its own) writes and reads. The default
+    warehouse configured the same way is warned about at start."""
+    server = start_server(tmp_path / "srv")
+    root = f"wn-{uuid.uuid4().hex[:8]}"
+    try:
+        doc = {
+            "name": "team-n",
+            "location": f"gs://{gcs_emulator.bucket}/{root}",
+            "gcs": {"endpoint": gcs_emulator.endpoint, "no-auth": True},
+        }
+        made = requests.post(f"{server.url}/management/v1/warehouses", json=doc, timeout=60)
+        assert made.status_code == 201, made.text
+        (warning,) = made.json()["warnings"]
+        assert "vend-credentials" in warning and "gcs.oauth2.token" in warning, warning
+        assert f"warehouse team-n: {warning}" in server.log.read_text()
+        assert "warnings" not in requests.get(f"{server.url}/management/v1/warehouses/team-n", timeout=30).json()
+
+        catalog = RestCatalog(  # the client recipe of docs/storage.md for this configuration
+            f"c-{uuid.uuid4().hex[:6]}", uri=server.url, warehouse="team-n", **NO_AUTH_CLIENT
+        )
+        assert catalog.properties.get("gcs.service.host") == gcs_emulator.endpoint  # told by /v1/config
+        catalog.create_namespace("n")
+        catalog.create_table("n.t", PY_SCHEMA).append(rows(0, 3))
+        assert sorted(catalog.load_table("n.t").scan().to_arrow().column("id").to_pylist()) == [0, 1, 2]
+        assert any(n.startswith(f"{root}/n/t/data/") for n in gcs_emulator.names())
+
+        vending = {**doc, "gcs": {**doc["gcs"], "vend-credentials": True}}
+        changed = requests.put(f"{server.url}/management/v1/warehouses/team-n", json=vending, timeout=60)
+        assert changed.status_code == 200, changed.text
+        assert "warnings" not in changed.json()
+    finally:
+        server.stop()
+
+    env = {
+        "CATALOG_WAREHOUSE": f"gs://{gcs_emulator.bucket}/{root}-default",
+        "CATALOG_GCS_ENDPOINT": gcs_emulator.endpoint,
+        "CATALOG_GCS_NO_AUTH": "true",
+    }
+    default = start_server(tmp_path / "default", extra_env=env)
+    try:
+        assert "CATALOG_GCS_VEND_CREDENTIALS (vend-credentials) is off" in default.log.read_text()
+    finally:
+        default.stop()
 
 
 @pytest.mark.gcs

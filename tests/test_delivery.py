@@ -57,6 +57,7 @@ def receiver() -> Iterator[Receiver]:
     hook.down()
 
 
+@pytest.mark.slow  # the sink is down a whole minute: that minute is what it proves
 def test_a_webhook_down_for_a_minute_gets_every_event_afterwards_in_order_signed(
     fresh: Start, receiver: Receiver
 ) -> None:
@@ -252,6 +253,7 @@ def test_a_backlog_at_a_receiver_refusing_one_post_in_fifty_arrives_in_seconds_i
         hook.down()
 
 
+@pytest.mark.slow  # 20 s down, 8 s of commits, the catch-up: these durations are what it proves
 def test_a_receiver_down_for_20_s_is_caught_up_with_and_the_log_says_failing_then_recovered(fresh: Start) -> None:
     """A flaky receiver (every 50th POST refused) goes down for 20 s while commits go on. Once it
     answers again, what it missed arrives and the lag is back to seconds; every event arrives in

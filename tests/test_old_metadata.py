@@ -25,6 +25,9 @@ from pyiceberg.serializers import FromInputFile
 from tests.support import Http, Server, backends, care_server, commit, create, run_care, stored_files
 
 AGE_S = 15  # CATALOG_MAINTENANCE_METADATA_FILE_AGE_SECONDS of the server below
+# The tables here keep what falls out of their log at commit (Iceberg's default), so that the
+# sweep is what deletes it; the catalog's own default deletes it after each commit (test_tables.py).
+KEEP = {"write.metadata.delete-after-commit.enabled": "false"}
 
 
 @pytest.fixture(params=backends())
@@ -78,7 +81,7 @@ def test_metadata_files_out_of_the_log_are_deleted_and_nothing_else(server: Serv
     ns = f"meta_{uuid.uuid4().hex[:8]}"
     with Http(server.url) as http:
         assert http.post("/v1/namespaces", json={"namespace": [ns]}).status_code == 200
-        table = create(http, ns, "t", properties={"write.metadata.previous-versions-max": "5"})
+        table = create(http, ns, "t", properties={"write.metadata.previous-versions-max": "5", **KEEP})
         location = _spelled(table["metadata"]["location"])
         for i in range(20):
             _set(http, ns, "t", n=str(i))
@@ -102,6 +105,7 @@ def test_metadata_files_out_of_the_log_are_deleted_and_nothing_else(server: Serv
         pa.schema([pa.field("id", pa.int64())]),
         properties={
             "write.metadata.previous-versions-max": "2",
+            **KEEP,
             "history.expire.max-snapshot-age-ms": "1",
             "history.expire.min-snapshots-to-keep": "1",
         },
@@ -249,7 +253,7 @@ def test_at_the_default_age_an_expiry_leaves_only_the_log_and_keeps_a_commit_in_
         ns = f"meta_{uuid.uuid4().hex[:8]}"
         with Http(server.url) as http:
             assert http.post("/v1/namespaces", json={"namespace": [ns]}).status_code == 200
-            table = create(http, ns, "t", properties={"write.metadata.previous-versions-max": "3"})
+            table = create(http, ns, "t", properties={"write.metadata.previous-versions-max": "3", **KEEP})
             location = _spelled(table["metadata"]["location"])
             for i in range(12):
                 _set(http, ns, "t", n=str(i))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -18,7 +20,7 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 from pyiceberg.types import DoubleType
 
-from tests.support import CARE_ON_REQUEST, PY_SCHEMA, purge_now, rows, start_server  # noqa: E402
+from tests.support import CARE_ON_REQUEST, PY_SCHEMA, purge_now, rows, start_server, wait_for  # noqa: E402
 
 
 def test_create_append_read_back(catalog, ns):
@@ -270,23 +272,27 @@ def test_list_tables(catalog, ns):
     assert paged.list_tables(ns) == [(ns, "a"), (ns, "b"), (ns, "c")]
 
 
-def test_metadata_log_bounded_and_old_files_deleted(catalog, ns):
-    table = catalog.create_table(
-        f"{ns}.bounded",
-        PY_SCHEMA,
-        properties={
-            "write.metadata.previous-versions-max": "2",
-            "write.metadata.delete-after-commit.enabled": "true",
-        },
-    )
+@pytest.mark.parametrize("delete_after_commit", [None, "true", "false"])
+def test_metadata_log_bounded_and_old_files_deleted_unless_the_table_says_not(catalog, ns, delete_after_commit):
+    """What falls out of the log is deleted after the commit, in the background: by the catalog's
+    default (``CATALOG_METADATA_DELETE_AFTER_COMMIT``, on) or the table's ``true``; a table's
+    ``false`` keeps it (for snapshot expiry's sweep, as Iceberg's own default does)."""
+    props = {"write.metadata.previous-versions-max": "2"}
+    if delete_after_commit is not None:
+        props["write.metadata.delete-after-commit.enabled"] = delete_after_commit
+    table = catalog.create_table(f"{ns}.bounded_{delete_after_commit}".lower(), PY_SCHEMA, properties=props)
     first = table.metadata_location
     for i in range(4):
         table.append(rows(i, 1))
-    table = catalog.load_table(f"{ns}.bounded")
+    table = catalog.load_table(f"{ns}.bounded_{delete_after_commit}".lower())
     assert len(table.metadata.metadata_log) == 2
-    assert not table.io.new_input(first).exists()
     for entry in table.metadata.metadata_log:
         assert table.io.new_input(entry.metadata_file).exists()
+    if delete_after_commit == "false":
+        time.sleep(1)  # what a background delete would have needed; none may come
+        assert table.io.new_input(first).exists()
+    else:
+        wait_for(lambda: not table.io.new_input(first).exists(), "the dropped metadata file's delete", 30)
 
 
 def test_gzip_metadata(catalog, ns):

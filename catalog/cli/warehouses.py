@@ -67,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "show":
             print(json.dumps(session.call("GET", f"{BASE}/{args.name}"), indent=2))
         elif args.action == "create":
-            print(json.dumps(session.call("POST", BASE, json=_document(args))))
+            created = session.call("POST", BASE, json=_document(args))
+            print(json.dumps(created))
+            for warning in created.get("warnings", []):  # it works for the server, maybe not for clients
+                print(f"warning: {warning}", file=sys.stderr)
         elif args.action == "delete":
             session.call("DELETE", f"{BASE}/{args.name}")
             print(f"deleted warehouse {args.name}")

@@ -28,6 +28,7 @@ import random
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from typing import Any
 
@@ -82,6 +83,11 @@ class CommitEngine:
         self._locks = [threading.Lock() for _ in range(_LOCKS)]
         self._queues: dict[int, _Queue] = {}  # lock slot -> its inline commits' queue (``_queued``)
         self._refused = [0.0] * _LOCKS  # lock slot -> when a commit's requirement last failed (monotonic)
+        # Metadata files a commit pushed out of the log are deleted here, off the request path; when
+        # it falls behind, snapshot expiry's sweep (maintenance/old_metadata.py) takes the rest.
+        self._cleanup = ThreadPoolExecutor(1, thread_name_prefix="metadata-cleanup")
+        self._cleanup_pending = 0  # submitted and not done (a soft bound: read without the lock)
+        self._cleanup_lock = threading.Lock()
 
     def commit(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome:
         """Apply ``changes`` atomically: every pointer moves, or none does. ``key``: the request's
@@ -617,24 +623,52 @@ class CommitEngine:
             log.warning("could not delete uncommitted file %s", location)
 
     def _delete_dropped_files(self, one: Staged) -> None:
-        """``write.metadata.delete-after-commit.enabled``: delete the previous metadata files that
-        fell out of the metadata log, those the table owns."""
+        """``write.metadata.delete-after-commit.enabled`` (the table's, else
+        ``CATALOG_METADATA_DELETE_AFTER_COMMIT`` unless the table has ``gc.enabled=false``): the
+        previous metadata files that fell out of the metadata log are deleted, those the table
+        owns, in the background."""
         assert one.base is not None and one.entry is not None
         new = one.new.data
-        if str((new.get("properties") or {}).get("write.metadata.delete-after-commit.enabled")).lower() != "true":
+        properties = new.get("properties") or {}
+        setting = properties.get(DELETE_AFTER_COMMIT)
+        if setting is not None:
+            wanted = str(setting).lower() == "true"
+        else:  # the catalog's default, not on a table that keeps its files (gc.enabled=false)
+            wanted = self.settings.metadata_delete_after_commit and str(properties.get("gc.enabled")).lower() != "false"
+        if not wanted:
             return
+        before = {e["metadata-file"] for e in one.base.data.get("metadata-log") or []} | {one.base.location}
+        after = {e["metadata-file"] for e in new.get("metadata-log") or []}
+        dropped = sorted(before - after)
+        if not dropped or self._cleanup_pending >= CLEANUP_BACKLOG:
+            return  # nothing fell out, or behind: expiry's sweep deletes these
+        with self._cleanup_lock:
+            self._cleanup_pending += 1
         try:
-            before = {e["metadata-file"] for e in one.base.data.get("metadata-log") or []} | {one.base.location}
-            after = {e["metadata-file"] for e in new.get("metadata-log") or []}
-            dropped = before - after
-            owned = self.ownership.owned(new, one.entry.id) if dropped else None
+            self._cleanup.submit(self._delete_owned, new, one.entry.id, dropped)
+        except RuntimeError:  # shut down (the catalog is closing): expiry's sweep deletes them
+            with self._cleanup_lock:
+                self._cleanup_pending -= 1
+
+    def _delete_owned(self, new: dict[str, Any], entry_id: int, dropped: list[str]) -> None:
+        try:
+            owned = self.ownership.owned(new, entry_id)
             for location in dropped:
-                if owned is not None and owned(location):
+                if owned(location):
                     self.files.delete(location)
-        except Exception:  # noqa: BLE001 - housekeeping after a successful commit must not fail it
-            log.warning("could not delete old metadata files of %s", one.new.location)
+        except Exception:  # noqa: BLE001 - housekeeping after a successful commit must not fail anything
+            log.warning("could not delete old metadata files %s", dropped[:3])
+        finally:
+            with self._cleanup_lock:
+                self._cleanup_pending -= 1
+
+    def close(self) -> None:
+        """Stop the background clean-up (what is queued is left to snapshot expiry's sweep)."""
+        self._cleanup.shutdown(wait=False, cancel_futures=True)
 
 
+DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
+CLEANUP_BACKLOG = 1000  # commits whose dropped metadata files wait for the background delete, at most
 # Commits to different entries share a lock only when their names hash to the same slot.
 _LOCKS = 1024
 # The largest current metadata file a commit is run inline on (``commit_inline``): building and

@@ -50,9 +50,7 @@ def _expire(r: dict[str, Any]) -> str:
     kept = r.get("kept-snapshots") or {}
     if not kept:
         return ", ".join(done)
-    reasons = []
-    for key, count in sorted(kept.items(), key=lambda kv: -kv[1]):
-        reasons.append(f"{count:,} {_KEPT.get(key, key)}".format(**_values(r)))
+    reasons = _reasons(kept, _KEPT, r)
     if snapshots:
         return f"{', '.join(done)}; {sum(kept.values()):,} kept: {', '.join(reasons)}"
     return f"{', '.join(done)}: {', '.join(reasons)}"
@@ -88,10 +86,7 @@ def _compact(r: dict[str, Any]) -> str:
         else:
             head = "0 data files rewritten"
     left = r.get("left") or {}
-    reasons = [
-        f"{count:,} {_LEFT.get(key, key)}".format(**_values(r))
-        for key, count in sorted(left.items(), key=lambda kv: -kv[1])
-    ]
+    reasons = _reasons(left, _LEFT, r)
     if not reasons:
         if head == "0 data files rewritten":
             return f"{head}: no small data files to merge ({int(r.get('data-files-before', 0)):,} data files)"
@@ -161,6 +156,12 @@ _WORDING = {EXPIRE: _expire, ORPHANS: _orphans, MANIFESTS: _manifests, COMPACT: 
 
 
 # -- words for numbers -------------------------------------------------------------------------------
+
+
+def _reasons(counts: dict[str, int], words: dict[str, str], r: dict[str, Any]) -> list[str]:
+    """``12 younger than the quiet period (300 s)``, ...: each reason's count and words, most first."""
+    values = _values(r)
+    return [f"{n:,} {words.get(key, key).format(**values)}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1])]
 
 
 def _values(r: dict[str, Any]) -> dict[str, str]:

@@ -54,7 +54,7 @@ def check_settings(settings: Settings) -> list[str]:
     gcs.check_settings(settings)
     vending.check_settings(settings)  # storage access: vending without STS
     sinks.parse_webhooks(settings.events_webhooks)  # change events: the webhook sinks
-    return identity.check_settings(settings)
+    return [*gcs.client_access_warnings(settings), *identity.check_settings(settings)]
 
 
 def setting_name(field: str) -> str:

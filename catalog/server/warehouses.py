@@ -11,6 +11,7 @@ profile) or closes warehouses to match. What a warehouse is opened as is the ope
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from catalog.sealing import unseal
 from catalog.server import startup
 from catalog.service import Catalog
 from catalog.settings import Settings
+from catalog.storage import gcs
 from catalog.storage.backends import create_storage, probe_writable
 from catalog.store import migrate
 from catalog.store.warehouse_rows import WarehouseRows
@@ -201,7 +203,7 @@ class Registry(Generic[S]):
             if self.rows.get(w.name) is not None:
                 raise errors.AlreadyExists(f"Warehouse already exists: {w.name}")
             self._check_apart(w)
-            self._probe(w)
+            warnings = self._probe(w)
             stored = self.rows.insert(w)
             try:
                 self.refresh()
@@ -211,7 +213,9 @@ class Registry(Generic[S]):
                 self.rows.delete(w.name)
                 raise
         log.info("warehouse %s created at %s", w.name, w.location)
-        return stored
+        for warning in warnings:
+            log.warning("warehouse %s: %s", w.name, warning)
+        return dataclasses.replace(stored, warnings=tuple(warnings))
 
     def update(self, name: str, doc: Any) -> Warehouse:
         if name == self.default_name:
@@ -226,11 +230,13 @@ class Registry(Generic[S]):
             if normalise(w.location) != normalise(old.location) and not self._empty(name):
                 raise errors.Conflict(f"Warehouse {name} is not empty: its location cannot change")
             self._check_apart(w)
-            self._probe(w)
+            warnings = self._probe(w)
             self.rows.update(w)
             self.refresh()
         log.info("warehouse %s changed", name)
-        return Warehouse(w.name, w.location, w.profile, id=old.id)
+        for warning in warnings:
+            log.warning("warehouse %s: %s", name, warning)
+        return Warehouse(w.name, w.location, w.profile, id=old.id, warnings=tuple(warnings))
 
     def delete(self, name: str) -> None:
         if name == self.default_name:
@@ -286,8 +292,9 @@ class Registry(Generic[S]):
             ):
                 raise errors.Conflict(f"Warehouse location {w.location} overlaps warehouse {other}")
 
-    def _probe(self, w: Warehouse) -> None:
-        """The storage profile works: a probe written, read back and deleted at the location."""
+    def _probe(self, w: Warehouse) -> list[str]:
+        """The storage profile works: a probe written, read back and deleted at the location. Returns
+        what works for the server but may not for clients (warnings the caller logs and answers)."""
         settings = checked_settings(self.settings, w, 0)
         if (refusal := startup.warehouse_refusal(settings)) is not None:
             reason = refusal.replace(" (CATALOG_WAREHOUSE / --warehouse)", "")
@@ -299,6 +306,7 @@ class Registry(Generic[S]):
         except Exception as e:  # noqa: BLE001 - whatever the store's client raised: the profile is refused
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise errors.BadRequest(f"Storage probe failed at {w.location}: {reason}"[:500]) from None
+        return gcs.client_access_warnings(settings)
 
     def bootstrap(self, path: str) -> None:
         """Create or change the warehouses of the bootstrap file (``CATALOG_WAREHOUSES_FILE``) to match

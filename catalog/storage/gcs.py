@@ -58,6 +58,24 @@ def check_settings(settings: Settings) -> None:
         )
 
 
+def client_access_warnings(settings: Settings) -> list[str]:
+    """What leaves a client of this warehouse with no way to authenticate to its storage: with
+    ``gcs_no_auth`` the server has no credentials to vend from, and without ``gcs_vend_credentials``
+    it tells clients no token at all. A client that brings no credentials of its own then looks for
+    Application Default Credentials (pyiceberg's append was seen to hang doing so). The warehouse
+    still works for clients configured as docs/storage.md says, so this is a warning, not a refusal."""
+    if settings.storage_kind != "gcs" or not settings.gcs_no_auth or settings.gcs_vend_credentials:
+        return []
+    return [
+        "CATALOG_GCS_NO_AUTH (gcs no-auth) is on and CATALOG_GCS_VEND_CREDENTIALS (vend-credentials) is off: "
+        "the catalog gives clients no token, so a client without storage settings of its own has no way to "
+        "authenticate to the emulator (pyiceberg can hang looking for Google credentials). Turn vend-credentials "
+        "on (the vended token is a placeholder the emulator ignores), or configure every client: pyiceberg "
+        "gcs.oauth2.token=<anything> with gcs.oauth2.token-expires-at=<a future epoch ms>, Spark "
+        "gcs.no-auth=true (docs/storage.md, 'What a GCS client needs')"
+    ]
+
+
 def server_credentials(settings: Settings) -> Any:
     """The server's own Google credentials (anonymous with ``gcs_no_auth``)."""
     if settings.gcs_no_auth:

@@ -2,7 +2,7 @@
 
 Re-record (from the repository root; overwrites the .jsonl files of the sources it runs):
 
-    ICEBERG_SPARK_JARS=$(python ../shared/tools/iceberg-spark-jars) python tests/corpus/record.py
+    ICEBERG_SPARK_JARS=$(python tools/iceberg-spark-jars) python tests/corpus/record.py
 
     --sources spark,pyiceberg,duckdb   which clients to run (default: all three)
     --url http://127.0.0.1:8181        record against a running server instead of starting one
