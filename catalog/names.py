@@ -26,6 +26,12 @@ MAX_NAMESPACE_BYTES = 1024
 MAX_NAMESPACE_LEVELS = 32
 
 
+def dotted(namespace: Sequence[str], name: str | None = None) -> str:
+    """``a.b.t``: a namespace, or a name in it, as people read it (log lines, messages, the CLI). Not
+    a key and not parseable back: a level may itself hold a dot."""
+    return ".".join((*namespace, name) if name is not None else namespace)
+
+
 def shown(text: str) -> str:
     """A value quoted in an error message, cut short: the client sent it, it need not get it all back."""
     return repr(text) if len(text) <= 64 else repr(text[:64]) + "..."

@@ -22,16 +22,16 @@ from catalog.locations import is_within, normalise, overlaps, segment
 from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
 from catalog.maintenance.care import PURGE, WRITER_GRACE, Care
 from catalog.metadata import registered, tables, views
-from catalog.names import check_name, check_namespace
+from catalog.names import check_name, check_namespace, dotted
 from catalog.settings import Settings
 from catalog.storage.backends import LocalStorage, Storage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
 from catalog.store import migrate
 from catalog.store.dropped import Dropped, DroppedRows
 from catalog.store.entries import Entries, HeldByDropped, name_taken
-from catalog.store.events import EventRows
 from catalog.store.grant_rows import GrantRows
 from catalog.store.leases import Leases
+from catalog.store.outbox import EventRows
 from catalog.store.ownership import PATH_PROPERTIES, Ownership
 from catalog.store.pointers import Entry, KeyRecord, Pointers
 from catalog.store.sql import Database
@@ -68,7 +68,7 @@ class Catalog:
         self.entries = entries
         self.dropped_rows = dropped
         self.tasks = tasks
-        self.outbox = outbox  # the feed here; with ``leases``, the delivery loops (``server/care.py``)
+        self.outbox = outbox  # the feed here; with ``leases``, the delivery loops (``server/background.py``)
         self.leases = leases
         self.grants = grants  # not used here: the server builds this catalog's ``Access`` with it
         self.ownership = Ownership(entries, storage.locations)
@@ -161,7 +161,7 @@ class Catalog:
             if not related(entry.namespace):
                 raise errors.BadRequest(
                     "Invalid namespace location: it overlaps the location of a table or view of another namespace",
-                    detail=f"{location} overlaps {entry.kind} {ident(entry.namespace, entry.name)}",
+                    detail=f"{location} overlaps {entry.kind} {entry.ident}",
                 )
 
     def list_namespaces(self, parent: Namespace, after: str | None, limit: int | None) -> list[Namespace]:
@@ -298,7 +298,7 @@ class Catalog:
         self.ownership.locations.check(location, "metadata location")
         holder = self.entries.referencing(location)
         if holder is not None and (replaced is None or holder.id != replaced.id):
-            other = ident(holder.namespace, holder.name)
+            other = holder.ident
             raise errors.AlreadyExists(
                 "Metadata file is the current metadata of another table or view",
                 detail=f"{location} is the current metadata of {holder.kind} {other}",
@@ -337,7 +337,7 @@ class Catalog:
                 ns, name, kind.name, location, own, event=event, write_paths=paths, superseding=superseded
             )
         if superseded:
-            log.info("register of %s superseded the dropped entries %s", ident(ns, name), sorted(superseded))
+            log.info("register of %s superseded the dropped entries %s", dotted(ns, name), sorted(superseded))
         return file
 
     def _superseded(
@@ -404,7 +404,7 @@ class Catalog:
         """Restore a dropped table or view under its name (409 when the name or its location was
         taken since, or its purge has begun)."""
         entry = self.entries.undrop_entry(dropped_id)
-        log.info("%s %s undropped: %s", entry.kind, ident(entry.namespace, entry.name), entry.metadata_location)
+        log.info("%s %s undropped: %s", entry.kind, entry.ident, entry.metadata_location)
         return entry
 
     def end_retention(self, dropped_id: int) -> Dropped:
@@ -428,10 +428,10 @@ class Catalog:
             entry = self.entry(TABLE, ns, name)
             file = self.files.read(entry.metadata_location)  # first: storage away means nothing removed
             if self.entries.release_entry(entry, entry.metadata_location):
-                log.info("table %s unregistered, its files kept: %s", ident(ns, name), entry.metadata_location)
+                log.info("table %s unregistered, its files kept: %s", dotted(ns, name), entry.metadata_location)
                 return file
         # Nothing was removed: as busy a table as this is a retry-later.
-        raise errors.ServiceUnavailable(f"Table {ident(ns, name)} kept changing while being unregistered; retry")
+        raise errors.ServiceUnavailable(f"Table {dotted(ns, name)} kept changing while being unregistered; retry")
 
     def rename(self, kind: Kind, src: tuple[Namespace, str], dst: tuple[Namespace, str]) -> None:
         entry = self.entry(kind, *src)
@@ -470,7 +470,7 @@ class Catalog:
 
     # -- idempotency keys (see api.idempotency) --------------------------------------------------
 
-    # -- change events (the outbox: store/events.py) ----------------------------------------------
+    # -- change events (the outbox: store/outbox.py) ----------------------------------------------
 
     def event_start(self) -> int:
         """Order what committed since the last look, and the position the feed starts after."""
@@ -499,7 +499,7 @@ class Catalog:
     def _name_must_be_free(self, creating: Kind, ns: Namespace, name: str) -> None:
         existing = self.pointers.get_entry(ns, name)
         if existing is not None:
-            raise name_taken(creating.name, existing.kind, ident(ns, name))
+            raise name_taken(creating.name, existing.kind, dotted(ns, name))
 
     def staged_location(self, ns: Namespace, name: str) -> str | None:
         """Where a staged create of ``ns.name`` at the server's choice of location writes before it
@@ -602,7 +602,7 @@ class Catalog:
                     self.entries.record_locations(entry.id, entry.metadata_location, normalise(doc["location"]), paths)
                     filled += 1
                 except Exception as e:  # noqa: BLE001 - an unreadable entry keeps NULL; reported once
-                    log.warning("cannot record the location of %s: %s", ident(entry.namespace, entry.name), e)
+                    log.warning("cannot record the location of %s: %s", entry.ident, e)
             if len(entries) < batch or not filled:
                 break
         return filled
@@ -618,11 +618,7 @@ def missing_dropped(dropped_id: int) -> errors.NotFound:
     return errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
 
 
-def ident(ns: Namespace, name: str) -> str:
-    return ".".join((*ns, name))
-
-
 def _found(entry: Entry | None, kind: Kind, ns: Namespace, name: str) -> Entry:
     if entry is None or entry.kind != kind.name:
-        raise kind.missing(f"{kind.noun} does not exist: {ident(ns, name)}")
+        raise kind.missing(f"{kind.noun} does not exist: {dotted(ns, name)}")
     return entry

@@ -61,7 +61,7 @@ class Settings(BaseSettings):
         "CATALOG_WAREHOUSES_FILE) may live, e.g. /data/lakes,s3://lakes. A local directory is accepted only "
         "under a local root listed here; object-store locations (s3://, abfss://, gs://) anywhere, unless "
         "object-store roots are listed, then only under one of them. Never the database's directory, the "
-        "working directory or a system directory (catalog/warehouses.py, confined).",
+        "working directory or a system directory (catalog/warehouse_profiles.py, confined).",
     )
     warehouses_file: str | None = Field(
         default=None,
@@ -547,7 +547,7 @@ class Settings(BaseSettings):
         "still queued, never done in the request).",
     )
 
-    # -- change events (catalog/events/, store/events.py, delivery/) --------------------------------
+    # -- change events (catalog/events/, store/outbox.py, delivery/) --------------------------------
     events_enabled: bool = Field(
         default=True,
         description="Every change writes an event row in its own transaction (the outbox), served by "

@@ -1086,7 +1086,7 @@ def test_declared_warehouses_are_a_secret_of_the_chart_mounted_read_only(
 ) -> None:
     from catalog.server.warehouses import read_file
     from catalog.settings import Settings
-    from catalog.warehouses import parse
+    from catalog.warehouse_profiles import parse
 
     declared = VALUE_SETS["warehouses-declared"]["warehouses"]["declared"]
     rendered = render("warehouses-declared")
@@ -1520,7 +1520,7 @@ def _compose_warehouses(compose_raw: dict[str, Any], compose_model: dict[str, An
     from the catalog's environment: (settings, {name: Warehouse}, the raw content)."""
     from catalog.server.warehouses import read_file
     from catalog.settings import Settings
-    from catalog.warehouses import parse
+    from catalog.warehouse_profiles import parse
 
     catalog = compose_model["services"]["catalog"]
     env = _environment(catalog)

@@ -404,7 +404,7 @@ def test_an_event_whose_transaction_commits_late_is_not_skipped_on_postgresql(se
     from catalog.store import migrate
     from catalog.store.db import create_engine, events
     from catalog.store.entries import Store
-    from catalog.store.events import event_row
+    from catalog.store.outbox import event_row
 
     url = new_pg_database(services["pg"], f"late_{uuid.uuid4().hex[:8]}")
     store = Store(create_engine(Settings(database_url=url)))

@@ -88,7 +88,9 @@ def history(spark, server: Server, lake: str, ns: str) -> int:
 
 def our_plan(server: Server, ns: str, before: dict, cut_off: int) -> tuple[dict, reachability.Unreachable]:
     now = int(time.time() * 1000)
-    plan = expire.plan(before, now, expire.policy(before.get("properties", {})), older_than_ms=cut_off, retain_last=1)
+    plan = expire.plan(
+        before, now, expire.retention(before.get("properties", {})), older_than_ms=cut_off, retain_last=1
+    )
     assert plan.snapshot_ids, "the history must give the expiry something to do"
     after = tables.apply(before, [], plan.updates(), base_location="unused.metadata.json", now_ms=now)
     io = server.catalog().load_table(f"{ns}.t").io
@@ -185,7 +187,7 @@ def test_table_retention_and_a_branch_s_own_retention_like_spark(
     before = metadata(server, ns, "t")
     assert before["refs"]["wide"].get("min-snapshots-to-keep") == 4
     now = int(time.time() * 1000)
-    plan = expire.plan(before, now, expire.policy(before["properties"]))
+    plan = expire.plan(before, now, expire.retention(before["properties"]))
     ours_after = tables.apply(before, [], plan.updates(), base_location="unused.metadata.json", now_ms=now)
     unreachable = reachability.after_expiry(before, ours_after, server.catalog().load_table(f"{ns}.t").io)
     assert len(ours_after["snapshots"]) == 2 + 4  # main's last two, the branch's last four (none shared)

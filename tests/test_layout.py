@@ -265,6 +265,34 @@ def test_the_store_checks_catch_what_they_guard(probe: str, tmp_path: Path) -> N
         assert reaches(edges, "catalog.auth", STORE) == ["catalog.auth.m -> catalog.store.entries"]
 
 
+# -- names: one module name, one concept -------------------------------------------------------------
+
+FRONT_ENDS = ("catalog.api", "catalog.cli")  # a route module and a command module name the concept they serve
+
+
+def repeated_names(names: list[str]) -> dict[str, list[str]]:
+    """Module names (the file's stem) that more than one module outside the front ends carries: a reader
+    of ``maintenance/policy.py`` next to ``auth/policy.py`` cannot tell which one an import means."""
+    owners: dict[str, list[str]] = {}
+    for name in names:
+        stem = name.rpartition(".")[2]
+        if name.rpartition(".")[0] not in FRONT_ENDS and stem != "__init__":
+            owners.setdefault(stem, []).append(name)
+    return {stem: sorted(where) for stem, where in owners.items() if len(where) > 1}
+
+
+def test_a_module_name_means_one_thing_outside_the_front_ends() -> None:
+    assert repeated_names([n for n, p in modules().items() if p.name != "__init__.py"]) == {}
+
+
+def test_the_name_check_catches_a_repeat() -> None:
+    names = ["catalog.api.events", "catalog.cli.events", "catalog.store.events", "catalog.auth.policy"]
+    assert repeated_names(names) == {}
+    assert repeated_names([*names, "catalog.maintenance.policy"]) == {
+        "policy": ["catalog.auth.policy", "catalog.maintenance.policy"]
+    }
+
+
 # --- tests: a test module imports no other test module ------------------------------------------------
 
 TESTS = ROOT / "tests"

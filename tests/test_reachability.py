@@ -38,7 +38,7 @@ def written(catalog, ns, http):
 
 def expire_to(meta: dict, keep: int) -> dict:
     """The metadata after expiring all but the last ``keep`` snapshots of main."""
-    plan = expire.plan(meta, 2**62, expire.Policy(), older_than_ms=2**62, retain_last=keep)
+    plan = expire.plan(meta, 2**62, expire.Retention(), older_than_ms=2**62, retain_last=keep)
     return tables.apply(meta, [], plan.updates(), base_location="unused.metadata.json", now_ms=2**62)
 
 

@@ -29,7 +29,7 @@ from pyiceberg.catalog.rest import RestCatalog
 
 from catalog import errors
 from catalog.settings import Settings
-from catalog.warehouses import Warehouse, settings_for
+from catalog.warehouse_profiles import Warehouse, settings_for
 from tests.support import PY_SCHEMA, assert_error, free_port, rows, s3_profile, start_server, warehouse_roots
 
 MGMT = "/management/v1/warehouses"

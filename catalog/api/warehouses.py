@@ -3,7 +3,7 @@ are enforced). The default warehouse is listed (``"default": true``) and cannot 
 
 - ``GET /management/v1/warehouses`` -> ``{"warehouses": [...]}``; ``GET .../{name}`` -> one.
 - ``POST /management/v1/warehouses`` ``{name, location, s3|azure|gcs|maintenance: {...}}`` -> 201:
-  the location confined first (``catalog.warehouses.confined``: under ``CATALOG_WAREHOUSE_ROOTS``,
+  the location confined first (``catalog.warehouse_profiles.confined``: under ``CATALOG_WAREHOUSE_ROOTS``,
   off the server's own files and system directories, else 403), then the storage profile probed (a
   file written, read back and deleted at the location).
 - ``PUT /management/v1/warehouses/{name}`` (the same body) -> 200, probed again.

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog import errors, names
-from catalog.warehouses import NAME
+from catalog.warehouse_profiles import NAME
 
 
 class Privilege(enum.StrEnum):

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from catalog.cli.common import CliError, connection_options, first_line
+from catalog.names import dotted
 
 REST_COMMANDS = ("namespaces", "tables", "views")
 COMMANDS = REST_COMMANDS
@@ -139,10 +140,6 @@ class _errors:
         return False  # a bug here: let the traceback show
 
 
-def _dotted(ident: tuple[str, ...] | list[str]) -> str:
-    return ".".join(ident)
-
-
 def _split(name: str, what: str, min_parts: int = 1) -> tuple[str, ...]:
     parts = tuple(name.split("."))
     if len(parts) < min_parts or not all(parts):
@@ -161,19 +158,19 @@ def _rest(args: argparse.Namespace) -> int:
 
 def _namespaces_list(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     parent = _split(args.parent, "namespace") if args.parent else ()
-    names = sorted(_dotted(n) for n in catalog.list_namespaces(parent))
+    names = sorted(dotted(n) for n in catalog.list_namespaces(parent))
     out.rows("Namespaces", ["namespace"], [[n] for n in names], {"namespaces": names})
 
 
 def _namespaces_show(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     ns = _split(args.namespace, "namespace")
     props = catalog.load_namespace_properties(ns)
-    children = sorted(_dotted(n) for n in catalog.list_namespaces(ns))
+    children = sorted(dotted(n) for n in catalog.list_namespaces(ns))
     tables = sorted(t[-1] for t in catalog.list_tables(ns))
-    doc = {"namespace": _dotted(ns), "properties": props, "namespaces": children, "tables": tables}
+    doc = {"namespace": dotted(ns), "properties": props, "namespaces": children, "tables": tables}
     if out.json:
         return out.document(doc)
-    out.title(f"Namespace {_dotted(ns)}")
+    out.title(f"Namespace {dotted(ns)}")
     out.properties(props)
     out.line(f"namespaces: {', '.join(children) or '-'}")
     out.line(f"tables: {', '.join(tables) or '-'}")
@@ -181,8 +178,8 @@ def _namespaces_show(catalog: Any, args: argparse.Namespace, out: Output) -> Non
 
 def _tables_list(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     ns = _split(args.namespace, "namespace")
-    names = sorted(_dotted(t) for t in catalog.list_tables(ns))
-    out.rows(f"Tables in {_dotted(ns)}", ["table"], [[n] for n in names], {"tables": names})
+    names = sorted(dotted(t) for t in catalog.list_tables(ns))
+    out.rows(f"Tables in {dotted(ns)}", ["table"], [[n] for n in names], {"tables": names})
 
 
 def _schema_fields(schema: Any) -> list[dict[str, Any]]:
@@ -254,7 +251,7 @@ def _tables_show(catalog: Any, args: argparse.Namespace, out: Output) -> None:
         name: {"snapshot-id": ref.snapshot_id, "type": ref.snapshot_ref_type.value} for name, ref in meta.refs.items()
     }
     doc = {
-        "identifier": _dotted(ident),
+        "identifier": dotted(ident),
         "table-uuid": str(meta.table_uuid),
         "format-version": meta.format_version,
         "location": meta.location,
@@ -269,7 +266,7 @@ def _tables_show(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     }
     if out.json:
         return out.document(doc)
-    out.title(f"Table {_dotted(ident)}")
+    out.title(f"Table {dotted(ident)}")
     out.line(f"location: {meta.location}")
     out.line(f"format version: {meta.format_version}   uuid: {meta.table_uuid}")
     out.line(f"metadata: {table.metadata_location}")
@@ -327,17 +324,17 @@ def _tables_history(catalog: Any, args: argparse.Namespace, out: Output) -> None
         for s in snapshots
     ]
     out.rows(
-        f"History of {_dotted(ident)} (* = current)",
+        f"History of {dotted(ident)} (* = current)",
         ["snapshot", "parent", "time (UTC)", "operation", "summary"],
         rows,
-        {"identifier": _dotted(ident), "current-snapshot-id": current, "snapshots": snapshots},
+        {"identifier": dotted(ident), "current-snapshot-id": current, "snapshots": snapshots},
     )
 
 
 def _views_list(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     ns = _split(args.namespace, "namespace")
-    names = sorted(_dotted(v) for v in catalog.list_views(ns))
-    out.rows(f"Views in {_dotted(ns)}", ["view"], [[n] for n in names], {"views": names})
+    names = sorted(dotted(v) for v in catalog.list_views(ns))
+    out.rows(f"Views in {dotted(ns)}", ["view"], [[n] for n in names], {"views": names})
 
 
 def _views_show(catalog: Any, args: argparse.Namespace, out: Output) -> None:
@@ -347,13 +344,13 @@ def _views_show(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     version = view.current_version()
     sql = [{"dialect": r.root.dialect, "sql": r.root.sql} for r in version.representations]
     doc = {
-        "identifier": _dotted(ident),
+        "identifier": dotted(ident),
         "view-uuid": str(meta.view_uuid),
         "location": meta.location,
         "current-version-id": meta.current_version_id,
         "schema": {"schema-id": view.schema().schema_id, "fields": _schema_fields(view.schema())},
         "representations": sql,
-        "default-namespace": _dotted(version.default_namespace),
+        "default-namespace": dotted(version.default_namespace),
         "versions": [
             {"version-id": v.version_id, "time": _time(v.timestamp_ms), "schema-id": v.schema_id, "summary": v.summary}
             for v in meta.versions
@@ -362,7 +359,7 @@ def _views_show(catalog: Any, args: argparse.Namespace, out: Output) -> None:
     }
     if out.json:
         return out.document(doc)
-    out.title(f"View {_dotted(ident)}")
+    out.title(f"View {dotted(ident)}")
     out.line(f"location: {meta.location}")
     out.line(f"current version: {meta.current_version_id} of {len(meta.versions)}")
     out.rows(

@@ -18,6 +18,7 @@ from typing import Any
 
 from catalog.cli.browse import Output
 from catalog.cli.common import CliError, Management
+from catalog.names import dotted
 
 ACTIONS = ("dropped", "undrop", "end-retention")
 
@@ -65,7 +66,7 @@ def _one(api: Management, ident: str, wanted: int | None) -> dict[str, Any]:
     parts = ident.split(".")
     if len(parts) < 2 or not all(parts):
         raise CliError(f"{ident!r} is not a table or view (expected namespace.name)", 2)
-    params = {"namespace": ".".join(parts[:-1]), "name": parts[-1]}
+    params = {"namespace": dotted(parts[:-1]), "name": parts[-1]}
     found = api.call("GET", "/management/v1/dropped", params=params)["dropped"]
     if wanted is not None:
         found = [d for d in found if d["id"] == wanted]
@@ -78,7 +79,7 @@ def _show(found: list[dict[str, Any]], out: Output) -> None:
     rows = [
         [
             d["id"],
-            ".".join([*d["namespace"], d["name"]]),
+            dotted(d["namespace"], d["name"]),
             d["kind"],
             _time(d["dropped-ms"]),
             _time(d["expires-ms"]),

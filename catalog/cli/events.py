@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from catalog.cli.common import CliError, Management, connection_options
+from catalog.names import dotted
 
 POLL_SECONDS = 1.0
 
@@ -74,7 +75,7 @@ def line(event: dict[str, Any]) -> str:
     """``<sequence> <time> <operation-type> <object> <details>`` for people."""
     op = event["operation"]
     ident = op.get("identifier")
-    target = ".".join([*ident["namespace"], ident["name"]]) if ident else ".".join(op.get("namespace") or [])
+    target = dotted(ident["namespace"], ident["name"]) if ident else dotted(op.get("namespace") or [])
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(event["timestamp-ms"] / 1000))
     details = []
     if op.get("added-snapshot-ids"):
@@ -85,5 +86,5 @@ def line(event: dict[str, Any]) -> str:
         details.append(op["snapshot-operation"])
     if op.get("destination"):
         dest = op["destination"]
-        details.append("-> " + ".".join([*dest["namespace"], dest["name"]]))
+        details.append("-> " + dotted(dest["namespace"], dest["name"]))
     return f"{event['sequence']} {when} {op['operation-type']} {target} {' '.join(details)}".rstrip()

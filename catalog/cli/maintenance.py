@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 from catalog.cli.browse import Output
 from catalog.cli.common import CliError, Management, connection_options, first_line
+from catalog.names import dotted
 
 KINDS = ("expire-snapshots", "remove-orphans", "rewrite-manifests", "rewrite-data-files")
 WAIT_SECONDS = 600.0
@@ -95,7 +96,7 @@ def _list(session: Management, args: argparse.Namespace, out: Output, states: tu
     params: dict[str, Any] = {"state": ",".join(states), "limit": args.limit}
     if args.table:
         ns, name = _split(args.table)
-        params.update(namespace=".".join(ns), table=name)
+        params.update(namespace=dotted(ns), table=name)
     tasks = session.call("GET", "/management/v1/maintenance/tasks", params=params)["tasks"]
     _show(tasks, out, "Maintenance tasks")
     return 0
@@ -105,7 +106,7 @@ def _show(tasks: list[dict[str, Any]], out: Output, title: str) -> None:
     rows = [
         [
             t["id"],
-            ".".join([*t["namespace"], t["table"]]),
+            dotted(t["namespace"], t["table"]),
             t["kind"] + (" (dry run)" if t.get("dry-run") else ""),
             t["state"],
             t["attempts"],
@@ -138,7 +139,7 @@ def _what(task: dict[str, Any]) -> str:
 def _worker() -> int:
     from catalog import logs
     from catalog.server.app import build_catalog
-    from catalog.server.care import Cared, start_parts
+    from catalog.server.background import Cared, start_parts
     from catalog.server.warehouses import Registry
     from catalog.settings import Settings
 

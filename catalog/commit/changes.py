@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from catalog import errors
 from catalog.metadata import tables, views
+from catalog.names import dotted
 from catalog.storage.metadata_files import MetadataFile
 from catalog.store.pointers import Entry, KeyRecord
 
@@ -71,7 +72,7 @@ class Change:
 
     @property
     def ident(self) -> str:
-        return ".".join((*self.namespace, self.name))
+        return dotted(self.namespace, self.name)
 
     @property
     def creates(self) -> bool:

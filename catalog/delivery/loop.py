@@ -30,8 +30,8 @@ import uuid
 from catalog import metrics
 from catalog.delivery.sinks import DeliveryFailed, Sink
 from catalog.settings import Settings
-from catalog.store.events import EventRows
 from catalog.store.leases import Leases
+from catalog.store.outbox import EventRows
 
 log = logging.getLogger("catalog.events")
 

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from catalog.events.records import StoredEvent
+from catalog.names import dotted
 from catalog.settings import ConfigurationError, Settings
 
 SIGNATURE_HEADER = "X-Catalog-Signature"
@@ -48,7 +49,7 @@ def structured(event: StoredEvent, source: str = SOURCE) -> tuple[dict[str, str]
     from cloudevents.core.bindings.http import to_structured_event
     from cloudevents.core.v1.event import CloudEvent
 
-    subject = ".".join(event.namespace if event.name is None else (*event.namespace, event.name))
+    subject = dotted(event.namespace, event.name)
     cloud = CloudEvent(
         attributes={
             "id": event.event_id,

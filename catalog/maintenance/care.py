@@ -43,7 +43,7 @@ from catalog import errors, metrics
 from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
 from catalog.locations import normalise
-from catalog.maintenance import compaction, expire, old_metadata, orphans, policy, reachability, rewrite_manifests
+from catalog.maintenance import compaction, expire, inheritance, old_metadata, orphans, reachability, rewrite_manifests
 from catalog.maintenance.spark import SparkEngine
 from catalog.metadata import tables
 from catalog.settings import Settings
@@ -117,9 +117,9 @@ class Care:
     def enabled(self, entry: Entry, file: MetadataFile) -> bool:
         try:
             props = file.data.get("properties") or {}
-            return policy.enabled(props, self.namespaces(entry.namespace), self.settings)
+            return inheritance.enabled(props, self.namespaces(entry.namespace), self.settings)
         except errors.BadRequest as e:
-            log.warning("maintenance of %s skipped: %s", ".".join((*entry.namespace, entry.name)), e.message)
+            log.warning("maintenance of %s skipped: %s", entry.ident, e.message)
             return False
 
     def run(self, task: Task) -> tuple[dict[str, Any], str | None]:
@@ -150,8 +150,8 @@ class Care:
         io = purge.file_io(self.settings, file.location)
         for _ in range(REPLANS):
             metadata = file.data
-            defaults = policy.expire_defaults(self.namespaces(entry.namespace), self.settings)
-            rules = expire.policy(metadata.get("properties") or {}, defaults)
+            defaults = inheritance.expire_defaults(self.namespaces(entry.namespace), self.settings)
+            rules = expire.retention(metadata.get("properties") or {}, defaults)
             if not rules.gc_enabled:  # as Java refuses: the table's files may be shared with another
                 return {"skipped": "gc.enabled is false on this table"}, file.location
             now = int(time.time() * 1000)
@@ -207,7 +207,7 @@ class Care:
             try:
                 committed = self.engine.commit([change])
             except errors.CommitFailed as e:  # a ref moved onto a planned snapshot, or renamed: plan again
-                log.info("expiry of %s re-planned: %s", _ident(entry), e.message)
+                log.info("expiry of %s re-planned: %s", entry.ident, e.message)
                 entry, file = self.current(task)
                 continue
             after_file = committed.files[0]  # type: ignore[union-attr]  # no key: never Replayed
@@ -234,7 +234,7 @@ class Care:
                 "metadata-location": after_file.location,
                 **why,
             }, after_file.location
-        raise errors.CommitFailed(f"Snapshot expiry of {_ident(entry)}: the table kept changing its refs")
+        raise errors.CommitFailed(f"Snapshot expiry of {entry.ident}: the table kept changing its refs")
 
     def _stale_metadata(self, task: Task, entry: Entry, file: MetadataFile) -> list[StoredFile]:
         """The table's metadata files that are in neither its current file nor its log, older than
@@ -300,7 +300,7 @@ class Care:
 
     def remove_orphans(self, task: Task, entry: Entry, file: MetadataFile) -> tuple[dict[str, Any], str]:
         dry = bool(task.options.get("dry-run"))
-        if not expire.policy(file.data.get("properties") or {}).gc_enabled:
+        if not expire.retention(file.data.get("properties") or {}).gc_enabled:
             return {"skipped": "gc.enabled is false on this table"}, file.location
         cutoff = int(time.time() * 1000 - self.settings.maintenance_orphan_age_hours * 3600 * 1000)
         known = orphans.Referenced(purge.file_io(self.settings, file.location))
@@ -319,7 +319,7 @@ class Care:
             known.add(file.data, file.location)
             found.files = [f for f in found.files if normalise(f.location) not in known.paths]
         else:
-            raise errors.CommitFailed(f"Orphan removal of {_ident(entry)}: the table kept changing")
+            raise errors.CommitFailed(f"Orphan removal of {entry.ident}: the table kept changing")
         result: dict[str, Any] = {
             "scanned": found.scanned,
             "kept-younger-than-age": found.kept_young,
@@ -348,7 +348,7 @@ class Care:
             return {"deleted-files": 0, "metadata-location": gone.metadata_location}
         io = purge.file_io(self.settings, file.location)
         owned = self.ownership.owned(file.data, gone.id)
-        gc = expire.policy(file.data.get("properties") or {}).gc_enabled
+        gc = expire.retention(file.data.get("properties") or {}).gc_enabled
         deleted = 0
         for _, paths in purge.table_files(file.data, file.location, owned, io, data_files=gc):
             deleted += self._delete(paths, PURGE)
@@ -388,7 +388,7 @@ class Care:
         for path in dict.fromkeys(paths):
             (mine if owned(path) else foreign).append(path)
         if foreign:
-            log.warning("maintenance of %s kept %d files outside the table's locations", _ident(entry), len(foreign))
+            log.warning("maintenance of %s kept %d files outside the table's locations", entry.ident, len(foreign))
         return mine
 
     def _delete(self, paths: list[str], kind: str) -> int:
@@ -428,7 +428,7 @@ def _spare_recent_heads(plan: expire.Expiry, metadata: dict[str, Any], now_ms: i
 def _why_kept(
     metadata: dict[str, Any],
     now_ms: int,
-    rules: expire.Policy,
+    rules: expire.Retention,
     by_policy: expire.Expiry,
     plan: expire.Expiry,
     grace: float,
@@ -477,7 +477,3 @@ def _capped(key: str, items: list) -> dict[str, Any]:
     """``key``: the first ``RESULT_ITEMS`` items, ``key-count``: how many there are (a result is a
     row in the queue: at 100,000 snapshots the whole list would be megabytes)."""
     return {key: items[:RESULT_ITEMS], f"{key}-count": len(items)}
-
-
-def _ident(entry: Entry) -> str:
-    return ".".join((*entry.namespace, entry.name))

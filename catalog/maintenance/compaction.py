@@ -65,7 +65,6 @@ from catalog.maintenance.compaction_plan import (
 )
 from catalog.maintenance.replace import (
     commit_replace,
-    ident,
     listed,
     live_entries,
     main_head,
@@ -163,7 +162,7 @@ class Compactor:
                 for _ in range(LANDINGS):
                     outcome = self._land(entry, metadata, head, start, written, snapshot_id)
                     if isinstance(outcome, str):
-                        log.info("compaction of %s yields: %s", ident(entry), outcome)
+                        log.info("compaction of %s yields: %s", entry.ident, outcome)
                         break
                     if outcome is not None:
                         after, summary = outcome
@@ -192,7 +191,7 @@ class Compactor:
                     if writer := row_level_since(metadata, head, start):
                         reason = f"a row-level writer committed while it ran (snapshot {writer})"
                         metrics.MAINTENANCE_COMPACTIONS.labels("yielded").inc()
-                        log.info("compaction of %s yields: %s", ident(entry), reason)
+                        log.info("compaction of %s yields: %s", entry.ident, reason)
                         return {"engine": "in-process", "yielded": reason, "replanned": replans}, file.location
                     landed_on_moved += 1
                     metrics.MAINTENANCE_COMPACTIONS.labels("landed-on-moved-head").inc()
@@ -201,7 +200,7 @@ class Compactor:
             replans += 1
             metrics.MAINTENANCE_COMPACTIONS.labels("replanned").inc()
         metrics.MAINTENANCE_COMPACTIONS.labels("yielded").inc()
-        log.warning("compaction of %s yielded after %d plans: writers kept changing its files", ident(entry), replans)
+        log.warning("compaction of %s yielded after %d plans: writers kept changing its files", entry.ident, replans)
         return {
             "engine": "in-process",
             "yielded": "writers changed the files it was rewriting; nothing was committed",
@@ -336,7 +335,7 @@ class Compactor:
         change = replace_on_main(entry, metadata, head, snapshot_id, location, summary, lw.next_row_id)
         mine = [p for p in written.paths if p.startswith(f"{directory}/{commit_id}-") or p == location]
         committed = commit_replace(
-            self.engine, change, written.paths, mine, self._delete, f"compaction of {ident(entry)}"
+            self.engine, change, written.paths, mine, self._delete, f"compaction of {entry.ident}"
         )
         return None if committed is None else (committed, summary)
 

@@ -43,7 +43,7 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclass(frozen=True)
-class Policy:
+class Retention:
     """The table's expiry defaults (``TableProperties``' ``history.expire.*``)."""
 
     max_snapshot_age_ms: int = DEFAULT_MAX_SNAPSHOT_AGE_MS  # history.expire.max-snapshot-age-ms
@@ -62,7 +62,7 @@ def _integer(name: str, raw: str, bounds: tuple[int, int], least: int) -> int:
     return value
 
 
-def policy(properties: Mapping[str, str], defaults: Mapping[str, str] = {}) -> Policy:  # noqa: B006 (read only)
+def retention(properties: Mapping[str, str], defaults: Mapping[str, str] = {}) -> Retention:  # noqa: B006 (read only)
     """The table's properties, else ``defaults`` (namespace properties / server settings, same keys), else
     Iceberg's defaults. Malformed values -> ``errors.BadRequest`` naming the property.
 
@@ -79,7 +79,7 @@ def policy(properties: Mapping[str, str], defaults: Mapping[str, str] = {}) -> P
     if gc is not None and (not isinstance(gc, str) or gc.lower() not in ("true", "false")):
         raise errors.BadRequest(f"Invalid value for property {GC_ENABLED}: {str(gc)[:40]!r} is not a boolean")
     max_ref_age = None if ref_age is None else _integer(MAX_REF_AGE_MS, ref_age, _LONG, 0)
-    return Policy(
+    return Retention(
         max_snapshot_age_ms=(
             DEFAULT_MAX_SNAPSHOT_AGE_MS if age is None else _integer(MAX_SNAPSHOT_AGE_MS, age, _LONG, 0)
         ),
@@ -124,7 +124,7 @@ def refs_of(metadata: dict) -> dict[str, dict]:
 def plan(
     metadata: dict,
     now_ms: int,
-    policy: Policy,
+    policy: Retention,
     older_than_ms: int | None = None,
     retain_last: int | None = None,
 ) -> Expiry:
@@ -204,7 +204,7 @@ def plan(
     )
 
 
-def why_kept(metadata: dict, now_ms: int, policy: Policy, expiry: Expiry) -> dict[str, int]:
+def why_kept(metadata: dict, now_ms: int, policy: Retention, expiry: Expiry) -> dict[str, int]:
     """Why each snapshot ``expiry`` leaves was kept, counted by reason (for a task's result; pure):
     ``ref-head`` (a branch's or tag's own snapshot), ``younger-than-max-age`` (not older than the
     table's ``history.expire.max-snapshot-age-ms``), ``min-snapshots-to-keep`` (kept by a branch's

@@ -163,7 +163,3 @@ def new_snapshot_id(metadata: dict[str, Any]) -> int:
         candidate = uuid.uuid4().int & ((1 << 63) - 1)
         if candidate not in used and candidate:
             return candidate
-
-
-def ident(entry: Entry) -> str:
-    return ".".join((*entry.namespace, entry.name))

@@ -57,7 +57,6 @@ from catalog.commit.changes import MAINTENANCE_JOB
 from catalog.commit.engine import CommitEngine
 from catalog.maintenance.replace import (
     commit_replace,
-    ident,
     listed,
     main_head,
     metadata_dir,
@@ -267,9 +266,9 @@ class Rewriter:
                 self._delete(written.paths)
             replans += 1
             metrics.MAINTENANCE_MANIFEST_REWRITES.labels("replanned").inc()
-            log.info("manifest rewrite of %s planned again: the table's manifests changed", ident(entry))
+            log.info("manifest rewrite of %s planned again: the table's manifests changed", entry.ident)
         metrics.MAINTENANCE_MANIFEST_REWRITES.labels("yielded").inc()
-        log.warning("manifest rewrite of %s yielded after %d plans: the table kept changing", ident(entry), replans)
+        log.warning("manifest rewrite of %s yielded after %d plans: the table kept changing", entry.ident, replans)
         return {
             "yielded": "the table's manifests kept changing under the rewrite; nothing was committed",
             "replanned": replans,
@@ -345,7 +344,7 @@ class Rewriter:
         )
         change = replace_on_main(entry, metadata, head, snapshot_id, location, summary, writer.next_row_id)
         committed = commit_replace(
-            self.engine, change, written.paths, [location], self._delete, f"manifest rewrite of {ident(entry)}"
+            self.engine, change, written.paths, [location], self._delete, f"manifest rewrite of {entry.ident}"
         )
         return None if committed is None else (committed, summary)
 

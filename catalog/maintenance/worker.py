@@ -221,7 +221,7 @@ class Scheduler:
         try:
             file = self.care.files.read(entry.metadata_location)
         except errors.IcebergError as e:
-            log.warning("maintenance of %s not scheduled: %s", ".".join((*entry.namespace, entry.name)), e.message)
+            log.warning("maintenance of %s not scheduled: %s", entry.ident, e.message)
             return 0
         quiet = compaction_plan.quiet_ms(file.data, self.settings.maintenance_compaction_quiet_seconds)
         if kind == COMPACT and compaction_plan.deferred(file.data, int(time.time() * 1000), quiet):

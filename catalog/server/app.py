@@ -45,7 +45,7 @@ from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
 from catalog.server import startup
-from catalog.server.care import start_parts
+from catalog.server.background import start_parts
 from catalog.server.memory import large_buffers_from_the_heap
 from catalog.server.warehouses import Registry
 from catalog.service import Catalog

@@ -1,5 +1,5 @@
 """The warehouses this process serves: the default one (the server's settings) and each row of the
-``warehouses`` table, opened as a catalog of its own (``catalog/warehouses.py`` says how they are
+``warehouses`` table, opened as a catalog of its own (``catalog/warehouse_profiles.py`` says how they are
 kept apart). Requests find theirs by name (``state``); the management API and the bootstrap file
 create, change and delete them here (``create``, ``update``, ``delete``).
 
@@ -32,7 +32,7 @@ from catalog.storage import gcs
 from catalog.storage.backends import create_storage, probe_writable
 from catalog.store import migrate
 from catalog.store.warehouse_rows import WarehouseRows
-from catalog.warehouses import MASK, Warehouse, confined, default_name, parse, real_path, settings_for
+from catalog.warehouse_profiles import MASK, Warehouse, confined, default_name, parse, real_path, settings_for
 
 log = logging.getLogger("catalog.warehouses")
 REFRESH_SECONDS = 5.0

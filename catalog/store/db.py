@@ -19,10 +19,10 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
 - ``maintenance_tasks``: the durable queue of the catalog's own table care (``store/tasks.py``);
   ``maintenance_runs``: each (entry, kind)'s last finished run, which scheduling reads;
   ``leases``: named leases (the one scheduler per deployment holds ``scheduler``).
-- ``events``: the outbox of change events; ``event_sinks``: each push sink's cursor (store/events.py).
+- ``events``: the outbox of change events; ``event_sinks``: each push sink's cursor (store/outbox.py).
 - ``entry_paths``: the ``write.*.path`` prefixes of live and dropped entries, owned like their
   ``location`` (``store/ownership.py``).
-- ``warehouses``: the warehouses besides the default one (``catalog/warehouses.py``); read only in
+- ``warehouses``: the warehouses besides the default one (``catalog/warehouse_profiles.py``); read only in
   the server's own database, each warehouse's objects are in a database of its own.
 
 Every lock and serialisation on SQLite's write path, outermost first, and why each exists (SQLite
@@ -231,7 +231,7 @@ leases = sa.Table(
 )
 
 
-# The outbox (store/events.py): one row per change, written in the change's own transaction. ``seq``
+# The outbox (store/outbox.py): one row per change, written in the change's own transaction. ``seq``
 # is drawn at insert (on PostgreSQL not in commit order across transactions); ``position`` is the
 # feed's order, given afterwards by the one sequencer to rows it sees committed.
 events = sa.Table(
@@ -362,7 +362,7 @@ def _postgres_connect_args(url: str) -> dict[str, Any]:
 
 def with_schema(url: str, schema: str | None) -> sa.URL:
     """The database URL, on PostgreSQL with ``options=-csearch_path=<schema>`` when a schema is set (a
-    warehouse's own, catalog/warehouses.py): every unqualified table name resolves there, and the
+    warehouse's own, catalog/warehouse_profiles.py): every unqualified table name resolves there, and the
     option is in the URL itself, so every connection made from ``engine.url`` carries it."""
     parsed = sa.make_url(url)
     if not schema or parsed.get_backend_name() != "postgresql":

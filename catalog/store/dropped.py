@@ -22,9 +22,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from catalog.events import records
+from catalog.names import dotted
 from catalog.store.db import dropped_entries as dropped
 from catalog.store.db import entry_paths, join_namespace, maintenance_runs, split_namespace
-from catalog.store.events import EventRows
+from catalog.store.outbox import EventRows
 from catalog.store.sql import Database
 from catalog.store.tasks import now_ms
 
@@ -46,7 +47,7 @@ class Dropped:
 
     @property
     def ident(self) -> str:
-        return ".".join((*self.namespace, self.name))
+        return dotted(self.namespace, self.name)
 
     def to_json(self) -> dict[str, Any]:
         return {

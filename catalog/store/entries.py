@@ -17,6 +17,7 @@ from catalog import errors
 from catalog.events import records
 from catalog.events.records import Event
 from catalog.locations import ancestors, overlaps
+from catalog.names import dotted
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import dropped_entries as dropped
 from catalog.store.db import entry_paths as paths
@@ -24,9 +25,9 @@ from catalog.store.db import idempotency_keys as keys
 from catalog.store.db import join_namespace, maintenance_runs, namespaces, split_namespace
 from catalog.store.dropped import COLUMNS as DROPPED_COLUMNS
 from catalog.store.dropped import SHOWN, Dropped, DroppedRows, as_dropped, forget_records
-from catalog.store.events import EventRows
 from catalog.store.grant_rows import GrantRows
 from catalog.store.leases import Leases
+from catalog.store.outbox import EventRows
 from catalog.store.pointers import Entry, KeyRecord, Pointers, Swapped, key_row
 from catalog.store.sql import Database, exists
 from catalog.store.tasks import TaskRows, now_ms
@@ -209,7 +210,7 @@ class Entries:
         view) or another entry overlaps one of those. ``key`` is recorded in the same transaction (a create's
         Idempotency-Key): ``KEY_TAKEN`` when another request recorded it first, nothing inserted.
         ``event`` (a create's or a register's) is written in it, with the new entry's id."""
-        ident = ".".join((*ns, name))
+        ident = dotted(ns, name)
         try:
             with self.db.write() as conn:
                 if key is not None and exists(conn, keys, keys.c.key == key.key):
@@ -352,7 +353,7 @@ class Entries:
         released = retention_ms <= 0 and not purge
         with self.db.write() as conn:
             if not _to_dropped(conn, entry, None, purge, retention_ms, by, released):
-                raise _missing(entry.kind, ".".join((*entry.namespace, entry.name)))
+                raise _missing(entry.kind, entry.ident)
             self.outbox.write(conn, [event])
             if released:
                 return None
@@ -420,7 +421,7 @@ class Entries:
 
     def rename_entry(self, entry: Entry, to_ns: tuple[str, ...], to_name: str) -> None:
         noun = "Table" if entry.kind == "table" else "View"
-        src, dst = ".".join((*entry.namespace, entry.name)), ".".join((*to_ns, to_name))
+        src, dst = entry.ident, dotted(to_ns, to_name)
         try:
             with self.db.write() as conn:
                 taken = _holder_of(conn, to_ns, to_name)

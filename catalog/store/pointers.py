@@ -17,11 +17,12 @@ from sqlalchemy import exc
 
 from catalog import tracing
 from catalog.events.records import Event
+from catalog.names import dotted
 from catalog.store import async_reads
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import entry_paths, join_namespace, split_namespace
 from catalog.store.db import idempotency_keys as keys
-from catalog.store.events import EventRows
+from catalog.store.outbox import EventRows
 from catalog.store.sql import Compiled, Database, not_committed, quiet_rollback, short, translate
 
 
@@ -33,6 +34,10 @@ class Entry:
     kind: str
     metadata_location: str
     location: str | None = None  # normalised; read by the pointer read only (None: not read, or not yet filled)
+
+    @property
+    def ident(self) -> str:
+        return dotted(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)

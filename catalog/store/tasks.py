@@ -28,9 +28,10 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 
 from catalog.events import records
+from catalog.names import dotted
 from catalog.store.db import catalog_entries as entries
 from catalog.store.db import join_namespace, maintenance_runs, maintenance_tasks, split_namespace
-from catalog.store.events import EventRows
+from catalog.store.outbox import EventRows
 from catalog.store.sql import Database
 
 ACTIVE = ("queued", "running")
@@ -58,7 +59,7 @@ class Task:
 
     @property
     def ident(self) -> str:
-        return ".".join((*self.namespace, self.name))
+        return dotted(self.namespace, self.name)
 
     def to_json(self) -> dict[str, Any]:
         return {

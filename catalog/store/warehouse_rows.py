@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from catalog import errors, sealing
 from catalog.store.db import warehouses
-from catalog.warehouses import Warehouse
+from catalog.warehouse_profiles import Warehouse
 
 log = logging.getLogger("catalog.warehouses")
 
