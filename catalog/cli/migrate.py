@@ -1,8 +1,48 @@
-"""``iceberg-catalog migrate --downgrade``: say what a downgrade will do and ask before it runs."""
+"""``iceberg-catalog migrate``: the database schema to head (or ``--revision``), and exit; a downgrade
+says what it will do and asks before it runs."""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import TYPE_CHECKING
+
+from catalog.cli import local
+
+if TYPE_CHECKING:
+    from catalog.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    mig = sub.add_parser("migrate", help="migrate the database schema (to head by default) and exit")
+    mig.add_argument("--database-url", dest="database_url")
+    mig.add_argument("--revision", default="head", help="target revision (head, base, or an id)")
+    mig.add_argument("--downgrade", action="store_true", help="migrate down to --revision (asks for confirmation)")
+    mig.add_argument("--yes", action="store_true", help="downgrade without asking (scripts)")
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = local.settings_from(args)
+    if isinstance(settings, int):
+        return settings
+    return local.on_the_database(settings, lambda: _migrate(settings, args.revision, args.downgrade, args.yes))
+
+
+def _migrate(settings: Settings, revision: str, down: bool, yes: bool = False) -> int:
+    from catalog.store import migrate
+    from catalog.store.db import create_engine
+
+    engine = create_engine(settings)
+    if down:
+        current = ", ".join(sorted(migrate.current(engine))) or "base"
+        refused = confirm_downgrade(engine.url.render_as_string(hide_password=True), current, revision, yes)
+        if refused is not None:
+            engine.dispose()
+            return refused
+    (migrate.downgrade if down else migrate.upgrade)(engine, revision)
+    print(f"database migrated to {revision}: {engine.url.render_as_string(hide_password=True)}")
+    engine.dispose()
+    return 0
 
 
 def confirm_downgrade(where: str, current: str, revision: str, yes: bool) -> int | None:
