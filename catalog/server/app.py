@@ -86,8 +86,103 @@ def build_catalog(settings: Settings, migrated: bool = False) -> Catalog:
     )
 
 
+class Serving:
+    """What one app serves: its settings, the authentication it shares across warehouses, and the
+    warehouses, which its ``lifespan`` opens before the first request (``registry``; None until then).
+    The handlers' ``ctx`` and the raw-path router's ``knows`` read the registry from here."""
+
+    def __init__(self, settings: Settings) -> None:
+        for warning in startup.check_settings(settings):  # ConfigurationError: refused before anything starts
+            log.warning("%s", warning)
+        self.settings = settings
+        self.authenticator = Authenticator.from_settings(settings)
+        self.limiter = FailureLimiter(parse_trusted_proxies(settings.trusted_proxies))
+        self.registry: Registry | None = None
+        self._pages: paging.PageTokens | None = None
+
+    def ctx(self) -> AppState:
+        """The handlers' ``ctx``: the AppState of the request's warehouse (``api.context.WAREHOUSE``).
+        No parameters, so that resolving it costs no other injection (a ``State`` per request)."""
+        return self.registry.state(WAREHOUSE.get())  # type: ignore[union-attr]  # opened before any request
+
+    def knows(self, name: str) -> bool:
+        """Whether a path's first segment names a warehouse served (every name, before the lifespan)."""
+        return self.registry is None or self.registry.knows(name)
+
+    @asynccontextmanager
+    async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
+        settings = self.settings
+        # `serve` migrated before starting the workers; this covers other ways of running the app.
+        catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
+        access = Access(settings, catalog.grants)
+        if settings.auth_required:  # grants from before principal kinds, settled against the built-in clients
+            _settle_legacy_grants(access)
+        if settings.authz_bootstrap:
+            access.bootstrap(settings.authz_bootstrap)
+        # Rows from before migrations 0003 and 0011 get their locations and write paths in the
+        # background (a no-op after); each created warehouse's as it opens.
+        threading.Thread(target=_backfill, args=(catalog,), name="backfill", daemon=True).start()
+        self._pages = paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
+
+        def open_warehouse(of: Settings, name: str) -> tuple[AppState, list]:
+            """Another warehouse: a catalog of its own on its database and storage (the grants are the
+            server's, seen from that warehouse: ``auth.grants.in_warehouse``)."""
+            opened = build_catalog(of)
+            threading.Thread(target=_backfill, args=(opened,), name=f"backfill-{name}", daemon=True).start()
+            return self._state(of, opened, Access(of, catalog.grants, warehouse=name)), start_parts(opened, name)
+
+        app.state.ctx = self._state(settings, catalog, access)
+        registry = self.registry = Registry(settings, app.state.ctx, open_warehouse, grants_changed=access.changed)
+        registry.start()
+        if settings.warehouses_file:
+            registry.bootstrap(settings.warehouses_file)
+        app.state.warehouses = registry
+        _publish_gauges(registry)
+        publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
+        care = start_parts(catalog)
+        try:
+            yield
+        finally:
+            registry.stop()
+            for part in care:
+                part.stop()
+            publishing.set()
+            tracing.shutdown()
+            metrics.process_exited()
+            catalog.close()
+
+    def _state(self, of: Settings, catalog: Catalog, access: Access) -> AppState:
+        # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
+        signs = of.s3_remote_signing and signing.is_s3(of.warehouse)
+        served = [
+            *CATALOG_ROUTES,
+            *(signing_api.ROUTES if signs else []),
+            *(events.ROUTES if of.events_enabled else []),
+        ]
+        client_io = vending.client_io_properties(of)
+        assert self._pages is not None  # made by the lifespan before any state
+        return AppState(
+            catalog=catalog,
+            access=access,
+            authenticator=self.authenticator,
+            limiter=self.limiter,
+            pages=self._pages,
+            signer=signing.Signer(of) if signs else None,
+            vendor=vending.create_vendor(of),
+            client_io=client_io,
+            table_config=orjson.dumps(client_io),
+            config_body=orjson.dumps(config_api.body(of, client_io, served)),
+            prefix=of.prefix,
+            registry=lambda: self.registry,
+        )
+
+
 def create_app(settings: Settings | None = None) -> Litestar:
-    settings = settings or Settings()
+    return _litestar(Serving(settings or Settings()))
+
+
+def _litestar(serving: Serving) -> Litestar:
+    settings = serving.settings
     handlers = [
         *config_api.ROUTES,
         *CATALOG_ROUTES,
@@ -102,95 +197,18 @@ def create_app(settings: Settings | None = None) -> Litestar:
         *unserved.ROUTES,
         *docs.routes(docs.load_spec()),  # /docs and /openapi.json: the spec read and converted once, here
     ]
-    for warning in startup.check_settings(settings):  # ConfigurationError: refused before anything starts
-        log.warning("%s", warning)
-    authenticator = Authenticator.from_settings(settings)
-    limiter = FailureLimiter(parse_trusted_proxies(settings.trusted_proxies))
-    registry: list[Registry] = []  # the warehouses served, once the lifespan opened them
-
-    def ctx() -> AppState:
-        """The handlers' ``ctx``: the AppState of the request's warehouse (``api.context.WAREHOUSE``),
-        from the registry the lifespan made before the first request. No parameters, so that
-        resolving it costs no other injection (a ``State`` per request)."""
-        return registry[0].state(WAREHOUSE.get())
-
-    @asynccontextmanager
-    async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        # `serve` migrated before starting the workers; this covers other ways of running the app.
-        catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
-        access = Access(settings, catalog.grants)
-        if settings.auth_required:  # grants from before principal kinds, settled against the built-in clients
-            _settle_legacy_grants(access)
-        if settings.authz_bootstrap:
-            access.bootstrap(settings.authz_bootstrap)
-        # Rows from before migrations 0003 and 0011 get their locations and write paths in the
-        # background (a no-op after); each created warehouse's as it opens.
-        threading.Thread(target=_backfill, args=(catalog,), name="backfill", daemon=True).start()
-        pages = paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
-
-        def state(of: Settings, catalog: Catalog, access: Access) -> AppState:
-            # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
-            signs = of.s3_remote_signing and signing.is_s3(of.warehouse)
-            served = [
-                *CATALOG_ROUTES,
-                *(signing_api.ROUTES if signs else []),
-                *(events.ROUTES if of.events_enabled else []),
-            ]
-            client_io = vending.client_io_properties(of)
-            return AppState(
-                catalog=catalog,
-                access=access,
-                authenticator=authenticator,
-                limiter=limiter,
-                pages=pages,
-                signer=signing.Signer(of) if signs else None,
-                vendor=vending.create_vendor(of),
-                client_io=client_io,
-                table_config=orjson.dumps(client_io),
-                config_body=orjson.dumps(config_api.body(of, client_io, served)),
-                prefix=of.prefix,
-                registry=lambda: registry[0],
-            )
-
-        def open_warehouse(of: Settings, name: str) -> tuple[AppState, list]:
-            """Another warehouse: a catalog of its own on its database and storage (the grants are the
-            server's, seen from that warehouse: ``auth.grants.in_warehouse``)."""
-            opened = build_catalog(of)
-            threading.Thread(target=_backfill, args=(opened,), name=f"backfill-{name}", daemon=True).start()
-            return state(of, opened, Access(of, catalog.grants, warehouse=name)), start_parts(opened, name)
-
-        app.state.ctx = state(settings, catalog, access)
-        registry[:] = [Registry(settings, app.state.ctx, open_warehouse, grants_changed=access.changed)]
-        registry[0].start()
-        if settings.warehouses_file:
-            registry[0].bootstrap(settings.warehouses_file)
-        app.state.warehouses = registry[0]
-        _publish_gauges(registry[0])
-        publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
-        care = start_parts(catalog)
-        try:
-            yield
-        finally:
-            registry[0].stop()
-            for part in care:
-                part.stop()
-            publishing.set()
-            tracing.shutdown()
-            metrics.process_exited()
-            catalog.close()
-
-    app = Litestar(
+    return Litestar(
         route_handlers=handlers,
         dependencies={
-            "ctx": Provide(ctx, use_cache=False, sync_to_thread=False),
+            "ctx": Provide(serving.ctx, use_cache=False, sync_to_thread=False),
         },
-        lifespan=[lifespan],
+        lifespan=[serving.lifespan],
         exception_handlers={Exception: error_response},
         request_max_body_size=settings.max_request_bytes,
         middleware=[
             DefineMiddleware(
                 oauth.BearerAuth,
-                authenticator=authenticator,
+                authenticator=serving.authenticator,
                 required=settings.auth_required,
                 metrics_token=settings.metrics_token,
             ),
@@ -204,7 +222,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
         openapi_config=None,
         debug=False,
     )
-    return app
 
 
 def app_from_env() -> RawPathRouting:
@@ -212,21 +229,11 @@ def app_from_env() -> RawPathRouting:
     large_buffers_from_the_heap()
     settings = Settings()
     logs.configure(settings.log_level, settings.log_format)  # worker processes start without it (audit lines)
-    app = create_app(settings)
-
-    served: list[Registry] = []  # app.state.warehouses, kept here once set: a State lookup per request cost ~1 us
-
-    def knows(name: str) -> bool:  # the warehouses, once the lifespan opened them
-        if not served:
-            registry = getattr(app.state, "warehouses", None)
-            if registry is None:
-                return True
-            served.append(registry)
-        return served[0].knows(name)
-
+    serving = Serving(settings)
+    app = _litestar(serving)
     if tracing.configure():  # OTEL_* asks for traces: a span per request, the commit's steps under it
-        return RawPathRouting(Traced(app), knows)
-    return RawPathRouting(app, knows)
+        return RawPathRouting(Traced(app), serving.knows)
+    return RawPathRouting(app, serving.knows)
 
 
 def _publish_gauges(registry: Registry) -> None:
