@@ -547,6 +547,13 @@ class Settings(BaseSettings):
         "still queued, never done in the request).",
     )
 
+    # -- the web console (catalog/console/) -----------------------------------------------------------
+    console_enabled: bool = Field(
+        default=True,
+        description="Serve the web console at /ui: server-rendered pages over the same authorization as "
+        "the REST API (docs/console.md); false: no /ui routes.",
+    )
+
     # -- change events (catalog/events/, store/events.py, delivery/) --------------------------------
     events_enabled: bool = Field(
         default=True,

@@ -44,6 +44,7 @@ from catalog.api.tracing import Traced
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
+from catalog.console import routes as console
 from catalog.server import startup
 from catalog.server.care import start_parts
 from catalog.server.memory import large_buffers_from_the_heap
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         *dropped.ROUTES,
         *unserved.ROUTES,
         *docs.routes(docs.load_spec()),  # /docs and /openapi.json: the spec read and converted once, here
+        *([console.router(settings)] if settings.console_enabled else []),  # /ui
     ]
     for warning in startup.check_settings(settings):  # ConfigurationError: refused before anything starts
         log.warning("%s", warning)
@@ -193,6 +195,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 authenticator=authenticator,
                 required=settings.auth_required,
                 metrics_token=settings.metrics_token,
+                console=console.BASE if settings.console_enabled else None,
             ),
             DefineMiddleware(
                 idempotency.Idempotency,
