@@ -317,7 +317,8 @@ async def _warehouses(request: Request) -> list[tuple[str, str | None]]:
     """(shown name, ``?warehouse=`` value) of the warehouses the caller holds a grant in."""
     registry = request.app.state.ctx.registry()
     candidates = [(registry.default_name, None, registry.default), *((n, n, s) for n, s in registry.opened().items())]
-    return [(shown, w) for shown, w, state in candidates if await guard.holds_any(request, state.access)]
+    # the default by its name too, so that its link opens it rather than this list again
+    return [(shown, w or shown) for shown, w, state in candidates if await guard.holds_any(request, state.access)]
 
 
 async def _namespace_page(v: Visit, ns: tuple[str, ...]) -> Response:
@@ -399,7 +400,9 @@ def _target(event: Any) -> policy.Target:
 
 
 def _crumbs(v: Visit, ns: tuple[str, ...], name: str | None) -> str:
-    parts: list[tuple[str, str | None]] = [(v.warehouse or "Catalog", html.url("", v.warehouse))]
+    parts: list[tuple[str, str | None]] = [("Catalog", BASE)]
+    if v.warehouse is not None:
+        parts.append((v.warehouse, html.url("", v.warehouse) if ns or name else None))
     for i in range(1, len(ns) + 1):
         last = i == len(ns) and name is None
         parts.append((ns[i - 1], None if last else html.ns_url(ns[:i], v.warehouse)))
