@@ -170,6 +170,9 @@ def test_browse_to_a_table_and_see_its_snapshots_and_health_chart(page: Any, lak
         top = max(values) or 1
         ys = [float(p.split(",")[1]) for p in line.get_attribute("points").split()]
         assert ys == pytest.approx([HEIGHT - PAD - (HEIGHT - 2 * PAD) * v / top for v in values], abs=0.06)
+    average = page.locator('polyline[data-series="avg-file-size"]').get_attribute("data-values")
+    sizes = [int(s["summary"]["total-files-size"]) // int(s["summary"]["total-data-files"]) for s in snaps]
+    assert [int(v) for v in average.split(",")] == sizes
     data_files = page.locator("#health figcaption").first.inner_text()
     assert f"{snaps[-1]['summary']['total-data-files']} files" in data_files
     shot(page, "table")

@@ -16,10 +16,11 @@ from catalog.console.html import attr, esc
 MAX_POINTS = 120
 WIDTH, HEIGHT, PAD = 320, 110, 8
 
-# (summary key or "snapshots", label, unit)
+# (a summary key, or "avg-file-size" / "snapshots" derived from them; label; unit)
 SERIES: tuple[tuple[str, str, str], ...] = (
     ("total-data-files", "Data files", "files"),
     ("total-files-size", "Total size", "bytes"),
+    ("avg-file-size", "Average file size", "bytes"),
     ("total-delete-files", "Delete files", "files"),
     ("snapshots", "Snapshots", "snapshots"),
 )
@@ -41,6 +42,12 @@ def _number(summary: dict[str, Any], key: str) -> int | None:
         return None
 
 
+def _average(summary: dict[str, Any]) -> int | None:
+    """Total size over data files (delete files' bytes included: the summary does not split them)."""
+    size, files = _number(summary, "total-files-size"), _number(summary, "total-data-files")
+    return size // files if size is not None and files else None
+
+
 def points(snapshots: Sequence[dict[str, Any]]) -> dict[str, list[tuple[int, int]]]:
     """For each series, (snapshot id, value) over the sampled snapshots (in commit order), those
     whose summary lacks the value left out."""
@@ -52,7 +59,9 @@ def points(snapshots: Sequence[dict[str, Any]]) -> dict[str, list[tuple[int, int
         sid = snap.get("snapshot-id")
         summary = snap.get("summary") if isinstance(snap.get("summary"), dict) else {}
         for key, _, _ in SERIES:
-            value = i + 1 if key == "snapshots" else _number(summary, key)
+            value = (
+                i + 1 if key == "snapshots" else _average(summary) if key == "avg-file-size" else _number(summary, key)
+            )
             if value is not None and isinstance(sid, int):
                 out[key].append((sid, value))
     return out
@@ -63,13 +72,14 @@ def _panel(key: str, label: str, unit: str, series: list[tuple[int, int]]) -> st
     if not series:
         return f'<figure class="chart"><figcaption>{esc(label)}</figcaption><p class="empty">No data.</p></figure>'
     values = [v for _, v in series]
-    top = max(values) or 1
+    top = max(values)
+    scale = top or 1
     n = len(series)
     span_x, span_y = WIDTH - 2 * PAD, HEIGHT - 2 * PAD
     coords = []
     for i, v in enumerate(values):
         x = PAD + (span_x * i / (n - 1) if n > 1 else span_x / 2)
-        y = HEIGHT - PAD - span_y * v / top
+        y = HEIGHT - PAD - span_y * v / scale
         coords.append(f"{x:.1f},{y:.1f}")
     last = values[-1]
     return (

@@ -108,7 +108,7 @@ def schema(doc: dict[str, Any]) -> str:
     rows = _fields(shown.get("fields") or ())
     older = len(schemas) - 1
     note = f'<p class="note">Schema {esc(shown.get("schema-id"))}; {older} earlier schema(s).</p>'
-    return note + table(["Id", "Name", "Type", "", "Doc"], rows, "schema")
+    return note + table(["Id", "Name", "Type", "Required", "Doc"], rows, "schema")
 
 
 def specs(doc: dict[str, Any]) -> str:
