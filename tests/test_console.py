@@ -95,6 +95,14 @@ def test_a_forged_post_is_refused_and_changes_nothing(open_server: Server) -> No
         open_server.url + "/ui/t/web/clicks/care", data={"mode": "run", "csrf": other_token}, allow_redirects=False
     )
     assert crossed.status_code == 403
+    # the right token, posted from another site (a browser says so in Origin)
+    elsewhere = s.post(
+        open_server.url + "/ui/t/web/clicks/care",
+        data={"mode": "run", "csrf": csrf_of(page)},
+        headers={"Origin": "https://evil.example"},
+        allow_redirects=False,
+    )
+    assert elsewhere.status_code == 403
     after = requests.get(f"{open_server.url}/management/v1/maintenance/tasks", timeout=10).json()["tasks"]
     assert after == before
     ok = s.post(

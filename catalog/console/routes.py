@@ -99,8 +99,14 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 def _checked(sessions: Sessions, request: Request, form: dict[str, str]) -> None:
+    """403 for a POST that is not a form of ours: its CSRF token must fit the nonce cookie, and a
+    browser that says where the form came from must say it came from here."""
     if not sessions.csrf_ok(request.cookies.get(CSRF_COOKIE), form.get("csrf")):
         raise errors.Forbidden("Forbidden: the form's CSRF token is missing or wrong (reload the page and retry)")
+    origin, host = request.headers.get("origin"), request.headers.get("host")
+    cross = request.headers.get("sec-fetch-site") == "cross-site"
+    if cross or (origin is not None and host is not None and origin.partition("://")[2] != host):
+        raise errors.Forbidden("Forbidden: a form posted from another site")
 
 
 def router(settings: Settings, shared_key: str | None = None) -> Router:
