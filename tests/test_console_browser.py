@@ -280,3 +280,75 @@ def test_sign_in_and_one_table_grant_sees_that_table_only_without_buttons(browse
         assert page.locator("table.dropped tbody tr", has_text="refunds").locator("form.undrop").count() == 1
     finally:
         admin.close()
+
+
+# -- sign-in with the OIDC provider: authorization code + PKCE -------------------------------------------
+
+PEOPLE = """
+grants:
+  - {principal: client:admin, privileges: [admin], on: catalog}
+  - {principal: user:alice, privileges: [read], on: {table: shop.orders}}
+"""
+
+
+@pytest.fixture(scope="module")
+def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Any]]:
+    from tests.idp import LocalIdP
+
+    tmp = tmp_path_factory.mktemp("console-oidc")
+    with LocalIdP(audience="catalog", clients={"console": ("", [])}) as idp:
+        env = {
+            **auth_env(tmp, PEOPLE),
+            "CATALOG_OIDC_ISSUER": idp.issuer,
+            "CATALOG_OIDC_AUDIENCE": "catalog",
+            "CATALOG_CONSOLE_OIDC_CLIENT_ID": "console",
+        }
+        srv = start_server(tmp, "sqlite", env)
+        try:
+            admin = as_(srv, "admin")
+            admin.create_namespace("shop")
+            for name in ("orders", "refunds"):
+                admin.create_table(f"shop.{name}", schema=pa.schema([("id", pa.int64())]))
+            yield srv, idp
+        finally:
+            srv.stop()
+
+
+def test_sign_in_with_the_identity_provider_by_code_and_pkce(browser: Any, provider: tuple[Server, Any]) -> None:
+    srv, idp = provider
+    idp.person = ("alice", [])
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto(srv.url + "/ui")
+        page.click("a:text('Sign in with your identity provider')")
+        page.wait_for_url(re.compile(r"/ui$"))
+        assert "Signed in as alice" in page.inner_text("header")
+        page.click("table a:text-is('shop')")
+        assert page.locator("table.tables tbody a").all_inner_texts() == ["orders"]
+        asked = [p for p in idp.requests if p.startswith("/authorize?")]
+        assert asked and "code_challenge_method=S256" in asked[-1] and "code_challenge=" in asked[-1]
+    finally:
+        context.close()
+
+
+def test_a_callback_that_answers_no_sign_in_of_this_browser_is_refused(provider: tuple[Server, Any]) -> None:
+    srv, idp = provider
+    idp.person = ("alice", [])
+    s = requests.Session()
+    to_idp = s.get(srv.url + "/ui/login/oidc", allow_redirects=False, timeout=10)
+    assert to_idp.status_code == 303 and to_idp.headers["location"].startswith(idp.authorize_url)
+    back = requests.get(to_idp.headers["location"], allow_redirects=False, timeout=10).headers["location"]
+    code, state = re.search(r"code=(\w+)&state=([\w-]+)", back).groups()
+    callback = f"{srv.url}/ui/login/callback"
+    # another browser (no pending sign-in), or this one with another state: no session, and no code spent
+    assert requests.get(callback, params={"code": code, "state": state}, timeout=10).status_code == 403
+    wrong = s.get(callback, params={"code": code, "state": "x" + state}, allow_redirects=False, timeout=10)
+    assert wrong.status_code == 403 and "iceberg_console=" not in wrong.headers.get("set-cookie", "")
+    ok = s.get(callback, params={"code": code, "state": state}, allow_redirects=False, timeout=10)
+    assert ok.status_code == 303 and "iceberg_console=" in ok.headers["set-cookie"]
+    assert "Signed in as" in s.get(srv.url + "/ui", timeout=10).text
+    # the code is good once: replayed (even with the flow cookie of another start), refused by the provider
+    again = requests.Session()
+    again.get(srv.url + "/ui/login/oidc", allow_redirects=False, timeout=10)
+    assert again.get(callback, params={"code": code, "state": state}, timeout=10).status_code == 403

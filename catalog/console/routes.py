@@ -26,6 +26,7 @@ from catalog.auth import policy
 from catalog.auth.policy import Privilege
 from catalog.auth.principals import IdentityProviderUnavailable, InvalidToken
 from catalog.console import html, views
+from catalog.console.oidc import FLOW_SECONDS, Flow
 from catalog.console.session import CSRF_COOKIE, SESSION_COOKIE, Sessions
 from catalog.service import MAINTENANCE_KINDS, TABLE, VIEW
 from catalog.settings import Settings
@@ -34,12 +35,14 @@ log = logging.getLogger("catalog.console")
 
 BASE = html.BASE
 LOGIN = BASE + "/login"
-OPEN_PATHS = frozenset({LOGIN, html.STYLESHEET})
+OIDC_START, OIDC_CALLBACK = LOGIN + "/oidc", LOGIN + "/callback"
+OPEN_PATHS = frozenset({LOGIN, OIDC_START, OIDC_CALLBACK, html.STYLESHEET})
+FLOW_COOKIE = "iceberg_console_oidc"
 CSP = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'"
 SECURITY_HEADERS = {
     "content-security-policy": CSP,
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # (no-referrer would make a browser send Origin: null)
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
@@ -117,6 +120,15 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
     auth = settings.auth_required
     ttl = settings.token_ttl_seconds
     stylesheet = resources.files("catalog.console").joinpath("static/console.css").read_bytes()
+    flow = None
+    if settings.console_oidc_client_id and settings.oidc_issuer:
+        flow = Flow(
+            settings.oidc_issuer,
+            settings.console_oidc_client_id,
+            settings.console_oidc_client_secret,
+            settings.console_oidc_scopes,
+        )
+    clients = bool(settings.oauth_clients)
 
     async def sign_in(request: Request) -> Response | None:
         """``before_request``: the session's principal into the scope, or off to sign-in."""
@@ -151,7 +163,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
         if not auth:
             return _redirect(BASE)
         v = visit(request)
-        return v.page("Sign in", views.login(v.csrf, None))
+        return v.page("Sign in", views.login(v.csrf, None, clients, flow is not None))
 
     @post("/login", status_code=303)
     async def login(request: Request) -> Response:
@@ -164,13 +176,49 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
         refused = await oauth.check_client(request, v.state, client_id, secret)
         if refused is not None:
             status, _, description, _ = refused
-            return v.page("Sign in", views.login(v.csrf, f"Not signed in: {description}."), status)
-        bearer = v.state.authenticator.builtin.issue(client_id)["access_token"]
+            said = f"Not signed in: {description}."
+            return v.page("Sign in", views.login(v.csrf, said, clients, flow is not None), status)
+        return _signed_in(request, v.state.authenticator.builtin.issue(client_id)["access_token"])
+
+    def _signed_in(request: Request, bearer: str) -> Response:
         response = _redirect(BASE)
         response.set_cookie(
             SESSION_COOKIE, sessions.seal(bearer), path=BASE, httponly=True, samesite="strict",
             secure=_secure(request), max_age=ttl,
         )  # fmt: skip
+        return response
+
+    @get("/login/oidc")
+    async def oidc_start(request: Request) -> Response:
+        if not auth or flow is None:
+            raise errors.NotFound("No OIDC sign-in on this catalog")
+        redirect_uri = str(request.base_url).rstrip("/") + OIDC_CALLBACK
+        to, pending = await wire.blocking(flow.start, redirect_uri)
+        response = _redirect(to)
+        # Lax, not Strict: the provider's redirect back is a cross-site navigation that must carry it
+        response.set_cookie(
+            FLOW_COOKIE, sessions.seal(pending), path=OIDC_CALLBACK, httponly=True, samesite="lax",
+            secure=_secure(request), max_age=FLOW_SECONDS,
+        )  # fmt: skip
+        return response
+
+    @get("/login/callback")
+    async def oidc_callback(request: Request) -> Response:
+        if not auth or flow is None:
+            raise errors.NotFound("No OIDC sign-in on this catalog")
+        q = request.query_params
+        if q.get("error"):
+            raise errors.Forbidden("Not signed in: the identity provider refused the sign-in")
+        pending = sessions.open(request.cookies.get(FLOW_COOKIE), FLOW_SECONDS)
+        bearer = await wire.blocking(flow.finish, pending, q.get("code"), q.get("state"))
+        try:
+            await request.app.state.ctx.authenticator.verify(bearer)
+        except InvalidToken as e:
+            raise errors.Forbidden(
+                f"Not signed in: the provider's token is not one this catalog accepts ({e})"
+            ) from None
+        response = _signed_in(request, bearer)
+        response.delete_cookie(FLOW_COOKIE, path=OIDC_CALLBACK)
         return response
 
     @post("/logout", status_code=303)
@@ -299,6 +347,8 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
             css,
             login_form,
             login,
+            oidc_start,
+            oidc_callback,
             logout,
             home,
             namespace,

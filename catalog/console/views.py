@@ -323,10 +323,13 @@ def events(found: Sequence[Any], ident: str, warehouse: str | None) -> str:
     return filt + table(["#", "When", "Operation", "Kind", "Object"], rows, "events", "No events you may see.")
 
 
-def login(csrf: str, message: str | None) -> str:
+def login(csrf: str, message: str | None, clients: bool = True, oidc: bool = False) -> str:
     said = f'<p class="error" role="alert">{esc(message)}</p>' if message else ""
+    provider = '<p><a class="button" href="/ui/login/oidc">Sign in with your identity provider</a></p>' if oidc else ""
+    if not clients:
+        return said + provider
     return (
-        f'{said}<form method="post" action="/ui/login" class="login">'
+        f'{said}{provider}<form method="post" action="/ui/login" class="login">'
         f'<input type="hidden" name="csrf" value="{attr(csrf)}">'
         '<p><label for="client_id">Client id</label><br>'
         '<input id="client_id" name="client_id" autocomplete="username" required></p>'
