@@ -232,6 +232,17 @@ def test_one_table_grant_sees_that_table_only_and_no_buttons(secured: Server) ->
     assert "Run now" in admin.get(secured.url + "/ui/t/shop/orders", timeout=10).text
 
 
+def test_hostile_urls_signed_in_with_one_grant_get_a_page_not_a_500(secured: Server) -> None:
+    s = signed_in(secured, "analyst")
+    csrf = csrf_of(s.get(secured.url + "/ui/t/shop/orders", timeout=10))
+    for bad in HOSTILE:
+        for path in (f"/ui/ns/{bad}", f"/ui/t/shop/{bad}", f"/ui/t/{bad}/orders", f"/ui/events?object={bad}"):
+            resp = s.get(secured.url + path, timeout=30)
+            assert resp.status_code in (200, 403, 404), (path, resp.status_code, resp.text[:300])
+        resp = s.post(secured.url + f"/ui/dropped/{bad}/undrop", data={"csrf": csrf}, allow_redirects=False)
+        assert resp.status_code in (403, 404), (bad, resp.status_code)
+
+
 # -- speed: a 10,000-snapshot table --------------------------------------------------------------------
 
 
