@@ -11,8 +11,8 @@ POST carries the CSRF token of the caller's nonce cookie, or is refused (403) be
 from __future__ import annotations
 
 import logging
+import os
 from importlib import resources
-from typing import Any
 from urllib.parse import parse_qs
 
 from litestar import Request, Response, Router, get, post
@@ -25,8 +25,9 @@ from catalog.api.paging import SHARED_KEY_ENV
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
 from catalog.auth.principals import IdentityProviderUnavailable, InvalidToken
-from catalog.console import html, views
+from catalog.console import html, reading, views
 from catalog.console.oidc import FLOW_SECONDS, Flow
+from catalog.console.reading import LIST_LIMIT
 from catalog.console.session import CSRF_COOKIE, SESSION_COOKIE, Sessions
 from catalog.service import MAINTENANCE_KINDS, TABLE, VIEW
 from catalog.settings import Settings
@@ -46,13 +47,7 @@ SECURITY_HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
-LIST_LIMIT = 1000  # names a list shows at most (the REST API pages beyond)
-SEARCH_NAMESPACES = 2000  # namespaces a search walks at most
-SEARCH_RESULTS = 200
 TASKS_SHOWN = 20
-EVENTS_SHOWN = 100
-EVENTS_BATCH = 500
-EVENTS_SCANNED = 10_000
 
 
 class Visit:
@@ -114,8 +109,6 @@ def _checked(sessions: Sessions, request: Request, form: dict[str, str]) -> None
 
 def router(settings: Settings, shared_key: str | None = None) -> Router:
     """The console's routes, for ``create_app`` (only with ``CATALOG_CONSOLE_ENABLED``)."""
-    import os
-
     sessions = Sessions(settings.token_secret, shared_key or os.environ.get(SHARED_KEY_ENV))
     auth = settings.auth_required
     ttl = settings.token_ttl_seconds
@@ -234,7 +227,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
     async def home(request: Request) -> Response:
         v = visit(request)
         if v.warehouse is None:
-            seen = await _warehouses(request)
+            seen = await reading.warehouses(request)
             if len(seen) > 1:
                 return v.page("Warehouses", views.warehouses(seen))
         return await _namespace_page(v, ())
@@ -248,7 +241,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
     async def search(request: Request) -> Response:
         v = visit(request)
         q = (request.query_params.get("q") or "").strip()[:200]
-        found, capped = await _search(v, q) if q else ([], False)
+        found, capped = await reading.search(request, v.state.catalog, q) if q else ([], False)
         return v.page("Search", views.search(q, found, v.warehouse, capped))
 
     @get("/t/{namespace:str}/{table:str}")
@@ -321,7 +314,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
         ident = (request.query_params.get("object") or "").strip()[:500]
         if not settings.events_enabled:
             return v.page("Events", views.problem("Change events are off on this catalog (CATALOG_EVENTS_ENABLED)."))
-        found = await _recent_events(v, tuple(p for p in ident.split(".") if p))
+        found = await reading.recent_events(request, v.state.catalog, tuple(p for p in ident.split(".") if p))
         return v.page("Events", views.events(found, ident, v.warehouse))
 
     # -- errors --------------------------------------------------------------------------------------
@@ -366,15 +359,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
     )
 
 
-# -- reading what the caller may see -----------------------------------------------------------------
-
-
-async def _warehouses(request: Request) -> list[tuple[str, str | None]]:
-    """(shown name, ``?warehouse=`` value) of the warehouses the caller holds a grant in."""
-    registry = request.app.state.ctx.registry()
-    candidates = [(registry.default_name, None, registry.default), *((n, n, s) for n, s in registry.opened().items())]
-    # the default by its name too, so that its link opens it rather than this list again
-    return [(shown, w or shown) for shown, w, state in candidates if await guard.holds_any(request, state.access)]
+# -- pages of several parts ------------------------------------------------------------------------
 
 
 async def _namespace_page(v: Visit, ns: tuple[str, ...]) -> Response:
@@ -384,75 +369,16 @@ async def _namespace_page(v: Visit, ns: tuple[str, ...]) -> Response:
         await guard.require_visible(request, policy.namespace(ns))
         properties = await wire.blocking(catalog.load_namespace, ns)
     children = await wire.blocking(catalog.list_namespaces, ns, None, LIST_LIMIT)
-    children = await _visible(request, children, policy.namespace)
+    children = await reading.visible(request, children, policy.namespace)
     tables = views_ = []
     if ns:
         tables = await wire.blocking(catalog.list_entries, TABLE, ns, None, LIST_LIMIT)
-        tables = await _visible(request, tables, lambda n: policy.entry("table", ns, n))
+        tables = await reading.visible(request, tables, lambda n: policy.entry("table", ns, n))
         views_ = await wire.blocking(catalog.list_entries, VIEW, ns, None, LIST_LIMIT)
-        views_ = await _visible(request, views_, lambda n: policy.entry("view", ns, n))
+        views_ = await reading.visible(request, views_, lambda n: policy.entry("view", ns, n))
     title = f"Namespace {'.'.join(ns)}" if ns else "Namespaces"
     body = _crumbs(v, ns, None) + views.namespace(ns, children, tables, views_, properties, v.warehouse)
     return v.page(title, body)
-
-
-async def _visible(request: Request, items: list[Any], target_of: Any) -> list[Any]:
-    seen = await guard.visible(request, [target_of(x) for x in items])
-    return [x for x, ok in zip(items, seen, strict=True) if ok]
-
-
-async def _search(v: Visit, q: str) -> tuple[list[tuple[str, tuple[str, ...], str]], bool]:
-    """Tables and views whose name holds ``q`` (any case), in the namespaces the caller may see."""
-    request, catalog, needle = v.request, v.state.catalog, q.lower()
-    found: list[tuple[str, tuple[str, ...], str]] = []
-    queue: list[tuple[str, ...]] = [()]
-    walked = 0
-    while queue and walked < SEARCH_NAMESPACES and len(found) < SEARCH_RESULTS:
-        ns = queue.pop(0)
-        walked += 1
-        children = await wire.blocking(catalog.list_namespaces, ns, None, LIST_LIMIT)
-        queue += await _visible(request, children, policy.namespace)
-        if not ns:
-            continue
-        for kind in (TABLE, VIEW):
-            names = [n for n in await wire.blocking(catalog.list_entries, kind, ns, None, None) if needle in n.lower()]
-            names = await _visible(request, names, lambda n, k=kind.name, s=ns: policy.entry(k, s, n))
-            found += [(kind.name, ns, n) for n in names]
-    return found[:SEARCH_RESULTS], bool(queue) or len(found) > SEARCH_RESULTS
-
-
-async def _recent_events(v: Visit, prefix: tuple[str, ...]) -> list[Any]:
-    """The newest events the caller may see (a namespace's: it may see the namespace; a table's or
-    view's: it may read it, as the feed decides), newest first, of ``prefix`` and what is under it."""
-    request, catalog = v.request, v.state.catalog
-    low, high = await wire.blocking(catalog.event_bounds)
-    shown: list[Any] = []
-    end, scanned = high, 0
-    while end > low and len(shown) < EVENTS_SHOWN and scanned < EVENTS_SCANNED:
-        start = max(low, end - EVENTS_BATCH)
-        batch = await wire.blocking(catalog.events_after, start, end - start)
-        scanned += EVENTS_BATCH
-        wanted = [e for e in reversed(batch) if _under(e, prefix)]
-        spaces = [e for e in wanted if e.object_kind == "namespace"]
-        entries = [e for e in wanted if e.object_kind != "namespace"]
-        ok = set()
-        for group, check in ((spaces, guard.visible), (entries, guard.readable)):
-            targets = [_target(e) for e in group]
-            ok |= {e.position for e, seen in zip(group, await check(request, targets), strict=True) if seen}
-        shown += [e for e in wanted if e.position in ok]
-        end = start
-    return shown[:EVENTS_SHOWN]
-
-
-def _under(event: Any, prefix: tuple[str, ...]) -> bool:
-    full = event.namespace if event.name is None else (*event.namespace, event.name)
-    return tuple(full[: len(prefix)]) == prefix
-
-
-def _target(event: Any) -> policy.Target:
-    if event.object_kind == "namespace":
-        return policy.namespace(event.namespace)
-    return policy.entry(event.object_kind, event.namespace, event.name or "")
 
 
 def _crumbs(v: Visit, ns: tuple[str, ...], name: str | None) -> str:
