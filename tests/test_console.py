@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 import requests
 
-from tests.support import CARE_ON_REQUEST, CLIENTS, Server, as_, auth_env, start_server
+from tests.support import CARE_ON_REQUEST, CLIENTS, JSON_SCHEMA, Server, as_, auth_env, start_server
 
 ONE_TABLE = """
 grants:
@@ -120,6 +120,25 @@ def test_the_console_can_be_turned_off(tmp_path: Path) -> None:
         assert requests.get(srv.url + "/v1/config", timeout=10).status_code == 200
     finally:
         srv.stop()
+
+
+def test_a_view_shows_its_sql_escaped(open_server: Server) -> None:
+    sql = "SELECT id FROM web.clicks WHERE note = '<b>&amp;</b>'"
+    version = {
+        "version-id": 0,
+        "schema-id": 0,
+        "timestamp-ms": 1_700_000_000_001,
+        "summary": {"engine-name": "test"},
+        "representations": [{"type": "sql", "sql": sql, "dialect": "spark"}],
+        "default-namespace": ["web"],
+    }
+    body = {"name": "recent", "schema": JSON_SCHEMA, "view-version": version, "properties": {}}
+    made = requests.post(f"{open_server.url}/v1/namespaces/web/views", json=body, timeout=10)
+    assert made.status_code == 200, made.text
+    assert ">recent<" in requests.get(open_server.url + "/ui/ns/web", timeout=10).text
+    page = requests.get(open_server.url + "/ui/v/web/recent", timeout=10)
+    assert page.status_code == 200
+    assert "WHERE note = &#x27;&lt;b&gt;&amp;amp;&lt;/b&gt;&#x27;" in page.text and "<b>&amp;</b>" not in page.text
 
 
 # -- hostile names and ids: a 404 page, never a 500 ------------------------------------------------------
