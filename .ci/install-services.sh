@@ -36,6 +36,12 @@ else
     packages+=(nats-server)   # the events' NATS sink (tests/test_delivery.py)
 fi
 
+if [[ -x /usr/bin/chromium ]]; then
+    echo "chromium: present: $(/usr/bin/chromium --version 2>/dev/null | head -n1)"
+else
+    packages+=(chromium)   # the console's browser tests (tests/test_console_browser.py, via Playwright)
+fi
+
 if ((${#packages[@]})); then
     if [[ $(id -u) -ne 0 ]]; then
         echo "error: missing ${packages[*]} and not root, cannot apt-get install" >&2

@@ -477,6 +477,12 @@ class Catalog:
         self.outbox.sequence()
         return self.outbox.event_bounds()[0]
 
+    def event_bounds(self) -> tuple[int, int]:
+        """(the position the feed starts after, the newest position): where a reader of the newest
+        events (the console) starts."""
+        self.outbox.sequence()
+        return self.outbox.event_bounds()
+
     def events_after(self, position: int, limit: int, types: Sequence[str] = ()) -> list[StoredEvent]:
         return self.outbox.read_events(position, limit, types)
 

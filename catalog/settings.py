@@ -547,6 +547,22 @@ class Settings(BaseSettings):
         "still queued, never done in the request).",
     )
 
+    # -- the web console (catalog/console/) -----------------------------------------------------------
+    console_enabled: bool = Field(
+        default=True,
+        description="Serve the web console at /ui: server-rendered pages over the same authorization as "
+        "the REST API (docs/console.md); false: no /ui routes.",
+    )
+    console_oidc_client_id: str | None = Field(
+        default=None,
+        description="The OIDC client the console signs people in with (authorization code + PKCE at "
+        "oidc_issuer, redirect URI <catalog URL>/ui/login/callback); unset: built-in clients only.",
+    )
+    console_oidc_client_secret: str | None = Field(
+        default=None, description="That client's secret, for a provider that requires one (else a public client)."
+    )
+    console_oidc_scopes: str = Field(default="openid", description="The scopes the console asks the provider for.")
+
     # -- change events (catalog/events/, store/outbox.py, delivery/) --------------------------------
     events_enabled: bool = Field(
         default=True,

@@ -1,4 +1,6 @@
-"""A tiny OIDC identity provider for tests: discovery, a JWKS, and a client-credentials token endpoint.
+"""A tiny OIDC identity provider for tests: discovery, a JWKS, a client-credentials token endpoint,
+and the authorization-code flow with PKCE (S256) for the console's sign-in: ``/authorize`` approves
+at once as ``idp.person`` (``(sub, groups)``; None refuses), and the code is good once.
 
     with LocalIdP(audience="catalog", clients={"spark": ("s3cret", ["analysts"])}) as idp:
         env = {"CATALOG_OIDC_ISSUER": idp.issuer, "CATALOG_OIDC_AUDIENCE": "catalog"}
@@ -12,13 +14,14 @@ published, as providers do. ``mint(..., key=<rsa key>)`` signs with a key the JW
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -42,10 +45,13 @@ class LocalIdP:
         self.ttl = ttl
         self.keys: list[tuple[str, rsa.RSAPrivateKey]] = []
         self.requests: list[str] = []  # paths served, to see when the catalog fetched keys
+        self.person: tuple[str, list[str]] | None = None  # who /authorize signs in (sub, groups)
+        self.codes: dict[str, dict[str, Any]] = {}  # authorization code -> what it was issued for
         self.rotate()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.issuer = f"http://127.0.0.1:{self.server.server_port}"
         self.token_url = f"{self.issuer}/token"
+        self.authorize_url = f"{self.issuer}/authorize"
         self.jwks_url = f"{self.issuer}/jwks"
         self.thread = threading.Thread(target=self.server.serve_forever, name="local-idp", daemon=True)
         self.thread.start()
@@ -128,12 +134,16 @@ class LocalIdP:
                             "issuer": idp.issuer,
                             "jwks_uri": idp.jwks_url,
                             "token_endpoint": idp.token_url,
-                            "grant_types_supported": ["client_credentials"],
+                            "authorization_endpoint": idp.authorize_url,
+                            "grant_types_supported": ["client_credentials", "authorization_code"],
+                            "code_challenge_methods_supported": ["S256"],
                             "id_token_signing_alg_values_supported": ["RS256"],
                         },
                     )
                 elif self.path == "/jwks":
                     self._json(200, idp.jwks())
+                elif self.path.startswith("/authorize?"):
+                    self._authorize({k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()})
                 else:
                     self._json(404, {"error": "not_found"})
 
@@ -143,6 +153,9 @@ class LocalIdP:
                 form = {k: v[-1] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
                 if self.path != "/token":
                     self._json(404, {"error": "not_found"})
+                    return
+                if form.get("grant_type") == "authorization_code":
+                    self._code(form)
                     return
                 if form.get("grant_type") != "client_credentials":
                     self._json(400, {"error": "unsupported_grant_type"})
@@ -165,6 +178,38 @@ class LocalIdP:
                         "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
                     },
                 )
+
+            def _authorize(self, q: dict[str, str]) -> None:
+                pkce = q.get("code_challenge_method") == "S256" and q.get("code_challenge")
+                if q.get("response_type") != "code" or not pkce or q.get("client_id") not in idp.clients:
+                    self._json(400, {"error": "invalid_request"})
+                    return
+                if idp.person is None:
+                    self._json(403, {"error": "access_denied"})
+                    return
+                code = uuid.uuid4().hex
+                idp.codes[code] = {**q, "person": idp.person}
+                self.send_response(302)
+                self.send_header(
+                    "Location", f"{q['redirect_uri']}?{urlencode({'code': code, 'state': q.get('state', '')})}"
+                )
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def _code(self, form: dict[str, str]) -> None:
+                issued = idp.codes.pop(form.get("code", ""), None)  # good once
+                verifier = form.get("code_verifier", "").encode()
+                challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier).digest()).rstrip(b"=").decode()
+                if (
+                    issued is None
+                    or issued["client_id"] != form.get("client_id")
+                    or issued["redirect_uri"] != form.get("redirect_uri")
+                    or issued["code_challenge"] != challenge
+                ):
+                    self._json(400, {"error": "invalid_grant"})
+                    return
+                sub, groups = issued["person"]
+                self._json(200, {"access_token": idp.mint(sub, groups=groups), "token_type": "Bearer"})
 
             def _json(self, status: int, body: Any) -> None:
                 data = json.dumps(body).encode()

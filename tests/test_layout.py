@@ -37,6 +37,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("catalog.maintenance", "catalog.delivery"),
     ("catalog.service",),
     ("catalog.api",),
+    ("catalog.console",),  # the web console: pages over the service, authorised by api.guard
     ("catalog.server",),
     ("catalog.cli",),
     ("catalog.__main__",),

@@ -27,7 +27,7 @@ from litestar.params import RawBody
 
 from catalog import errors
 from catalog.api import docs, wire
-from catalog.api.context import Ctx
+from catalog.api.context import AppState, Ctx
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
 from catalog.auth.principals import ANONYMOUS, UNAUTHENTICATED, IdentityProviderUnavailable, InvalidToken
@@ -49,10 +49,22 @@ async def get_token(request: Request, body: RawBody, ctx: Ctx) -> Response:
             return _oauth_error(400, "invalid_request", "malformed Basic authorization")
     if form.get("grant_type") != "client_credentials":
         return _oauth_error(400, "unsupported_grant_type", "only client_credentials is supported")
+    refused = await check_client(request, ctx, client_id, client_secret)
+    if refused is not None:
+        return _oauth_error(*refused)
+    return wire.json_response(ctx.authenticator.builtin.issue(client_id))
+
+
+async def check_client(
+    request: Request, ctx: AppState, client_id: str, client_secret: str
+) -> tuple[int, str, str, dict[str, str] | None] | None:
+    """None when the built-in client's secret is right; else the refusal (status, OAuth error,
+    description, headers). Failures slow their source down (``FailureLimiter``) and are audited:
+    the token endpoint's rule, also the console's sign-in (``catalog/console``)."""
     authenticator: Authenticator = ctx.authenticator
     tokens = authenticator.builtin
     if not tokens.clients:
-        return _oauth_error(400, "invalid_client", "no OAuth clients are configured on this catalog")
+        return 400, "invalid_client", "no OAuth clients are configured on this catalog", None
     limiter: FailureLimiter = ctx.limiter
     peer = request.client.host if request.client else "unknown"
     source = limiter.source(peer, request.headers.get("x-forwarded-for"))
@@ -66,12 +78,10 @@ async def get_token(request: Request, body: RawBody, ctx: Ctx) -> Response:
         if slowed:
             slow = "token requests slowed by %.2f s after repeated failures: client_id=%s source=%s"
             audit.warning(slow, slowed, shown, source)
-            return _oauth_error(
-                429, "slow_down", "too many failed attempts: ask less often", {"Retry-After": str(math.ceil(slowed))}
-            )
-        return _oauth_error(401, "invalid_client", "unknown client or wrong secret")
+            return 429, "slow_down", "too many failed attempts: ask less often", {"Retry-After": str(math.ceil(slowed))}
+        return 401, "invalid_client", "unknown client or wrong secret", None
     limiter.succeeded(counted, source)
-    return wire.json_response(tokens.issue(client_id))
+    return None
 
 
 def _oauth_error(status: int, error: str, description: str, headers: dict[str, str] | None = None) -> Response:
@@ -88,8 +98,17 @@ class BearerAuth:
     when one is set.
     """
 
-    def __init__(self, app: Any, authenticator: Authenticator, required: bool, metrics_token: str | None) -> None:
+    def __init__(
+        self,
+        app: Any,
+        authenticator: Authenticator,
+        required: bool,
+        metrics_token: str | None,
+        console: str | None = None,
+    ) -> None:
         self.app, self.authenticator, self.required = app, authenticator, required
+        # The web console's path: its pages sign their caller in from its session cookie themselves.
+        self.console = console
         self.metrics_token = metrics_token.encode() if metrics_token else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -106,6 +125,8 @@ class BearerAuth:
             scope["principal"] = ANONYMOUS
         elif path == TOKEN_PATH or path == "/metrics" or path.startswith("/health/") or path in docs.PATHS:
             scope["principal"] = UNAUTHENTICATED
+        elif self.console and (path == self.console or path.startswith(self.console + "/")):
+            scope["principal"] = UNAUTHENTICATED  # until the console's session names someone
         else:
             token = _bearer(scope)
             if not token or token in _NO_TOKEN:

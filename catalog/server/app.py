@@ -44,6 +44,7 @@ from catalog.api.tracing import Traced
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
+from catalog.console import routes as console
 from catalog.server import startup
 from catalog.server.background import start_parts
 from catalog.server.memory import large_buffers_from_the_heap
@@ -196,6 +197,7 @@ def _litestar(serving: Serving) -> Litestar:
         *dropped.ROUTES,
         *unserved.ROUTES,
         *docs.routes(docs.load_spec()),  # /docs and /openapi.json: the spec read and converted once, here
+        *([console.router(settings)] if settings.console_enabled else []),  # /ui
     ]
     return Litestar(
         route_handlers=handlers,
@@ -211,6 +213,7 @@ def _litestar(serving: Serving) -> Litestar:
                 authenticator=serving.authenticator,
                 required=settings.auth_required,
                 metrics_token=settings.metrics_token,
+                console=console.BASE if settings.console_enabled else None,
             ),
             DefineMiddleware(
                 idempotency.Idempotency,
