@@ -268,7 +268,7 @@ def test_the_store_checks_catch_what_they_guard(probe: str, tmp_path: Path) -> N
 
 # -- names: one module name, one concept -------------------------------------------------------------
 
-FRONT_ENDS = ("catalog.api", "catalog.cli")  # a route module and a command module name the concept they serve
+FRONT_ENDS = ("catalog.api", "catalog.cli", "catalog.console")  # route, command and page modules name what they serve
 
 
 def repeated_names(names: list[str]) -> dict[str, list[str]]:

@@ -25,9 +25,9 @@ from catalog.api.paging import SHARED_KEY_ENV
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
 from catalog.auth.principals import IdentityProviderUnavailable, InvalidToken
-from catalog.console import html, reading, views
+from catalog.console import html, listing, views
+from catalog.console.listing import LIST_LIMIT
 from catalog.console.oidc import FLOW_SECONDS, Flow
-from catalog.console.reading import LIST_LIMIT
 from catalog.console.session import CSRF_COOKIE, SESSION_COOKIE, Sessions
 from catalog.service import MAINTENANCE_KINDS, TABLE, VIEW
 from catalog.settings import Settings
@@ -227,7 +227,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
     async def home(request: Request) -> Response:
         v = visit(request)
         if v.warehouse is None:
-            seen = await reading.warehouses(request)
+            seen = await listing.warehouses(request)
             if len(seen) > 1:
                 return v.page("Warehouses", views.warehouses(seen))
         return await _namespace_page(v, ())
@@ -241,7 +241,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
     async def search(request: Request) -> Response:
         v = visit(request)
         q = (request.query_params.get("q") or "").strip()[:200]
-        found, capped = await reading.search(request, v.state.catalog, q) if q else ([], False)
+        found, capped = await listing.search(request, v.state.catalog, q) if q else ([], False)
         return v.page("Search", views.search(q, found, v.warehouse, capped))
 
     @get("/t/{namespace:str}/{table:str}")
@@ -314,7 +314,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
         ident = (request.query_params.get("object") or "").strip()[:500]
         if not settings.events_enabled:
             return v.page("Events", views.problem("Change events are off on this catalog (CATALOG_EVENTS_ENABLED)."))
-        found = await reading.recent_events(request, v.state.catalog, tuple(p for p in ident.split(".") if p))
+        found = await listing.recent_events(request, v.state.catalog, tuple(p for p in ident.split(".") if p))
         return v.page("Events", views.events(found, ident, v.warehouse))
 
     # -- errors --------------------------------------------------------------------------------------
@@ -369,13 +369,13 @@ async def _namespace_page(v: Visit, ns: tuple[str, ...]) -> Response:
         await guard.require_visible(request, policy.namespace(ns))
         properties = await wire.blocking(catalog.load_namespace, ns)
     children = await wire.blocking(catalog.list_namespaces, ns, None, LIST_LIMIT)
-    children = await reading.visible(request, children, policy.namespace)
+    children = await listing.visible(request, children, policy.namespace)
     tables = views_ = []
     if ns:
         tables = await wire.blocking(catalog.list_entries, TABLE, ns, None, LIST_LIMIT)
-        tables = await reading.visible(request, tables, lambda n: policy.entry("table", ns, n))
+        tables = await listing.visible(request, tables, lambda n: policy.entry("table", ns, n))
         views_ = await wire.blocking(catalog.list_entries, VIEW, ns, None, LIST_LIMIT)
-        views_ = await reading.visible(request, views_, lambda n: policy.entry("view", ns, n))
+        views_ = await listing.visible(request, views_, lambda n: policy.entry("view", ns, n))
     title = f"Namespace {'.'.join(ns)}" if ns else "Namespaces"
     body = _crumbs(v, ns, None) + views.namespace(ns, children, tables, views_, properties, v.warehouse)
     return v.page(title, body)
