@@ -32,6 +32,7 @@ from catalog.api import (
     observation,
     operations,
     paging,
+    planning,
     unserved,
 )
 from catalog.api import signing as signing_api
@@ -44,6 +45,7 @@ from catalog.api.tracing import Traced
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
+from catalog.planning.tokens import PlanTokens
 from catalog.server import startup
 from catalog.server.care import start_parts
 from catalog.server.memory import large_buffers_from_the_heap
@@ -59,7 +61,7 @@ from catalog.store.entries import Store
 
 log = logging.getLogger("catalog")
 
-CATALOG_ROUTES = [*namespaces.ROUTES, *entries.ROUTES]
+CATALOG_ROUTES = [*namespaces.ROUTES, *entries.ROUTES, *planning.ROUTES]
 
 
 def build_catalog(settings: Settings, migrated: bool = False) -> Catalog:
@@ -127,6 +129,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         # background (a no-op after); each created warehouse's as it opens.
         threading.Thread(target=_backfill, args=(catalog,), name="backfill", daemon=True).start()
         pages = paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
+        plan_tokens = PlanTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
 
         def state(of: Settings, catalog: Catalog, access: Access) -> AppState:
             # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
@@ -143,6 +146,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 authenticator=authenticator,
                 limiter=limiter,
                 pages=pages,
+                plan_tokens=plan_tokens,
                 signer=signing.Signer(of) if signs else None,
                 vendor=vending.create_vendor(of),
                 client_io=client_io,
