@@ -40,7 +40,7 @@ def _context(request: Request, ctx: Ctx) -> str:
     return tokens.context(ctx.prefix, guard.grantee(request))
 
 
-@post(T + "/plan", status_code=200)
+@post(T + "/plan", status_code=200, opt=wire.IDEMPOTENT)
 async def plan_table_scan(
     namespace: FromPath[str], table: FromPath[str], body: RawBody, request: Request, ctx: Ctx
 ) -> Response:
@@ -62,7 +62,7 @@ async def plan_table_scan(
     return wire.json_response({"status": "completed", "plan-tasks": sealed})
 
 
-@post(T + "/tasks", status_code=200)
+@post(T + "/tasks", status_code=200, opt=wire.IDEMPOTENT)
 async def fetch_scan_tasks(
     namespace: FromPath[str], table: FromPath[str], body: RawBody, request: Request, ctx: Ctx
 ) -> Response:
@@ -103,7 +103,7 @@ async def fetch_planning_result(
     await _unknown_plan(namespace, table, plan_id, request, ctx)
 
 
-@delete(T + "/plan/{plan_id:str}", status_code=204)
+@delete(T + "/plan/{plan_id:str}", status_code=204, opt=wire.IDEMPOTENT)
 async def cancel_planning(
     namespace: FromPath[str], table: FromPath[str], plan_id: FromPath[str], request: Request, ctx: Ctx
 ) -> None:
