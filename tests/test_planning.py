@@ -46,7 +46,7 @@ from pyiceberg.manifest import (
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
+from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform, TruncateTransform
 from pyiceberg.types import DateType, DoubleType, LongType, NestedField, StringType, TimestampType
 
 from catalog.storage.manifests import BufferOutput, list_writer, manifest_writer
@@ -118,7 +118,7 @@ def srv(env: dict) -> Iterator:
 @pytest.fixture(scope="module")
 def tables(srv) -> dict[str, str]:
     """The module's tables, written once with pyiceberg (and position deletes written here)."""
-    cat = srv.catalog()
+    cat = _client(srv)
     ns = f"plan_{uuid.uuid4().hex[:6]}"
     cat.create_namespace(ns)
     rng = random.Random(47)
@@ -212,31 +212,36 @@ def _add_position_deletes(srv, table: Table, files: list[DataFile], file_scoped:
         path = f"{meta.location}/data/pos-del-{uuid.uuid4().hex}.parquet"
         _write(table, path, buf.getvalue())
         bounds = {2147483546: group[0].file_path.encode()} if file_scoped else {}
-        written.append(
-            DataFile.from_args(
-                content=DataFileContent.POSITION_DELETES,
-                file_path=path,
-                file_format=FileFormat.PARQUET,
-                partition=group[0].partition,
-                record_count=len(pairs),
-                file_size_in_bytes=len(buf.getvalue()),
-                lower_bounds=bounds,
-                upper_bounds=bounds,
-                spec_id=group[0].spec_id,
-            )
+        delete_file = DataFile.from_args(
+            content=DataFileContent.POSITION_DELETES,
+            file_path=path,
+            file_format=FileFormat.PARQUET,
+            partition=group[0].partition,
+            record_count=len(pairs),
+            file_size_in_bytes=len(buf.getvalue()),
+            lower_bounds=bounds,
+            upper_bounds=bounds,
         )
-    spec = meta.specs()[files[0].spec_id]
-    manifest_path = f"{meta.location}/metadata/del-{uuid.uuid4().hex}-m0.avro"
-    out = BufferOutput(manifest_path)
-    with manifest_writer(2, ManifestContent.DELETES, spec, meta.schema(), out, snapshot_id, "null") as writer:
-        for f in written:
-            writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=f))
-    manifest = writer.to_manifest_file()
-    _write(table, manifest_path, out.value)
+        delete_file.spec_id = group[0].spec_id  # from_args does not take it
+        written.append(delete_file)
+    manifests = []
+    for spec_id in sorted({f.spec_id for f in written}):  # one delete manifest per spec
+        manifest_path = f"{meta.location}/metadata/del-{uuid.uuid4().hex}-m{spec_id}.avro"
+        out = BufferOutput(manifest_path)
+        spec = meta.specs()[spec_id]
+        with manifest_writer(2, ManifestContent.DELETES, spec, meta.schema(), out, snapshot_id, "null") as writer:
+            for f in written:
+                if f.spec_id == spec_id:
+                    entry = ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=f
+                    )
+                    writer.add(entry)
+        manifests.append(writer.to_manifest_file())
+        _write(table, manifest_path, out.value)
     list_path = f"{meta.location}/metadata/snap-{snapshot_id}-del.avro"
     out = BufferOutput(list_path)
     with list_writer(2, out, snapshot_id, head.snapshot_id, sequence, 0, "null") as lw:
-        lw.add_manifests([manifest, *head.manifests(table.io)])
+        lw.add_manifests([*manifests, *head.manifests(table.io)])
     _write(table, list_path, out.value)
     ns, name = table.name()[-2], table.name()[-1]
     resp = requests.post(
@@ -565,3 +570,72 @@ def test_random_filters_plan_the_same_files_and_deletes_as_pyiceberg(srv, tables
         row_filter = _random_filter(rng)
         for ours, theirs in pairs:
             assert _files(ours, row_filter) == _files(theirs, row_filter), row_filter
+
+
+SPEC_CHOICES = [
+    [],
+    [(2, IdentityTransform(), "c")],
+    [(1, BucketTransform(3), "id_bucket")],
+    [(3, DayTransform(), "d_day")],
+    [(2, IdentityTransform(), "c"), (3, DayTransform(), "d_day")],
+    [(5, DayTransform(), "ts_day"), (1, BucketTransform(2), "id_bucket")],
+]
+
+
+# A field a spec gains midway, on a column it does not partition by yet (pyiceberg refuses two on one).
+EVOLVE_BY = [(2, "c", TruncateTransform(1)), (3, "d", DayTransform()), (1, "id", BucketTransform(2))]
+
+
+@pytest.fixture(scope="module")
+def generated(srv) -> list[str]:
+    """Tables of random specs (some evolved midway), appends, overwrites and position deletes."""
+    cat = _client(srv)  # the files' partitions as pyiceberg reads them from manifests (typed)
+    ns = f"gen_{uuid.uuid4().hex[:6]}"
+    cat.create_namespace(ns)
+    names = []
+    for seed in range(4):
+        rng = random.Random(seed)
+        fields = rng.choice(SPEC_CHOICES)
+        spec = PartitionSpec(*(PartitionField(src, 1000 + i, t, n) for i, (src, t, n) in enumerate(fields)))
+        table = cat.create_table(f"{ns}.g{seed}", SCHEMA, partition_spec=spec)
+        for i in range(rng.randrange(2, 5)):
+            table.append(_rows(rng, i * 15, 15))
+        if rng.random() < 0.5:
+            used = {src for src, _, _ in fields}
+            name, transform = next((n, t) for src, n, t in EVOLVE_BY if src not in used)
+            with table.update_spec() as update:
+                update.add_field(name, transform, f"{name}_evolved")
+            table = cat.load_table(f"{ns}.g{seed}")
+            table.append(_rows(rng, 300, 15))
+        table = cat.load_table(f"{ns}.g{seed}")
+        files = [t.file for t in table.scan().plan_files()]
+        _add_position_deletes(srv, table, rng.sample(files, min(3, len(files))), rng.random() < 0.5, rng)
+        table = cat.load_table(f"{ns}.g{seed}")
+        table.append(_rows(rng, 600, 10))
+        if rng.random() < 0.5:
+            cat.load_table(f"{ns}.g{seed}").delete(GreaterThan("id", 605))  # copy-on-write
+        names.append(f"{ns}.g{seed}")
+    return names
+
+
+def test_random_filters_over_generated_tables_and_their_snapshots(srv, generated: list[str]) -> None:
+    """Every snapshot of every generated table (time travel sends ``snapshot-id``), random filters."""
+    rng = random.Random(99)
+    server_side, client_side = srv.catalog(), _client(srv)
+    checked = 0
+    for name in generated:
+        ours, theirs = server_side.load_table(name), client_side.load_table(name)
+        for snapshot in theirs.snapshots():
+            for _ in range(6):
+                row_filter = _random_filter(rng)
+                planned = {
+                    (t.file.file_path, tuple(sorted(d.file_path for d in t.delete_files)))
+                    for t in ours.scan(row_filter=row_filter, snapshot_id=snapshot.snapshot_id).plan_files()
+                }
+                expected = {
+                    (t.file.file_path, tuple(sorted(d.file_path for d in t.delete_files)))
+                    for t in theirs.scan(row_filter=row_filter, snapshot_id=snapshot.snapshot_id).plan_files()
+                }
+                assert planned == expected, (name, snapshot.snapshot_id, row_filter)
+                checked += 1
+    assert checked >= 100
