@@ -182,10 +182,13 @@ def _rows(rng: random.Random, start: int, n: int) -> pa.Table:
     )
 
 
-def _add_position_deletes(srv, table: Table, files: list[DataFile], file_scoped: bool, rng: random.Random) -> int:
+def _add_position_deletes(
+    srv, table: Table, files: list[DataFile], file_scoped: bool, rng: random.Random, equality: bool = False
+) -> int:
     """Commit a ``delete`` snapshot of position delete files (pyiceberg 0.12 writes none itself):
     one per data file when ``file_scoped`` (with equal ``file_path`` bounds, as Java writes them), else
-    one per partition; each deletes a few random positions of its data files."""
+    one per partition; each deletes a few random positions of its data files. ``equality``: files
+    marked as equality deletes on ``id`` instead (for the plan only: no client reads them here)."""
     meta = table.metadata
     head = meta.current_snapshot()
     snapshot_id = rng.randrange(1, 2**62)
@@ -213,7 +216,7 @@ def _add_position_deletes(srv, table: Table, files: list[DataFile], file_scoped:
         _write(table, path, buf.getvalue())
         bounds = {2147483546: group[0].file_path.encode()} if file_scoped else {}
         delete_file = DataFile.from_args(
-            content=DataFileContent.POSITION_DELETES,
+            content=DataFileContent.EQUALITY_DELETES if equality else DataFileContent.POSITION_DELETES,
             file_path=path,
             file_format=FileFormat.PARQUET,
             partition=group[0].partition,
@@ -221,6 +224,7 @@ def _add_position_deletes(srv, table: Table, files: list[DataFile], file_scoped:
             file_size_in_bytes=len(buf.getvalue()),
             lower_bounds=bounds,
             upper_bounds=bounds,
+            equality_ids=[1] if equality else None,
         )
         delete_file.spec_id = group[0].spec_id  # from_args does not take it
         written.append(delete_file)
@@ -639,3 +643,62 @@ def test_random_filters_over_generated_tables_and_their_snapshots(srv, generated
                 assert planned == expected, (name, snapshot.snapshot_id, row_filter)
                 checked += 1
     assert checked >= 100
+
+
+def test_equality_deletes_are_planned_by_javas_rules(srv) -> None:
+    """Strictly older data files of the same partition get them; newer files and other partitions do
+    not (pyiceberg cannot plan these itself, so the expectation is Java's rule, worked out here)."""
+    cat, rng = _client(srv), random.Random(5)
+    ns = f"eq_{uuid.uuid4().hex[:6]}"
+    cat.create_namespace(ns)
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "c"))
+    table = cat.create_table(f"{ns}.t", SCHEMA, partition_spec=spec)
+    table.append(_rows(rng, 0, 40))
+    table = cat.load_table(f"{ns}.t")
+    before = [t.file for t in table.scan().plan_files()]
+    target = before[0]
+    _add_position_deletes(srv, table, [target], file_scoped=False, rng=rng, equality=True)
+    cat.load_table(f"{ns}.t").append(_rows(rng, 100, 40))
+    tasks, tokens = _plan_all(srv.url, ns, "t", {})
+    assert not tokens and len(tasks) == 2 * len(before)
+    expected = {f.file_path for f in before if f.partition == target.partition}
+    with_eq = set()
+    for task in tasks:
+        if task.get("delete-file-references"):
+            with_eq.add(task["data-file"]["file-path"])
+    assert with_eq == expected
+    resp = requests.post(f"{srv.url}/v1/namespaces/{ns}/tables/t/plan", json={}, timeout=30).json()
+    assert [d["content"] for d in resp["delete-files"]] == ["equality-deletes"]
+    assert resp["delete-files"][0]["equality-ids"] == [1]
+
+
+def test_use_snapshot_schema_binds_to_the_schema_of_the_snapshot(srv) -> None:
+    cat = _client(srv)
+    ns = f"sch_{uuid.uuid4().hex[:6]}"
+    cat.create_namespace(ns)
+    table = cat.create_table(f"{ns}.t", SCHEMA)
+    table.append(_rows(random.Random(1), 0, 10))
+    old = cat.load_table(f"{ns}.t").current_snapshot().snapshot_id
+    with cat.load_table(f"{ns}.t").update_schema() as update:
+        update.rename_column("c", "letter")
+    body = {"snapshot-id": old, "filter": {"type": "eq", "term": "c", "value": "a"}}
+    assert_error(
+        requests.post(f"{srv.url}/v1/namespaces/{ns}/tables/t/plan", json=body, timeout=30), 400, "BadRequestException"
+    )
+    tasks, _ = _plan_all(srv.url, ns, "t", {**body, "use-snapshot-schema": True})
+    assert len(tasks) == 1
+
+
+def _cache_lookups(url: str, result: str) -> float:
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    prefix = f'catalog_planning_manifest_cache_total{{result="{result}"}} '
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_manifests_are_read_once_and_then_served_from_the_cache(srv, tables: dict) -> None:
+    ns, name = tables["bucketed"].split(".")
+    _plan_all(srv.url, ns, name, {"filter": {"type": "gt", "term": "id", "value": 1}})
+    hits, misses = _cache_lookups(srv.url, "hit"), _cache_lookups(srv.url, "miss")
+    _plan_all(srv.url, ns, name, {"filter": {"type": "lt", "term": "id", "value": 7}})
+    assert _cache_lookups(srv.url, "miss") == misses  # the list and its manifests: all cached
+    assert _cache_lookups(srv.url, "hit") >= hits + 3  # a list and two manifests at least
