@@ -335,16 +335,6 @@ def _scope(metadata: TableMetadata, req: ScanRequest) -> tuple[Scope, Snapshot |
     return Scope(snapshot_id=current.snapshot_id if current else None), current
 
 
-def scope_of(metadata: TableMetadata, key: list[Any]) -> tuple[Scope, Snapshot | None]:
-    """A token's scope back, checked against the table as it is now (404 when a snapshot is gone)."""
-    snapshot_id, start, end = key
-    scope = Scope(snapshot_id, start, end)
-    for sid in (snapshot_id, start, end):
-        if sid is not None and metadata.snapshot_by_id(sid) is None:
-            raise errors.NoSuchPlanTask("Plan task does not exist: its snapshot is no longer in the table")
-    return scope, metadata.snapshot_by_id(end if end is not None else snapshot_id) if (end or snapshot_id) else None
-
-
 def _appends_between(metadata: TableMetadata, start: int | None, end: int) -> list[Snapshot]:
     """The ``append`` snapshots after ``start`` (exclusive; None: from the first) up to ``end``
     (inclusive) on ``end``'s ancestry, oldest first; 400 when ``start`` is not an ancestor of ``end``."""
