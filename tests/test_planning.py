@@ -42,6 +42,7 @@ from pyiceberg.manifest import (
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
+    ManifestFile,
 )
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -49,7 +50,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform, TruncateTransform
 from pyiceberg.types import DateType, DoubleType, LongType, NestedField, StringType, TimestampType
 
-from catalog.storage.manifests import BufferOutput, list_writer, manifest_writer
+from catalog.storage.manifests import FIRST_ROW_ID, LIST_READ, BufferOutput, list_writer, manifest_writer, read_records
 from tests.support import (
     assert_error,
     backends,
@@ -702,3 +703,79 @@ def test_manifests_are_read_once_and_then_served_from_the_cache(srv, tables: dic
     _plan_all(srv.url, ns, name, {"filter": {"type": "lt", "term": "id", "value": 7}})
     assert _cache_lookups(srv.url, "miss") == misses  # the list and its manifests: all cached
     assert _cache_lookups(srv.url, "hit") >= hits + 3  # a list and two manifests at least
+
+
+def test_a_deletion_vector_goes_to_its_data_file_only_and_masks_position_deletes(srv) -> None:
+    """v3: a DV (Puffin, referenced-data-file) applies to its one file, where it replaces the
+    partition's position deletes; the other file of the partition keeps those (Java's rules). The
+    delete files are named, not written: the plan does not read them."""
+    cat, rng = _client(srv), random.Random(11)
+    ns = f"dv_{uuid.uuid4().hex[:6]}"
+    cat.create_namespace(ns)
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "c"))
+    table = cat.create_table(f"{ns}.t", SCHEMA, partition_spec=spec)  # pyiceberg 0.12 writes no v3 manifests
+    for i in range(2):
+        rows = _rows(rng, i * 10, 10)
+        table.append(rows.set_column(1, "c", pa.array(["a"] * 10)))
+    upgrade = {"updates": [{"action": "upgrade-format-version", "format-version": 3}]}  # pyiceberg refuses 3
+    assert requests.post(f"{srv.url}/v1/namespaces/{ns}/tables/t", json=upgrade, timeout=30).status_code == 200
+    table = cat.load_table(f"{ns}.t")
+    first, second = sorted((t.file for t in table.scan().plan_files()), key=lambda f: f.file_path)
+    meta, head = table.metadata, table.metadata.current_snapshot()
+    snapshot_id, sequence = rng.randrange(1, 2**62), meta.last_sequence_number + 1
+
+    def delete_file(fmt: FileFormat, **extra) -> DataFile:
+        made = DataFile.from_args(
+            _table_format_version=3, content=DataFileContent.POSITION_DELETES,
+            file_path=f"{meta.location}/data/del-{uuid.uuid4().hex}.{fmt.name.lower()}", file_format=fmt,
+            partition=first.partition, record_count=2, file_size_in_bytes=100, **extra,
+        )  # fmt: skip
+        made.spec_id = first.spec_id
+        return made
+
+    dv = delete_file(
+        FileFormat.PUFFIN, referenced_data_file=first.file_path, content_offset=4, content_size_in_bytes=40
+    )
+    partition_wide = delete_file(FileFormat.PARQUET)
+    manifest_path = f"{meta.location}/metadata/dv-{uuid.uuid4().hex}-m0.avro"
+    out = BufferOutput(manifest_path)
+    with manifest_writer(3, ManifestContent.DELETES, meta.spec(), meta.schema(), out, snapshot_id, "null") as writer:
+        for f in (dv, partition_wide):
+            writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=f))
+    _write(table, manifest_path, out.value)
+    with table.io.new_input(head.manifest_list).open() as f:
+        existing = list(read_records(f.read(), LIST_READ)[0])
+    list_path = f"{meta.location}/metadata/snap-{snapshot_id}-dv.avro"
+    out = BufferOutput(list_path)
+    first_row_id = meta.next_row_id or 0
+    with list_writer(3, out, snapshot_id, head.snapshot_id, sequence, first_row_id, "null") as lw:
+        made = writer.to_manifest_file()
+        lw.add_manifests([ManifestFile(*made._data[:FIRST_ROW_ID], None), *existing])  # v3 has a first_row_id
+    _write(table, list_path, out.value)
+    snapshot = {
+        "snapshot-id": snapshot_id, "parent-snapshot-id": head.snapshot_id, "sequence-number": sequence,
+        "timestamp-ms": meta.last_updated_ms + 1, "manifest-list": list_path, "summary": {"operation": "delete"},
+        "schema-id": meta.current_schema_id, "first-row-id": first_row_id,
+        "added-rows": lw.next_row_id - first_row_id,
+    }  # fmt: skip
+    resp = requests.post(
+        f"{srv.url}/v1/namespaces/{ns}/tables/t",
+        json={
+            "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head.snapshot_id}],
+            "updates": [
+                {"action": "add-snapshot", "snapshot": snapshot},
+                {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+            ],
+        },
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    body = requests.post(f"{srv.url}/v1/namespaces/{ns}/tables/t/plan", json={}, timeout=30).json()
+    deletes = body["delete-files"]
+    applied = {
+        t["data-file"]["file-path"]: sorted(deletes[i]["file-format"] for i in t.get("delete-file-references", []))
+        for t in body["file-scan-tasks"]
+    }
+    assert applied == {first.file_path: ["puffin"], second.file_path: ["parquet"]}
+    (dv_json,) = [d for d in deletes if d["file-format"] == "puffin"]
+    assert dv_json["referenced-data-file"] == first.file_path and dv_json["content-offset"] == 4
