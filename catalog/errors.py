@@ -63,6 +63,14 @@ class NoSuchView(IcebergError):
     type, code = "NoSuchViewException", 404
 
 
+class NoSuchPlanId(IcebergError):
+    type, code = "NoSuchPlanIdException", 404
+
+
+class NoSuchPlanTask(IcebergError):
+    type, code = "NoSuchPlanTaskException", 404
+
+
 class NoSuchWarehouse(IcebergError):
     type, code = "NoSuchWarehouseException", 404
 

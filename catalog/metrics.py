@@ -144,6 +144,21 @@ MAINTENANCE_MANIFEST_REWRITES = Counter(
 MAINTENANCE_MANIFESTS_REPLACED = Counter(
     "catalog_maintenance_manifests_replaced_total", "Manifests replaced by manifest rewrites", registry=REGISTRY
 )
+PLANNING_MANIFEST_CACHE = Counter(
+    "catalog_planning_manifest_cache_total",
+    "Manifests and manifest lists scan planning looked up in its cache, by result (hit | miss)",
+    ["result"],
+    registry=REGISTRY,
+)
+PLANNING_PLANS = Counter(
+    "catalog_planning_plans_total",
+    "Scan plans answered, by how (inline: tasks in the answer | tasks: plan-task tokens)",
+    ["answer"],
+    registry=REGISTRY,
+)
+PLANNING_TASKS_FETCHED = Counter(
+    "catalog_planning_tasks_fetched_total", "Plan-task tokens redeemed (fetchScanTasks)", registry=REGISTRY
+)
 SIGN_REQUESTS = Counter(
     "catalog_s3_sign_requests_total",
     "S3 remote signing requests, by outcome (signed | denied: refused 403 by grants or confinement)",

@@ -7,14 +7,22 @@ each unseals, so a key is rotated by putting the new one first and restarting (e
 what it finds with the first key: ``WarehouseRows.reseal``), then dropping the old one. Without a key
 values are stored as given. A value that cannot be unsealed (no key, or none that fits) keeps its
 warehouse from opening, and the log and ``doctor`` say why; the value never appears.
+
+``Sealer``: the AES-GCM tokens the server hands out and takes back (scan planning's plan tasks).
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
+import hmac
+import os
 from typing import Any
 
+from cryptography.exceptions import InvalidTag
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from catalog import errors
 
@@ -114,3 +122,39 @@ def _each_secret(profile: dict[str, Any], change: Any) -> dict[str, Any]:
         )
         for section, keys_ in profile.items()
     }
+
+
+class Sealer:
+    """Opaque tokens the server alone can read: AES-GCM under a key derived from ``label`` and
+    ``CATALOG_TOKEN_SECRET`` (the same on every worker and replica), else the workers' shared key of
+    one ``serve`` (hex), else a random key of this process. A token is bound to a ``context`` (the
+    AEAD's associated data): opened with another context it is refused like an altered one. Labels
+    keep kinds of tokens apart: a page token never opens as a plan task."""
+
+    VERSION = "1"
+    NONCE = 12
+
+    def __init__(self, secret: str | None, shared: str | None, label: bytes, max_chars: int = 8192) -> None:
+        if secret:
+            material = secret.encode()
+        elif shared and len(shared) == 64:
+            material = bytes.fromhex(shared)
+        else:
+            material = os.urandom(32)
+        self._aead = AESGCM(hmac.new(material, label, hashlib.sha256).digest())
+        self.max_chars = max_chars
+
+    def seal(self, payload: bytes, context: str) -> str:
+        nonce = os.urandom(self.NONCE)
+        sealed = nonce + self._aead.encrypt(nonce, payload, context.encode())
+        return self.VERSION + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
+
+    def open(self, token: object, context: str) -> bytes | None:
+        """The payload of a token sealed for ``context``; None for anything else."""
+        if not isinstance(token, str) or len(token) > self.max_chars or not token.startswith(self.VERSION):
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(token[1:] + "=" * (-(len(token) - 1) % 4))
+            return self._aead.decrypt(raw[: self.NONCE], raw[self.NONCE :], context.encode())
+        except (ValueError, InvalidTag):
+            return None

@@ -23,6 +23,9 @@ from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
 from catalog.maintenance.care import PURGE, WRITER_GRACE, Care
 from catalog.metadata import registered, tables, views
 from catalog.names import check_name, check_namespace, dotted
+from catalog.planning.cache import ManifestCache
+from catalog.planning.planner import Answer, Planner, Prepared
+from catalog.planning.request import ScanRequest
 from catalog.settings import Settings
 from catalog.storage.backends import LocalStorage, Storage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
@@ -74,6 +77,9 @@ class Catalog:
         self.ownership = Ownership(entries, storage.locations)
         self.engine = CommitEngine(settings, pointers, entries, files, self.ownership, grouping=GroupCommitter)
         self.care = Care(settings, tasks, entries, dropped, storage, files, self.ownership, self.engine)
+        self.planner = Planner(
+            storage, ManifestCache(settings.planning_cache_manifests), settings.planning_manifests_per_task
+        )
         # Readiness checks run on their own threads, one at a time per check, so that a stalled
         # dependency neither takes request threads nor piles up checks.
         self._probe_threads = ThreadPoolExecutor(max_workers=3, thread_name_prefix="readiness")
@@ -100,6 +106,7 @@ class Catalog:
         """Let go of what this catalog holds: its database connections and its readiness threads
         (a warehouse closed, or reopened with a changed profile)."""
         self._probe_threads.shutdown(wait=False, cancel_futures=True)
+        self.planner.close()
         self.engine.close()
         self.pointers.close_held_connections()
         self.db.engine.dispose()
@@ -199,6 +206,27 @@ class Catalog:
         return self.files.cached(entry.metadata_location)
 
     # -- entries: create, register, drop, rename -------------------------------------------------
+
+    def scan_plan(self, ns: Namespace, name: str, req: ScanRequest) -> tuple[str, Prepared, Answer]:
+        """A scan of the table as the request asks (``catalog.planning``): its uuid, the prepared
+        request (plan tasks name it) and the answer (tasks inline, or groups of manifests)."""
+        file = self.load(TABLE, ns, name)
+        prepared = self.planner.prepare(self.planner.metadata(file.location, file.raw), req)
+        return str(prepared.metadata.table_uuid), prepared, self.planner.plan(prepared)
+
+    def scan_tasks(
+        self, ns: Namespace, name: str, uuid: str, manifest_list: str | None, req: ScanRequest, ordinals: list[int]
+    ) -> dict[str, Any]:
+        """The tasks of one plan task, planned on ``manifest_list`` of the table whose uuid is ``uuid``
+        (404 when the table or its snapshot is not that one any more)."""
+        file = self.load(TABLE, ns, name)
+        metadata = self.planner.metadata(file.location, file.raw)
+        if str(metadata.table_uuid) != uuid:
+            raise errors.NoSuchPlanTask("Plan task does not exist: it is of another table")
+        prepared = self.planner.prepare(metadata, req)
+        if prepared.manifest_list != manifest_list:
+            raise errors.NoSuchPlanTask("Plan task does not exist: its snapshot is no longer in the table")
+        return self.planner.tasks(prepared, ordinals)
 
     def stage_table(self, ns: Namespace, name: str, location: str | None, request: dict[str, Any]) -> dict[str, Any]:
         """A staged create: the metadata the table would have. Nothing is persisted but, on local

@@ -279,6 +279,11 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
         ("DELETE", "/v1/namespaces/{namespace}/tables/{table}"): {"params": {"purgeRequested": "true"}},
         ("POST", "/v1/namespaces/{namespace}/tables/{table}/unregister"): {},
         ("GET", "/v1/namespaces/{namespace}/tables/{table}/credentials"): {},
+        # scan planning: READ on the table, as loadTable (tests/test_planning_authz.py)
+        ("POST", "/v1/namespaces/{namespace}/tables/{table}/plan"): {"json": {}},
+        ("GET", "/v1/namespaces/{namespace}/tables/{table}/plan/{plan_id}"): {},
+        ("DELETE", "/v1/namespaces/{namespace}/tables/{table}/plan/{plan_id}"): {},
+        ("POST", "/v1/namespaces/{namespace}/tables/{table}/tasks"): {"json": {"plan-task": "x"}},
         ("POST", "/v1/namespaces/{namespace}/tables/{table}/metrics"): {
             "json": {
                 "report-type": "scan-report",
@@ -341,6 +346,7 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
             .replace("{grant_id:str}", "{grant_id}")
             .replace("{task_id:str}", "{task_id}")
             .replace("{dropped_id:str}", "{dropped_id}")
+            .replace("{plan_id:str}", "{plan_id}")
             .replace("{name:str}", "{name}"),
         )
         for route in app.routes
@@ -374,6 +380,7 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
             task_id=task_id,
             dropped_id=dropped_id,
             name="default",
+            plan_id="p1",
         )
         resp = http(method, url, **(kwargs or {}))
         if kwargs is None:
@@ -382,7 +389,7 @@ def test_a_principal_with_no_grants_gets_403_on_every_catalog_route(secured: Ser
             assert all(body.get(k, []) == [] for k in ("namespaces", "grants", "tasks", "dropped", "events")), body
         elif method == "HEAD":
             assert resp.status_code == 403, (method, path)
-        elif "_id}" in path:
+        elif "_id}" in path and "{plan_id}" not in path:  # a plan id is checked after READ on its table
             assert_error(resp, 404, "NotFoundException")
         else:
             assert_error(resp, 403, "ForbiddenException")

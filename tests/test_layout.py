@@ -32,6 +32,7 @@ FLOORS: list[tuple[str, ...]] = [
     ),  # fmt: skip
     ("catalog.metadata", "catalog.auth.policy", "catalog.events"),  # pure: the ground floor only
     ("catalog.store", "catalog.storage"),
+    ("catalog.planning",),  # scan planning: reads metadata and manifests through storage
     ("catalog.auth",),
     ("catalog.commit",),
     ("catalog.maintenance", "catalog.delivery"),

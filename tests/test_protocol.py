@@ -158,16 +158,13 @@ def test_bearer_none_is_ignored(http):
 
 def test_unserved_operations_are_501_in_the_error_shape(http, ns):
     create(http, ns, "t")
-    for method, path in (
-        ("POST", f"/v1/namespaces/{ns}/tables/t/plan"),
-        ("GET", f"/v1/namespaces/{ns}/tables/t/plan/p1"),
-        ("POST", f"/v1/namespaces/{ns}/tables/t/tasks"),
+    for method, path in (  # scan planning is served: tests/test_planning.py
         ("POST", f"/v1/namespaces/{ns}/tables/t/sign"),
         ("GET", f"/v1/namespaces/{ns}/functions"),
     ):
         assert_error(http(method, path, json={}), 501, "NotImplementedException", "Not implemented")
     endpoints = " ".join(http.get("/v1/config").json()["endpoints"])
-    assert "plan" not in endpoints and "functions" not in endpoints and "sign" not in endpoints
+    assert "functions" not in endpoints and "sign" not in endpoints
 
 
 def test_credentials_endpoint_answers_explicitly(http, ns):

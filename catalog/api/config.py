@@ -44,7 +44,10 @@ def body(settings: Settings, client_io: dict[str, str], served: list[HTTPRouteHa
     overrides: dict[str, str] = {"namespace-separator": "%1F"}
     if settings.prefix:
         overrides["prefix"] = settings.prefix
-    config: dict[str, Any] = {"defaults": client_io, "overrides": overrides}
+    defaults = dict(client_io)
+    if settings.scan_planning_mode == "server":  # pyiceberg reads the mode here only
+        (overrides if settings.scan_planning_config == "overrides" else defaults)["scan-planning-mode"] = "server"
+    config: dict[str, Any] = {"defaults": defaults, "overrides": overrides}
     if settings.idempotency_key_lifetime_seconds:
         config["idempotency-key-lifetime"] = f"PT{settings.idempotency_key_lifetime_seconds}S"
     return {**config, "endpoints": advertised(served)}
@@ -57,7 +60,8 @@ def advertised(handlers: list[HTTPRouteHandler]) -> list[str]:
         for path in handler.paths:
             if not path.startswith("/v1/") or path in _NOT_ADVERTISED:
                 continue
-            template = "/v1/{prefix}/" + _PARAM.sub(r"{\1}", path[len("/v1/") :])
+            # Java's ResourcePaths spells the plan id ``{plan-id}``; a Litestar parameter cannot
+            template = "/v1/{prefix}/" + _PARAM.sub(r"{\1}", path[len("/v1/") :]).replace("{plan_id}", "{plan-id}")
             out.extend(f"{method} {template}" for method in sorted(handler.http_methods))
     return sorted(set(out))
 

@@ -15,6 +15,7 @@ from catalog.api.paging import PageTokens
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
+from catalog.planning.tokens import PlanTokens
 from catalog.service import Catalog
 from catalog.storage.signing import Signer
 from catalog.storage.vending import Vends
@@ -27,6 +28,7 @@ class AppState:
     authenticator: Authenticator  # bearer token -> principal (the token endpoint issues built-in ones)
     limiter: FailureLimiter  # failed token requests
     pages: PageTokens  # the list routes' page tokens
+    plan_tokens: PlanTokens  # scan planning's plan-task tokens
     signer: Signer | None  # remote signing, when switched on for an S3 warehouse
     vendor: Vends | None  # vended credentials, when switched on
     client_io: dict[str, str]  # the storage properties every client is told (storage/vending.py)

@@ -84,11 +84,14 @@ async def load_table(namespace: FromPath[str], table: FromPath[str], request: Re
         or await ctx.catalog.load_awaited(TABLE, ns, name)
         or await wire.blocking(ctx.catalog.load, TABLE, ns, name)
     )
-    tag = etag(file.location, mode)
+    planning = planning_mode(file, ctx.catalog.settings.scan_planning_mode)
+    tag = etag(file.location, mode if planning is None else f"{mode},scan-planning-mode={planning}")
     if _matches(request.headers.get("if-none-match"), tag):
         return Response(content=None, status_code=304, headers={"ETag": tag})
     raw = file.raw if mode == "all" else file.refs_only
     config, credentials, signer = await _delegated(file.data["location"], (ns, name), request, ctx)
+    if planning is not None:
+        config = orjson.dumps({**orjson.loads(config), "scan-planning-mode": planning})
     body = wire.load_result(file.location, raw, config, credentials, signer)
     return wire.raw_json_response(body, headers={"ETag": tag})
 
@@ -373,6 +376,20 @@ async def _loaded(
         wire.load_result(file.location, file.raw, config, credentials, signer),
         headers={"ETag": etag(file.location, "all")},
     )
+
+
+PLANNING_PROPERTY = "catalog.scan-planning-mode"
+
+
+def planning_mode(file: MetadataFile, setting: str) -> str | None:
+    """The ``scan-planning-mode`` a table's load tells the client (Java 1.11 reads it there): the
+    table's ``catalog.scan-planning-mode`` property, else ``server`` when the server's setting says
+    so, else nothing (clients plan themselves)."""
+    if PLANNING_PROPERTY.encode() in file.raw:  # a byte search spares parsing most loads
+        value = (file.data.get("properties") or {}).get(PLANNING_PROPERTY)
+        if value in ("client", "server"):
+            return value
+    return "server" if setting == "server" else None
 
 
 def etag(location: str, mode: str) -> str:

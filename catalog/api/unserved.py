@@ -7,34 +7,22 @@ any other method on these paths is a 405, as on every other path.
 
 from __future__ import annotations
 
-from litestar import delete, get, post
+from litestar import get
 
 from catalog import errors
 
-T = "/v1/namespaces/{namespace:str}/tables/{table:str}"
 F = "/v1/namespaces/{namespace:str}/functions"
 
 
 def _refuse() -> None:
     raise errors.NotImplementedOperation(
-        "Not implemented: this catalog does not serve server-side scan planning or functions; see "
-        "/v1/config for the operations it serves"
+        "Not implemented: this catalog does not serve functions; see /v1/config for the operations it serves"
     )
 
 
-@post([T + "/plan", T + "/tasks"])
-async def not_served_post() -> None:
-    _refuse()
-
-
-@get([T + "/plan/{plan_id:str}", F, F + "/{function:str}"])
+@get([F, F + "/{function:str}"])
 async def not_served_get() -> None:
     _refuse()
 
 
-@delete(T + "/plan/{plan_id:str}")
-async def not_served_delete() -> None:
-    _refuse()
-
-
-ROUTES = [not_served_post, not_served_get, not_served_delete]
+ROUTES = [not_served_get]

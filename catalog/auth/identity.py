@@ -48,9 +48,10 @@ def check_settings(settings: Settings) -> list[str]:
         return [warning + "survive a restart (clients fetch a new one)"]
     if secret is None and not settings.is_sqlite:
         return [
-            "CATALOG_TOKEN_SECRET is not set: each server seals the list routes' page tokens with its own "
-            "random key, so with several replicas a paged list (pageSize) that moves to another one is refused "
-            "(400); set CATALOG_TOKEN_SECRET to the same random value (>= 32 bytes) everywhere"
+            "CATALOG_TOKEN_SECRET is not set: each server seals the list routes' page tokens and scan planning's "
+            "plan tasks with its own random key, so with several replicas a paged list (pageSize) or a plan task "
+            "that moves to another one is refused (400); set CATALOG_TOKEN_SECRET to the same random value "
+            "(>= 32 bytes) everywhere"
         ]
     return []
 

@@ -32,6 +32,7 @@ from catalog.api import (
     observation,
     operations,
     paging,
+    planning,
     unserved,
 )
 from catalog.api import signing as signing_api
@@ -45,6 +46,7 @@ from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
 from catalog.console import routes as console
+from catalog.planning.tokens import PlanTokens
 from catalog.server import startup
 from catalog.server.background import start_parts
 from catalog.server.memory import large_buffers_from_the_heap
@@ -60,7 +62,7 @@ from catalog.store.entries import Store
 
 log = logging.getLogger("catalog")
 
-CATALOG_ROUTES = [*namespaces.ROUTES, *entries.ROUTES]
+CATALOG_ROUTES = [*namespaces.ROUTES, *entries.ROUTES, *planning.ROUTES]
 
 
 def build_catalog(settings: Settings, migrated: bool = False) -> Catalog:
@@ -100,6 +102,7 @@ class Serving:
         self.limiter = FailureLimiter(parse_trusted_proxies(settings.trusted_proxies))
         self.registry: Registry | None = None
         self._pages: paging.PageTokens | None = None
+        self._plan_tokens: PlanTokens | None = None
 
     def ctx(self) -> AppState:
         """The handlers' ``ctx``: the AppState of the request's warehouse (``api.context.WAREHOUSE``).
@@ -124,6 +127,7 @@ class Serving:
         # background (a no-op after); each created warehouse's as it opens.
         threading.Thread(target=_backfill, args=(catalog,), name="backfill", daemon=True).start()
         self._pages = paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
+        self._plan_tokens = PlanTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
 
         def open_warehouse(of: Settings, name: str) -> tuple[AppState, list]:
             """Another warehouse: a catalog of its own on its database and storage (the grants are the
@@ -161,13 +165,14 @@ class Serving:
             *(events.ROUTES if of.events_enabled else []),
         ]
         client_io = vending.client_io_properties(of)
-        assert self._pages is not None  # made by the lifespan before any state
+        assert self._pages is not None and self._plan_tokens is not None  # made by the lifespan before any state
         return AppState(
             catalog=catalog,
             access=access,
             authenticator=self.authenticator,
             limiter=self.limiter,
             pages=self._pages,
+            plan_tokens=self._plan_tokens,
             signer=signing.Signer(of) if signs else None,
             vendor=vending.create_vendor(of),
             client_io=client_io,
