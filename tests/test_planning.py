@@ -409,6 +409,18 @@ def test_the_answer_is_the_specs_json(srv, tables: dict) -> None:
     assert all("lower-bounds" not in t["data-file"] for t in tasks)
 
 
+def test_an_idempotency_key_on_a_plan_is_checked_and_records_nothing(srv, tables: dict) -> None:
+    """A plan is a read: the same key with another body runs again (a recorded key would be a 400, and
+    a plan's answer, however large, would sit in the database under it); a malformed key is a 400."""
+    ns, name = tables["bucketed"].split(".")
+    url = f"{srv.url}/v1/namespaces/{ns}/tables/{name}/plan"
+    key = {"Idempotency-Key": f"plan-{uuid.uuid4()}"}
+    for body in ({}, {"filter": {"type": "gt", "term": "id", "value": 40}}, {}):
+        resp = requests.post(url, json=body, headers=key, timeout=30)
+        assert resp.status_code == 200 and resp.json()["status"] == "completed", resp.text
+    assert_error(requests.post(url, json={}, headers={"Idempotency-Key": "k" * 129}, timeout=10), 400, "BadRequestException")
+
+
 def test_the_config_advertises_the_endpoints_and_the_mode(srv) -> None:
     config = requests.get(f"{srv.url}/v1/config", timeout=10).json()
     table = "/v1/{prefix}/namespaces/{namespace}/tables/{table}"

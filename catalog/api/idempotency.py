@@ -20,6 +20,9 @@ For an operation marked ``opt={"idempotent": True}`` that carries the header (an
 
 Records older than the lifetime (plus a grace period) are deleted now and then.
 
+A read the spec documents the header on (scan planning: ``wire.IDEMPOTENT_READ``) has its key
+checked and nothing more: it runs again on a retry, and no answer is stored under the key.
+
 The body has to be read whole before the handler runs (it is part of the fingerprint), so this
 middleware applies ``max_request_bytes`` itself, as Litestar does for other requests: a body declared
 or received over the limit is answered 413 at once, without reading the rest.
@@ -112,6 +115,9 @@ class Idempotency:
             await _send(
                 send, *errors.render(errors.BadRequest("Invalid Idempotency-Key: expected 1 to 128 characters"))
             )
+            return
+        if idempotent == "read":  # ``wire.IDEMPOTENT_READ``: it runs again, as any read
+            await self.app(scope, receive, send)
             return
         try:
             body = await _read_body(scope, receive, self.max_body_bytes)

@@ -40,7 +40,7 @@ def _context(request: Request, ctx: Ctx) -> str:
     return tokens.context(ctx.prefix, guard.grantee(request))
 
 
-@post(T + "/plan", status_code=200)  # a read: an Idempotency-Key is not recorded (no plan stored)
+@post(T + "/plan", status_code=200, opt=wire.IDEMPOTENT_READ)
 async def plan_table_scan(
     namespace: FromPath[str], table: FromPath[str], body: RawBody, request: Request, ctx: Ctx
 ) -> Response:
@@ -62,7 +62,7 @@ async def plan_table_scan(
     return wire.json_response({"status": "completed", "plan-tasks": sealed})
 
 
-@post(T + "/tasks", status_code=200)  # a read, as /plan
+@post(T + "/tasks", status_code=200, opt=wire.IDEMPOTENT_READ)
 async def fetch_scan_tasks(
     namespace: FromPath[str], table: FromPath[str], body: RawBody, request: Request, ctx: Ctx
 ) -> Response:

@@ -23,6 +23,9 @@ from catalog import errors, names
 JSON = "application/json"
 # Route option of the operations that honour an Idempotency-Key (see ``api.idempotency``).
 IDEMPOTENT = {"idempotent": True}
+# Of the reads the spec documents the header on (scan planning): a retry runs again, so the key is
+# checked and nothing is recorded, and no answer (a plan can be megabytes) is stored under a client's key.
+IDEMPOTENT_READ = {"idempotent": "read"}
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 _LEVEL_SPLIT = re.compile(r"%1[fF]|\x1f")
