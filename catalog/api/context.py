@@ -15,7 +15,7 @@ from catalog.api.paging import PageTokens
 from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
-from catalog.planning.tokens import PlanTokens
+from catalog.planning.task_tokens import PlanTokens
 from catalog.service import Catalog
 from catalog.storage.signing import Signer
 from catalog.storage.vending import Vends

@@ -2,7 +2,7 @@
 
 - ``POST .../plan`` (planTableScan): always ``completed``, with the tasks inline when the matching
   data manifests fit one plan task (``CATALOG_PLANNING_MANIFESTS_PER_TASK``), else with
-  ``plan-tasks``: sealed tokens (``planning.tokens``) each naming a group of manifests.
+  ``plan-tasks``: sealed tokens (``planning.task_tokens``) each naming a group of manifests.
 - ``POST .../tasks`` (fetchScanTasks): one token's ``file-scan-tasks`` with the ``delete-files``
   they reference (never delete files without tasks).
 - ``GET``/``DELETE .../plan/{plan-id}``: no plan is ever ``submitted`` (nothing is stored), so
@@ -23,7 +23,7 @@ from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
 from catalog.planning import request as scan_request
-from catalog.planning import tokens
+from catalog.planning import task_tokens
 from catalog.planning.request import ScanRequest
 from catalog.service import TABLE
 
@@ -37,7 +37,7 @@ async def _table(namespace: str, table: str, request: Request) -> tuple[tuple[st
 
 
 def _context(request: Request, ctx: Ctx) -> str:
-    return tokens.context(ctx.prefix, guard.grantee(request))
+    return task_tokens.context(ctx.prefix, guard.grantee(request))
 
 
 @post(T + "/plan", status_code=200, opt=wire.IDEMPOTENT_READ)
@@ -55,7 +55,7 @@ async def plan_table_scan(
     canonical = orjson.loads(prepared.key)
     sealed = [
         ctx.plan_tokens.seal(
-            tokens.PlanTask(uuid, prepared.scope.key(), prepared.manifest_list, group, canonical), context
+            task_tokens.PlanTask(uuid, prepared.scope.key(), prepared.manifest_list, group, canonical), context
         )
         for group in answer.groups
     ]

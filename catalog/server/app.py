@@ -46,7 +46,7 @@ from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
 from catalog.console import routes as console
-from catalog.planning.tokens import PlanTokens
+from catalog.planning.task_tokens import PlanTokens
 from catalog.server import startup
 from catalog.server.background import start_parts
 from catalog.server.memory import large_buffers_from_the_heap
