@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from catalog import errors
+from catalog.events import records
 from catalog.metadata import tables, views
 from catalog.storage.metadata_files import MetadataFile
 from catalog.store.pointers import Entry, KeyRecord
@@ -112,6 +113,22 @@ class Staged:
     manifests: tuple[str, ...] = ()  # manifests written by rebases of merged appends (commit/rebase.py)
     unwritten: bytes | None = None  # an inline commit's file before it is written (inline.py, ``_write``)
     write_paths: dict[str, str] | None = None  # its write.*.path prefixes, when it changed them (ownership)
+
+    def event(self) -> records.Event:
+        """The change event of this pointer move (a group's carries every snapshot it added)."""
+        change = self.change
+        return records.committed(
+            change.kind.name,
+            change.namespace,
+            change.name,
+            self.entry.id if self.entry else None,
+            self.base.data if self.base else None,
+            self.new.data,
+            self.new.location,
+            change.requirements,
+            change.updates,
+            self.commits,
+        )
 
 
 class Grouping(Protocol):

@@ -31,12 +31,11 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from catalog import errors, logs, metrics, tracing
-from catalog.commit import rebase
+from catalog.commit import rebase, rollback
 from catalog.commit.changes import (
     MAINTENANCE_JOB,
     SLOTS,
@@ -52,8 +51,8 @@ from catalog.commit.changes import (
     not_committed,
     slot,
 )
+from catalog.commit.cleanup import MetadataCleanup
 from catalog.commit.conflicts import Conflicts, Resolved
-from catalog.events import records
 from catalog.settings import Settings
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
 from catalog.store.entries import Entries, name_taken
@@ -89,11 +88,7 @@ class CommitEngine:
         self.conflicts = Conflicts(settings, self.rebaser, self._delete_quietly, _step)
         self.groups = grouping(self) if grouping is not None else None
         self._locks = [threading.Lock() for _ in range(SLOTS)]
-        # Metadata files a commit pushed out of the log are deleted here, off the request path; when
-        # it falls behind, snapshot expiry's sweep (maintenance/old_metadata.py) takes the rest.
-        self._cleanup = ThreadPoolExecutor(1, thread_name_prefix="metadata-cleanup")
-        self._cleanup_pending = 0  # submitted and not done (a soft bound: read without the lock)
-        self._cleanup_lock = threading.Lock()
+        self.cleanup = MetadataCleanup(settings, files, ownership)  # delete-after-commit, in the background
 
     def commit(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome:
         """Apply ``changes`` atomically: every pointer moves, or none does. ``key``: the request's
@@ -279,7 +274,7 @@ class CommitEngine:
         transaction may rely on what it read)."""
         if change.created is not None:
             return change.created, None
-        if not change.maintenance and _marked(change.updates):
+        if not change.maintenance and rollback.marked(change.updates):
             raise errors.BadRequest(f"A snapshot summary may not carry {MAINTENANCE_JOB}: it marks the catalog's own")
         now_ms = int(time.time() * 1000)
         try:
@@ -330,7 +325,7 @@ class CommitEngine:
                 )
                 for s in staged
             ]
-            events = [self.event(s) for s in staged] if self.pointers.events_on else []
+            events = [s.event() for s in staged] if self.pointers.events_on else []
             try:
                 result = self.pointers.swap_pointers(swaps, key, events, wait=wait)
             except PointerOutcomeUnknown as e:
@@ -352,7 +347,7 @@ class CommitEngine:
         """A create's "CAS": insert the row, with the Idempotency-Key's. False: the key was recorded
         by a twin request first (nothing inserted; its response is the answer)."""
         change = staged.change
-        event = self.event(staged) if self.pointers.events_on else None
+        event = staged.event() if self.pointers.events_on else None
         try:
             result = self.entries.insert_entry(
                 change.namespace,
@@ -379,23 +374,6 @@ class CommitEngine:
             return False
         return True
 
-    @staticmethod
-    def event(one: Staged) -> records.Event:
-        """The change event of one pointer move (a group's carries every snapshot it added)."""
-        change = one.change
-        return records.committed(
-            change.kind.name,
-            change.namespace,
-            change.name,
-            one.entry.id if one.entry else None,
-            one.base.data if one.base else None,
-            one.new.data,
-            one.new.location,
-            change.requirements,
-            change.updates,
-            one.commits,
-        )
-
     def _won(self, current: list[MetadataFile], staged: list[Staged], kind: str, recorded: bool) -> Committed:
         metrics.COMMITS.labels(kind).inc(staged[0].commits if len(staged) == 1 else 1)
         for one in staged:
@@ -405,7 +383,7 @@ class CommitEngine:
             self.note(one.change, one.new.data)
             metrics.APPEND_REBASES.inc(len(one.lists))
             if one.base is not None and one.entry is not None:
-                self._delete_dropped_files(one)
+                self.cleanup.committed(one)
         return Committed(tuple(current), recorded)
 
     def _settle(
@@ -471,53 +449,9 @@ class CommitEngine:
         except Exception:  # noqa: BLE001 - an orphan file is harmless; never mask the real outcome
             log.warning("could not delete uncommitted file %s", location)
 
-    def _delete_dropped_files(self, one: Staged) -> None:
-        """``write.metadata.delete-after-commit.enabled`` (the table's, else
-        ``CATALOG_METADATA_DELETE_AFTER_COMMIT`` unless the table has ``gc.enabled=false``): the
-        previous metadata files that fell out of the metadata log are deleted, those the table
-        owns, in the background."""
-        assert one.base is not None and one.entry is not None
-        new = one.new.data
-        properties = new.get("properties") or {}
-        setting = properties.get(DELETE_AFTER_COMMIT)
-        if setting is not None:
-            wanted = str(setting).lower() == "true"
-        else:  # the catalog's default, not on a table that keeps its files (gc.enabled=false)
-            wanted = self.settings.metadata_delete_after_commit and str(properties.get("gc.enabled")).lower() != "false"
-        if not wanted:
-            return
-        before = {e["metadata-file"] for e in one.base.data.get("metadata-log") or []} | {one.base.location}
-        after = {e["metadata-file"] for e in new.get("metadata-log") or []}
-        dropped = sorted(before - after)
-        if not dropped or self._cleanup_pending >= CLEANUP_BACKLOG:
-            return  # nothing fell out, or behind: expiry's sweep deletes these
-        with self._cleanup_lock:
-            self._cleanup_pending += 1
-        try:
-            self._cleanup.submit(self._delete_owned, new, one.entry.id, dropped)
-        except RuntimeError:  # shut down (the catalog is closing): expiry's sweep deletes them
-            with self._cleanup_lock:
-                self._cleanup_pending -= 1
-
-    def _delete_owned(self, new: dict[str, Any], entry_id: int, dropped: list[str]) -> None:
-        try:
-            owned = self.ownership.owned(new, entry_id)
-            for location in dropped:
-                if owned(location):
-                    self.files.delete(location)
-        except Exception:  # noqa: BLE001 - housekeeping after a successful commit must not fail anything
-            log.warning("could not delete old metadata files %s", dropped[:3])
-        finally:
-            with self._cleanup_lock:
-                self._cleanup_pending -= 1
-
     def close(self) -> None:
         """Stop the background clean-up (what is queued is left to snapshot expiry's sweep)."""
-        self._cleanup.shutdown(wait=False, cancel_futures=True)
-
-
-DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
-CLEANUP_BACKLOG = 1000  # commits whose dropped metadata files wait for the background delete, at most
+        self.cleanup.close()
 
 
 def backoff(settings: Settings, attempt: int) -> None:
@@ -572,13 +506,3 @@ def log_landed(staged: Sequence[Staged], attempts: int) -> None:
         plural = "s" if attempts > 1 else ""
         message = f"{verb} {one.change.kind.name} {one.change.ident}{snapshot} ({attempts} attempt{plural}{group})"
         logs.line(log, logging.INFO, message, fields)
-
-
-def _marked(updates: Sequence[Any]) -> bool:
-    """Whether a commit adds a snapshot that claims to be the catalog's own maintenance."""
-    for u in updates:
-        if isinstance(u, dict) and u.get("action") == "add-snapshot":
-            summary = (u.get("snapshot") or {}).get("summary") if isinstance(u.get("snapshot"), dict) else None
-            if isinstance(summary, dict) and MAINTENANCE_JOB in summary:
-                return True
-    return False
