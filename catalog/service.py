@@ -16,6 +16,7 @@ from catalog import errors, names
 from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
+from catalog.commit.inline import InlineCommitter
 from catalog.events import records
 from catalog.events.records import StoredEvent
 from catalog.locations import is_within, normalise, overlaps, segment
@@ -76,6 +77,11 @@ class Catalog:
         self.grants = grants  # not used here: the server builds this catalog's ``Access`` with it
         self.ownership = Ownership(entries, storage.locations)
         self.engine = CommitEngine(settings, pointers, entries, files, self.ownership, grouping=GroupCommitter)
+        # Commits on the event loop: only with the setting on, and the database (SQLite) and the
+        # storage on local disk (``commit_inline``).
+        self.inline: InlineCommitter | None = None
+        if settings.inline_commits and db.local and isinstance(storage, LocalStorage):
+            self.inline = InlineCommitter(self.engine, storage)
         self.care = Care(settings, tasks, entries, dropped, storage, files, self.ownership, self.engine)
         self.planner = Planner(
             storage, ManifestCache(settings.planning_cache_manifests), settings.planning_manifests_per_task
@@ -488,13 +494,13 @@ class Catalog:
         self, changes: Sequence[Change], key: KeyRecord | None = None, others_waiting: bool = True
     ) -> Outcome | None:
         """``commit`` on the event loop when the database (SQLite) and the storage are local, the
-        ``inline_commits`` setting is on and the commit needs no wait (``CommitEngine.commit_inline``);
+        ``inline_commits`` setting is on and the commit needs no wait (``catalog.commit.inline``);
         None: call ``commit`` on a thread. ``others_waiting``: other requests are pending, so the
         new file's sync may leave the loop. A single change only, so the transaction checks of
         ``commit`` do not apply."""
-        if not (self.settings.inline_commits and self.db.local and isinstance(self.storage, LocalStorage)):
+        if self.inline is None:
             return None
-        return await self.engine.commit_inline(changes, key, others_waiting)
+        return await self.inline.commit(changes, key, others_waiting)
 
     # -- idempotency keys (see api.idempotency) --------------------------------------------------
 

@@ -229,7 +229,7 @@ def test_an_inline_commit_lands_and_refuses_as_one_on_a_thread(catalog):
 def test_an_inline_commit_that_would_wait_goes_to_a_thread_having_done_nothing(catalog, tmp_path, monkeypatch):
     """Each reason to leave the event loop: the attempt stops before the pointer moves, deletes
     the file it wrote, and the thread's commit then lands as usual."""
-    from catalog.commit import engine as engine_module
+    from catalog.commit import inline as inline_module
 
     create(catalog, "t")
 
@@ -279,7 +279,7 @@ def test_an_inline_commit_that_would_wait_goes_to_a_thread_having_done_nothing(c
     assert isinstance(inline(catalog, [set_property("t", "k2", "w")]), Committed)
     # a metadata file that is not in the cache, or over the bound
     attempt("file", "k3", uncached=True)
-    monkeypatch.setattr(engine_module, "INLINE_MAX_BYTES", 100)
+    monkeypatch.setattr(inline_module, "INLINE_MAX_BYTES", 100)
     attempt("file", "k4")
 
 
@@ -423,7 +423,7 @@ def test_an_inline_commit_whose_sync_fails_lands_nothing_and_leaves_no_file(cata
 def test_the_sync_stays_on_the_loop_when_nothing_waits_or_the_tables_writers_race(catalog, monkeypatch):
     """A lone request's commit (no other request pending) and a commit to a table whose writers'
     requirements failed within ``RACING_S`` sync on the loop; another table's commit still leaves."""
-    from catalog.commit import engine as engine_module
+    from catalog.commit import inline as inline_module
 
     for name in ("t", "u"):
         create(catalog, name)
@@ -443,6 +443,6 @@ def test_the_sync_stays_on_the_loop_when_nothing_waits_or_the_tables_writers_rac
         assert sync.threads[-1] != loop_thread
 
     asyncio.run(run())
-    monkeypatch.setattr(engine_module, "RACING_S", 0.0)  # the race is over: the sync leaves again
+    monkeypatch.setattr(inline_module, "RACING_S", 0.0)  # the race is over: the sync leaves again
     assert isinstance(inline(catalog, [set_property("t", "c", "3")]), Committed)
     assert sync.threads[-1] != threading.get_ident()

@@ -1,7 +1,8 @@
 """The commit's value types: what a commit is asked to do (``Change``), what it answers
-(``Committed`` | ``Replayed``), what it holds between its steps (``Staged``), and the errors every
-caller of the engine shares. Types only: the engine (``engine.py``) and group commit
-(``grouping.py``) both import this module, and neither imports the other's internals.
+(``Committed`` | ``Replayed``), what it holds between its steps (``Staged``), the errors every
+caller of the engine shares, and an entry's lock slot (``slot``). Types only: the engine
+(``engine.py``), conflict resolution (``conflicts.py``), group commit (``grouping.py``) and the
+inline committer (``inline.py``) import this module, and none imports another's internals.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from catalog import errors
+from catalog.events import records
 from catalog.metadata import tables, views
 from catalog.names import dotted
 from catalog.storage.metadata_files import MetadataFile
@@ -110,8 +112,24 @@ class Staged:
     lists: tuple[str, ...] = ()  # manifest lists written by rebases of pure appends (commit/rebase.py)
     commits: int = 1  # the commits it carries: more than one for a group commit (commit/grouping.py)
     manifests: tuple[str, ...] = ()  # manifests written by rebases of merged appends (commit/rebase.py)
-    unwritten: bytes | None = None  # an inline commit's file before it is written (engine._write_staged)
+    unwritten: bytes | None = None  # an inline commit's file before it is written (inline.py, ``_write``)
     write_paths: dict[str, str] | None = None  # its write.*.path prefixes, when it changed them (ownership)
+
+    def event(self) -> records.Event:
+        """The change event of this pointer move (a group's carries every snapshot it added)."""
+        change = self.change
+        return records.committed(
+            change.kind.name,
+            change.namespace,
+            change.name,
+            self.entry.id if self.entry else None,
+            self.base.data if self.base else None,
+            self.new.data,
+            self.new.location,
+            change.requirements,
+            change.updates,
+            self.commits,
+        )
 
 
 class Grouping(Protocol):
@@ -125,6 +143,26 @@ class Grouping(Protocol):
     def note(self, change: Change, data: dict[str, Any]) -> None: ...
 
     def known_off(self, change: Change) -> bool: ...
+
+
+class WouldWait(Exception):
+    """An attempt given a bound on its waits (an inline commit, ``inline.py``) met something it would
+    have to wait for: a lock or the database's writer held past the bound (the engine's
+    ``serialised``, ``locate`` and ``swap`` given a ``wait``), or work it leaves to a thread. Nothing
+    landed and no file is left. ``reason``: the label of ``catalog_commit_to_thread_total``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# Commits to different entries share a lock slot (the engine's lock, the inline committer's queue,
+# the time a requirement last failed) only when their names hash to the same slot.
+SLOTS = 1024
+
+
+def slot(change: Change) -> int:
+    return hash((change.namespace, change.name)) % SLOTS
 
 
 def not_committed(e: errors.IcebergError) -> errors.IcebergError:

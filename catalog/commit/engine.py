@@ -18,24 +18,27 @@ kept, since one of them may be the committed one.
 The locks make a commit that queued behind another read the pointer that one left, so a stale
 requirement is refused without writing a file. Between processes and replicas the CAS alone
 decides, as it does for correctness everywhere.
+
+The engine has one mode. What a failed requirement becomes (a rebase, a rollback over the
+catalog's maintenance, the 409) is ``conflicts.py``'s; group commit (``grouping.py``) and the
+inline committer on the event loop (``inline.py``) drive the public steps from outside.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from catalog import errors, logs, metrics, tracing
 from catalog.commit import rebase, rollback
 from catalog.commit.changes import (
     MAINTENANCE_JOB,
+    SLOTS,
     TABLE,
     Change,
     Committed,
@@ -43,12 +46,14 @@ from catalog.commit.changes import (
     Outcome,
     Replayed,
     Staged,
+    WouldWait,
     changed_concurrently,
     not_committed,
+    slot,
 )
-from catalog.events import records
+from catalog.commit.cleanup import MetadataCleanup
+from catalog.commit.conflicts import Conflicts, Resolved
 from catalog.settings import Settings
-from catalog.storage.backends import LocalStorage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
 from catalog.store.entries import Entries, name_taken
 from catalog.store.ownership import Ownership
@@ -60,9 +65,10 @@ log = logging.getLogger("catalog.commit")
 
 class CommitEngine:
     """The loop (``commit``) and its public steps (``read``, ``apply``, ``write``, ``swap``,
-    ``discard``, under ``serialised``), which group commit (``grouping.py``) drives for a group.
-    ``grouping``: builds the group committer this engine offers each commit first (the wiring
-    passes ``grouping.GroupCommitter``; None: no group commit)."""
+    ``discard``, under ``serialised``), which group commit (``grouping.py``) and the inline
+    committer (``inline.py``) drive from outside. ``grouping``: builds the group committer this
+    engine offers each commit first (the wiring passes ``grouping.GroupCommitter``; None: no group
+    commit)."""
 
     def __init__(
         self,
@@ -79,15 +85,10 @@ class CommitEngine:
         self.files = files
         self.ownership = ownership
         self.rebaser = rebase.Rebaser(files.storage)
+        self.conflicts = Conflicts(settings, self.rebaser, self._delete_quietly, _step)
         self.groups = grouping(self) if grouping is not None else None
-        self._locks = [threading.Lock() for _ in range(_LOCKS)]
-        self._queues: dict[int, _Queue] = {}  # lock slot -> its inline commits' queue (``_queued``)
-        self._refused = [0.0] * _LOCKS  # lock slot -> when a commit's requirement last failed (monotonic)
-        # Metadata files a commit pushed out of the log are deleted here, off the request path; when
-        # it falls behind, snapshot expiry's sweep (maintenance/old_metadata.py) takes the rest.
-        self._cleanup = ThreadPoolExecutor(1, thread_name_prefix="metadata-cleanup")
-        self._cleanup_pending = 0  # submitted and not done (a soft bound: read without the lock)
-        self._cleanup_lock = threading.Lock()
+        self._locks = [threading.Lock() for _ in range(SLOTS)]
+        self.cleanup = MetadataCleanup(settings, files, ownership)  # delete-after-commit, in the background
 
     def commit(self, changes: Sequence[Change], key: KeyRecord | None = None) -> Outcome:
         """Apply ``changes`` atomically: every pointer moves, or none does. ``key``: the request's
@@ -97,125 +98,27 @@ class CommitEngine:
             grouped = self.groups.commit(changes[0])
             if grouped is not None:
                 return grouped
-        return self._measured(changes, key)
-
-    async def commit_inline(
-        self, changes: Sequence[Change], key: KeyRecord | None = None, others_waiting: bool = True
-    ) -> Outcome | None:
-        """``commit`` on the event loop when it can run without waiting for long: one entry, not a
-        create, its current metadata file cached and at most ``INLINE_MAX_BYTES``, no rebase to
-        build, its slot lock and the database's writer (SQLite) each free within ``INLINE_WAIT_S``,
-        and the CAS won at the first attempt. At the first of these that does not hold it stops,
-        having landed nothing and left no file, and answers None: the caller runs ``commit`` on a
-        thread, from the start. Only for a store and a storage on local disk (``Catalog.commit_inline``).
-
-        Why: a commit handed to a worker thread hands the GIL back and forth with the event loop at
-        every I/O call; measured on 2 cores, that cost about as much CPU as the commit itself
-        (``docs/performance.md``). One call does leave the loop: the new file's ``fdatasync``
-        (``_write_staged``), the commit's one wait on the disk, so that the loop serves other
-        requests meanwhile (``others_waiting``: the server has other requests in progress; see
-        ``_inline`` for when else the sync stays). Inline commits of one slot queue on the loop
-        (``_queued``) while one of them is away, so a hot table's commits stay inline. (The short
-        waits are what bring a hot table back inline after a commit on a thread, which holds the
-        table's lock.)"""
-        if len(changes) != 1 or changes[0].creates:
-            return None
-        if self.groups is not None and self.groups.eligible(changes, key) and not self.groups.known_off(changes[0]):
-            metrics.COMMITS_TO_THREAD.labels("group").inc()  # a group's leader waits for its members
-            return None
-        change = changes[0]
-        async with self._queued(_slot(change)) as queue:
-            with self._measuring(changes, inline=True) as kind:
-                return await self._inline(change, key, kind, queue, others_waiting)
-        return None  # gone to a thread (``_measuring`` counted why)
-
-    async def _inline(
-        self, change: Change, key: KeyRecord | None, kind: str, queue: _Queue, others_waiting: bool
-    ) -> Outcome:
-        """One attempt of ``_loop`` on the loop; ``_NotInline`` rather than wait long or rebase."""
-        with self.serialised([change], INLINE_WAIT_S):
-            current, staged = self._stage([change], kind, inline=True)
-            if not staged:  # nothing changed
-                return Committed(tuple(current), recorded=False)
-            # The sync leaves the loop only when the loop has other work meanwhile and no order is
-            # lost by it. A lone request's commit would only pay the hand-over (one writer: 0.95x).
-            # A commit that others of its slot queue behind is waited for either way, and its
-            # return from a thread lengthened their chain (16 writers on one table: 0.74x). A table
-            # whose writers' requirements failed lately keeps strict order: a load served during
-            # the sync would hand out the state being replaced, and its client's next commit fail
-            # too (16 appenders on one table: 0.81x).
-            slot = _slot(change)
-            off_loop = others_waiting and queue.users == 1 and time.monotonic() - self._refused[slot] > RACING_S
-            await self._write_staged(staged[0], kind, off_loop)
-            outcome = self.swap(current, staged, key, kind, INLINE_WAIT_S)
-            if outcome is None:  # lost to another process: the thread rebases, with its backoff
-                self.discard(staged)
-                metrics.REBASES.inc()
-                raise _NotInline("lost")
-            if isinstance(outcome, Committed):
-                log_landed(staged, 1)
-            return outcome
-
-    async def _write_staged(self, one: Staged, kind: str, off_loop: bool) -> None:
-        """Write an inline commit's new file: created and written on the loop, then made durable
-        (``fdatasync``: the commit's one wait on the disk) on a worker thread when ``off_loop``.
-        Nothing points at the file yet; if the request is cancelled while it syncs, it is deleted
-        once synced."""
-        data, one.unwritten = one.unwritten, None
-        assert data is not None and isinstance(self.files.storage, LocalStorage)  # ``Catalog.commit_inline``
-        storage, location = self.files.storage, one.new.location
-        with _step(kind, "write"):
-            try:
-                fd = storage.write_unsynced(location, data)
-                if not off_loop:
-                    storage.sync_new(location, fd)
-                    return
-                synced = asyncio.get_running_loop().run_in_executor(None, storage.sync_new, location, fd)
-                try:
-                    await asyncio.shield(synced)
-                except asyncio.CancelledError:
-                    synced.add_done_callback(lambda done: done.cancelled() or done.exception() or self.discard([one]))
-                    raise
-            except errors.IcebergError as e:
-                raise not_committed(e) from e
-
-    @asynccontextmanager
-    async def _queued(self, slot: int) -> AsyncIterator[_Queue]:
-        """The event loop's queue for one lock slot: an inline commit waits here, without blocking
-        the loop, while another inline commit of the slot is away (its file syncing off the loop)."""
-        queue = self._queues.get(slot)
-        if queue is None:
-            queue = self._queues[slot] = _Queue()
-        queue.users += 1
-        try:
-            async with queue.lock:
-                yield queue
-        finally:
-            queue.users -= 1
-            if not queue.users:
-                del self._queues[slot]
-
-    def _measured(self, changes: Sequence[Change], key: KeyRecord | None) -> Outcome:
-        with self._measuring(changes, inline=False) as kind:
+        with self.measuring(changes) as kind:
             return self._loop(changes, key, kind)
-        raise AssertionError("only an inline commit goes to a thread")
+        raise AssertionError("only a bounded attempt (``WouldWait``) ends the block quietly")
 
     @contextmanager
-    def _measuring(self, changes: Sequence[Change], inline: bool) -> Iterator[str]:
-        """The commit's span and duration metric around the block, which gets the commit's kind; an
-        inline attempt that goes to a thread (``_NotInline``) is counted there instead (its span
-        says why) and ends the block quietly, and the thread's commit is measured."""
+    def measuring(self, changes: Sequence[Change], **span: Any) -> Iterator[str]:
+        """The commit's span (with the ``span`` attributes) and duration metric around the block,
+        which gets the commit's kind. A bounded attempt that stops (``WouldWait``: an inline commit
+        going to a thread) is counted there instead (its span says why) and ends the block quietly,
+        and the thread's commit is measured."""
         kind = changes[0].kind.name if len(changes) == 1 else "transaction"
         start: float | None = time.perf_counter()
         entries = ", ".join(c.ident for c in changes)[:512] if tracing.enabled() else None
-        with tracing.span("commit", commit_kind=kind, catalog_entries=entries, commit_inline=inline or None) as span:
+        with tracing.span("commit", commit_kind=kind, catalog_entries=entries, **span) as current:
             try:
                 yield kind
-            except _NotInline as e:
+            except WouldWait as e:
                 start = None
                 metrics.COMMITS_TO_THREAD.labels(e.reason).inc()
-                if span is not None:
-                    span.set_attribute("commit.to_thread", e.reason)
+                if current is not None:
+                    current.set_attribute("commit.to_thread", e.reason)
             finally:
                 if start is not None:
                     metrics.COMMIT_SECONDS.labels(kind).observe(time.perf_counter() - start)
@@ -245,17 +148,15 @@ class CommitEngine:
 
     # -- steps 1-3 -------------------------------------------------------------------------------
 
-    def _stage(
-        self, changes: Sequence[Change], kind: str, inline: bool = False
-    ) -> tuple[list[MetadataFile], list[Staged]]:
+    def _stage(self, changes: Sequence[Change], kind: str) -> tuple[list[MetadataFile], list[Staged]]:
         """Read, apply and write every change: each change's file after the commit (the new one, or
-        the base when the change is a no-op) and the written-but-uncommitted ones (``inline``: not
-        written yet, see ``_write_staged``). A failure deletes the files already written."""
+        the base when the change is a no-op) and the written-but-uncommitted ones. A failure deletes
+        the files already written."""
         current: list[MetadataFile] = []
         staged: list[Staged] = []
         try:
             for change in changes:
-                one = self._stage_one(change, kind, alone=len(changes) == 1, inline=inline)
+                one = self._stage_one(change, kind, alone=len(changes) == 1)
                 if isinstance(one, Staged):
                     staged.append(one)
                     current.append(one.new)
@@ -266,17 +167,17 @@ class CommitEngine:
             raise
         return current, staged
 
-    def _stage_one(self, change: Change, kind: str, alone: bool, inline: bool = False) -> Staged | MetadataFile:
+    def _stage_one(self, change: Change, kind: str, alone: bool) -> Staged | MetadataFile:
         with _step(kind, "read"):
-            entry, base = self.read(change, cached_only=inline)
-        if self.groups is not None and base is not None and change.kind is TABLE:
-            self.groups.note(change, base.data)
+            entry, base = self.read(change)
+        if base is not None:
+            self.note(change, base.data)
         with _step(kind, "apply"):
-            new, rebased = self.apply(change, base, rebasable=alone, inline=inline)
+            new, rebased = self.apply(change, base, rebasable=alone)
         if base is not None and new is base.data:
             return base
         if rebased is None:
-            return self.write(change, entry, base, new, kind, deferred=inline)
+            return self.write(change, entry, base, new, kind)
         return self.write(change, entry, base, new, kind, (rebased.manifest_list,), manifests=rebased.manifests)
 
     def write(
@@ -289,164 +190,108 @@ class CommitEngine:
         lists: tuple[str, ...] = (),
         commits: int = 1,
         manifests: tuple[str, ...] = (),
-        deferred: bool = False,
     ) -> Staged:
         """Step 3: the new metadata file, written create-only after the location rules are checked.
-        If it fails, the manifest lists (and manifests) rebases wrote for it are deleted.
-        ``deferred``: its bytes are kept in ``Staged.unwritten`` for the caller to write."""
+        If it fails, the manifest lists (and manifests) rebases wrote for it are deleted."""
         try:
-            with _step(kind, "encode" if deferred else "write"):  # a deferred file's write is its own step
-                location, paths = self.ownership.check_new(
-                    entry.id if entry else None, base.data if base else None, new, change.superseding
-                )
-                try:
-                    at = next_location(new, entry.metadata_location if entry else None)
-                    if deferred:
-                        written, unwritten = self.files.prepare(at, new, base)
-                    else:
-                        written, unwritten = self.files.write(at, new, base), None
-                except errors.IcebergError as e:
-                    raise not_committed(e) from e
+            with _step(kind, "write"):
+                return self._staged(change, entry, base, new, self._written, lists, commits, manifests)
         except BaseException:
             for location in (*lists, *manifests):
                 self._delete_quietly(location)
             raise
+
+    def encode(
+        self, change: Change, entry: Entry | None, base: MetadataFile | None, new: dict[str, Any], kind: str
+    ) -> Staged:
+        """``write``, but the file's bytes are kept in ``Staged.unwritten`` for the caller to write
+        (the inline committer, which makes the file durable off the event loop)."""
+        with _step(kind, "encode"):  # the file's write is the caller's own step
+            return self._staged(change, entry, base, new, self.files.prepare)
+
+    def _written(self, at: str, new: dict[str, Any], base: MetadataFile | None) -> tuple[MetadataFile, None]:
+        return self.files.write(at, new, base), None
+
+    def _staged(
+        self,
+        change: Change,
+        entry: Entry | None,
+        base: MetadataFile | None,
+        new: dict[str, Any],
+        make: Callable[[str, dict[str, Any], MetadataFile | None], tuple[MetadataFile, bytes | None]],
+        lists: tuple[str, ...] = (),
+        commits: int = 1,
+        manifests: tuple[str, ...] = (),
+    ) -> Staged:
+        location, paths = self.ownership.check_new(
+            entry.id if entry else None, base.data if base else None, new, change.superseding
+        )
+        try:
+            written, unwritten = make(next_location(new, entry.metadata_location if entry else None), new, base)
+        except errors.IcebergError as e:
+            raise not_committed(e) from e
         return Staged(change, entry, base, written, location, lists, commits, manifests, unwritten, paths)
 
-    def read(self, change: Change, cached_only: bool = False) -> tuple[Entry | None, MetadataFile | None]:
-        """The entry and its metadata file. ``cached_only`` (inline): ``_NotInline`` unless the file
-        is in memory and at most ``INLINE_MAX_BYTES``."""
+    def locate(self, change: Change, wait: float | None = None) -> Entry | None:
+        """Step 1's pointer read: the change's entry (None for a create), or the 404 (or, for a
+        create, the 409). ``wait``: the most seconds to wait for the database (SQLite), then
+        ``WouldWait``."""
         try:
-            entry = self.pointers.get_entry(change.namespace, change.name, INLINE_WAIT_S if cached_only else None)
+            entry = self.pointers.get_entry(change.namespace, change.name, wait)
         except InlineBusy:
-            raise _NotInline("writer") from None
+            raise WouldWait("writer") from None
         if change.creates:
             if entry is not None:
                 raise name_taken(change.kind.name, entry.kind, change.ident)
-            return None, None
+            return None
         if entry is None or entry.kind != change.kind.name:
             raise change.kind.missing(f"{change.kind.noun} does not exist: {change.ident}")
-        if not cached_only:
-            return entry, self.files.read(entry.metadata_location)
-        base = self.files.cached(entry.metadata_location)
-        if base is None or len(base.raw) > INLINE_MAX_BYTES:
-            raise _NotInline("file")
-        return entry, base
+        return entry
+
+    def read(self, change: Change) -> tuple[Entry | None, MetadataFile | None]:
+        """Step 1: the entry and its metadata file."""
+        entry = self.locate(change)
+        return entry, None if entry is None else self.files.read(entry.metadata_location)
+
+    def note(self, change: Change, data: dict[str, Any]) -> None:
+        """Tell group commit what a table's metadata, as just read or written, says of append rebase."""
+        if self.groups is not None and change.kind is TABLE:
+            self.groups.note(change, data)
 
     def apply(
         self,
         change: Change,
         base: MetadataFile | None,
         rebasable: bool = False,
-        check_only: bool = False,
-        inline: bool = False,
-    ) -> tuple[dict[str, Any], rebase.Rebased | None]:
-        """The new metadata (``base.data`` itself when nothing changed). A failed requirement is a 409,
-        unless the commit is a pure append whose branch moved and rebase is on: then it is rebuilt on
-        the branch's head (``catalog.commit.rebase``) and the second value is that rebase, whose manifest list
-        is written. Only a commit of one table is ``rebasable`` (a multi-table transaction may rely on
-        what it read). ``check_only``: raise the 409 or not, but write nothing. ``inline``: a rebase,
-        which reads and writes manifest lists, raises ``_NotInline`` instead."""
+        resolve: Callable[..., Resolved] | None = None,
+    ) -> Resolved:
+        """Step 2: the new metadata (``base.data`` itself when nothing changed). A failed requirement
+        goes to ``resolve`` (``Conflicts.resolve`` unless given): a 409, unless the commit is a
+        pure append whose branch moved and rebase is on: then it is rebuilt on the branch's head
+        (``catalog.commit.rebase``) and the second value is that rebase, whose manifest list is
+        written; or unless it landed on its base over the catalog's maintenance
+        (``catalog.commit.rollback``). Only a commit of one table is ``rebasable`` (a multi-table
+        transaction may rely on what it read)."""
         if change.created is not None:
             return change.created, None
-        if not change.maintenance and _marked(change.updates):
+        if not change.maintenance and rollback.marked(change.updates):
             raise errors.BadRequest(f"A snapshot summary may not carry {MAINTENANCE_JOB}: it marks the catalog's own")
         now_ms = int(time.time() * 1000)
         try:
-            new = self._apply_updates(change, base, change.requirements, change.updates, now_ms)
+            new = change.kind.apply(
+                base.data if base else None,
+                list(change.requirements),
+                list(change.updates),
+                base_location=base.location if base else None,
+                now_ms=now_ms,
+            )
             if change.guard is not None and base is not None:
                 change.guard(base.data, new)
             return new, None
         except errors.RequirementFailed as e:
-            candidate = self._rebase_candidate(change, base) if rebasable else None
-            if candidate is None:
-                rolled = self._rollback(change, base) if rebasable else None
-                if rolled is None:
-                    raise self._conflict(change, e) from None
-                if check_only:
-                    return base.data, None  # type: ignore[union-attr]  # a rollback has a base
-                try:
-                    new = change.kind.apply(
-                        rolled.base, rolled.requirements, rolled.updates, base_location=base.location, now_ms=now_ms
-                    )  # type: ignore[union-attr]
-                except errors.IcebergError:
-                    raise self._conflict(change, e) from None
-                metrics.WRITERS_MET_MAINTENANCE.labels("rolled-back").inc()
-                metrics.MAINTENANCE_COMPACTIONS.labels("rolled-back").inc(len(rolled.removed))
-                log.info(
-                    "commit to %s landed on its base %s; the catalog's maintenance snapshots %s were rolled back",
-                    change.ident, rolled.requirements, rolled.removed,
-                )  # fmt: skip
-                return new, None
-            if inline:
-                raise _NotInline("rebase") from None
-            if candidate.over_maintenance:
-                metrics.WRITERS_MET_MAINTENANCE.labels("rebased").inc()
-            if check_only:
-                return base.data, None  # type: ignore[union-attr]  # a candidate has a base
-            assert base is not None
-            try:
-                with _step(change.kind.name, "rebase"):
-                    rebased = self.rebaser.rebuild(candidate, base.data, now_ms)
-            except Exception as failed:  # noqa: BLE001 - a refusal (the original 409) or a storage failure (503)
-                if rebase.storage_failed(failed):
-                    log.warning("append to %s not rebased, the storage failed: %s", change.ident, failed)
-                    raise errors.ServiceUnavailable(rebase.REBASE_STORAGE_FAILED) from failed
-                log.debug("append to %s not rebased: %s", change.ident, failed)
-                raise self._conflict(change, e) from None
-            try:
-                new = self._apply_updates(change, base, rebased.requirements, rebased.updates, now_ms)
-            except errors.IcebergError:
-                for location in rebased.files:
-                    self.rebaser.forget(location)  # in a group: not written yet
-                    self._delete_quietly(location)
-                raise self._conflict(change, e) from None
-            log.debug(
-                "rebased append %s to %s onto snapshot %s",
-                candidate.snapshot["snapshot-id"], change.ident, candidate.head["snapshot-id"],
-            )  # fmt: skip
-            return new, rebased
+            return (resolve or self.conflicts.resolve)(change, base, e, now_ms, rebasable)
         except errors.CommitFailed as e:  # the client's premise no longer holds: refused, not retried
-            raise self._conflict(change, e) from None
-
-    def _apply_updates(
-        self,
-        change: Change,
-        base: MetadataFile | None,
-        requirements: Sequence[dict],
-        updates: Sequence[dict],
-        now_ms: int,
-    ) -> dict[str, Any]:
-        return change.kind.apply(
-            base.data if base else None,
-            list(requirements),
-            list(updates),
-            base_location=base.location if base else None,
-            now_ms=now_ms,
-        )
-
-    def _rebase_candidate(self, change: Change, base: MetadataFile | None) -> rebase.Candidate | None:
-        if change.kind is not TABLE or base is None:
-            return None
-        try:
-            default = self.settings.append_rebase
-            return rebase.candidate(list(change.requirements), list(change.updates), base.data, default)
-        except Exception:  # noqa: BLE001 - malformed input the apply refused already: no rebase
-            return None
-
-    def _rollback(self, change: Change, base: MetadataFile | None) -> rollback.Rollback | None:
-        if change.kind is not TABLE or base is None or change.maintenance:
-            return None
-        try:
-            return rollback.rollback(list(change.requirements), list(change.updates), base.data)
-        except Exception:  # noqa: BLE001 - malformed input the apply refused already: a 409
-            return None
-
-    def _conflict(self, change: Change, e: errors.CommitFailed) -> errors.CommitFailed:
-        self._refused[_slot(change)] = time.monotonic()  # writers are racing on it: see ``_inline``
-        metrics.CONFLICTS.labels("requirement").inc()
-        log.warning("commit conflict: %s=%s cause=requirement %s", change.kind.name, change.ident, e.message)
-        return e
+            raise self.conflicts.refused(change, e) from None
 
     # -- step 4 ----------------------------------------------------------------------------------
 
@@ -458,8 +303,8 @@ class CommitEngine:
         kind: str,
         wait: float | None = None,
     ) -> Outcome | None:
-        """The CAS (or, for a create, the insert). None: lost, go again. ``wait`` (inline): the most
-        seconds to wait for the database's writer, then ``_NotInline`` with the files deleted."""
+        """Step 4: the CAS (or, for a create, the insert). None: lost, go again. ``wait``: the most
+        seconds to wait for the database's writer (SQLite), then ``WouldWait`` with the files deleted."""
         if key is not None and key.status == 200:  # a 200 is the (first) entry's new metadata
             key = KeyRecord(key.key, key.fingerprint, key.status, metadata_location=current[0].location)
         creates = [s for s in staged if s.entry is None]
@@ -480,7 +325,7 @@ class CommitEngine:
                 )
                 for s in staged
             ]
-            events = [self.event(s) for s in staged] if self.pointers.events_on else []
+            events = [s.event() for s in staged] if self.pointers.events_on else []
             try:
                 result = self.pointers.swap_pointers(swaps, key, events, wait=wait)
             except PointerOutcomeUnknown as e:
@@ -495,14 +340,14 @@ class CommitEngine:
             return Replayed()
         if result is Swapped.BUSY:
             self.discard(staged)
-            raise _NotInline("writer")
+            raise WouldWait("writer")
         return None
 
     def _insert(self, staged: Staged, key: KeyRecord | None) -> bool:
         """A create's "CAS": insert the row, with the Idempotency-Key's. False: the key was recorded
         by a twin request first (nothing inserted; its response is the answer)."""
         change = staged.change
-        event = self.event(staged) if self.pointers.events_on else None
+        event = staged.event() if self.pointers.events_on else None
         try:
             result = self.entries.insert_entry(
                 change.namespace,
@@ -529,34 +374,16 @@ class CommitEngine:
             return False
         return True
 
-    @staticmethod
-    def event(one: Staged) -> records.Event:
-        """The change event of one pointer move (a group's carries every snapshot it added)."""
-        change = one.change
-        return records.committed(
-            change.kind.name,
-            change.namespace,
-            change.name,
-            one.entry.id if one.entry else None,
-            one.base.data if one.base else None,
-            one.new.data,
-            one.new.location,
-            change.requirements,
-            change.updates,
-            one.commits,
-        )
-
     def _won(self, current: list[MetadataFile], staged: list[Staged], kind: str, recorded: bool) -> Committed:
         metrics.COMMITS.labels(kind).inc(staged[0].commits if len(staged) == 1 else 1)
         for one in staged:
             self.files.remember(one.new)
             if one.base is not None:
                 self.files.superseded(one.base)
-            if self.groups is not None and one.change.kind is TABLE:
-                self.groups.note(one.change, one.new.data)
+            self.note(one.change, one.new.data)
             metrics.APPEND_REBASES.inc(len(one.lists))
             if one.base is not None and one.entry is not None:
-                self._delete_dropped_files(one)
+                self.cleanup.committed(one)
         return Committed(tuple(current), recorded)
 
     def _settle(
@@ -595,19 +422,19 @@ class CommitEngine:
         log.info("commit to %s lost the CAS (attempt %d), rebasing", ", ".join(c.ident for c in changes), attempt + 1)
         for change in changes:
             _, base = self.read(change)
-            self.apply(change, base, rebasable=len(changes) == 1, check_only=True)
+            self.apply(change, base, rebasable=len(changes) == 1, resolve=self.conflicts.check)
         backoff(self.settings, attempt)
 
     @contextmanager
     def serialised(self, changes: Sequence[Change], wait: float = -1) -> Iterator[None]:
         """Hold the locks of these entries, taken in one order so that transactions cannot deadlock.
-        ``wait`` (inline): the most seconds to wait for each, then ``_NotInline``; -1: no bound."""
-        slots = sorted({_slot(c) for c in changes})
+        ``wait``: the most seconds to wait for each, then ``WouldWait``; -1: no bound."""
+        slots = sorted({slot(c) for c in changes})
         with ExitStack() as stack:
-            for slot in slots:
-                lock = self._locks[slot]
+            for i in slots:
+                lock = self._locks[i]
                 if not lock.acquire(timeout=wait):
-                    raise _NotInline("lock")
+                    raise WouldWait("lock")
                 stack.callback(lock.release)
             yield
 
@@ -622,85 +449,9 @@ class CommitEngine:
         except Exception:  # noqa: BLE001 - an orphan file is harmless; never mask the real outcome
             log.warning("could not delete uncommitted file %s", location)
 
-    def _delete_dropped_files(self, one: Staged) -> None:
-        """``write.metadata.delete-after-commit.enabled`` (the table's, else
-        ``CATALOG_METADATA_DELETE_AFTER_COMMIT`` unless the table has ``gc.enabled=false``): the
-        previous metadata files that fell out of the metadata log are deleted, those the table
-        owns, in the background."""
-        assert one.base is not None and one.entry is not None
-        new = one.new.data
-        properties = new.get("properties") or {}
-        setting = properties.get(DELETE_AFTER_COMMIT)
-        if setting is not None:
-            wanted = str(setting).lower() == "true"
-        else:  # the catalog's default, not on a table that keeps its files (gc.enabled=false)
-            wanted = self.settings.metadata_delete_after_commit and str(properties.get("gc.enabled")).lower() != "false"
-        if not wanted:
-            return
-        before = {e["metadata-file"] for e in one.base.data.get("metadata-log") or []} | {one.base.location}
-        after = {e["metadata-file"] for e in new.get("metadata-log") or []}
-        dropped = sorted(before - after)
-        if not dropped or self._cleanup_pending >= CLEANUP_BACKLOG:
-            return  # nothing fell out, or behind: expiry's sweep deletes these
-        with self._cleanup_lock:
-            self._cleanup_pending += 1
-        try:
-            self._cleanup.submit(self._delete_owned, new, one.entry.id, dropped)
-        except RuntimeError:  # shut down (the catalog is closing): expiry's sweep deletes them
-            with self._cleanup_lock:
-                self._cleanup_pending -= 1
-
-    def _delete_owned(self, new: dict[str, Any], entry_id: int, dropped: list[str]) -> None:
-        try:
-            owned = self.ownership.owned(new, entry_id)
-            for location in dropped:
-                if owned(location):
-                    self.files.delete(location)
-        except Exception:  # noqa: BLE001 - housekeeping after a successful commit must not fail anything
-            log.warning("could not delete old metadata files %s", dropped[:3])
-        finally:
-            with self._cleanup_lock:
-                self._cleanup_pending -= 1
-
     def close(self) -> None:
         """Stop the background clean-up (what is queued is left to snapshot expiry's sweep)."""
-        self._cleanup.shutdown(wait=False, cancel_futures=True)
-
-
-DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
-CLEANUP_BACKLOG = 1000  # commits whose dropped metadata files wait for the background delete, at most
-# Commits to different entries share a lock only when their names hash to the same slot.
-_LOCKS = 1024
-# The largest current metadata file a commit is run inline on (``commit_inline``): building and
-# writing its successor then stalls the event loop for about a millisecond at most.
-INLINE_MAX_BYTES = 1024 * 1024
-# The most an inline commit waits for a lock (its table's, SQLite's writer) before it goes to a thread.
-INLINE_WAIT_S = 0.002
-# How long after a failed requirement a table's inline commits sync their file on the loop (``_inline``).
-RACING_S = 1.0
-
-
-def _slot(change: Change) -> int:
-    return hash((change.namespace, change.name)) % _LOCKS
-
-
-class _Queue:
-    """``CommitEngine._queued``: a slot's lock on the event loop and the commits using it."""
-
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
-
-
-class _NotInline(Exception):
-    """An inline commit met something it would have to wait for; nothing landed (``commit_inline``).
-    ``reason``: the label of ``catalog_commit_to_thread_total``."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+        self.cleanup.close()
 
 
 def backoff(settings: Settings, attempt: int) -> None:
@@ -725,6 +476,7 @@ def _step(kind: str, step: str) -> Iterator[None]:
 
 
 _step_series: dict[tuple[str, str], Any] = {}
+step = _step  # for the steps driven from outside (``inline.py``); profiles know it as ``_step``
 
 
 def log_landed(staged: Sequence[Staged], attempts: int) -> None:
@@ -754,13 +506,3 @@ def log_landed(staged: Sequence[Staged], attempts: int) -> None:
         plural = "s" if attempts > 1 else ""
         message = f"{verb} {one.change.kind.name} {one.change.ident}{snapshot} ({attempts} attempt{plural}{group})"
         logs.line(log, logging.INFO, message, fields)
-
-
-def _marked(updates: Sequence[Any]) -> bool:
-    """Whether a commit adds a snapshot that claims to be the catalog's own maintenance."""
-    for u in updates:
-        if isinstance(u, dict) and u.get("action") == "add-snapshot":
-            summary = (u.get("snapshot") or {}).get("summary") if isinstance(u.get("snapshot"), dict) else None
-            if isinstance(summary, dict) and MAINTENANCE_JOB in summary:
-                return True
-    return False

@@ -8,6 +8,7 @@ Pure: judged on the commit's JSON and the table's metadata.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,17 @@ MAX_DISTANCE = 10_000  # how far back (in the snapshots list) a writer's parent 
 
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def marked(updates: Sequence[Any]) -> bool:
+    """Whether a commit adds a snapshot that claims to be the catalog's own maintenance (which only
+    the catalog's own commits may: ``Change.maintenance``)."""
+    for u in updates:
+        if isinstance(u, dict) and u.get("action") == "add-snapshot":
+            summary = (u.get("snapshot") or {}).get("summary") if isinstance(u.get("snapshot"), dict) else None
+            if isinstance(summary, dict) and MAINTENANCE_JOB in summary:
+                return True
+    return False
 
 
 def catalog_made(snapshots: list, head_id: Any, parent_id: Any) -> list[dict] | None:
