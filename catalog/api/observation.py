@@ -27,7 +27,7 @@ class Pending:
     """The requests this process has read the head of and not yet answered. The HTTP protocol
     counts them (``server.connections``) as it parses each head, before the request's handler runs;
     zero under any other server. An inline commit syncs its file off the event loop only when
-    another request is pending (``CommitEngine.commit_inline``)."""
+    another request is pending (``commit.inline.InlineCommitter``)."""
 
     __slots__ = ("count",)
 

@@ -198,7 +198,7 @@ class LocalStorage(_Bounds):
 
     def sync_new(self, location: str, fd: int) -> None:
         """Make durable and close a file ``write_unsynced`` wrote (on a worker thread for an inline
-        commit: ``CommitEngine._write_staged``); on failure it is deleted."""
+        commit: ``commit.inline.InlineCommitter``); on failure it is deleted."""
         try:
             _sync(fd)
             _drop_cached(fd)

@@ -47,7 +47,7 @@ compare-and-swap alone decides correctness everywhere):
 5. ``store/pointers.py`` ``Pointers._swap_pointers``: the CAS runs on a raw DBAPI connection (the
    measured fast path), outside SQLAlchemy's ``begin`` event, so it issues its own
    ``BEGIN IMMEDIATE`` for the same reason as 4.
-A commit run on the event loop (``CommitEngine.commit_inline``, SQLite and local disk only) waits at
+A commit run on the event loop (``commit.inline.InlineCommitter``, SQLite and local disk only) waits at
 most 2 ms for 1, for 3 and, through a busy timeout lowered for its ``BEGIN IMMEDIATE``, for 4/5;
 past that it goes to a worker thread and waits there as every other writer does.
 On PostgreSQL, the one serialisation the catalog adds is ``entries.Entries._location_free``: an
