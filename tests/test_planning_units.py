@@ -34,7 +34,7 @@ from pyiceberg.types import (
 )
 
 from catalog import errors, sealing
-from catalog.planning import content, filters, request, tokens
+from catalog.planning import content, filters, request, task_tokens
 from catalog.planning.cache import ManifestCache
 from catalog.planning.deletes import FILE_PATH_ID, DeleteIndex
 
@@ -278,14 +278,16 @@ def test_content_files_parse_with_pyicebergs_rest_models() -> None:
 
 
 def test_plan_task_tokens_open_only_for_their_caller_and_server_secret() -> None:
-    sealer = tokens.PlanTokens("s" * 40, None)
-    task = tokens.PlanTask("uuid-1", [5, None, None], "s3://b/list.avro", [0, 2], [None, True, False, None])
-    token = sealer.seal(task, tokens.context("", "user:alice"))
-    assert tokens.PlanTokens("s" * 40, None).open(token, tokens.context("", "user:alice")) == task  # another process
+    sealer = task_tokens.PlanTokens("s" * 40, None)
+    task = task_tokens.PlanTask("uuid-1", [5, None, None], "s3://b/list.avro", [0, 2], [None, True, False, None])
+    token = sealer.seal(task, task_tokens.context("", "user:alice"))
+    assert (
+        task_tokens.PlanTokens("s" * 40, None).open(token, task_tokens.context("", "user:alice")) == task
+    )  # another process
     for other, context in (
-        (tokens.PlanTokens("s" * 40, None), tokens.context("", "user:bob")),
-        (tokens.PlanTokens("t" * 40, None), tokens.context("", "user:alice")),
-        (tokens.PlanTokens("s" * 40, None), tokens.context("w2", "user:alice")),
+        (task_tokens.PlanTokens("s" * 40, None), task_tokens.context("", "user:bob")),
+        (task_tokens.PlanTokens("t" * 40, None), task_tokens.context("", "user:alice")),
+        (task_tokens.PlanTokens("s" * 40, None), task_tokens.context("w2", "user:alice")),
     ):
         with pytest.raises(errors.BadRequest):
             other.open(token, context)
@@ -293,9 +295,9 @@ def test_plan_task_tokens_open_only_for_their_caller_and_server_secret() -> None
 
 def test_a_page_token_key_never_opens_a_plan_task() -> None:
     page = sealing.Sealer("s" * 40, None, b"iceberg-catalog page tokens v1")
-    token = page.seal(b"x", tokens.context("", "user:alice"))
+    token = page.seal(b"x", task_tokens.context("", "user:alice"))
     with pytest.raises(errors.BadRequest):
-        tokens.PlanTokens("s" * 40, None).open(token, tokens.context("", "user:alice"))
+        task_tokens.PlanTokens("s" * 40, None).open(token, task_tokens.context("", "user:alice"))
 
 
 def test_the_manifest_cache_keeps_the_most_recently_used() -> None:
