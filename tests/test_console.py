@@ -1,12 +1,11 @@
 """The web console over plain HTTP (the browser tests are tests/test_console_browser.py): its headers,
 CSRF, sign-in, what a principal with one grant sees, hostile names and ids (never a 500), the
-setting that turns it off, and the time a 10,000-snapshot table's page takes to render.
+setting that turns it off, and what a 10,000-snapshot table's page renders (one page, a sampled chart).
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -265,7 +264,9 @@ def test_hostile_urls_signed_in_with_one_grant_get_a_page_not_a_500(secured: Ser
 # -- speed: a 10,000-snapshot table --------------------------------------------------------------------
 
 
-def test_a_table_of_10000_snapshots_renders_in_well_under_a_second() -> None:
+def test_a_table_of_10000_snapshots_renders_one_page_and_a_sampled_chart() -> None:
+    """What keeps the page fast on a long history: one page of snapshots, 50 log lines, at most
+    ``MAX_POINTS`` chart points. (Tests assert no timings; the bench would time it.)"""
     from catalog.console import charts, views
 
     snaps = [
@@ -294,10 +295,7 @@ def test_a_table_of_10000_snapshots_renders_in_well_under_a_second() -> None:
         "current-schema-id": 0,
         "metadata-log": [{"timestamp-ms": 1, "metadata-file": f"/m/{i}.json"} for i in range(1000)],
     }
-    started = time.perf_counter()
     body = views.table_page(doc, 7, "/ui/t/n/t", "", "/x/m.json")
-    took = time.perf_counter() - started
-    assert took < 0.25, took
     assert body.count("<tr>") < 200  # a page of snapshots, 50 log lines: not the whole history
     assert "page 7 of 200" in body
     drawn = re.search(r'data-series="total-data-files" data-max="(\d+)" data-values="([\d,]+)"', body)

@@ -5,7 +5,6 @@ deliberate differences. The same requests are compared with Java itself by the d
 from __future__ import annotations
 
 import copy
-import time
 
 import orjson
 import pytest
@@ -420,7 +419,9 @@ def test_remove_snapshots_ignores_unknown_ids_and_drops_statistics_refs_and_hist
     assert "main" not in gone["refs"] and gone["current-snapshot-id"] == -1
 
 
-def test_removing_many_snapshots_is_linear():
+def test_removing_many_snapshots_at_once_keeps_the_rest_and_appends_go_on():
+    """One remove-snapshots of 9,990 ids out of 10,000: the last 10 stay, with their log. How its cost
+    grows is measured without wall-clock limits in tests/test_metadata_engine_scaling.py."""
     m = table(2)
     n = 10_000
     snaps = [
@@ -436,14 +437,12 @@ def test_removing_many_snapshots_is_linear():
     big = {**m, "snapshots": snaps, "last-sequence-number": n, "current-snapshot-id": n, "last-updated-ms": NOW + n,
            "refs": {"main": {"snapshot-id": n, "type": "branch"}},
            "snapshot-log": [{"timestamp-ms": NOW + i, "snapshot-id": i} for i in range(1, n + 1)]}  # fmt: skip
-    started = time.perf_counter()
     out = commit(big, [{"action": "remove-snapshots", "snapshot-ids": list(range(1, n - 9))}], now=NOW + n + 1)
-    assert time.perf_counter() - started < 1.0  # quadratic would be minutes
-    assert len(out["snapshots"]) == 10 and len(out["snapshot-log"]) == 10
-    started = time.perf_counter()
+    assert [s["snapshot-id"] for s in out["snapshots"]] == list(range(n - 9, n + 1))
+    assert [e["snapshot-id"] for e in out["snapshot-log"]] == list(range(n - 9, n + 1))
     for k in range(50):
-        append(big, n + 1 + k)
-    assert (time.perf_counter() - started) / 50 < 0.01
+        out = append(out, n + 1 + k)
+    assert len(out["snapshots"]) == 60 and out["current-snapshot-id"] == n + 50
 
 
 def test_remove_properties_of_a_missing_key_is_ignored():
