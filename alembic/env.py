@@ -1,4 +1,4 @@
-"""Alembic environment: runs migrations on the connection given by ``catalog.store.migrate`` (or, from
+"""Alembic environment: runs migrations on the connection given by ``catalog.database.migrate`` (or, from
 the CLI, on ``CATALOG_DATABASE_URL`` / the ini's ``sqlalchemy.url``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import sqlalchemy as sa
 
 from alembic import context
-from catalog.store.db import metadata
+from catalog.database.db import metadata
 
 config = context.config
 connection = config.attributes.get("connection")

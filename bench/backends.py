@@ -59,7 +59,7 @@ def start(name: str, workdir: Path, workers: int, server_env: dict[str, str] | N
     """Start ``name``'s services and server; ``server_env`` adds/overrides CATALOG_* settings."""
     workdir.mkdir(parents=True, exist_ok=True)
     # Headline numbers are measured at the default settings: the default log level (info, one access
-    # line per request) included. Table care stays off, as for the test servers (tests/support.py).
+    # line per request) included. Table maintenance stays off, as for the test servers (tests/support.py).
     env = {"CATALOG_WORKERS": str(workers), "CATALOG_LOG_LEVEL": "info", **(server_env or {})}
     if name == "sqlite":
         server = start_server(workdir / "server", "sqlite", env)

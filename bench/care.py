@@ -1,8 +1,8 @@
-"""Table care rows (``--only care``) and the scale probe (``--only care-scale``).
+"""Table maintenance rows (``--only maintenance``) and the scale probe (``--only maintenance-scale``).
 
 Both run on a server of their own (``Backend.own_server``: same services, its own catalog database
 and warehouse), started with the server's maintenance workers and scheduler on and short intervals
-(``SERVER_ENV``), so that table care runs while the bench appends, as it would in production.
+(``SERVER_ENV``), so that table maintenance runs while the bench appends, as it would in production.
 
 Files. Expiry and orphan removal read every manifest list and manifest they decide on, so every
 snapshot the bench commits here names a real manifest list of its own, which names a real manifest

@@ -1,4 +1,4 @@
-"""A table's footprint on storage after many commits with table care at its defaults (``--only footprint``).
+"""A table's footprint on storage after many commits with table maintenance at its defaults (``--only footprint``).
 
 Issue 43, item 3: "a table after 10,000 commits with care on at default settings holds at most 2x the
 bytes and files its live metadata references". Per backend, on a server of its own
@@ -14,7 +14,7 @@ younger than 5 days are kept, so none expires here), a writer grace of an hour.
 
 One table (no properties of its own) takes ``commits`` appends (10,000; 2,000 with ``--quick``)
 from one client, one commit each, each with a real manifest list naming a real manifest of its own
-that names the table's one data file (``bench/care.py``'s ``Files``, ``Table``: the same appends as
+that names the table's one data file (``bench/jobs.py``'s ``Files``, ``Table``: the same appends as
 the care group's ``care_on``). Every ``SAMPLE_EVERY`` commits (and after the last) the bench lists
 everything under the table's location (and ``write.metadata.path`` if set) and compares it with what
 the table's live metadata references, by the bench's own naming of manifests (a list

@@ -177,8 +177,8 @@ def _commits(kind: str, n: int) -> list[float]:
     from bench import wire
     from catalog import logs
     from catalog.server.app import build_catalog
-    from catalog.service import TABLE, Change
     from catalog.settings import Settings
+    from catalog.usecases import TABLE, Change
 
     settings = Settings()
     logs.configure(settings.log_level, "json")

@@ -128,7 +128,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("auth middleware (BearerAuth)", ("BearerAuth.__call__",)),
     ("idempotency middleware", ("Idempotency.__call__",)),
     ("commit: locks (serialised)", ("CommitEngine.serialised",)),
-    ("commit: ownership checks", ("(catalog/store/ownership.py",)),
+    ("commit: ownership checks", ("(catalog/database/ownership.py",)),
     ("commit: pointer CAS (SQL + COMMIT/fsync)", ("Pointers.swap_pointers", "Pointers._swap_pointers")),
     ("pointer read (SQL)", ("Pointers.get_entry",)),
     ("metadata file read/cache", ("MetadataFiles.read", "MetadataFiles.cached")),

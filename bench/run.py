@@ -169,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default=",".join(DEFAULT),
         type=_parts,
-        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, care, compaction, "
-        "events, warehouses, care-scale, footprint, weed (default: all but care-scale, footprint and weed)",
+        help="scenario groups to run, comma-separated: load, commits, hot, growth, baselines, maintenance, "
+        "compaction, events, warehouses, maintenance-scale, footprint, weed "
+        "(default: all but maintenance-scale, footprint and weed)",
     )
     parser.add_argument(
         "--care-appends",

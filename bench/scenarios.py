@@ -80,17 +80,17 @@ SHORT = {
     "hot": "hot_appends",
     "growth": "growth",
     "baselines": "baselines",
-    "care": "care",
-    "care-scale": "care_scale",
+    "maintenance": "care",  # the results' key stays "care": earlier results files read the same
+    "maintenance-scale": "care_scale",
     "footprint": "footprint",
     "compaction": "compaction",
     "events": "events",
     "warehouses": "warehouses",
     "weed": "weed",
 }
-# opt-in: the scale probe (minutes), the footprint after 10,000 commits at default care settings (GBs
+# opt-in: the scale probe (minutes), the footprint after 10,000 commits at default maintenance settings (GBs
 # of metadata written, minutes) and the SeaweedFS catalog comparison (its own rounds, minutes)
-DEFAULT = tuple(k for k in SHORT if k not in ("care-scale", "footprint", "weed"))
+DEFAULT = tuple(k for k in SHORT if k not in ("maintenance-scale", "footprint", "weed"))
 
 
 @dataclass(frozen=True)
@@ -474,13 +474,13 @@ class Run:
         log(f"[{self.b.name}] integrity: {self.r['integrity']}")
 
     def care(self) -> None:
-        """Table care on vs off after many appends, its CPU and delete rate (``bench/care.py``)."""
+        """Table maintenance on vs off after many appends, its CPU and delete rate (``bench/jobs.py``)."""
         appends = getattr(self.args, "care_appends", None) or (2_000 if self.args.quick else 10_000)
         self.r["care"] = c = care.run(self.b, self.args.quick, appends, dict(self.args.server_env), log)
         self.r["raw"]["care"] = c.pop("raw")
 
     def care_scale(self) -> None:
-        """100,000 snapshots expired, 1,000,000 files listed by orphan removal (``bench/care.py``)."""
+        """100,000 snapshots expired, 1,000,000 files listed by orphan removal (``bench/jobs.py``)."""
         self.r["care_scale"] = out = {}
         care.scale(self.b, self.args.quick, dict(self.args.server_env), log, out)
 

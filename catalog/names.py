@@ -4,7 +4,7 @@ same 400 instead of a database error (PostgreSQL refuses what SQLite silently st
 - A namespace level, and a table or view name, is at most 255 bytes of UTF-8. It becomes one
   segment of a table location, and 255 is the segment limit of common filesystems.
 - A namespace has at most 32 levels, joined (by 0x1F) into at most 1024 bytes. The key columns are
-  ``String(1024)`` (catalog/store/db.py). The limit counts bytes, not characters, so that a namespace key
+  ``String(1024)`` (catalog/database/db.py). The limit counts bytes, not characters, so that a namespace key
   plus a name stays far below PostgreSQL's B-tree entry limit (about 2.7 kB).
 - No NUL, anywhere: PostgreSQL text cannot hold it, so no name with one can exist.
 

@@ -439,7 +439,7 @@ class Settings(BaseSettings):
         description="Storage calls in flight at once, fewer than the request threads (40), so that a stalled "
         "store cannot take every thread: loads of cached tables, namespace routes and health stay served.",
     )
-    # -- table care (catalog/maintenance/) ----------------------------------------------------------
+    # -- table maintenance (catalog/maintenance/) ----------------------------------------------------------
     maintenance_enabled: bool = Field(
         default=True,
         description="The catalog expires snapshots and removes orphan files of its tables by itself. A table's or "
@@ -449,7 +449,9 @@ class Settings(BaseSettings):
         default=1, ge=0, le=16, description="Maintenance threads in each server process (0: this process runs none)."
     )
     maintenance_interval_seconds: float = Field(
-        default=60.0, gt=0, description="How often the scheduler (one per deployment) looks for tables due for care."
+        default=60.0,
+        gt=0,
+        description="How often the scheduler (one per deployment) looks for tables due for maintenance.",
     )
     maintenance_expire_every_minutes: float = Field(
         default=60.0,
@@ -586,7 +588,7 @@ class Settings(BaseSettings):
     )
     console_oidc_scopes: str = Field(default="openid", description="The scopes the console asks the provider for.")
 
-    # -- change events (catalog/events/, store/outbox.py, delivery/) --------------------------------
+    # -- change events (catalog/events/, database/outbox.py, delivery/) --------------------------------
     events_enabled: bool = Field(
         default=True,
         description="Every change writes an event row in its own transaction (the outbox), served by "

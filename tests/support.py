@@ -26,7 +26,7 @@ java_oracle.py, writers.py, corpus/), never from another test module or from con
 - PostgreSQL: ``new_pg_database``, ``check_migrations_round_trip``, ``commit_with_its_connection_killed``
 - Spark (plain helpers; the session is conftest's ``spark`` fixture): ``spark_unavailable``,
   ``spark_conf``, ``register_catalog``, ``create_events``, ``insert_events``, ``sql_rows``, ``scalar``
-- table care: ``CARE_ENV``, ``care_server`` (a server of its own that runs maintenance), ``run_care``
+- table maintenance: ``CARE_ENV``, ``care_server`` (a server of its own that runs maintenance), ``run_care``
   (run it now and wait), ``live_entries`` (a snapshot's live manifest entries), ``duckdb_attached``
   (also behind conftest's ``duck``); a partitioned (id, part) table fed by small appends:
   ``PART_SCHEMA``, ``PART_SPEC``, ``part_table``, ``part_batch`` (one append's rows), ``part_ids`` (the
@@ -770,9 +770,9 @@ def check_migrations_round_trip(url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
+    from catalog.database import migrate
+    from catalog.database.db import create_engine, metadata
     from catalog.settings import Settings
-    from catalog.store import migrate
-    from catalog.store.db import create_engine, metadata
 
     engine = create_engine(Settings(database_url=url))
     try:
@@ -901,7 +901,7 @@ def insert_events(spark, table: str, ids: range) -> None:
     spark.sql(f"INSERT INTO {table} VALUES {values}")
 
 
-# --- table care --------------------------------------------------------------------------------------
+# --- table maintenance --------------------------------------------------------------------------------------
 
 CARE_ENV = {
     "CATALOG_MAINTENANCE_WORKERS": "1",
@@ -912,7 +912,7 @@ CARE_ENV = {
 
 
 def care_server(backend: str, workdir: Path, services: dict | None = None, **env: str) -> Server:
-    """A server of its own that runs table care (``CARE_ENV`` + ``env``). On PostgreSQL it gets its
+    """A server of its own that runs table maintenance (``CARE_ENV`` + ``env``). On PostgreSQL it gets its
     own database and bucket prefix: servers sharing a database share its task queue."""
     env = {**CARE_ENV, **env}
     if backend == "postgres-s3":
@@ -927,7 +927,7 @@ def care_server(backend: str, workdir: Path, services: dict | None = None, **env
 
 
 def run_care(server: Server, ns: str, table: str, timeout: float = 180, **body: object) -> list[dict]:
-    """Run table care on ``ns.table`` now (the management API, as the CLI's ``run --wait``) and wait
+    """Run table maintenance on ``ns.table`` now (the management API, as the CLI's ``run --wait``) and wait
     for its tasks to finish."""
     from urllib.parse import quote
 

@@ -204,7 +204,7 @@ def local(tmp_path):
 
 
 def new_table(cat, name: str, **properties: str) -> dict:
-    from catalog.service import TABLE
+    from catalog.usecases import TABLE
 
     cat.create_table(("n",), name, None, {"schema": JSON_ID_SCHEMA, "properties": properties})
     return cat.load(TABLE, ("n",), name).data
@@ -296,7 +296,7 @@ def client_append(meta: dict, snapshot_id: int, records: int, existing_files_cou
 
 
 def commit(cat, name: str, requirements: list, updates: list) -> dict:
-    from catalog.service import TABLE, Change
+    from catalog.usecases import TABLE, Change
 
     return cat.commit([Change(TABLE, ("n",), name, requirements, updates)]).files[0].data
 
@@ -359,7 +359,7 @@ def test_refusals_are_the_original_409(local, caplog):
     """Existing entries, a manifest list outside the table, another failing requirement, a branch that
     went back: each a 409 naming the moved branch, with nothing written."""
     from catalog import errors
-    from catalog.service import TABLE, Change
+    from catalog.usecases import TABLE, Change
 
     base = commit(local, "t", *client_append(new_table(local, "t"), 1, 1))
     commit(local, "t", *client_append(base, 2, 1))  # main moves on
@@ -560,7 +560,7 @@ def test_wrong_merges_are_refused(local, caplog):
         refused = [r.getMessage() for r in caplog.records if "not rebased" in r.getMessage()]
         assert len(refused) == 1 and reason in refused[0], (case, refused)
         assert sorted(p.name for p in _metadata_dir(local, "w").iterdir()) == written, case
-    from catalog.service import TABLE
+    from catalog.usecases import TABLE
 
     now = local.load(TABLE, ("n",), "w").data
     assert now["current-snapshot-id"] == head["current-snapshot-id"] == 4
@@ -670,7 +670,7 @@ def test_a_crash_before_the_cas_leaves_only_orphans(local, monkeypatch):
     """The rebased manifest list and metadata file are written, then the process dies in the CAS: the
     table is unchanged, what was written is referenced by nothing, and the client's retry lands."""
     from catalog import metrics
-    from catalog.service import TABLE
+    from catalog.usecases import TABLE
 
     base = commit(local, "c", *client_append(new_table(local, "c"), 1, 1))
     head = commit(local, "c", *client_append(base, 2, 1))
@@ -707,7 +707,7 @@ def test_a_crash_before_the_cas_leaves_only_orphans(local, monkeypatch):
 def _metadata_dir(cat, name: str):
     from pathlib import Path
 
-    from catalog.service import TABLE
+    from catalog.usecases import TABLE
 
     return Path(cat.load(TABLE, ("n",), name).data["location"].removeprefix("file://")) / "metadata"
 
@@ -719,7 +719,7 @@ def test_queued_appends_land_as_one_group(local, monkeypatch):
     that file, which holds its snapshot; the snapshot log keeps every snapshot in order. The group's
     client lists and new manifests were read ahead, in parallel, each once."""
     from catalog import errors, metrics
-    from catalog.service import TABLE
+    from catalog.usecases import TABLE
 
     base = commit(local, "g", *client_append(new_table(local, "g"), 1, 1))
     appends = [client_append(base, 10 + i, 1, existing_files_count=1 if i == 4 else 0) for i in range(8)]
@@ -793,7 +793,7 @@ def test_merged_appends_land_in_a_group(local):
     files in a new manifest of the server's, written before the group's metadata file), one refused
     (it merged less than its parent's live files) with its own 409, its files never written."""
     from catalog import errors
-    from catalog.service import TABLE
+    from catalog.usecases import TABLE
 
     meta = commit(local, "mg", *client_append(new_table(local, "mg"), 1, 1))
     meta = commit(local, "mg", *client_append(meta, 2, 1))
@@ -822,7 +822,7 @@ def test_a_group_whose_lists_cannot_be_written_lands_nothing(local, monkeypatch)
     every member gets a 503 (the store failed, nothing was committed: a 409 would send the clients to
     retry into the same failure), the table is unchanged and the lists that were written are deleted."""
     from catalog import errors
-    from catalog.service import TABLE
+    from catalog.usecases import TABLE
 
     base = commit(local, "w", *client_append(new_table(local, "w"), 1, 1))
     appends = [client_append(base, 10 + i, 1) for i in range(5)]
@@ -849,7 +849,7 @@ def test_a_group_never_reads_outside_the_table(local, monkeypatch, tmp_path):
     file elsewhere on disk): the group's read-ahead never opens it, the member gets its 409, the
     others land, and nothing is written next to the foreign file."""
     from catalog import errors
-    from catalog.service import TABLE
+    from catalog.usecases import TABLE
 
     victim = commit(local, "victim", *client_append(new_table(local, "victim"), 1, 1))
     foreign = tmp_path / "elsewhere" / "snap-9-list.avro"
@@ -875,7 +875,7 @@ def land_queued(cat, name: str, appends: list) -> dict[int, object]:
     and the others queue behind it (the table's lock is held until they all have): each one's
     metadata file or error, by index."""
     from catalog import errors
-    from catalog.service import TABLE, Change
+    from catalog.usecases import TABLE, Change
 
     results: dict[int, object] = {}
 

@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from catalog import errors, metrics
-from catalog.service import TABLE, VIEW, Catalog, Change, Committed
-from catalog.store.pointers import KeyRecord
+from catalog.database.pointers import KeyRecord
+from catalog.usecases import TABLE, VIEW, Catalog, Change, Committed
 from tests.support import JSON_ID_SCHEMA, append_updates, local_catalog, race
 
 VIEW_VERSION = {

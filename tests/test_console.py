@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import requests
 
-from tests.support import CARE_ON_REQUEST, CLIENTS, JSON_SCHEMA, Server, as_, auth_env, start_server
+from tests.support import CARE_ON_REQUEST, CLIENTS, JSON_SCHEMA, Server, as_, auth_env, start_server, wait_task
 
 ONE_TABLE = """
 grants:
@@ -82,21 +82,27 @@ def test_a_forged_post_is_refused_and_changes_nothing(open_server: Server) -> No
     s = requests.Session()
     page = s.get(open_server.url + "/ui/t/web/clicks", timeout=10)
     for data in ({"mode": "run"}, {"mode": "run", "csrf": "0" * 64}, {"mode": "run", "csrf": ""}):
-        forged = requests.post(open_server.url + "/ui/t/web/clicks/care", data=data, allow_redirects=False, timeout=10)
+        forged = requests.post(
+            open_server.url + "/ui/t/web/clicks/maintenance", data=data, allow_redirects=False, timeout=10
+        )
         assert forged.status_code == 403, forged.text
         # with the browser's cookie but not its token (a cross-site form cannot read it)
-        with_cookie = s.post(open_server.url + "/ui/t/web/clicks/care", data=data, allow_redirects=False, timeout=10)
+        with_cookie = s.post(
+            open_server.url + "/ui/t/web/clicks/maintenance", data=data, allow_redirects=False, timeout=10
+        )
         assert with_cookie.status_code == 403
     # another browser's token does not fit this one's cookie
     other = requests.Session()
     other_token = csrf_of(other.get(open_server.url + "/ui/t/web/clicks", timeout=10))
     crossed = s.post(
-        open_server.url + "/ui/t/web/clicks/care", data={"mode": "run", "csrf": other_token}, allow_redirects=False
+        open_server.url + "/ui/t/web/clicks/maintenance",
+        data={"mode": "run", "csrf": other_token},
+        allow_redirects=False,
     )
     assert crossed.status_code == 403
     # the right token, posted from another site (a browser says so in Origin)
     elsewhere = s.post(
-        open_server.url + "/ui/t/web/clicks/care",
+        open_server.url + "/ui/t/web/clicks/maintenance",
         data={"mode": "run", "csrf": csrf_of(page)},
         headers={"Origin": "https://evil.example"},
         allow_redirects=False,
@@ -105,11 +111,32 @@ def test_a_forged_post_is_refused_and_changes_nothing(open_server: Server) -> No
     after = requests.get(f"{open_server.url}/management/v1/maintenance/tasks", timeout=10).json()["tasks"]
     assert after == before
     ok = s.post(
-        open_server.url + "/ui/t/web/clicks/care",
+        open_server.url + "/ui/t/web/clicks/maintenance",
         data={"mode": "dry-run", "csrf": csrf_of(page)},
         allow_redirects=False,
     )
     assert ok.status_code == 303 and ok.headers["location"].startswith("/ui/t/web/clicks")
+
+
+def test_a_snapshot_says_who_committed_it_the_catalogs_own_included(open_server: Server) -> None:
+    cat = open_server.catalog()
+    table = cat.create_table(
+        "web.merged", schema=pa.schema([("id", pa.int64())]), properties={"commit.manifest.min-count-to-merge": "2"}
+    )
+    for i in range(3):
+        table.append(pa.table({"id": pa.array([i], pa.int64())}))
+    queued = requests.post(
+        f"{open_server.url}/management/v1/maintenance/tables/web/merged",
+        json={"kinds": ["rewrite-manifests"]},
+        timeout=30,
+    )
+    assert queued.status_code == 202, queued.text
+    task = wait_task(open_server.url, queued.json()["tasks"][0]["id"])
+    assert task["state"] == "done" and task["result"]["manifests-replaced"] == 3, task
+    page = requests.get(open_server.url + "/ui/t/web/merged", timeout=10)
+    assert page.status_code == 200
+    assert "catalog.maintenance-job: rewrite-manifests" in page.text
+    assert page.text.count("catalog.maintenance-job") == 1  # the writers' appends are not the catalog's
 
 
 def test_the_console_can_be_turned_off(tmp_path: Path) -> None:
@@ -185,7 +212,7 @@ def test_hostile_names_and_ids_get_a_page_not_a_500(open_server: Server) -> None
             seen[resp.status_code] = seen.get(resp.status_code, 0) + 1
             assert resp.status_code < 500, (path, resp.status_code, resp.text[:300])
             assert "<script>alert" not in resp.text
-        for path in (f"/ui/dropped/{bad}/undrop", f"/ui/t/{bad}/x/care", f"/ui/t/web/{bad}/care"):
+        for path in (f"/ui/dropped/{bad}/undrop", f"/ui/t/{bad}/x/maintenance", f"/ui/t/web/{bad}/maintenance"):
             resp = s.post(base + path, data={"csrf": csrf, "mode": "dry-run"}, allow_redirects=False, timeout=30)
             assert resp.status_code < 500, (path, resp.status_code, resp.text[:300])
             assert resp.status_code in (403, 404), (path, resp.status_code)
@@ -243,7 +270,9 @@ def test_one_table_grant_sees_that_table_only_and_no_buttons(secured: Server) ->
     assert s.get(secured.url + "/ui/t/shop/refunds", timeout=10).status_code == 403
     assert s.get(secured.url + "/ui/ns/hr", timeout=10).status_code == 403
     refused = s.post(
-        secured.url + "/ui/t/shop/orders/care", data={"csrf": csrf_of(table), "mode": "run"}, allow_redirects=False
+        secured.url + "/ui/t/shop/orders/maintenance",
+        data={"csrf": csrf_of(table), "mode": "run"},
+        allow_redirects=False,
     )
     assert refused.status_code == 403
     admin = signed_in(secured, "admin")

@@ -182,11 +182,11 @@ def test_run_a_dry_run_then_a_real_run_of_table_care(page: Any, lake: Server) ->
     before = len(tasks(lake))
     page.goto(lake.url + "/ui/t/web/events")
     page.click("form.dry-run button")
-    page.wait_for_url(re.compile(r"/ui/t/web/events#care$"))
+    page.wait_for_url(re.compile(r"/ui/t/web/events#maintenance$"))
     dry = wait_rows(page, lake, "dry run", 4)
     assert any("would" in r for r in dry), dry  # a dry run says what a run would do
     page.click("form.run-now button")
-    page.wait_for_url(re.compile(r"/ui/t/web/events#care$"))
+    page.wait_for_url(re.compile(r"/ui/t/web/events#maintenance$"))
     done = wait_rows(page, lake, "run", 4)
     assert all(r.split("\t")[-1].strip() for r in done)
     merged = [r for r in done if "rewrite-manifests" in r]

@@ -204,7 +204,7 @@ def test_a_503_shows_no_server_path_and_carries_the_request_id(tmp_path):
 def test_database_errors_tell_the_kind_not_the_host_port_or_driver_text():
     import psycopg
 
-    from catalog.store.sql import translate
+    from catalog.database.sql import translate
 
     text = 'connection failed: connection to server at "10.1.2.3", port 5433 failed: FATAL: password for user "cat"'
     err = translate(psycopg.OperationalError(text))

@@ -313,9 +313,9 @@ def test_events_tail_prints_the_feed_and_follows_it(server: Server) -> None:
 
 
 def test_retention_prunes_by_age_and_count_and_a_token_past_the_pruned_events_is_400(tmp_path: Path) -> None:
+    from catalog.database.db import create_engine
+    from catalog.database.entries import Store
     from catalog.settings import Settings
-    from catalog.store.db import create_engine
-    from catalog.store.entries import Store
 
     srv = start_server(tmp_path, "sqlite")
     try:
@@ -399,12 +399,12 @@ def test_an_event_whose_transaction_commits_late_is_not_skipped_on_postgresql(se
     B, then A, and a reader whose cursor moved past B still gets A (the sequencer's order)."""
     import sqlalchemy as sa
 
+    from catalog.database import migrate
+    from catalog.database.db import create_engine, events
+    from catalog.database.entries import Store
+    from catalog.database.outbox import event_row
     from catalog.events.records import namespace_event
     from catalog.settings import Settings
-    from catalog.store import migrate
-    from catalog.store.db import create_engine, events
-    from catalog.store.entries import Store
-    from catalog.store.outbox import event_row
 
     url = new_pg_database(services["pg"], f"late_{uuid.uuid4().hex[:8]}")
     store = Store(create_engine(Settings(database_url=url)))

@@ -43,9 +43,9 @@ def _database_before_principal_kinds(url: str) -> None:
     """A database at revision 0004 holding grants made through the API before this change."""
     import sqlalchemy as sa
 
+    from catalog.database import migrate
+    from catalog.database.db import create_engine
     from catalog.settings import Settings
-    from catalog.store import migrate
-    from catalog.store.db import create_engine
 
     engine = create_engine(Settings(database_url=url))
     migrate.upgrade(engine, "0004")
@@ -149,10 +149,10 @@ def fresh_database(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
 def test_the_migration_marks_old_user_grants_and_start_up_settles_them_and_it_goes_back(fresh_database):
     import sqlalchemy as sa
 
+    from catalog.database import migrate
+    from catalog.database.db import create_engine
+    from catalog.database.entries import Store
     from catalog.settings import Settings
-    from catalog.store import migrate
-    from catalog.store.db import create_engine
-    from catalog.store.entries import Store
 
     url = fresh_database
     _database_before_principal_kinds(url)

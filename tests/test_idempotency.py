@@ -121,11 +121,11 @@ def test_switched_off_the_key_is_ignored(tmp_path):
 def test_commit_and_its_key_land_in_one_transaction(tmp_path):
     """Store level, real SQLite: the key row is written by the CAS transaction itself, and a
     second commit carrying an already recorded key rolls back entirely."""
+    from catalog.database import migrate
+    from catalog.database.db import create_engine
+    from catalog.database.entries import Store
+    from catalog.database.pointers import KeyRecord, Swap, Swapped
     from catalog.settings import Settings
-    from catalog.store import migrate
-    from catalog.store.db import create_engine
-    from catalog.store.entries import Store
-    from catalog.store.pointers import KeyRecord, Swap, Swapped
 
     engine = create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}"))
     migrate.upgrade(engine)

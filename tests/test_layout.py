@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "catalog"
 
-# Lowest first. A name is a module (catalog.errors) or a folder (catalog.store, meaning its modules).
+# Lowest first. A name is a module (catalog.errors) or a folder (catalog.database, meaning its modules).
 FLOORS: list[tuple[str, ...]] = [
     (
         "catalog",
@@ -31,12 +31,12 @@ FLOORS: list[tuple[str, ...]] = [
         "catalog.tracing",
     ),  # fmt: skip
     ("catalog.metadata", "catalog.auth.policy", "catalog.events"),  # pure: the ground floor only
-    ("catalog.store", "catalog.storage"),
+    ("catalog.database", "catalog.storage"),
     ("catalog.planning",),  # scan planning: reads metadata and manifests through storage
     ("catalog.auth",),
     ("catalog.commit",),
     ("catalog.maintenance", "catalog.delivery"),
-    ("catalog.service",),
+    ("catalog.usecases",),
     ("catalog.api",),
     ("catalog.console",),  # the web console: pages over the service, authorised by api.guard
     ("catalog.server",),
@@ -165,22 +165,22 @@ def test_pure_modules_import_only_the_ground_floor() -> None:
 def test_the_checks_catch_what_they_guard(probe: str, tmp_path: Path) -> None:
     """The graph reader sees a lazy import and resolves relative ones (else the tests above pass vacuously)."""
     lazy = tmp_path / "m.py"
-    lazy.write_text("def f():\n    from catalog.service import Catalog\n    from . import errors\n")
-    found = imports("catalog.store.m", lazy, {"catalog.service", "catalog.store.errors", "catalog.errors"})
-    assert found == {"catalog.service", "catalog.store.errors"}
+    lazy.write_text("def f():\n    from catalog.usecases import Catalog\n    from . import errors\n")
+    found = imports("catalog.database.m", lazy, {"catalog.usecases", "catalog.database.errors", "catalog.errors"})
+    assert found == {"catalog.usecases", "catalog.database.errors"}
     if probe == "upward":
-        assert floor_of("catalog.store.entries")[0] < floor_of("catalog.service")[0]
+        assert floor_of("catalog.database.entries")[0] < floor_of("catalog.usecases")[0]
 
 
 # -- the store's parts (issue 42): composed, narrow, each handed only to the consumers that use it --
 
-STORE = "catalog.store"
-WHOLE_STORE = "Store"  # the set of the parts, in ``store/entries.py``
-MAY_HOLD_THE_WHOLE_STORE = ("catalog.store.entries", "catalog.server.app")  # where it is, and build_catalog
+STORE = "catalog.database"
+WHOLE_STORE = "Store"  # the set of the parts, in ``database/entries.py``
+MAY_HOLD_THE_WHOLE_STORE = ("catalog.database.entries", "catalog.server.app")  # where it is, and build_catalog
 
 
 def repositories() -> set[str]:
-    """The store's parts: the classes of ``catalog/store/`` built on the one ``Database`` (their
+    """The store's parts: the classes of ``catalog/database/`` built on the one ``Database`` (their
     ``__init__`` takes ``db``), and ``Database`` itself."""
     found = {"Database"}
     for name, path in modules().items():
@@ -244,7 +244,7 @@ def test_no_consumer_is_given_the_whole_store() -> None:
 
 
 def test_auth_imports_nothing_of_the_store() -> None:
-    """Access is typed by a Protocol of its own (``auth.grants.GrantStore``): no arrow from auth/ to store/."""
+    """Access is typed by a Protocol of its own (``auth.grants.GrantStore``): no arrow from auth/ to database/."""
     assert reaches(graph(), "catalog.auth", STORE) == []
 
 
@@ -253,18 +253,18 @@ def test_the_store_checks_catch_what_they_guard(probe: str, tmp_path: Path) -> N
     """Each check above fails on the shape it forbids (else it would pass vacuously)."""
     m = tmp_path / "m.py"
     if probe == "mixin":
-        m.write_text("from catalog.store.pointers import Pointers\nclass S(Pointers, GrantRows):\n    pass\n")
+        m.write_text("from catalog.database.pointers import Pointers\nclass S(Pointers, GrantRows):\n    pass\n")
         assert mixed_repositories(m, repositories()) == ["m.py: class S(Pointers, GrantRows)"]
     elif probe == "part-over-part":
         m.write_text("class TaskRows(EventRows):\n    pass\n")
         assert mixed_repositories(m, repositories()) == ["m.py: class TaskRows(EventRows)"]
     elif probe == "whole-store":
-        m.write_text("def f(store: 'Store'):\n    from catalog.store.entries import Store\n    return store\n")
+        m.write_text("def f(store: 'Store'):\n    from catalog.database.entries import Store\n    return store\n")
         assert holds_the_whole_store(m) == ["m.py:1", "m.py:2"]
     else:
-        m.write_text("from catalog.store.entries import Entries\n")
-        edges = {"catalog.auth.m": imports("catalog.auth.m", m, {"catalog.store.entries"})}
-        assert reaches(edges, "catalog.auth", STORE) == ["catalog.auth.m -> catalog.store.entries"]
+        m.write_text("from catalog.database.entries import Entries\n")
+        edges = {"catalog.auth.m": imports("catalog.auth.m", m, {"catalog.database.entries"})}
+        assert reaches(edges, "catalog.auth", STORE) == ["catalog.auth.m -> catalog.database.entries"]
 
 
 # -- sizes: one job per module ------------------------------------------------------------------------
@@ -276,8 +276,8 @@ LONG_BY_DESIGN = ("catalog/metadata/builder.py", "catalog/metadata/schemas.py")
 TO_SPLIT = {
     "catalog/settings.py": 730,
     "catalog/commit/rebase.py": 668,
-    "catalog/service.py": 664,
-    "catalog/store/entries.py": 618,
+    "catalog/usecases.py": 664,
+    "catalog/database/entries.py": 618,
 }
 
 
@@ -307,7 +307,7 @@ def test_a_split_module_leaves_the_ratchet() -> None:
 def test_the_size_check_catches_a_long_module() -> None:
     assert too_long({"catalog/x.py": MAX_LINES, "catalog/metadata/builder.py": 5000}) == {}
     assert too_long({"catalog/x.py": MAX_LINES + 1}) == {"catalog/x.py": MAX_LINES + 1}
-    assert too_long({"catalog/service.py": TO_SPLIT["catalog/service.py"] + 1}) != {}
+    assert too_long({"catalog/usecases.py": TO_SPLIT["catalog/usecases.py"] + 1}) != {}
 
 
 # -- names: one module name, one concept -------------------------------------------------------------
@@ -331,7 +331,7 @@ def test_a_module_name_means_one_thing_outside_the_front_ends() -> None:
 
 
 def test_the_name_check_catches_a_repeat() -> None:
-    names = ["catalog.api.events", "catalog.cli.events", "catalog.store.events", "catalog.auth.policy"]
+    names = ["catalog.api.events", "catalog.cli.events", "catalog.database.events", "catalog.auth.policy"]
     assert repeated_names(names) == {}
     assert repeated_names([*names, "catalog.maintenance.policy"]) == {
         "policy": ["catalog.auth.policy", "catalog.maintenance.policy"]

@@ -1,4 +1,4 @@
-"""Table care the catalog runs itself, on both backends, with real pyiceberg clients.
+"""Table maintenance the catalog runs itself, on both backends, with real pyiceberg clients.
 
 A server with maintenance on (the default, one worker thread) is started per backend. Snapshot
 expiry keeps exactly what the table's policy says and deletes exactly the files only expired
@@ -59,7 +59,7 @@ GRACE_S = 8
 
 @pytest.fixture(params=backends())
 def graced(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Table care with a writer grace: snapshots that were a head within GRACE_S are never expired."""
+    """Table maintenance with a writer grace: snapshots that were a head within GRACE_S are never expired."""
     srv = _care_server(request, tmp_path_factory, CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS=str(GRACE_S))
     yield srv
     srv.stop()

@@ -14,7 +14,7 @@ import pytest
 import requests
 from pyiceberg.exceptions import TableAlreadyExistsError
 
-from catalog.store import migrate
+from catalog.database import migrate
 from tests.support import (
     CARE_ON_REQUEST,
     PY_SCHEMA,

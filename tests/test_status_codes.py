@@ -27,12 +27,12 @@ import sqlalchemy as sa
 
 from catalog import errors, logs
 from catalog.api import exceptions
+from catalog.database.db import create_engine
+from catalog.database.entries import Store
+from catalog.database.pointers import Swap
+from catalog.database.sql import short as _short
+from catalog.database.sql import translate as _translate
 from catalog.settings import Settings
-from catalog.store.db import create_engine
-from catalog.store.entries import Store
-from catalog.store.pointers import Swap
-from catalog.store.sql import short as _short
-from catalog.store.sql import translate as _translate
 from tests.support import (
     JSON_SCHEMA,
     assert_error,

@@ -556,10 +556,10 @@ def test_migration_0010_keeps_the_grants_and_goes_back_without_the_warehouse_one
     revision before would read it as one on the default's table of that name), the others stay."""
     import sqlalchemy as sa
 
+    from catalog.database import migrate
+    from catalog.database.db import create_engine
+    from catalog.database.entries import Store
     from catalog.settings import Settings
-    from catalog.store import migrate
-    from catalog.store.db import create_engine
-    from catalog.store.entries import Store
 
     if backend == "postgres-s3":
         url = new_pg_database(request.getfixturevalue("services")["pg"], f"g_{uuid.uuid4().hex[:8]}")
@@ -625,9 +625,9 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(
 ) -> None:
     import sqlalchemy as sa
 
+    from catalog.database import migrate
+    from catalog.database.db import create_engine
     from catalog.settings import Settings
-    from catalog.store import migrate
-    from catalog.store.db import create_engine
 
     old_code = _code_before_warehouses(tmp_path / "old-code")
     workdir = tmp_path / "srv"

@@ -1,5 +1,5 @@
-"""Table care: the durable task queue of the catalog's own maintenance, each (entry, kind)'s last
-run, and the leases that make one scheduler per deployment (catalog/store/tasks.py).
+"""Table maintenance: the durable task queue of the catalog's own maintenance, each (entry, kind)'s last
+run, and the leases that make one scheduler per deployment (catalog/database/tasks.py).
 
 Revision ID: 0006
 Revises: 0005

@@ -1,7 +1,7 @@
 """Change events: the outbox written in each change's own transaction, and the push sinks' cursors.
 
 ``seq`` is drawn at insert; ``position``, the feed's order, is given later by the one sequencer
-(store/events.py explains why the feed cannot read by ``seq`` on PostgreSQL).
+(database/events.py explains why the feed cannot read by ``seq`` on PostgreSQL).
 
 Revision ID: 0008
 Revises: 0007

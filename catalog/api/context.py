@@ -16,9 +16,9 @@ from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter
 from catalog.planning.task_tokens import PlanTokens
-from catalog.service import Catalog
 from catalog.storage.signing import Signer
 from catalog.storage.vending import Vends
+from catalog.usecases import Catalog
 
 
 @dataclass(frozen=True, slots=True)

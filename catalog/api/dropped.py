@@ -9,7 +9,7 @@ warehouse of ``?warehouse=`` (absent: the default; ``api.routing`` selects it, g
   begun.
 - ``DELETE /management/v1/dropped/{id}`` -> 202 with the entry: its retention ends now, so it is
   purged (dropped with ``purgeRequested``: a ``purge`` task is queued, needs ``purge``) or released
-  with its files kept and its location held (needs ``drop``; ``store/dropped.py``).
+  with its files kept and its location held (needs ``drop``; ``database/dropped.py``).
 
 An id naming an entry the caller may not see (no privilege on its name) is answered as an id that
 names none (404, the same body); one it sees but may not change is a 403.
@@ -25,8 +25,8 @@ from catalog.api import guard, wire
 from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
-from catalog.service import missing_dropped
-from catalog.store.dropped import Dropped
+from catalog.database.dropped import Dropped
+from catalog.usecases import missing_dropped
 
 BASE = "/management/v1/dropped"
 MAX_LIMIT = 1000

@@ -26,9 +26,9 @@ from catalog.api.models import (
 )
 from catalog.auth import policy
 from catalog.auth.policy import Privilege, Target
-from catalog.service import TABLE, VIEW, Change, Committed, HeldByDropped, Kind
 from catalog.storage import signing, vending
 from catalog.storage.metadata_files import MetadataFile
+from catalog.usecases import TABLE, VIEW, Change, Committed, HeldByDropped, Kind
 
 TABLES = "/v1/namespaces/{namespace:str}/tables"
 TABLE_PATH = TABLES + "/{table:str}"

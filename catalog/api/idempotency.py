@@ -41,8 +41,8 @@ from litestar.params import RawBody
 from catalog import errors
 from catalog.api import selection, wire
 from catalog.api.context import AppState
-from catalog.service import Committed
-from catalog.store.pointers import KeyRecord
+from catalog.database.pointers import KeyRecord
+from catalog.usecases import Committed
 
 log = logging.getLogger("catalog.idempotency")
 

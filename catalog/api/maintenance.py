@@ -1,4 +1,4 @@
-"""``/management/v1/maintenance``: the catalog's own table care, seen and started over HTTP, in the
+"""``/management/v1/maintenance``: the catalog's own table maintenance, seen and started over HTTP, in the
 warehouse of ``?warehouse=`` (absent: the default; ``api.routing`` selects it, grants decide as in it).
 
 - ``POST /management/v1/maintenance/tables/{namespace}/{table}`` with ``{"kinds": [...],
@@ -30,9 +30,9 @@ from catalog.api import guard, wire
 from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
-from catalog.maintenance.care import KINDS, WRITER_GRACE
-from catalog.service import missing_task
-from catalog.store.tasks import Task
+from catalog.database.tasks import Task
+from catalog.maintenance.jobs import KINDS, WRITER_GRACE
+from catalog.usecases import missing_task
 
 BASE = "/management/v1/maintenance"
 STATES = ("queued", "running", "done", "failed")

@@ -25,7 +25,7 @@ from catalog.auth.policy import Privilege
 from catalog.planning import request as scan_request
 from catalog.planning import task_tokens
 from catalog.planning.request import ScanRequest
-from catalog.service import TABLE
+from catalog.usecases import TABLE
 
 T = "/v1/namespaces/{namespace:str}/tables/{table:str}"
 

@@ -20,8 +20,8 @@ from catalog.api.context import AppState, Ctx
 from catalog.api.entries import TABLE_PATH
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
-from catalog.service import TABLE
 from catalog.storage import signing
+from catalog.usecases import TABLE
 
 NO_CACHE = {"Cache-Control": "no-cache"}
 

@@ -97,9 +97,9 @@ def _warehouse_checks(settings: Any, engine: Any) -> Iterator[_Check]:
     import sqlalchemy as sa
 
     from catalog import errors
+    from catalog.database.warehouse_rows import WarehouseRows
     from catalog.server.warehouses import checked_settings
     from catalog.storage.backends import create_storage, probe_writable
-    from catalog.store.warehouse_rows import WarehouseRows
 
     if engine is None:
         return
@@ -130,9 +130,9 @@ def _sqlite_path(url: str) -> str | None:
 
 
 def _database_checks(settings: Any) -> tuple[Any, list[_Check]]:
+    from catalog.database import migrate
+    from catalog.database.db import create_engine
     from catalog.server import startup
-    from catalog.store import migrate
-    from catalog.store.db import create_engine
 
     where = startup.masked(settings.database_url)
     try:

@@ -58,10 +58,10 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
     from catalog.auth import policy
     from catalog.auth.grants import read_bootstrap
     from catalog.auth.tokens import parse_clients
-    from catalog.store.db import create_engine
-    from catalog.store.grant_rows import GrantRows
-    from catalog.store.sql import Database
-    from catalog.store.warehouse_rows import WarehouseRows
+    from catalog.database.db import create_engine
+    from catalog.database.grant_rows import GrantRows
+    from catalog.database.sql import Database
+    from catalog.database.warehouse_rows import WarehouseRows
 
     try:
         if args.action == "check-bootstrap":

@@ -1,13 +1,13 @@
-"""``iceberg-catalog maintenance``: the catalog's own table care.
+"""``iceberg-catalog maintenance``: the catalog's own table maintenance.
 
 - ``run NS.TABLE [--kind K ...] [--dry-run] [--wait]``, ``status [NS.TABLE]`` (queued and running
   tasks) and ``history [NS.TABLE]`` (finished ones; of a dropped or purged table too, its purge
   last) talk to a RUNNING server over its management API
   (``/management/v1/maintenance``), with the same ``--uri``/``--token``/``--credential``/``--warehouse``
   as the browse commands.
-- ``worker`` runs table care in this process, on the LOCAL configuration (``CATALOG_*`` variables,
+- ``worker`` runs table maintenance in this process, on the LOCAL configuration (``CATALOG_*`` variables,
   as ``serve`` reads them): for the default warehouse and every created one (those created later
-  within seconds, ``server.care``), ``CATALOG_MAINTENANCE_WORKERS`` threads (at least one) and a
+  within seconds, ``server.maintenance``), ``CATALOG_MAINTENANCE_WORKERS`` threads (at least one) and a
   scheduler each, until interrupted. For deployments that keep maintenance off the request-serving
   replicas (``CATALOG_MAINTENANCE_WORKERS=0`` there).
 """
@@ -32,9 +32,9 @@ WAIT_SECONDS = 600.0
 
 def register(sub: argparse._SubParsersAction) -> None:
     client = connection_options()
-    top = sub.add_parser("maintenance", help="the catalog's own table care: run it now, see what it did")
+    top = sub.add_parser("maintenance", help="the catalog's own table maintenance: run it now, see what it did")
     actions = top.add_subparsers(dest="action", required=True)
-    run = actions.add_parser("run", parents=[client], help="run table care on a table now")
+    run = actions.add_parser("run", parents=[client], help="run table maintenance on a table now")
     run.add_argument("table", help="namespace.table")
     run.add_argument("--kind", action="append", choices=KINDS, help="only this kind (repeatable; default: all)")
     run.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         p = actions.add_parser(name, parents=[client], help=text)
         p.add_argument("table", nargs="?", help="namespace.table (default: every table you may read)")
         p.add_argument("--limit", type=int, default=50)
-    actions.add_parser("worker", help="run table care in this process (local configuration), until stopped")
+    actions.add_parser("worker", help="run table maintenance in this process (local configuration), until stopped")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,7 +159,7 @@ def _worker() -> int:
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())
-    parts = start_parts(catalog, None, threads)  # the default warehouse: its care, its change events
+    parts = start_parts(catalog, None, threads)  # the default warehouse: its maintenance, its change events
     warehouses = Registry(settings, Cared(catalog), open_warehouse)  # every created one, as they come and go
     warehouses.start()
     print(f"iceberg-catalog maintenance worker: {threads} threads per warehouse; stop with Ctrl-C", file=sys.stderr)

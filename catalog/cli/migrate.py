@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _migrate(settings: Settings, revision: str, down: bool, yes: bool = False) -> int:
-    from catalog.store import migrate
-    from catalog.store.db import create_engine
+    from catalog.database import migrate
+    from catalog.database.db import create_engine
 
     engine = create_engine(settings)
     if down:

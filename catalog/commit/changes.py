@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from catalog import errors
+from catalog.database.pointers import Entry, KeyRecord
 from catalog.events import records
 from catalog.metadata import tables, views
 from catalog.names import dotted
 from catalog.storage.metadata_files import MetadataFile
-from catalog.store.pointers import Entry, KeyRecord
 
 Namespace = tuple[str, ...]
 

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from catalog.commit.changes import Staged
+from catalog.database.ownership import Ownership
 from catalog.settings import Settings
 from catalog.storage.metadata_files import MetadataFiles
-from catalog.store.ownership import Ownership
 
 log = logging.getLogger("catalog.commit")
 

@@ -53,12 +53,12 @@ from catalog.commit.changes import (
 )
 from catalog.commit.cleanup import MetadataCleanup
 from catalog.commit.conflicts import Conflicts, Resolved
+from catalog.database.entries import Entries, name_taken
+from catalog.database.ownership import Ownership
+from catalog.database.pointers import Entry, InlineBusy, KeyRecord, PointerOutcomeUnknown, Pointers, Swap, Swapped
+from catalog.database.sql import what_failed
 from catalog.settings import Settings
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
-from catalog.store.entries import Entries, name_taken
-from catalog.store.ownership import Ownership
-from catalog.store.pointers import Entry, InlineBusy, KeyRecord, PointerOutcomeUnknown, Pointers, Swap, Swapped
-from catalog.store.sql import what_failed
 
 log = logging.getLogger("catalog.commit")
 

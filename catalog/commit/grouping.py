@@ -31,8 +31,8 @@ from catalog import errors, metrics, tracing
 from catalog.commit import rebase
 from catalog.commit.changes import TABLE, Change, Committed, changed_concurrently
 from catalog.commit.engine import CommitEngine, backoff, log_landed
+from catalog.database.pointers import KeyRecord
 from catalog.storage.metadata_files import MetadataFile
-from catalog.store.pointers import KeyRecord
 
 _REMEMBERED = 100_000  # tables whose rebase is known off
 

@@ -31,9 +31,9 @@ from catalog.commit import rebase
 from catalog.commit.changes import Change, Committed, Outcome, Staged, WouldWait, not_committed, slot
 from catalog.commit.conflicts import Resolved
 from catalog.commit.engine import CommitEngine, log_landed, step
+from catalog.database.pointers import KeyRecord
 from catalog.storage.backends import LocalStorage
 from catalog.storage.metadata_files import MetadataFile
-from catalog.store.pointers import KeyRecord
 
 # The largest current metadata file a commit is run inline on: building and writing its successor
 # then stalls the event loop for about a millisecond at most.

@@ -188,7 +188,7 @@ def append_shaped(updates: Sequence[Any]) -> bool:
 def candidate(requirements: list[dict], updates: list[dict], base: dict, default: bool) -> Candidate | None:
     """The rebase this failed commit qualifies for, judged on its JSON and ``base`` only; None: a 409.
     With rebase off, an append is still rebased when its branch moved only by the catalog's own
-    maintenance snapshots (compaction, manifest rewrite): a writer never pays for the catalog's care."""
+    maintenance snapshots (compaction, manifest rewrite): a writer never pays for the catalog's maintenance."""
     if base.get("format-version") not in (1, 2, 3):
         return None
     on = enabled(base, default)

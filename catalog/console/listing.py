@@ -10,7 +10,7 @@ from litestar import Request
 
 from catalog.api import guard, wire
 from catalog.auth import policy
-from catalog.service import TABLE, VIEW
+from catalog.usecases import TABLE, VIEW
 
 LIST_LIMIT = 1000  # names a list shows at most (the REST API pages beyond)
 SEARCH_NAMESPACES = 2000  # namespaces a search walks at most

@@ -29,8 +29,8 @@ from catalog.console import html, listing, views
 from catalog.console.listing import LIST_LIMIT
 from catalog.console.oidc import FLOW_SECONDS, Flow
 from catalog.console.session import CSRF_COOKIE, SESSION_COOKIE, Sessions
-from catalog.service import MAINTENANCE_KINDS, TABLE, VIEW
 from catalog.settings import Settings
+from catalog.usecases import MAINTENANCE_KINDS, TABLE, VIEW
 
 log = logging.getLogger("catalog.console")
 
@@ -254,15 +254,15 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
         tasks = await wire.blocking(v.state.catalog.maintenance_tasks, ns, name, [], TASKS_SHOWN)
         may_run = await guard.holds(request, Privilege.ALTER, target)
         here = html.entry_url("table", ns, name, v.warehouse)
-        action = html.url(f"/t/{html.ns_segment(ns)}/{html.segment(name)}/care", v.warehouse)
-        care = views.care(tasks, may_run, action, v.csrf)
+        action = html.url(f"/t/{html.ns_segment(ns)}/{html.segment(name)}/maintenance", v.warehouse)
+        maintenance = views.maintenance(tasks, may_run, action, v.csrf)
         page_raw = request.query_params.get("page") or "1"
         page = int(page_raw) if page_raw.isdigit() and len(page_raw) < 7 else 1
-        body = _crumbs(v, ns, name) + views.table_page(loaded.data, page, here, care, loaded.location)
+        body = _crumbs(v, ns, name) + views.table_page(loaded.data, page, here, maintenance, loaded.location)
         return v.page(f"Table {'.'.join(ns)}.{name}", body)
 
-    @post("/t/{namespace:str}/{table:str}/care", status_code=303)
-    async def run_care(namespace: FromPath[str], table: FromPath[str], request: Request) -> Response:
+    @post("/t/{namespace:str}/{table:str}/maintenance", status_code=303)
+    async def run_maintenance(namespace: FromPath[str], table: FromPath[str], request: Request) -> Response:
         form = await _form(request)
         _checked(sessions, request, form)
         v = visit(request)
@@ -270,7 +270,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
         await guard.require(request, [(Privilege.ALTER, policy.entry("table", ns, name))])
         dry = form.get("mode") != "run"
         await wire.blocking(v.state.catalog.maintain, ns, name, list(MAINTENANCE_KINDS), dry)
-        return _redirect(html.entry_url("table", ns, name, v.warehouse) + "#care")
+        return _redirect(html.entry_url("table", ns, name, v.warehouse) + "#maintenance")
 
     @get("/v/{namespace:str}/{view:str}")
     async def view_page(namespace: FromPath[str], view: FromPath[str], request: Request) -> Response:
@@ -347,7 +347,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
             namespace,
             search,
             table_page,
-            run_care,
+            run_maintenance,
             view_page,
             dropped,
             undrop,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from catalog.commit.changes import MAINTENANCE_JOB
 from catalog.console import charts
 from catalog.console.html import attr, entry_url, esc, form, link, ns_url, pairs, table, url, when
 
@@ -18,8 +19,9 @@ _ADDED_REMOVED = (
     ("added-records", "+rows"),
     ("deleted-records", "−rows"),
 )
-# Who committed a snapshot, when its summary says (engines and the catalog's own care write these).
-_WHO = ("engine-name", "app-id", "catalog-care", "rebased-by", "committed-by", "user")
+# Who committed a snapshot, when its summary says: engines write the first two (Spark both), the
+# catalog's own maintenance commits the last.
+_WHO = ("engine-name", "app-id", MAINTENANCE_JOB)
 
 
 def warehouses(names: Sequence[tuple[str, str | None]]) -> str:
@@ -220,10 +222,10 @@ def tasks(found: Sequence[Any]) -> str:
                 esc(said or "done"),
             ]
         )
-    return table(["Task", "Kind", "Mode", "State", "When", "Result"], rows, "tasks", "No care tasks yet.")
+    return table(["Task", "Kind", "Mode", "State", "When", "Result"], rows, "tasks", "No maintenance tasks yet.")
 
 
-def care(found: Sequence[Any], may_run: bool, action: str, csrf: str) -> str:
+def maintenance(found: Sequence[Any], may_run: bool, action: str, csrf: str) -> str:
     buttons = ""
     if may_run:
         buttons = (
@@ -235,7 +237,7 @@ def care(found: Sequence[Any], may_run: bool, action: str, csrf: str) -> str:
     return buttons + tasks(found)
 
 
-def table_page(doc: dict[str, Any], page: int, here: str, care_html: str, location: str | None) -> str:
+def table_page(doc: dict[str, Any], page: int, here: str, maintenance_html: str, location: str | None) -> str:
     snaps = [s for s in doc.get("snapshots") or () if isinstance(s, dict)]
     sections = [
         (
@@ -254,7 +256,7 @@ def table_page(doc: dict[str, Any], page: int, here: str, care_html: str, locati
         ),
         ("health", "Health over time", charts.health(snaps)),
         ("snapshots", "Snapshots", timeline(doc, page, here)),
-        ("care", "Table care", care_html),
+        ("maintenance", "Table maintenance", maintenance_html),
         ("schema", "Schema", schema(doc)),
         ("partitioning", "Partition specs", specs(doc)),
         ("sorting", "Sort orders", orders(doc)),

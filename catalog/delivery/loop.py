@@ -28,10 +28,10 @@ import time
 import uuid
 
 from catalog import metrics
+from catalog.database.leases import Leases
+from catalog.database.outbox import EventRows
 from catalog.delivery.sinks import DeliveryFailed, Sink
 from catalog.settings import Settings
-from catalog.store.leases import Leases
-from catalog.store.outbox import EventRows
 
 log = logging.getLogger("catalog.events")
 

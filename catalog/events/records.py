@@ -1,6 +1,6 @@
 """What a change event says, built from the change alone (pure: no I/O, no clock but the caller's).
 
-An ``Event`` is one row of the outbox (``store/outbox.py``): its operation type (the upstream
+An ``Event`` is one row of the outbox (``database/outbox.py``): its operation type (the upstream
 proposal's names, apache/iceberg#12584; ours beyond them start with ``x-``), the object it is about
 and a small JSON payload. ``event_id`` is drawn here, once, so a redelivery carries the same id.
 """
@@ -132,7 +132,7 @@ def _clean(payload: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
-    """An event as the outbox keeps it (``store/outbox.py``), with the position the feed orders it
+    """An event as the outbox keeps it (``database/outbox.py``), with the position the feed orders it
     by; ``to_json`` is its wire format, the feed's and the push sinks' alike."""
 
     position: int

@@ -51,6 +51,7 @@ from catalog import errors, metrics
 from catalog.commit.changes import MAINTENANCE_JOB
 from catalog.commit.engine import CommitEngine
 from catalog.commit.rebase import with_totals
+from catalog.database.pointers import Entry
 from catalog.maintenance.compaction_plan import (
     MIN_INPUT_FILES,
     Live,
@@ -85,7 +86,6 @@ from catalog.storage.manifests import (
     read_records,
     spec_and_schema,
 )
-from catalog.store.pointers import Entry
 
 log = logging.getLogger("catalog.maintenance")
 

@@ -1,7 +1,7 @@
-"""What a care task did, and why it did not do more, in one line: the ``summary`` of every task's
+"""What a maintenance task did, and why it did not do more, in one line: the ``summary`` of every task's
 result (the CLI's result column, the worker's log line, the ``maintenance-done`` event).
 
-A result is the job's own JSON (``care.py``, ``compaction.py``, ``rewrite_manifests.py``); each job puts
+A result is the job's own JSON (``jobs.py``, ``compaction.py``, ``rewrite_manifests.py``); each job puts
 into it the counts of what it left alone and the values that decided (``kept-snapshots`` and the
 writer grace, compaction's ``left`` and quiet period, orphans younger than the orphan age). This
 module only words them, so a result never reads "0" without its reason, and a dry run says what
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# The kinds' names, as the jobs define them (``care.KINDS``); literal here so that the module stays
+# The kinds' names, as the jobs define them (``maintenance.KINDS``); literal here so that the module stays
 # importable without the jobs' dependencies.
 EXPIRE, ORPHANS, MANIFESTS, COMPACT, PURGE = (
     "expire-snapshots",

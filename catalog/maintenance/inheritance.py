@@ -1,4 +1,4 @@
-"""What care a table gets: Iceberg's own table properties where they exist, inherited from the
+"""What maintenance a table gets: Iceberg's own table properties where they exist, inherited from the
 table's namespaces (the nearest one that sets a key wins), then the server's settings.
 
 - ``catalog.maintenance.enabled`` (``true`` | ``false``) on a table or namespace; the default is

@@ -1,4 +1,4 @@
-"""What both rewrites of table care share (``rewrite_manifests.py``, ``compaction.py``): the main
+"""What both rewrites of table maintenance share (``rewrite_manifests.py``, ``compaction.py``): the main
 branch's head and the live entries of its manifests, read with what they inherit made explicit,
 and the ``replace`` snapshot each commits through the commit engine, marked as maintenance so the
 engine tells it apart from a writer's."""
@@ -17,9 +17,9 @@ from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStat
 from catalog import errors
 from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
+from catalog.database.pointers import Entry
 from catalog.storage.backends import Storage
 from catalog.storage.manifests import ENTRY_READ, FILE_ROW_ID, FIRST_ROW_ID, read_records
-from catalog.store.pointers import Entry
 
 log = logging.getLogger("catalog.maintenance")
 

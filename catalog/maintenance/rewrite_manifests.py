@@ -55,6 +55,7 @@ from pyiceberg.manifest import (
 from catalog import metrics
 from catalog.commit.changes import MAINTENANCE_JOB
 from catalog.commit.engine import CommitEngine
+from catalog.database.pointers import Entry
 from catalog.maintenance.replace import (
     commit_replace,
     listed,
@@ -73,7 +74,6 @@ from catalog.storage.manifests import (
     read_records,
     spec_and_schema,
 )
-from catalog.store.pointers import Entry
 
 log = logging.getLogger("catalog.maintenance")
 

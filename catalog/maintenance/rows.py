@@ -26,11 +26,11 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField
 
 from catalog import errors
+from catalog.database.ownership import PATH_PROPERTIES
 from catalog.locations import normalise
 from catalog.maintenance.compaction_plan import FileGroup, delete_key, inside, target_bytes
 from catalog.storage.backends import Storage, delete_quietly
 from catalog.storage.manifests import FILE_ROW_ID, BufferOutput, BytesInput
-from catalog.store.ownership import PATH_PROPERTIES
 
 log = logging.getLogger("catalog.maintenance")
 

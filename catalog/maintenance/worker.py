@@ -1,4 +1,4 @@
-"""Who runs table care: workers that claim tasks, and the one scheduler that enqueues them.
+"""Who runs table maintenance: workers that claim tasks, and the one scheduler that enqueues them.
 
 ``Workers``: ``CATALOG_MAINTENANCE_WORKERS`` threads per server process (or a dedicated
 ``iceberg-catalog maintenance worker`` process). Each claims the oldest due task under a lease,
@@ -11,7 +11,7 @@ as it is, deletes of deleted files are no-ops. Maintenance I/O is bounded by the
 concurrency bound, shared with requests, and by the few threads here, so it never starves requests.
 
 ``Scheduler``: every process runs one; only the holder of the database lease ``scheduler`` (one per
-deployment, taken over when its holder stops renewing it) looks for tables due for care and
+deployment, taken over when its holder stops renewing it) looks for tables due for maintenance and
 enqueues their tasks: snapshot expiry on a table whose pointer moved since its last run, at most
 every ``CATALOG_MAINTENANCE_EXPIRE_EVERY_MINUTES``, or sooner once it took
 ``CATALOG_MAINTENANCE_EXPIRE_EVERY_COMMITS`` commits; orphan removal every
@@ -36,11 +36,11 @@ import time
 import uuid
 
 from catalog import errors, metrics
+from catalog.database.leases import Leases
+from catalog.database.tasks import Task, now_ms
 from catalog.maintenance import compaction_plan, explain, rewrite_manifests
-from catalog.maintenance.care import COMPACT, EXPIRE, ORPHANS, PURGE, REWRITE_MANIFESTS, Care
+from catalog.maintenance.jobs import COMPACT, EXPIRE, ORPHANS, PURGE, REWRITE_MANIFESTS, Jobs
 from catalog.storage.metadata_files import MetadataFile
-from catalog.store.leases import Leases
-from catalog.store.tasks import Task, now_ms
 
 log = logging.getLogger("catalog.maintenance")
 
@@ -55,10 +55,10 @@ def owner_name(role: str) -> str:
 
 
 class Workers:
-    def __init__(self, care: Care, threads: int) -> None:
-        self.care = care
-        self.tasks = care.tasks
-        self.settings = care.settings
+    def __init__(self, jobs: Jobs, threads: int) -> None:
+        self.jobs = jobs
+        self.tasks = jobs.tasks
+        self.settings = jobs.settings
         self.threads = threads
         self._stop = threading.Event()
         self._running: list[threading.Thread] = []
@@ -99,7 +99,7 @@ class Workers:
         beat.start()
         start = time.perf_counter()
         try:
-            result, pointer = self.care.run(task)
+            result, pointer = self.jobs.run(task)
         except Exception as e:  # noqa: BLE001 - any failure: retried with backoff, then failed visibly
             self._failed(task, owner, e)
         else:
@@ -156,11 +156,11 @@ class Workers:
 
 
 class Scheduler:
-    def __init__(self, care: Care, leases: Leases) -> None:
-        self.care = care
-        self.tasks, self.entries, self.dropped = care.tasks, care.entries, care.dropped
+    def __init__(self, jobs: Jobs, leases: Leases) -> None:
+        self.jobs = jobs
+        self.tasks, self.entries, self.dropped = jobs.tasks, jobs.entries, jobs.dropped
         self.leases = leases  # the scheduler's lease (the delivery loops hold theirs in the same part)
-        self.settings = care.settings
+        self.settings = jobs.settings
         self.owner = owner_name("scheduler")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -219,14 +219,14 @@ class Scheduler:
         if entry is None:
             return 0
         try:
-            file = self.care.files.read(entry.metadata_location)
+            file = self.jobs.files.read(entry.metadata_location)
         except errors.IcebergError as e:
             log.warning("maintenance of %s not scheduled: %s", entry.ident, e.message)
             return 0
         quiet = compaction_plan.quiet_ms(file.data, self.settings.maintenance_compaction_quiet_seconds)
         if kind == COMPACT and compaction_plan.deferred(file.data, int(time.time() * 1000), quiet):
             return 0  # writers are active: looked at again at the next scan, no run recorded
-        if not self.care.enabled(entry, file) or not self._due(kind, file):  # looked at again when due again
+        if not self.jobs.enabled(entry, file) or not self._due(kind, file):  # looked at again when due again
             self.tasks.record_run(entry.id, kind, entry.metadata_location)
             return 0
         _, created = self.tasks.enqueue(kind, entry.id, file.data.get("table-uuid"), entry.namespace, entry.name)
@@ -239,7 +239,7 @@ class Scheduler:
         if kind != REWRITE_MANIFESTS:
             return True
         try:
-            return rewrite_manifests.due(file.data, self.care.storage)
+            return rewrite_manifests.due(file.data, self.jobs.storage)
         except Exception as e:  # noqa: BLE001 - an unreadable list: not scheduled, looked at again later
             log.warning("manifest rewrite not scheduled: %s", e)
             return False

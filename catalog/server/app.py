@@ -46,19 +46,19 @@ from catalog.auth.grants import Access
 from catalog.auth.identity import Authenticator
 from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
 from catalog.console import routes as console
+from catalog.database import migrate
+from catalog.database.db import create_engine
+from catalog.database.entries import Store
 from catalog.planning.task_tokens import PlanTokens
 from catalog.server import startup
 from catalog.server.background import start_parts
 from catalog.server.memory import large_buffers_from_the_heap
 from catalog.server.warehouses import Registry
-from catalog.service import Catalog
 from catalog.settings import Settings
 from catalog.storage import signing, vending
 from catalog.storage.backends import create_storage
 from catalog.storage.metadata_files import MetadataFiles
-from catalog.store import migrate
-from catalog.store.db import create_engine
-from catalog.store.entries import Store
+from catalog.usecases import Catalog
 
 log = logging.getLogger("catalog")
 
@@ -144,12 +144,12 @@ class Serving:
         app.state.warehouses = registry
         _publish_gauges(registry)
         publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
-        care = start_parts(catalog)
+        maintenance = start_parts(catalog)
         try:
             yield
         finally:
             registry.stop()
-            for part in care:
+            for part in maintenance:
                 part.stop()
             publishing.set()
             tracing.shutdown()

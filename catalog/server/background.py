@@ -1,4 +1,4 @@
-"""What runs in a process besides the requests, per warehouse: table care (the maintenance workers
+"""What runs in a process besides the requests, per warehouse: table maintenance (the maintenance workers
 and the scheduler, on the warehouse's own queue) and the delivery of its change events.
 
 ``serve`` starts them for the default warehouse and for each warehouse its Registry opens;
@@ -15,24 +15,24 @@ from typing import Any
 from catalog.delivery import loop as delivery
 from catalog.delivery import sinks
 from catalog.maintenance.worker import Scheduler, Workers
-from catalog.service import Catalog
+from catalog.usecases import Catalog
 
 
 def start_care(catalog: Catalog, threads: int | None = None) -> list[Workers | Scheduler]:
-    """The table-care workers of this process and its scheduler (which acts only while it holds
+    """The table-maintenance workers of this process and its scheduler (which acts only while it holds
     the deployment's scheduler lease); none with ``threads`` 0 (by default
     ``CATALOG_MAINTENANCE_WORKERS``)."""
     threads = catalog.settings.maintenance_workers if threads is None else threads
     if threads == 0:
         return []
-    workers, scheduler = Workers(catalog.care, threads), Scheduler(catalog.care, catalog.leases)
+    workers, scheduler = Workers(catalog.jobs, threads), Scheduler(catalog.jobs, catalog.leases)
     workers.start()
     scheduler.start()
     return [workers, scheduler]
 
 
 def start_parts(catalog: Catalog, warehouse: str | None = None, threads: int | None = None) -> list[Any]:
-    """One warehouse's care and event delivery, started (``warehouse``: a created one's name, None
+    """One warehouse's maintenance and event delivery, started (``warehouse``: a created one's name, None
     for the default); each has ``stop()``."""
     settings = catalog.settings
     return [

@@ -30,12 +30,12 @@ from sqlalchemy.engine import make_url
 
 from catalog import __version__, logs
 from catalog.auth import identity
+from catalog.database import migrate
+from catalog.database.db import create_engine
 from catalog.delivery import sinks
 from catalog.server.flags import FLAGS
 from catalog.settings import Settings, unknown_variables
 from catalog.storage import azure, gcs, vending
-from catalog.store import migrate
-from catalog.store.db import create_engine
 
 log = logging.getLogger("catalog")
 
@@ -240,7 +240,7 @@ def summary(settings: Settings) -> tuple[list[str], dict[str, Any]]:
         f"  warehouse: {warehouse}",
         f"  auth:      {fields['auth']}",
         f"  workers:   {settings.workers}",
-        f"  table care: {fields['maintenance']}",
+        f"  table maintenance: {fields['maintenance']}",
         f"  dropped tables: {fields['dropped']}",
     ]
     return lines, fields

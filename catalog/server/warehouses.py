@@ -6,7 +6,7 @@ create, change and delete them here (``create``, ``update``, ``delete``).
 Other processes (uvicorn workers, replicas, ``maintenance worker``) see a change within
 ``REFRESH_SECONDS``: each reads the table again in the background and opens, reopens (a changed
 profile) or closes warehouses to match. What a warehouse is opened as is the opener's: a server's
-``AppState``, a worker's ``server.care.Cared``; the Registry needs only its ``catalog``.
+``AppState``, a worker's ``server.maintenance.Cared``; the Registry needs only its ``catalog``.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ import sqlalchemy as sa
 import yaml
 
 from catalog import errors
+from catalog.database import migrate
+from catalog.database.warehouse_rows import WarehouseRows
 from catalog.locations import normalise, overlaps
 from catalog.sealing import unseal
 from catalog.server import startup
-from catalog.service import Catalog
 from catalog.settings import Settings
 from catalog.storage import gcs
 from catalog.storage.backends import create_storage, probe_writable
-from catalog.store import migrate
-from catalog.store.warehouse_rows import WarehouseRows
+from catalog.usecases import Catalog
 from catalog.warehouse_profiles import MASK, Warehouse, confined, default_name, parse, real_path, settings_for
 
 log = logging.getLogger("catalog.warehouses")
@@ -51,7 +51,7 @@ S = TypeVar("S", bound=Served)
 
 @dataclass
 class Opened(Generic[S]):
-    """One open warehouse: its handlers' state, what runs for it (care, delivery), when it changed."""
+    """One open warehouse: its handlers' state, what runs for it (maintenance, delivery), when it changed."""
 
     warehouse: Warehouse
     state: S
@@ -172,7 +172,7 @@ class Registry(Generic[S]):
         if settings.database_schema:
             with self.default.catalog.db.engine.begin() as conn:
                 conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{settings.database_schema}"'))
-        from catalog.store.db import create_engine
+        from catalog.database.db import create_engine
 
         engine = create_engine(settings)
         try:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy import exc
 
-from catalog.store.db import leases
-from catalog.store.sql import Database
-from catalog.store.tasks import now_ms
+from catalog.database.db import leases
+from catalog.database.sql import Database
+from catalog.database.tasks import now_ms
 
 
 class Leases:

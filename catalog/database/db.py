@@ -16,12 +16,12 @@ Schema (created and upgraded only by the Alembic migrations in ``alembic/``):
   ``legacy`` marks the ``user:`` grants from before principal kinds, until start-up settles them;
   ``warehouse`` is the warehouse a namespace, table or view grant names an object of ('' for the
   default warehouse's objects, and for the catalog and warehouse kinds).
-- ``maintenance_tasks``: the durable queue of the catalog's own table care (``store/tasks.py``);
+- ``maintenance_tasks``: the durable queue of the catalog's own table maintenance (``database/tasks.py``);
   ``maintenance_runs``: each (entry, kind)'s last finished run, which scheduling reads;
   ``leases``: named leases (the one scheduler per deployment holds ``scheduler``).
-- ``events``: the outbox of change events; ``event_sinks``: each push sink's cursor (store/outbox.py).
+- ``events``: the outbox of change events; ``event_sinks``: each push sink's cursor (database/outbox.py).
 - ``entry_paths``: the ``write.*.path`` prefixes of live and dropped entries, owned like their
-  ``location`` (``store/ownership.py``).
+  ``location`` (``database/ownership.py``).
 - ``warehouses``: the warehouses besides the default one (``catalog/warehouse_profiles.py``); read only in
   the server's own database, each warehouse's objects are in a database of its own.
 
@@ -36,15 +36,15 @@ compare-and-swap alone decides correctness everywhere):
 2. ``commit/grouping.py`` ``GroupCommitter``: per table and process, one leader lands the appends
    that queued while the previous group was landing (under lock 1 for that table), so N appends
    cost one metadata file and one CAS instead of N.
-3. ``store/sql.py`` ``Database.writers``: one process-wide ``threading.Lock`` around every write
+3. ``database/sql.py`` ``Database.writers``: one process-wide ``threading.Lock`` around every write
    transaction on SQLite (``write`` and the CAS). Writers of this process queue on it and are
    handed the database at once, instead of on SQLite's busy handler, which polls with sleeps of up
    to 100 ms.
-4. ``store/db.py`` ``_configure_sqlite``: ``BEGIN IMMEDIATE`` for every non-autocommit transaction,
+4. ``database/db.py`` ``_configure_sqlite``: ``BEGIN IMMEDIATE`` for every non-autocommit transaction,
    so a transaction takes the write lock when it begins; a deferred one that read first could fail
    with "database is locked" when it upgrades. Between processes (workers, the CLI) this and the
    30 s ``busy_timeout`` are what serialise writers.
-5. ``store/pointers.py`` ``Pointers._swap_pointers``: the CAS runs on a raw DBAPI connection (the
+5. ``database/pointers.py`` ``Pointers._swap_pointers``: the CAS runs on a raw DBAPI connection (the
    measured fast path), outside SQLAlchemy's ``begin`` event, so it issues its own
    ``BEGIN IMMEDIATE`` for the same reason as 4.
 A commit run on the event loop (``commit.inline.InlineCommitter``, SQLite and local disk only) waits at
@@ -184,7 +184,7 @@ maintenance_runs = sa.Table(
     sa.Column("commits", sa.BigInteger, nullable=True),  # the entry's commit count the last run saw
 )
 
-# Dropped tables and views, kept for CATALOG_DROP_RETENTION (catalog/store/dropped.py): the row left
+# Dropped tables and views, kept for CATALOG_DROP_RETENTION (catalog/database/dropped.py): the row left
 # catalog_entries (its name is free) but keeps its id, pointer and location (still owned).
 dropped_entries = sa.Table(
     "dropped_entries",
@@ -209,7 +209,7 @@ dropped_entries = sa.Table(
     sa.Index("ix_dropped_entries_location", "location", postgresql_ops={"location": "text_pattern_ops"}),
 )
 
-# The write.*.path prefixes of live and dropped entries (catalog/store/ownership.py): owned like their
+# The write.*.path prefixes of live and dropped entries (catalog/database/ownership.py): owned like their
 # ``location``, so no other entry may overlap them and no deleting job of another entry lists them.
 # ``entry_id`` is the id a live entry keeps when it is dropped and undropped; the rows go when the
 # entry is forgotten or purged. Most entries have none.
@@ -231,7 +231,7 @@ leases = sa.Table(
 )
 
 
-# The outbox (store/outbox.py): one row per change, written in the change's own transaction. ``seq``
+# The outbox (database/outbox.py): one row per change, written in the change's own transaction. ``seq``
 # is drawn at insert (on PostgreSQL not in commit order across transactions); ``position`` is the
 # feed's order, given afterwards by the one sequencer to rows it sees committed.
 events = sa.Table(

@@ -13,9 +13,9 @@ from sqlalchemy.engine import Connection
 
 from catalog import errors
 from catalog.auth.policy import Grant, Target, parse_privilege
-from catalog.store.db import grants as grant_rows
-from catalog.store.db import join_namespace, split_namespace
-from catalog.store.sql import Database
+from catalog.database.db import grants as grant_rows
+from catalog.database.db import join_namespace, split_namespace
+from catalog.database.sql import Database
 
 
 class GrantRows:

@@ -25,8 +25,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from catalog import errors
+from catalog.database.entries import Entries, LocationTaken
 from catalog.locations import Locations, is_within, normalise
-from catalog.store.entries import Entries, LocationTaken
 
 # Properties that put a table's files somewhere other than under its location.
 PATH_PROPERTIES = ("write.metadata.path", "write.data.path", "write.object-storage.path", "write.folder-storage.path")
@@ -96,7 +96,7 @@ class Ownership:
     def check_added_files(
         self, entry_id: int | None, base: dict[str, Any] | None, new: dict[str, Any], location: str
     ) -> None:
-        """The manifest lists ``new`` adds to ``base`` (the catalog reads them: purge, care,
+        """The manifest lists ``new`` adds to ``base`` (the catalog reads them: purge, maintenance,
         planning): each in the table's own locations (``owned``), else 403 (400 when malformed). A
         path under the table's location is its own without a query: no other entry may lie inside
         it (``claim``)."""

@@ -16,14 +16,14 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 
 from catalog import tracing
+from catalog.database import async_reads
+from catalog.database.db import catalog_entries as entries
+from catalog.database.db import entry_paths, join_namespace, split_namespace
+from catalog.database.db import idempotency_keys as keys
+from catalog.database.outbox import EventRows
+from catalog.database.sql import Compiled, Database, not_committed, quiet_rollback, short, translate
 from catalog.events.records import Event
 from catalog.names import dotted
-from catalog.store import async_reads
-from catalog.store.db import catalog_entries as entries
-from catalog.store.db import entry_paths, join_namespace, split_namespace
-from catalog.store.db import idempotency_keys as keys
-from catalog.store.outbox import EventRows
-from catalog.store.sql import Compiled, Database, not_committed, quiet_rollback, short, translate
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,12 +27,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc
 
+from catalog.database.db import catalog_entries as entries
+from catalog.database.db import join_namespace, maintenance_runs, maintenance_tasks, split_namespace
+from catalog.database.outbox import EventRows
+from catalog.database.sql import Database
 from catalog.events import records
 from catalog.names import dotted
-from catalog.store.db import catalog_entries as entries
-from catalog.store.db import join_namespace, maintenance_runs, maintenance_tasks, split_namespace
-from catalog.store.outbox import EventRows
-from catalog.store.sql import Database
 
 ACTIVE = ("queued", "running")
 

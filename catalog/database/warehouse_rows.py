@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from catalog import errors, sealing
-from catalog.store.db import warehouses
+from catalog.database.db import warehouses
 from catalog.warehouse_profiles import Warehouse
 
 log = logging.getLogger("catalog.warehouses")

@@ -34,9 +34,9 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from catalog.database.db import event_sinks, events, join_namespace, split_namespace
+from catalog.database.sql import Compiled, Database
 from catalog.events.records import Event, StoredEvent
-from catalog.store.db import event_sinks, events, join_namespace, split_namespace
-from catalog.store.sql import Compiled, Database
 
 _SEQUENCER_LOCK = 0x1CEB_E4C1  # any constant the catalog owns (see entries._LOCATIONS_LOCK)
 SEQUENCE_BATCH = 10_000

@@ -17,11 +17,21 @@ from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
 from catalog.commit.inline import InlineCommitter
+from catalog.database import migrate
+from catalog.database.dropped import Dropped, DroppedRows
+from catalog.database.entries import Entries, HeldByDropped, name_taken
+from catalog.database.grant_rows import GrantRows
+from catalog.database.leases import Leases
+from catalog.database.outbox import EventRows
+from catalog.database.ownership import PATH_PROPERTIES, Ownership
+from catalog.database.pointers import Entry, KeyRecord, Pointers
+from catalog.database.sql import Database
+from catalog.database.tasks import Task, TaskRows
 from catalog.events import records
 from catalog.events.records import StoredEvent
 from catalog.locations import is_within, normalise, overlaps, segment
-from catalog.maintenance.care import KINDS as MAINTENANCE_KINDS
-from catalog.maintenance.care import PURGE, WRITER_GRACE, Care
+from catalog.maintenance.jobs import KINDS as MAINTENANCE_KINDS
+from catalog.maintenance.jobs import PURGE, WRITER_GRACE, Jobs
 from catalog.metadata import registered, tables, views
 from catalog.names import check_name, check_namespace, dotted
 from catalog.planning.cache import ManifestCache
@@ -30,18 +40,8 @@ from catalog.planning.request import ScanRequest
 from catalog.settings import Settings
 from catalog.storage.backends import LocalStorage, Storage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
-from catalog.store import migrate
-from catalog.store.dropped import Dropped, DroppedRows
-from catalog.store.entries import Entries, HeldByDropped, name_taken
-from catalog.store.grant_rows import GrantRows
-from catalog.store.leases import Leases
-from catalog.store.outbox import EventRows
-from catalog.store.ownership import PATH_PROPERTIES, Ownership
-from catalog.store.pointers import Entry, KeyRecord, Pointers
-from catalog.store.sql import Database
-from catalog.store.tasks import Task, TaskRows
 
-log = logging.getLogger("catalog.service")
+log = logging.getLogger("catalog.usecases")
 Namespace = tuple[str, ...]
 __all__ = ["TABLE", "VIEW", "Catalog", "Change", "Committed", "HeldByDropped", "Kind", "Outcome"]
 
@@ -82,7 +82,7 @@ class Catalog:
         self.inline: InlineCommitter | None = None
         if settings.inline_commits and db.local and isinstance(storage, LocalStorage):
             self.inline = InlineCommitter(self.engine, storage)
-        self.care = Care(settings, tasks, entries, dropped, storage, files, self.ownership, self.engine)
+        self.jobs = Jobs(settings, tasks, entries, dropped, storage, files, self.ownership, self.engine)
         self.planner = Planner(
             storage, ManifestCache(settings.planning_cache_manifests), settings.planning_manifests_per_task
         )
@@ -205,7 +205,7 @@ class Catalog:
 
     async def load_awaited(self, kind: Kind, ns: Namespace, name: str) -> MetadataFile | None:
         """``load`` with the pointer read awaited on the event loop (PostgreSQL: no thread hop,
-        ``store/async_reads.py``) when the file is cached. None: call ``load`` on a thread."""
+        ``database/async_reads.py``) when the file is cached. None: call ``load`` on a thread."""
         if not self.pointers.awaits_reads:
             return None
         entry = _found(await self.pointers.get_entry_awaited(ns, name), kind, ns, name)
@@ -411,9 +411,9 @@ class Catalog:
         self, kind: Kind, ns: Namespace, name: str, purge_requested: bool = False, by: str | None = None
     ) -> Dropped | None:
         """Drop the entry: its name is free at once; the entry itself is kept, restorable, for
-        ``CATALOG_DROP_RETENTION`` (``store/dropped.py``), then released or, with
+        ``CATALOG_DROP_RETENTION`` (``database/dropped.py``), then released or, with
         ``purge_requested`` (tables), purged by a maintenance worker. No file I/O here: a purge due
-        now is queued (``maintenance/care.py``), durable, and retried until the files are gone."""
+        now is queued (``maintenance/jobs.py``), durable, and retried until the files are gone."""
         entry = self.entry(kind, ns, name)
         purge = purge_requested and kind is TABLE
         gone = self.entries.drop_entry(entry, purge, int(self.settings.drop_retention * 1000), by)
@@ -504,7 +504,7 @@ class Catalog:
 
     # -- idempotency keys (see api.idempotency) --------------------------------------------------
 
-    # -- change events (the outbox: store/outbox.py) ----------------------------------------------
+    # -- change events (the outbox: database/outbox.py) ----------------------------------------------
 
     def event_start(self) -> int:
         """Order what committed since the last look, and the position the feed starts after."""
@@ -588,12 +588,12 @@ class Catalog:
         default = "/".join([self.storage.root().rstrip("/"), *map(segment, ns)])
         return (ns_props.get("location") or default).rstrip("/")
 
-    # -- table care ------------------------------------------------------------------------------
+    # -- table maintenance ------------------------------------------------------------------------------
 
     def maintain(
         self, ns: Namespace, name: str, kinds: Sequence[str], dry_run: bool, writer_grace: float | None = None
     ) -> list[tuple[Task, bool]]:
-        """Queue ``kinds`` of care for the table now (a task of a kind already queued or running is
+        """Queue ``kinds`` of maintenance for the table now (a task of a kind already queued or running is
         returned as it is, with False); workers run them. ``writer_grace``: this run's writer grace
         and compaction quiet period, in seconds (None: the server's and the table's)."""
         if not kinds or any(k not in MAINTENANCE_KINDS for k in kinds):  # not repeated back: the API checked them
@@ -611,7 +611,7 @@ class Catalog:
     ) -> list[Task]:
         """The newest tasks first: every table's, or the table ``ns.name``'s. A table that is gone
         (dropped, or purged and forgotten) has the tasks of the entries that had the name and are
-        live no more (its care before the drop, and its purge); none: ``NoSuchTable``."""
+        live no more (its maintenance before the drop, and its purge); none: ``NoSuchTable``."""
         if ns is None or name is None:
             return self.tasks.list_tasks(None, states, limit)
         entry = self.pointers.get_entry(ns, name)

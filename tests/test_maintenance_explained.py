@@ -1,4 +1,4 @@
-"""Table care says what it did and why it did nothing, and an operator can try a policy now.
+"""Table maintenance says what it did and why it did nothing, and an operator can try a policy now.
 
 A real server at the default writer grace (1 h) and compaction quiet period (300 s), real
 pyiceberg writers, the real CLI: a run that does nothing says which rule held it back, in the task's
@@ -29,7 +29,7 @@ AT_DEFAULTS = {k: v for k, v in CARE_ENV.items() if k != "CATALOG_MAINTENANCE_WR
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Care at the server's default writer grace and quiet period, run only when asked."""
+    """Jobs at the server's default writer grace and quiet period, run only when asked."""
     srv = start_server(tmp_path_factory.mktemp("explained"), "sqlite", AT_DEFAULTS)
     yield srv
     srv.stop()

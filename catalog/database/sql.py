@@ -27,7 +27,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from catalog import errors, tracing
 
-log = logging.getLogger("catalog.store")
+log = logging.getLogger("catalog.database")
 
 
 class Database:

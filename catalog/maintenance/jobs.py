@@ -1,4 +1,4 @@
-"""The jobs of table care, each one task: ``expire-snapshots``, ``remove-orphans``,
+"""The jobs of table maintenance, each one task: ``expire-snapshots``, ``remove-orphans``,
 ``rewrite-manifests`` (its job is ``rewrite_manifests.py``), ``rewrite-data-files`` (``compaction.py``) and
 ``purge``.
 
@@ -24,7 +24,7 @@ again before deleting; when commits landed meanwhile it reads what they added (o
 lists and manifests never change), drops the candidates they reference and checks again.
 
 A purge deletes the files of a table dropped with ``purgeRequested`` once its retention ended
-(``store/dropped.py``): it first claims the dropped entry (no undrop from then on), deletes the
+(``database/dropped.py``): it first claims the dropped entry (no undrop from then on), deletes the
 table's own files in an order that is safe to repeat (``storage/purge.py``), and only then forgets
 the entry, which releases its location. A failed or killed purge is run again by the queue.
 
@@ -42,6 +42,11 @@ from typing import Any
 from catalog import errors, metrics
 from catalog.commit.changes import TABLE, Change
 from catalog.commit.engine import CommitEngine
+from catalog.database.dropped import DroppedRows
+from catalog.database.entries import Entries
+from catalog.database.ownership import PATH_PROPERTIES, Ownership
+from catalog.database.pointers import Entry
+from catalog.database.tasks import Task, TaskRows
 from catalog.locations import normalise
 from catalog.maintenance import compaction, expire, inheritance, old_metadata, orphans, reachability, rewrite_manifests
 from catalog.maintenance.spark import SparkEngine
@@ -51,11 +56,6 @@ from catalog.storage import purge
 from catalog.storage.backends import Storage, StoredFile
 from catalog.storage.manifests import Unreadable
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, version_of
-from catalog.store.dropped import DroppedRows
-from catalog.store.entries import Entries
-from catalog.store.ownership import PATH_PROPERTIES, Ownership
-from catalog.store.pointers import Entry
-from catalog.store.tasks import Task, TaskRows
 
 log = logging.getLogger("catalog.maintenance")
 
@@ -76,7 +76,7 @@ class Skipped(Exception):
     """The task's entry is gone (dropped) or another table took its place: nothing to do."""
 
 
-class Care:
+class Jobs:
     def __init__(
         self,
         settings: Settings,

@@ -14,23 +14,23 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection, Engine
 
 from catalog import errors
+from catalog.database.db import catalog_entries as entries
+from catalog.database.db import dropped_entries as dropped
+from catalog.database.db import entry_paths as paths
+from catalog.database.db import idempotency_keys as keys
+from catalog.database.db import join_namespace, maintenance_runs, namespaces, split_namespace
+from catalog.database.dropped import COLUMNS as DROPPED_COLUMNS
+from catalog.database.dropped import SHOWN, Dropped, DroppedRows, as_dropped, forget_records
+from catalog.database.grant_rows import GrantRows
+from catalog.database.leases import Leases
+from catalog.database.outbox import EventRows
+from catalog.database.pointers import Entry, KeyRecord, Pointers, Swapped, key_row
+from catalog.database.sql import Database, exists
+from catalog.database.tasks import TaskRows, now_ms
 from catalog.events import records
 from catalog.events.records import Event
 from catalog.locations import ancestors, overlaps
 from catalog.names import dotted
-from catalog.store.db import catalog_entries as entries
-from catalog.store.db import dropped_entries as dropped
-from catalog.store.db import entry_paths as paths
-from catalog.store.db import idempotency_keys as keys
-from catalog.store.db import join_namespace, maintenance_runs, namespaces, split_namespace
-from catalog.store.dropped import COLUMNS as DROPPED_COLUMNS
-from catalog.store.dropped import SHOWN, Dropped, DroppedRows, as_dropped, forget_records
-from catalog.store.grant_rows import GrantRows
-from catalog.store.leases import Leases
-from catalog.store.outbox import EventRows
-from catalog.store.pointers import Entry, KeyRecord, Pointers, Swapped, key_row
-from catalog.store.sql import Database, exists
-from catalog.store.tasks import TaskRows, now_ms
 
 
 @dataclass(frozen=True, slots=True)

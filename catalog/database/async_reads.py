@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from catalog.store.sql import Compiled, translate
+from catalog.database.sql import Compiled, translate
 
 CONNECT_TIMEOUT_SECONDS = 5
 # At most this many per process (fewer when CATALOG_DB_POOL_SIZE is smaller): a read holds its

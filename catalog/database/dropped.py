@@ -6,7 +6,7 @@ location, which stays owned (``Entries.overlapping`` sees dropped entries too), 
 move into files a purge will delete or an undrop will bring back. ``Entries.undrop_entry`` moves it
 back when its name and location are free. When the retention ends, an entry dropped without purge
 is released (its files stay, as the spec says, and its locations stay held: ``forget_dropped``) and
-one dropped with ``purgeRequested`` gets a durable ``purge`` task (``catalog/maintenance/care.py``).
+one dropped with ``purgeRequested`` gets a durable ``purge`` task (``catalog/maintenance/jobs.py``).
 
 A purge and an undrop exclude each other by the row itself: the purge sets ``purging_ms`` with a
 conditional UPDATE before deleting anything, an undrop deletes the row only while ``purging_ms`` is
@@ -21,13 +21,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from catalog.database.db import dropped_entries as dropped
+from catalog.database.db import entry_paths, join_namespace, maintenance_runs, split_namespace
+from catalog.database.outbox import EventRows
+from catalog.database.sql import Database
+from catalog.database.tasks import now_ms
 from catalog.events import records
 from catalog.names import dotted
-from catalog.store.db import dropped_entries as dropped
-from catalog.store.db import entry_paths, join_namespace, maintenance_runs, split_namespace
-from catalog.store.outbox import EventRows
-from catalog.store.sql import Database
-from catalog.store.tasks import now_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +137,7 @@ class DroppedRows:
     def forget_dropped(self, ids: Sequence[int]) -> int:
         """Release entries dropped without purge whose retention ended: no undrop, no listing, no
         maintenance record any more, but their files stay, and so does the row, which keeps
-        holding their locations: no other table may claim them and, through its own care or purge,
+        holding their locations: no other table may claim them and, through its own maintenance or purge,
         the files kept there. Only a register of that very table, or a create by someone who may
         drop its name, supersedes a released entry (``Catalog.register``, ``Catalog.create_table``)."""
         if not ids:
