@@ -19,9 +19,10 @@ from catalog.commit.grouping import GroupCommitter
 from catalog.commit.inline import InlineCommitter
 from catalog.database import migrate
 from catalog.database.dropped import Dropped, DroppedRows
-from catalog.database.entries import Entries, HeldByDropped, name_taken
+from catalog.database.entries import Entries, name_taken
 from catalog.database.grant_rows import GrantRows
 from catalog.database.leases import Leases
+from catalog.database.location_rows import HeldByDropped
 from catalog.database.outbox import EventRows
 from catalog.database.ownership import PATH_PROPERTIES, Ownership
 from catalog.database.pointers import Entry, KeyRecord, Pointers
