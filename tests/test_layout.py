@@ -36,7 +36,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("catalog.auth",),
     ("catalog.commit",),
     ("catalog.maintenance", "catalog.delivery"),
-    ("catalog.usecases",),
+    ("catalog.usecases", "catalog.placement", "catalog.registration", "catalog.retention"),  # use cases
     ("catalog.api",),
     ("catalog.console",),  # the web console: pages over the service, authorised by api.guard
     ("catalog.server",),
@@ -275,7 +275,6 @@ LONG_BY_DESIGN = ("catalog/metadata/builder.py", "catalog/metadata/schemas.py")
 # Longer than they should be, each held at its size until it is split (issue 42): a ratchet, not a licence.
 TO_SPLIT = {
     "catalog/settings.py": 730,
-    "catalog/usecases.py": 664,
 }
 
 
@@ -305,7 +304,7 @@ def test_a_split_module_leaves_the_ratchet() -> None:
 def test_the_size_check_catches_a_long_module() -> None:
     assert too_long({"catalog/x.py": MAX_LINES, "catalog/metadata/builder.py": 5000}) == {}
     assert too_long({"catalog/x.py": MAX_LINES + 1}) == {"catalog/x.py": MAX_LINES + 1}
-    assert too_long({"catalog/usecases.py": TO_SPLIT["catalog/usecases.py"] + 1}) != {}
+    assert all(too_long({name: lines + 1}) for name, lines in TO_SPLIT.items())  # a ratchet: no growing back
 
 
 # -- names: one module name, one concept -------------------------------------------------------------
