@@ -2,7 +2,7 @@
 engine's (``catalog.commit.engine``); this module prepares them (names, locations, the new metadata of a
 create) and is the HTTP layer's only way in (it never reaches the store or the files itself). The
 ``Catalog`` holds collaborators for three of its jobs: where entries go (``placement``), registering
-an existing metadata file (``registration``) and dropped entries (``retention``).
+an existing metadata file (``registration``) and dropped entries (``drops``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from catalog.database.ownership import Ownership
 from catalog.database.pointers import Entry, KeyRecord, Pointers
 from catalog.database.sql import Database
 from catalog.database.tasks import Task, TaskRows
+from catalog.drops import Drops
 from catalog.events.records import StoredEvent
 from catalog.maintenance.jobs import KINDS as MAINTENANCE_KINDS
 from catalog.maintenance.jobs import WRITER_GRACE, Jobs
@@ -39,7 +40,6 @@ from catalog.planning.cache import ManifestCache
 from catalog.planning.planner import Answer, Planner, Prepared
 from catalog.planning.request import ScanRequest
 from catalog.registration import Registration
-from catalog.retention import Retention
 from catalog.settings import Settings
 from catalog.storage.backends import LocalStorage, Storage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
@@ -81,7 +81,7 @@ class Catalog:
         self.ownership = Ownership(entries, storage.locations)
         self.placement = Placement(storage, files, pointers, entries, dropped, self.ownership)
         self.registration = Registration(files, entries, self.ownership, self.placement)
-        self.retention = Retention(entries, dropped, tasks)
+        self.drops = Drops(entries, dropped, tasks)
         self.engine = CommitEngine(settings, pointers, entries, files, self.ownership, grouping=GroupCommitter)
         # Commits on the event loop: only with the setting on, and the database (SQLite) and the
         # storage on local disk (``commit_inline``).
@@ -314,7 +314,7 @@ class Catalog:
         now is queued (``maintenance/jobs.py``), durable, and retried until the files are gone."""
         entry = self.entry(kind, ns, name)
         purge = purge_requested and kind is TABLE
-        return self.retention.drop(entry, purge, int(self.settings.drop_retention * 1000), by)
+        return self.drops.drop(entry, purge, int(self.settings.drop_retention * 1000), by)
 
     def dropped(self, ns: Namespace | None, name: str | None, limit: int) -> list[Dropped]:
         return self.dropped_rows.list_dropped(ns, name, limit)
@@ -324,17 +324,17 @@ class Catalog:
         return [gone for i in ids if (gone := self.dropped_rows.get_dropped(i, released=True)) is not None]
 
     def dropped_entry(self, dropped_id: int) -> Dropped:
-        return self.retention.dropped_entry(dropped_id)
+        return self.drops.dropped_entry(dropped_id)
 
     def undrop(self, dropped_id: int) -> Entry:
         """Restore a dropped table or view under its name (409 when the name or its location was
         taken since, or its purge has begun)."""
-        return self.retention.undrop(dropped_id)
+        return self.drops.undrop(dropped_id)
 
     def end_retention(self, dropped_id: int) -> Dropped:
         """End a dropped entry's retention now: a purge is queued (dropped with purge) or the entry
         is released, its files kept and its locations held (without)."""
-        return self.retention.end_retention(dropped_id)
+        return self.drops.end_retention(dropped_id)
 
     def unregister(self, ns: Namespace, name: str) -> MetadataFile:
         """unregisterTable: remove the table's entry and keep every file, the opposite of register

@@ -36,7 +36,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("catalog.auth",),
     ("catalog.commit",),
     ("catalog.maintenance", "catalog.delivery"),
-    ("catalog.usecases", "catalog.placement", "catalog.registration", "catalog.retention"),  # use cases
+    ("catalog.usecases", "catalog.placement", "catalog.registration", "catalog.drops"),  # use cases
     ("catalog.api",),
     ("catalog.console",),  # the web console: pages over the service, authorised by api.guard
     ("catalog.server",),
@@ -333,6 +333,28 @@ def test_the_name_check_catches_a_repeat() -> None:
     assert repeated_names([*names, "catalog.maintenance.policy"]) == {
         "policy": ["catalog.auth.policy", "catalog.maintenance.policy"]
     }
+
+
+def classes_defined_twice(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Class names (module level) that more than one module of ``{module: source}`` defines: two
+    ``Retention`` classes make every ``Retention`` in a traceback or a review a question."""
+    owners: dict[str, list[str]] = {}
+    for name, text in sources.items():
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.ClassDef):
+                owners.setdefault(node.name, []).append(name)
+    return {cls: sorted(where) for cls, where in owners.items() if len(where) > 1}
+
+
+def test_no_class_name_is_defined_twice() -> None:
+    assert classes_defined_twice({n: p.read_text() for n, p in modules().items()}) == {}
+
+
+def test_the_class_check_catches_a_second_definition() -> None:
+    sources = {"catalog.a": "class Retention:\n    pass\n", "catalog.b": "def f():\n    class Retention: ...\n"}
+    assert classes_defined_twice(sources) == {}
+    sources["catalog.c"] = "class Retention(object):\n    x = 1\n"
+    assert classes_defined_twice(sources) == {"Retention": ["catalog.a", "catalog.c"]}
 
 
 # --- tests: a test module imports no other test module ------------------------------------------------

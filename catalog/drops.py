@@ -18,7 +18,7 @@ from catalog.maintenance.jobs import PURGE
 log = logging.getLogger("catalog.usecases")  # the use cases' logger: their lines are as they were
 
 
-class Retention:
+class Drops:
     """The dropped entries' use cases past the name lookup, over the parts they use."""
 
     def __init__(self, entries: Entries, dropped: DroppedRows, tasks: TaskRows) -> None:
