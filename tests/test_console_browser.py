@@ -178,7 +178,7 @@ def test_browse_to_a_table_and_see_its_snapshots_and_health_chart(page: Any, lak
     shot(page, "table")
 
 
-def test_run_a_dry_run_then_a_real_run_of_table_care(page: Any, lake: Server) -> None:
+def test_run_a_dry_run_then_a_real_run_of_table_maintenance(page: Any, lake: Server) -> None:
     before = len(tasks(lake))
     page.goto(lake.url + "/ui/t/web/events")
     page.click("form.dry-run button")
@@ -196,7 +196,7 @@ def test_run_a_dry_run_then_a_real_run_of_table_care(page: Any, lake: Server) ->
 
 
 def wait_rows(page: Any, server: Server, mode: str, n: int, timeout: float = 90) -> list[str]:
-    """The care table's finished rows of ``mode``, once there are ``n`` (reloading the page)."""
+    """The maintenance table's finished rows of ``mode``, once there are ``n`` (reloading the page)."""
     deadline = time.monotonic() + timeout
     while True:
         page.reload()  # (a goto to the same URL with a #fragment would not load it again)
@@ -235,9 +235,9 @@ def test_the_event_feed_filtered_by_table(page: Any, lake: Server) -> None:
 def test_a_forged_post_from_the_browser_is_refused_and_changes_nothing(page: Any, lake: Server) -> None:
     page.goto(lake.url + "/ui/t/web/events")  # the browser holds the console's cookies
     before = tasks(lake)
-    forged = page.request.post(lake.url + "/ui/t/web/events/care", form={"mode": "run"}, max_redirects=0)
+    forged = page.request.post(lake.url + "/ui/t/web/events/maintenance", form={"mode": "run"}, max_redirects=0)
     assert forged.status == 403
-    wrong = page.request.post(lake.url + "/ui/t/web/events/care", form={"mode": "run", "csrf": "f" * 64})
+    wrong = page.request.post(lake.url + "/ui/t/web/events/maintenance", form={"mode": "run", "csrf": "f" * 64})
     assert wrong.status == 403
     assert tasks(lake) == before
 
