@@ -1,5 +1,5 @@
 """The commit loop's settings: server-side rebase attempts, append rebase, group commit, commits on the
-event loop. Given to ``commit/``."""
+event loop, the metadata files a commit pushes out. Given to ``commit/``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from catalog.settings.group import Group
 
 
 class CommitSettings(Group):
-    """``CATALOG_COMMIT_*``, ``CATALOG_APPEND_REBASE*``, ``CATALOG_GROUP_COMMIT_*``, ``CATALOG_INLINE_COMMITS``."""
+    """``CATALOG_COMMIT_*``, ``CATALOG_APPEND_REBASE*``, ``CATALOG_GROUP_COMMIT_*``, ``CATALOG_INLINE_COMMITS``,
+    ``CATALOG_METADATA_DELETE_AFTER_COMMIT``."""
 
     commit_max_attempts: int = Field(default=10, ge=1, description="Server-side rebase attempts per commit.")
     commit_backoff_ms: float = Field(default=5.0, ge=0, description="Base of the jittered exponential backoff.")
@@ -41,4 +42,11 @@ class CommitSettings(Group):
         description="On SQLite and a local warehouse, run a commit of one table or view that needs no wait on "
         "the event loop instead of a worker thread (about half the CPU per commit). false: every commit on a "
         "thread, which under heavy commit traffic leaves loads faster and commits slower.",
+    )
+    metadata_delete_after_commit: bool = Field(
+        default=True,
+        description="After a commit lands, delete the metadata files it pushed out of the table's metadata log "
+        "(beyond write.metadata.previous-versions-max), in the background: the catalog's default for tables that do "
+        "not set write.metadata.delete-after-commit.enabled (Iceberg's own default is false; a table's false wins). "
+        "Without it a table committed to often holds many times its live metadata until snapshot expiry sweeps.",
     )

@@ -1,5 +1,5 @@
 """Table maintenance's settings (catalog/maintenance/): what the scheduler runs and how often, the
-defaults of the tables' expiry policy, the clean-up after a commit, and how long a dropped entry is kept."""
+defaults of the tables' expiry policy, and how long a dropped entry is kept."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from catalog.settings.group import Group, duration_seconds
 
 
 class MaintenanceSettings(Group):
-    """``CATALOG_MAINTENANCE_*``, ``CATALOG_METADATA_DELETE_AFTER_COMMIT``, ``CATALOG_DROP_RETENTION``."""
+    """``CATALOG_MAINTENANCE_*``, ``CATALOG_DROP_RETENTION``."""
 
     maintenance_enabled: bool = Field(
         default=True,
@@ -90,13 +90,6 @@ class MaintenanceSettings(Group):
         gt=0,
         description="Files no metadata references are removed only once they are older than this (in-flight "
         "writers and staged creates write files before they commit).",
-    )
-    metadata_delete_after_commit: bool = Field(
-        default=True,
-        description="After a commit lands, delete the metadata files it pushed out of the table's metadata log "
-        "(beyond write.metadata.previous-versions-max), in the background: the catalog's default for tables that do "
-        "not set write.metadata.delete-after-commit.enabled (Iceberg's own default is false; a table's false wins). "
-        "Without it a table committed to often holds many times its live metadata until snapshot expiry sweeps.",
     )
     maintenance_metadata_file_age_seconds: float = Field(
         default=600.0,
