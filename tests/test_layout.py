@@ -4,7 +4,8 @@
 Read from the source with ``ast``, so every import counts: top-level ones, those inside functions
 (lazy), and those under ``TYPE_CHECKING``. The floors, lowest first, are the ones the layout page
 (docs/internals.md) describes; a module may import a module on a lower floor, or one in its own
-folder. Two folders on the same floor never import each other.
+folder (the ground floor's modules, ``settings/``'s included, each other). Two folders on the same floor
+never import each other.
 """
 
 from __future__ import annotations
