@@ -1,4 +1,5 @@
-"""Server-side scan planning's settings (docs/planning.md). Given to ``planning/`` and the planning API."""
+"""Server-side scan planning's settings (docs/planning.md). Given to ``planning/``'s ``Planner``; loadTable
+and /v1/config tell clients the mode."""
 
 from __future__ import annotations
 

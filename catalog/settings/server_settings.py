@@ -11,7 +11,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 class ServerSettings(Group):
-    """``CATALOG_HOST``, ``CATALOG_PORT``, ``CATALOG_WORKERS``, ``CATALOG_LOG_*``, the HTTP limits and timeouts."""
+    """``CATALOG_HOST``, ``CATALOG_PORT``, ``CATALOG_WORKERS``, ``CATALOG_LOG_*``, the HTTP limits and timeouts,
+    ``CATALOG_METRICS_TOKEN``, ``CATALOG_IDEMPOTENCY_KEY_LIFETIME_SECONDS``."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=8181, ge=1, le=65535)
