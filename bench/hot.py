@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from catalog.commit.rebase import PROPERTY as REBASE_PROPERTY
+from catalog.commit.rebasable import PROPERTY as REBASE_PROPERTY
 
 from . import wire
 

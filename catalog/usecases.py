@@ -1,41 +1,44 @@
 """The use cases: namespaces, and the entries (tables and views) in them. Commits are the commit
 engine's (``catalog.commit.engine``); this module prepares them (names, locations, the new metadata of a
-create) and is the HTTP layer's only way in (it never reaches the store or the files itself).
+create) and is the HTTP layer's only way in (it never reaches the store or the files itself). The
+``Catalog`` holds collaborators for three of its jobs: where entries go (``placement``), registering
+an existing metadata file (``registration``) and dropped entries (``drops``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from catalog import errors, names
+from catalog import errors
 from catalog.commit.changes import TABLE, VIEW, Change, Committed, Kind, Outcome
 from catalog.commit.engine import CommitEngine
 from catalog.commit.grouping import GroupCommitter
 from catalog.commit.inline import InlineCommitter
 from catalog.database import migrate
 from catalog.database.dropped import Dropped, DroppedRows
-from catalog.database.entries import Entries, HeldByDropped, name_taken
+from catalog.database.entries import Entries, name_taken
 from catalog.database.grant_rows import GrantRows
 from catalog.database.leases import Leases
+from catalog.database.location_rows import HeldByDropped
 from catalog.database.outbox import EventRows
-from catalog.database.ownership import PATH_PROPERTIES, Ownership
+from catalog.database.ownership import Ownership
 from catalog.database.pointers import Entry, KeyRecord, Pointers
 from catalog.database.sql import Database
 from catalog.database.tasks import Task, TaskRows
-from catalog.events import records
+from catalog.drops import Drops
 from catalog.events.records import StoredEvent
-from catalog.locations import is_within, normalise, overlaps, segment
 from catalog.maintenance.jobs import KINDS as MAINTENANCE_KINDS
-from catalog.maintenance.jobs import PURGE, WRITER_GRACE, Jobs
-from catalog.metadata import registered, tables, views
+from catalog.maintenance.jobs import WRITER_GRACE, Jobs
+from catalog.metadata import tables, views
 from catalog.names import check_name, check_namespace, dotted
+from catalog.placement import Placement
 from catalog.planning.planner import Answer, Planner, Prepared
 from catalog.planning.request import ScanRequest
+from catalog.registration import Registration
 from catalog.settings import Settings
 from catalog.storage.backends import LocalStorage, Storage
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles
@@ -75,6 +78,9 @@ class Catalog:
         self.leases = leases
         self.grants = grants  # not used here: the server builds this catalog's ``Access`` with it
         self.ownership = Ownership(entries, storage.locations)
+        self.placement = Placement(storage, files, pointers, entries, dropped, self.ownership)
+        self.registration = Registration(files, entries, self.ownership, self.placement)
+        self.drops = Drops(entries, dropped, tasks)
         self.engine = CommitEngine(settings.commits, pointers, entries, files, self.ownership, grouping=GroupCommitter)
         # Commits on the event loop: only with the setting on, and the database (SQLite) and the
         # storage on local disk (``commit_inline``).
@@ -124,7 +130,7 @@ class Catalog:
     def create_namespace(self, ns: Namespace, properties: dict[str, str]) -> None:
         check_namespace(ns)
         if "location" in properties:
-            self._check_namespace_location(ns, properties["location"])
+            self.placement.check_namespace_location(ns, properties["location"])
         self.entries.create_namespace(ns, properties)
 
     def load_namespace(self, ns: Namespace) -> dict[str, str]:
@@ -140,40 +146,8 @@ class Catalog:
         self, ns: Namespace, removals: Sequence[str], updates: dict[str, str]
     ) -> tuple[list[str], list[str], list[str]]:
         if "location" in updates:
-            self._check_namespace_location(ns, updates["location"])
+            self.placement.check_namespace_location(ns, updates["location"])
         return self.entries.update_namespace_properties(ns, removals, updates)
-
-    def _check_namespace_location(self, ns: Namespace, location: str) -> None:
-        """A namespace's ``location``: in the allowed roots (403), and in no other namespace's
-        directory, nor containing one, nor overlapping a table or view of another namespace (400):
-        its tables would otherwise be created among another namespace's files. Its own ancestors and
-        descendants are exempt (nested namespaces nest their directories). The message names no other
-        namespace or entry (the caller may not see them); the log has which."""
-        normal = self.ownership.locations.check(location, "namespace location")
-
-        def related(other: Namespace) -> bool:
-            shorter, longer = sorted((other, ns), key=len)
-            return longer[: len(shorter)] == shorter
-
-        root = self.storage.root().rstrip("/")
-        for other, other_location in self.entries.namespace_locations():
-            if related(other):
-                continue
-            try:
-                directory = normalise(other_location or "/".join([root, *other]))
-            except errors.IcebergError:
-                continue  # a namespace stored before locations were checked: nothing to compare
-            if overlaps(normal, directory):
-                raise errors.BadRequest(
-                    "Invalid namespace location: it overlaps the directory of another namespace",
-                    detail=f"{location} overlaps namespace {'.'.join(other)} at {directory}",
-                )
-        for entry in self.entries.overlapping(normal):
-            if not related(entry.namespace):
-                raise errors.BadRequest(
-                    "Invalid namespace location: it overlaps the location of a table or view of another namespace",
-                    detail=f"{location} overlaps {entry.kind} {entry.ident}",
-                )
 
     def list_namespaces(self, parent: Namespace, after: str | None, limit: int | None) -> list[Namespace]:
         if parent:
@@ -255,7 +229,7 @@ class Catalog:
         (``superseding``: the API checks and asks again, ``HeldByDropped``)."""
         superseded = frozenset()
         if location:
-            superseded = self._superseded(TABLE, [self.ownership.locations.check(location)], None, superseding)
+            superseded = self.placement.superseded(TABLE, [self.ownership.locations.check(location)], None, superseding)
         created = self._new_table(ns, name, location, request, superseded)
         return self.engine.commit([Change(TABLE, ns, name, created=created, superseding=superseded)], key)
 
@@ -271,7 +245,7 @@ class Catalog:
         ns_props = self.load_namespace(ns)
         self._name_must_be_free(TABLE, ns, name)
         return tables.new_table(
-            location=self._location_for(ns, name, ns_props, location, superseded),
+            location=self.placement.location_for(ns, name, ns_props, location, superseded),
             schema=request["schema"],
             spec=request.get("partition-spec"),
             order=request.get("write-order"),
@@ -284,7 +258,7 @@ class Catalog:
         ns_props = self.load_namespace(ns)
         self._name_must_be_free(VIEW, ns, name)
         created = views.new_view(
-            location=self._location_for(ns, name, ns_props, location),
+            location=self.placement.location_for(ns, name, ns_props, location),
             schema=request["schema"],
             version=request["view-version"],
             properties=request.get("properties") or {},
@@ -327,83 +301,7 @@ class Catalog:
         replaced = existing if existing is not None and overwrite and existing.kind == kind.name else None
         if replaced is None:
             self._name_must_be_free(kind, ns, name)
-        self.ownership.locations.check(location, "metadata location")
-        holder = self.entries.referencing(location)
-        if holder is not None and (replaced is None or holder.id != replaced.id):
-            other = holder.ident
-            raise errors.AlreadyExists(
-                "Metadata file is the current metadata of another table or view",
-                detail=f"{location} is the current metadata of {holder.kind} {other}",
-            )
-        file = self.files.read(location)
-        try:
-            doc = (registered.check_table if kind is TABLE else registered.check_view)(file.data)
-        except errors.IcebergError as e:  # the file may not be the client's to read: the field, not its value
-            reason = e.message.rsplit(": ", 1)[0]
-            raise type(e)(f"Invalid {kind.name} metadata file {location}: {reason}") from e
-        exclude = replaced.id if replaced is not None else None
-        uuid_key = kind.uuid_key
-        claimed = [normalise(doc["location"])]
-        if kind is TABLE:
-            properties = doc.get("properties") or {}
-            claimed += [normalise(properties[k], k) for k in PATH_PROPERTIES if properties.get(k) is not None]
-        superseded = self._superseded(kind, claimed, doc.get(uuid_key), superseding, exclude)
-        own = self.ownership.claim(doc["location"], exclude, superseded)
-        homes = [own]
-        paths: dict[str, str] = {}
-        if kind is TABLE:
-            paths = self.ownership.check_paths(doc.get("properties") or {}, exclude, superseded)
-            homes += [p for k, p in paths.items() if k == "write.metadata.path"]
-        if not any(is_within(normalise(location), home) for home in homes):
-            raise errors.BadRequest(
-                f"Metadata file {location} is not in the location of the {kind.name} it describes ({doc['location']})"
-            )
-        event = records.entry_event(
-            records.REGISTER, kind.name, ns, name, None, metadata_location=location, overwrite=replaced is not None,
-            **{uuid_key.replace("-", "_"): doc.get(uuid_key)},
-        )  # fmt: skip
-        if replaced is not None:
-            self.entries.overwrite_entry(ns, name, location, own, event, paths, superseded)
-        else:
-            self.entries.insert_entry(
-                ns, name, kind.name, location, own, event=event, write_paths=paths, superseding=superseded
-            )
-        if superseded:
-            log.info("register of %s superseded the dropped entries %s", dotted(ns, name), sorted(superseded))
-        return file
-
-    def _superseded(
-        self,
-        kind: Kind,
-        claimed: list[str],
-        same_uuid: str | None,
-        allowed: Collection[int],
-        exclude: int | None = None,
-    ) -> frozenset[int]:
-        """The dropped tables or views (dropped without purge, no purge begun) holding the
-        ``claimed`` locations that a register of the same one (``same_uuid``) or a create (None:
-        released ones only, never one that may still be undropped) takes over. ``HeldByDropped`` when some
-        are not in ``allowed`` yet; anything else holding them is refused by the claims that follow."""
-        holders = {o.id for p in claimed for o in self.entries.overlapping(p, exclude) if o.dropped}
-        taken: set[int] = set()
-        released = False
-        for held in holders:
-            gone = self.dropped_rows.get_dropped(held, released=True)
-            if gone is None or gone.kind != kind.name or gone.purge or gone.purging_ms is not None:
-                continue
-            released |= gone.released_ms is not None
-            if same_uuid is None:
-                if gone.released_ms is not None:
-                    taken.add(held)
-                continue
-            try:
-                if self.files.read(gone.metadata_location).data.get(kind.uuid_key) == same_uuid:
-                    taken.add(held)
-            except errors.IcebergError:
-                continue
-        if taken - set(allowed):
-            raise HeldByDropped(sorted(taken - set(allowed)), released)
-        return frozenset(taken)
+        return self.registration.register(kind, ns, name, location, replaced, superseding)
 
     def drop(
         self, kind: Kind, ns: Namespace, name: str, purge_requested: bool = False, by: str | None = None
@@ -414,10 +312,7 @@ class Catalog:
         now is queued (``maintenance/jobs.py``), durable, and retried until the files are gone."""
         entry = self.entry(kind, ns, name)
         purge = purge_requested and kind is TABLE
-        gone = self.entries.drop_entry(entry, purge, int(self.settings.maintenance.drop_retention * 1000), by)
-        if gone is not None and purge and gone.expires_ms <= gone.dropped_ms:
-            self.tasks.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)
-        return gone
+        return self.drops.drop(entry, purge, int(self.settings.maintenance.drop_retention * 1000), by)
 
     def dropped(self, ns: Namespace | None, name: str | None, limit: int) -> list[Dropped]:
         return self.dropped_rows.list_dropped(ns, name, limit)
@@ -427,29 +322,17 @@ class Catalog:
         return [gone for i in ids if (gone := self.dropped_rows.get_dropped(i, released=True)) is not None]
 
     def dropped_entry(self, dropped_id: int) -> Dropped:
-        gone = self.dropped_rows.get_dropped(dropped_id)
-        if gone is None:
-            raise missing_dropped(dropped_id)
-        return gone
+        return self.drops.dropped_entry(dropped_id)
 
     def undrop(self, dropped_id: int) -> Entry:
         """Restore a dropped table or view under its name (409 when the name or its location was
         taken since, or its purge has begun)."""
-        entry = self.entries.undrop_entry(dropped_id)
-        log.info("%s %s undropped: %s", entry.kind, entry.ident, entry.metadata_location)
-        return entry
+        return self.drops.undrop(dropped_id)
 
     def end_retention(self, dropped_id: int) -> Dropped:
         """End a dropped entry's retention now: a purge is queued (dropped with purge) or the entry
         is released, its files kept and its locations held (without)."""
-        gone = self.dropped_rows.end_retention(dropped_id)
-        if gone is None:
-            raise missing_dropped(dropped_id)
-        if gone.purge:
-            self.tasks.enqueue(PURGE, gone.id, None, gone.namespace, gone.name)
-        else:
-            self.dropped_rows.forget_dropped([gone.id])
-        return gone
+        return self.drops.end_retention(dropped_id)
 
     def unregister(self, ns: Namespace, name: str) -> MetadataFile:
         """unregisterTable: remove the table's entry and keep every file, the opposite of register
@@ -545,46 +428,7 @@ class Catalog:
         location (the remote signer's only way into a table that does not exist yet)."""
         check_name(name)
         ns_props = self.load_namespace(ns)
-        base = self._namespace_base(ns, ns_props)
-        chosen = self.ownership.locations.check(f"{base}/{segment(name)}")
-        if self.pointers.get_entry(ns, name) is not None or self.entries.overlapping(chosen):
-            return None
-        return chosen
-
-    def _location_for(
-        self,
-        ns: Namespace,
-        name: str,
-        ns_props: dict[str, str],
-        requested: str | None,
-        superseded: Collection[int] = (),
-    ) -> str:
-        """A new entry's location: as requested, under the namespace's, or in the warehouse.
-
-        A requested location must be free (``Ownership.claim``; ``superseded``: but for the released
-        dropped entries the create takes over). A location the server chooses is
-        made free: when ``<base>/<name>`` is taken (say, by a table renamed away from this name,
-        which keeps its files), a unique suffix is added, so the new entry never shares a directory
-        with another.
-        """
-        if requested:
-            self.ownership.claim(requested, None, superseded)
-            return requested.rstrip("/")
-        base = self._namespace_base(ns, ns_props)
-        chosen = f"{base}/{segment(name)}"
-        if self.entries.overlapping(self.ownership.locations.check(chosen)):
-            # cut to leave room for the suffix: a path segment is at most MAX_NAME_BYTES on disk too
-            stem = segment(name).encode()[: names.MAX_NAME_BYTES - 9].decode(errors="ignore")
-            stem = stem[:-2] if stem.endswith("%2") else stem[:-1] if stem.endswith("%") else stem
-            chosen = f"{base}/{stem}-{uuid.uuid4().hex[:8]}"
-        self.ownership.claim(chosen)
-        return chosen
-
-    def _namespace_base(self, ns: Namespace, ns_props: dict[str, str]) -> str:
-        """Where the namespace's entries go by default: its ``location`` property, or the warehouse
-        followed by one segment per level (``/`` in a level encoded: ``locations.segment``)."""
-        default = "/".join([self.storage.root().rstrip("/"), *map(segment, ns)])
-        return (ns_props.get("location") or default).rstrip("/")
+        return self.placement.staged_location(ns, name, ns_props)
 
     # -- table maintenance ------------------------------------------------------------------------------
 
@@ -630,30 +474,12 @@ class Catalog:
         """Fill in the locations and write paths of live and dropped entries created before
         migrations 0003 and 0011 (read from their metadata files), so the ownership rule covers them
         too. Returns how many were filled."""
-        filled = 0
-        while entries := self.entries.entries_without_location(batch):
-            for entry in entries:
-                try:
-                    doc = self.files.read(entry.metadata_location).data
-                    props = (doc.get("properties") or {}) if entry.kind == "table" else {}
-                    paths = {k: normalise(props[k], k) for k in PATH_PROPERTIES if props.get(k) is not None}
-                    self.entries.record_locations(entry.id, entry.metadata_location, normalise(doc["location"]), paths)
-                    filled += 1
-                except Exception as e:  # noqa: BLE001 - an unreadable entry keeps NULL; reported once
-                    log.warning("cannot record the location of %s: %s", entry.ident, e)
-            if len(entries) < batch or not filled:
-                break
-        return filled
+        return self.placement.backfill_locations(batch)
 
 
 def missing_task(task_id: int) -> errors.NotFound:
     """The answer for a task id that names no task, and for one the caller may not see."""
     return errors.NotFound(f"Maintenance task does not exist: {task_id}")
-
-
-def missing_dropped(dropped_id: int) -> errors.NotFound:
-    """The answer for a dropped entry's id that names none, and for one the caller may not see."""
-    return errors.NotFound(f"Dropped table or view does not exist: {dropped_id}")
 
 
 def _found(entry: Entry | None, kind: Kind, ns: Namespace, name: str) -> Entry:

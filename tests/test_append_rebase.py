@@ -1052,7 +1052,7 @@ def test_spark_merging_inserts_racing_appenders_get_no_409(spark, server, ns, ve
 def test_what_qualifies_for_a_rebase():
     """``candidate`` on the commit's JSON alone: only a pure append whose branch moved forward from
     its parent, with every other requirement holding."""
-    from catalog.commit import rebase
+    from catalog.commit import rebasable
 
     snapshots = [{"snapshot-id": i, **({"parent-snapshot-id": i - 1} if i > 1 else {})} for i in (1, 2, 3)]
     snapshots.append({"snapshot-id": 9, "parent-snapshot-id": 1})  # a side branch "b" off snapshot 1
@@ -1083,12 +1083,12 @@ def test_what_qualifies_for_a_rebase():
         return requirements, updates
 
     def qualifies(*args, table=base, default=True):
-        return rebase.candidate(*args, table, default) is not None
+        return rebasable.candidate(*args, table, default) is not None
 
     assert qualifies(*commit())  # main moved 1 -> 3
     assert qualifies(*commit(branch="b"))  # any branch: b moved 1 -> 9
     assert not qualifies(*commit(), default=False)  # rebase off
-    off = {**base, "properties": {rebase.PROPERTY: "false"}}
+    off = {**base, "properties": {rebasable.PROPERTY: "false"}}
     assert not qualifies(*commit(), table=off)  # the table says no
     assert not qualifies(*commit(parent=9))  # main is not a descendant of 9 (rolled back or replaced)
     assert not qualifies(*commit(parent=3))  # main did not move: some other requirement failed

@@ -844,14 +844,14 @@ def test_catalog_made_follows_the_chain_back_to_the_parent() -> None:
 
 
 def test_an_append_is_rebased_over_the_catalogs_snapshots_with_rebase_off() -> None:
-    from catalog.commit import rebase
+    from catalog.commit import rebasable
 
     base = _meta(_snap(1, None, 1, "append"), _snap(2, 1, 2, "replace", catalog=True))
     requirements, updates = _writer_commit(1, 2, op="append")
-    found = rebase.candidate(requirements, updates, base, default=False)
+    found = rebasable.candidate(requirements, updates, base, default=False)
     assert found is not None and found.over_maintenance
     base = _meta(_snap(1, None, 1, "append"), _snap(2, 1, 2, "append"))  # a writer moved it: rebase is off
-    assert rebase.candidate(requirements, updates, base, default=False) is None
+    assert rebasable.candidate(requirements, updates, base, default=False) is None
 
 
 def test_compaction_is_deferred_while_row_level_writes_are_recent() -> None:

@@ -314,7 +314,7 @@ def test_events_tail_prints_the_feed_and_follows_it(server: Server) -> None:
 
 def test_retention_prunes_by_age_and_count_and_a_token_past_the_pruned_events_is_400(tmp_path: Path) -> None:
     from catalog.database.db import create_engine
-    from catalog.database.entries import Store
+    from catalog.database.store import Store
     from catalog.settings import Settings
 
     srv = start_server(tmp_path, "sqlite")
@@ -401,8 +401,8 @@ def test_an_event_whose_transaction_commits_late_is_not_skipped_on_postgresql(se
 
     from catalog.database import migrate
     from catalog.database.db import create_engine, events
-    from catalog.database.entries import Store
     from catalog.database.outbox import event_row
+    from catalog.database.store import Store
     from catalog.events.records import namespace_event
     from catalog.settings import Settings
 

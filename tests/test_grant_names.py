@@ -151,7 +151,7 @@ def test_the_migration_marks_old_user_grants_and_start_up_settles_them_and_it_go
 
     from catalog.database import migrate
     from catalog.database.db import create_engine
-    from catalog.database.entries import Store
+    from catalog.database.store import Store
     from catalog.settings import Settings
 
     url = fresh_database

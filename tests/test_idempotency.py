@@ -123,8 +123,8 @@ def test_commit_and_its_key_land_in_one_transaction(tmp_path):
     second commit carrying an already recorded key rolls back entirely."""
     from catalog.database import migrate
     from catalog.database.db import create_engine
-    from catalog.database.entries import Store
     from catalog.database.pointers import KeyRecord, Swap, Swapped
+    from catalog.database.store import Store
     from catalog.settings import Settings
 
     engine = create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}").database)

@@ -301,7 +301,7 @@ def test_a_table_dropped_or_recreated_while_its_task_waits_is_skipped(queued_onl
     catalog.drop_table("d.gone")
     catalog.drop_table("d.again")
     _table(catalog, "d", "again", **{"history.expire.max-snapshot-age-ms": "1"}).append(_rows(3))
-    workers = Workers(local.care, 1)
+    workers = Workers(local.jobs, 1)
     assert workers.run_one("test") and workers.run_one("test")
     for queued in (gone, again):
         task = local.tasks.get_task(queued["id"])
@@ -320,7 +320,7 @@ def test_a_renamed_table_is_cared_for_under_its_new_name(queued_only) -> None:  
         table.append(_rows(2, i * 10))
     queued = _queue(srv, "r", "t")
     catalog.rename_table("r.t", "r.moved")
-    assert Workers(local.care, 1).run_one("test")
+    assert Workers(local.jobs, 1).run_one("test")
     task = local.tasks.get_task(queued["id"])
     assert task.state == "done" and len(task.result["expired-snapshots"]) == 2, task
     assert len(catalog.load_table("r.moved").metadata.snapshots) == 1
@@ -341,7 +341,7 @@ def test_a_killed_workers_task_is_claimed_again_and_its_late_result_dropped(queu
     assert dead is not None and dead.id == queued["id"]
     assert local.tasks.claim("another", lease_ms=300) is None  # not twice while the lease holds
     time.sleep(0.5)
-    assert Workers(local.care, 1).run_one("successor")
+    assert Workers(local.jobs, 1).run_one("successor")
     task = local.tasks.get_task(queued["id"])
     assert task.state == "done" and task.attempts == 2 and len(task.result["expired-snapshots"]) == 2
     assert not local.tasks.finish(dead, "dead-worker", {"late": True}, None)  # its result is not taken
@@ -363,7 +363,7 @@ def test_storage_errors_are_retried_then_the_task_fails_visibly(queued_only) -> 
     os.remove(first_list.removeprefix("file://"))  # unreadable: the planner must not guess
     before = catalog.load_table("f.t").metadata_location
     queued = _queue(srv, "f", "t")
-    workers = Workers(local.care, 1)
+    workers = Workers(local.jobs, 1)
     assert workers.run_one("test")
     task = local.tasks.get_task(queued["id"])
     assert task.state == "queued" and task.attempts == 1 and task.last_error, task
@@ -497,7 +497,7 @@ def test_expiry_is_due_again_after_n_commits_however_recent_its_lastrun_care(que
         catalog.create_namespace("n")
         table = _table(catalog, "n", "hot")
         table.append(_rows(1))
-        scheduler, workers = Scheduler(local.care, local.leases), Workers(local.care, 1)
+        scheduler, workers = Scheduler(local.jobs, local.leases), Workers(local.jobs, 1)
 
         def expiries() -> list:
             return [t for t in local.tasks.list_tasks() if t.kind == "expire-snapshots"]
@@ -597,7 +597,7 @@ def test_orphan_removal_finishes_on_a_table_under_continuous_appends(queued_only
         while len(landed) < 3:
             time.sleep(0.05)
         queued = _queue(srv, "h", "t", "remove-orphans")
-        assert Workers(local.care, 1).run_one("test")
+        assert Workers(local.jobs, 1).run_one("test")
     finally:
         stop.set()
         appender.join(60)

@@ -28,10 +28,10 @@ import sqlalchemy as sa
 from catalog import errors, logs
 from catalog.api import exceptions
 from catalog.database.db import create_engine
-from catalog.database.entries import Store
 from catalog.database.pointers import Swap
 from catalog.database.sql import short as _short
 from catalog.database.sql import translate as _translate
+from catalog.database.store import Store
 from catalog.settings import Settings
 from tests.support import (
     JSON_SCHEMA,

@@ -558,7 +558,7 @@ def test_migration_0010_keeps_the_grants_and_goes_back_without_the_warehouse_one
 
     from catalog.database import migrate
     from catalog.database.db import create_engine
-    from catalog.database.entries import Store
+    from catalog.database.store import Store
     from catalog.settings import Settings
 
     if backend == "postgres-s3":

@@ -26,7 +26,7 @@ from catalog.api.context import Ctx
 from catalog.auth import policy
 from catalog.auth.policy import Privilege
 from catalog.database.dropped import Dropped
-from catalog.usecases import missing_dropped
+from catalog.drops import missing_dropped
 
 BASE = "/management/v1/dropped"
 MAX_LIMIT = 1000

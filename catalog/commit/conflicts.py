@@ -15,14 +15,14 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from catalog import errors, metrics
-from catalog.commit import rebase, rollback
+from catalog.commit import rebasable, rebase, rollback
 from catalog.commit.changes import SLOTS, TABLE, Change, slot
 from catalog.settings import CommitSettings
 from catalog.storage.metadata_files import MetadataFile
 
 log = logging.getLogger("catalog.commit")
 
-Plan = rebase.Candidate | rollback.Rollback
+Plan = rebasable.Candidate | rollback.Rollback
 Resolved = tuple[dict[str, Any], rebase.Rebased | None]
 
 
@@ -56,7 +56,7 @@ class Conflicts:
     ) -> Resolved:
         """``resolve``'s 409 or not, writing nothing: ``base.data`` when the commit may still land."""
         plan = self.plan(change, base, failed, rebasable)
-        if isinstance(plan, rebase.Candidate) and plan.over_maintenance:
+        if isinstance(plan, rebasable.Candidate) and plan.over_maintenance:
             metrics.WRITERS_MET_MAINTENANCE.labels("rebased").inc()
         return base.data, None  # type: ignore[union-attr]  # a plan has a base
 
@@ -127,12 +127,12 @@ class Conflicts:
         (``time.monotonic``; 0: not since the start)."""
         return self._refused[slot(change)]
 
-    def _rebase_candidate(self, change: Change, base: MetadataFile | None) -> rebase.Candidate | None:
+    def _rebase_candidate(self, change: Change, base: MetadataFile | None) -> rebasable.Candidate | None:
         if change.kind is not TABLE or base is None:
             return None
         try:
             default = self.settings.append_rebase
-            return rebase.candidate(list(change.requirements), list(change.updates), base.data, default)
+            return rebasable.candidate(list(change.requirements), list(change.updates), base.data, default)
         except Exception:  # noqa: BLE001 - malformed input the apply refused already: no rebase
             return None
 

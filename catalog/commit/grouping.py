@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from catalog import errors, metrics, tracing
-from catalog.commit import rebase
+from catalog.commit import rebasable, rebase
 from catalog.commit.changes import TABLE, Change, Committed, changed_concurrently
 from catalog.commit.engine import CommitEngine, backoff, log_landed
 from catalog.database.pointers import KeyRecord
@@ -69,7 +69,7 @@ class GroupCommitter:
         if self.settings.group_commit_max_commits <= 1 or key is not None or len(changes) != 1:
             return False
         change = changes[0]
-        return change.kind is TABLE and not change.creates and rebase.append_shaped(change.updates)
+        return change.kind is TABLE and not change.creates and rebasable.append_shaped(change.updates)
 
     def commit(self, change: Change) -> Committed | None:
         """Queue ``change``; lead a group or wait for the leader that takes it. Raises its error.
@@ -82,7 +82,7 @@ class GroupCommitter:
             return None  # the ordinary path gives the answer (404...)
         if base is not None:
             self.note(change, base.data)
-        if base is None or not rebase.enabled(base.data, self.settings.append_rebase):
+        if base is None or not rebasable.enabled(base.data, self.settings.append_rebase):
             return None
         start = time.perf_counter()
         try:
@@ -93,7 +93,7 @@ class GroupCommitter:
     def note(self, change: Change, data: dict) -> None:
         """What the table's metadata (read or just written by the engine) says of append rebase."""
         key = (change.namespace, change.name)
-        if rebase.enabled(data, self.settings.append_rebase):
+        if rebasable.enabled(data, self.settings.append_rebase):
             self._rebase_off.discard(key)
         elif key not in self._rebase_off:
             if len(self._rebase_off) >= _REMEMBERED:

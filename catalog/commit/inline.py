@@ -27,10 +27,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from catalog import errors, metrics
-from catalog.commit import rebase
 from catalog.commit.changes import Change, Committed, Outcome, Staged, WouldWait, not_committed, slot
 from catalog.commit.conflicts import Resolved
 from catalog.commit.engine import CommitEngine, log_landed, step
+from catalog.commit.rebasable import Candidate
 from catalog.database.pointers import KeyRecord
 from catalog.storage.backends import LocalStorage
 from catalog.storage.metadata_files import MetadataFile
@@ -115,7 +115,7 @@ class InlineCommitter:
         manifest lists, goes to a thread."""
         conflicts = self.engine.conflicts
         plan = conflicts.plan(change, base, failed, rebasable)
-        if isinstance(plan, rebase.Candidate):
+        if isinstance(plan, Candidate):
             raise WouldWait("rebase")
         return conflicts.land(change, base, failed, plan, now_ms)
 

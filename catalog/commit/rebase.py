@@ -1,11 +1,9 @@
 """Server-side rebase of pure appends: what a client's retry of a FastAppend/MergeAppend does after a
 409, done by the catalog without the round trip.
 
-A table commit whose only failed requirement is ``assert-ref-snapshot-id`` on branch B (B moved from
-the client's parent X to Y), and that is exactly ``add-snapshot`` (summary ``operation=append``,
-parent X) + ``set-snapshot-ref`` B to that snapshot, is rebuilt on Y when rebase is on (``append_rebase``
-setting, overridden per table by ``catalog.append-rebase.enabled``; whatever it says when B moved only
-by the catalog's own maintenance snapshots, ``rollback.py``):
+A table commit that qualifies (``rebasable.candidate``: an append whose branch B moved from the
+client's parent X to Y, with rebase on or B moved only by the catalog's own maintenance snapshots) is
+rebuilt on Y:
 
 * the client's manifest list is read (bounded, confined to the table's own locations); every manifest
   the snapshot adds (``added_snapshot_id`` = its id) must hold data files, ADDED entries whose
@@ -34,14 +32,12 @@ by the catalog's own maintenance snapshots, ``rollback.py``):
 
 That is exactly Java's ``SnapshotProducer.apply`` on a refreshed base for a ``FastAppend``: new
 manifests first, then the base snapshot's manifests, no validation (appends conflict with nothing).
-A refusal never changes the answer: the caller raises the original 409. X must be an ancestor of Y
-(the branch moved forward): a branch that was rolled back or replaced is left to the client, and so is
-a client that asserted that B does not exist (``snapshot-id: null``).
+A refusal never changes the answer: the caller raises the original 409.
 
-``candidate`` is pure (no I/O): the engine uses it to tell a rebase-eligible conflict from a 409
-without reading files. ``Rebaser.rebuild`` does the I/O, through ``catalog.storage.manifests``
-(pyiceberg's Avro reader and writers over the server's storage). The files a rebase writes are
-named in ``Rebased.files``; the engine deletes them when the commit does not land.
+``Rebaser.rebuild`` does the I/O, through ``catalog.storage.manifests`` (pyiceberg's Avro reader and
+writers over the server's storage), around the pure computations of ``rebuilt.py`` (the checks of the
+list's counts, the rebuilt list's records, the summary totals). The files a rebase writes are named in
+``Rebased.files``; the engine deletes them when the commit does not land.
 """
 
 from __future__ import annotations
@@ -54,21 +50,25 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-from pyiceberg.manifest import (
-    UNASSIGNED_SEQ,
-    DataFileContent,
-    ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
-    ManifestFile,
-)
+from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 
 from catalog import errors
-from catalog.commit.rollback import MAX_DISTANCE, catalog_made, is_int
-from catalog.locations import is_within, normalise
-from catalog.metadata import parsing, tables
+from catalog.commit.rebasable import Candidate
+from catalog.commit.rebuilt import (
+    MAX_FILE_BYTES,
+    NotRebasable,
+    bounded,
+    check_counts,
+    fresh,
+    holds_files,
+    identity,
+    numbered,
+    owned,
+    renumbered,
+    with_totals,
+)
+from catalog.commit.rollback import is_int
 from catalog.storage.backends import Storage
 from catalog.storage.manifests import (
     ENTRY_READ,
@@ -88,7 +88,6 @@ from catalog.storage.manifests import (
 
 log = logging.getLogger("catalog.rebase")
 
-PROPERTY = "catalog.append-rebase.enabled"
 # The most manifests one rebased append may add (each is read to check its entries).
 MAX_NEW_MANIFESTS = 32
 # A merged append (Java's MergeAppend past ``commit.manifest.min-count-to-merge``): the most of its
@@ -99,9 +98,6 @@ MAX_MERGED_MANIFESTS = 1_000
 MAX_MERGED_BYTES = 64 * 2**20
 # Manifest lists are cached parsed (they never change): the bound, in manifests across all lists.
 CACHED_MANIFESTS = 50_000
-# The largest manifest list or new manifest a rebase reads (a list of 10,000 manifests is ~2 MB);
-# larger ones are refused (the client retries as before) rather than parsed under the table's lock.
-MAX_FILE_BYTES = 16 * 2**20
 # A rebased list carries its head's Avro blocks as bytes (one block more per rebase); past this many
 # blocks the list is written out whole again, one block, which bounds what readers pay per block.
 MAX_BLOCKS = 64
@@ -111,14 +107,6 @@ MAX_BLOCKS = 64
 PREFETCH_THREADS = 8
 PREFETCH_BYTES = 2**20
 PREFETCH_MANIFESTS = 2
-TOTALS = (  # Java's SnapshotProducer.summary: total <- previous total + added - removed
-    ("total-records", "added-records", "deleted-records"),
-    ("total-files-size", "added-files-size", "removed-files-size"),
-    ("total-data-files", "added-data-files", "deleted-data-files"),
-    ("total-delete-files", "added-delete-files", "removed-delete-files"),
-    ("total-position-deletes", "added-position-deletes", "removed-position-deletes"),
-    ("total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"),
-)
 
 
 REBASE_STORAGE_FAILED = (
@@ -135,23 +123,6 @@ def storage_failed(e: BaseException) -> bool:
     return isinstance(e, errors.IcebergError) and e.code >= 500
 
 
-class NotRebasable(Exception):
-    """This commit cannot be rebased; the caller answers the original 409."""
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A commit that would be a pure append on ``head`` if its files say so."""
-
-    branch: str
-    parent: dict  # the client's parent snapshot X (still in the table)
-    head: dict  # the branch's current snapshot Y
-    snapshot: dict  # the client's snapshot JSON
-    ref_update: dict
-    requirements: list[dict]  # the client's, with B's expected id moved to Y
-    over_maintenance: bool = False  # B moved only by the catalog's own maintenance snapshots
-
-
 @dataclass(frozen=True, slots=True)
 class Rebased:
     requirements: list[dict]
@@ -162,94 +133,6 @@ class Rebased:
     @property
     def files(self) -> tuple[str, ...]:
         return (self.manifest_list, *self.manifests)
-
-
-def enabled(base: dict, default: bool) -> bool:
-    value = (base.get("properties") or {}).get(PROPERTY)
-    return default if value is None else str(value).strip().lower() == "true"
-
-
-def append_shaped(updates: Sequence[Any]) -> bool:
-    """``add-snapshot`` of an append + ``set-snapshot-ref`` of a branch to it: what group commit takes."""
-    if len(updates) != 2 or not all(isinstance(u, dict) for u in updates):
-        return False
-    add, ref = updates
-    snapshot = add.get("snapshot")
-    return (
-        add.get("action") == "add-snapshot"
-        and ref.get("action") == "set-snapshot-ref"
-        and isinstance(snapshot, dict)
-        and isinstance(snapshot.get("summary"), dict)
-        and snapshot["summary"].get("operation") == "append"
-        and ref.get("snapshot-id") == snapshot.get("snapshot-id")
-    )
-
-
-def candidate(requirements: list[dict], updates: list[dict], base: dict, default: bool) -> Candidate | None:
-    """The rebase this failed commit qualifies for, judged on its JSON and ``base`` only; None: a 409.
-    With rebase off, an append is still rebased when its branch moved only by the catalog's own
-    maintenance snapshots (compaction, manifest rewrite): a writer never pays for the catalog's maintenance."""
-    if base.get("format-version") not in (1, 2, 3):
-        return None
-    on = enabled(base, default)
-    if len(updates) != 2 or not all(isinstance(u, dict) for u in updates):
-        return None
-    add, ref = updates
-    snapshot = add.get("snapshot")
-    if add.get("action") != "add-snapshot" or ref.get("action") != "set-snapshot-ref" or not isinstance(snapshot, dict):
-        return None
-    snapshot_id, branch = snapshot.get("snapshot-id"), ref.get("ref-name")
-    summary = snapshot.get("summary")
-    if not isinstance(summary, dict) or summary.get("operation") != "append" or not is_int(snapshot_id):
-        return None
-    if ref.get("snapshot-id") != snapshot_id or str(ref.get("type")).lower() != "branch" or not isinstance(branch, str):
-        return None
-    asserted = [r for r in requirements if isinstance(r, dict) and r.get("type") == "assert-ref-snapshot-id"]
-    if len(asserted) != 1 or asserted[0].get("ref") != branch:
-        return None
-    expected = asserted[0].get("snapshot-id")
-    if not is_int(expected) or snapshot.get("parent-snapshot-id") != expected:
-        return None  # null: the client asserted B does not exist; never rebased
-    current = (base.get("refs") or {}).get(branch)
-    if not isinstance(current, dict) or str(current.get("type")).lower() != "branch":
-        return None
-    head_id = current.get("snapshot-id")
-    if head_id == expected:
-        return None  # B did not move: the 409 is about something else
-    found = _ancestry(base.get("snapshots") or [], head_id, expected, snapshot_id)
-    if found is None:
-        return None
-    head, parent = found
-    maintenance = not on and catalog_made(base.get("snapshots") or [], head_id, expected) is not None
-    if not on and not maintenance:
-        return None
-    moved = [r if r is not asserted[0] else {**r, "snapshot-id": head_id} for r in requirements]
-    try:
-        tables.check_requirements(parsing.parse_requirements(moved), base)
-    except errors.IcebergError:
-        return None  # another requirement fails too
-    return Candidate(branch, parent, head, snapshot, ref, moved, maintenance)
-
-
-def _ancestry(snapshots: list, head_id: Any, parent_id: int, new_id: int) -> tuple[dict, dict] | None:
-    """(head, parent) when ``parent_id`` is an ancestor of ``head_id`` and ``new_id`` is unused.
-    Snapshots are listed in commit order, so one backward pass walks the chain."""
-    want, head = head_id, None
-    for i, snap in enumerate(reversed(snapshots)):
-        if i > MAX_DISTANCE or not isinstance(snap, dict):
-            return None
-        if snap.get("snapshot-id") == new_id:
-            return None
-        if snap.get("snapshot-id") != want:
-            continue
-        if head is None:
-            head = snap
-        if want == parent_id:
-            return head, snap
-        want = snap.get("parent-snapshot-id")
-        if want is None:
-            return None
-    return None
 
 
 class Rebaser:
@@ -268,9 +151,9 @@ class Rebaser:
     def rebuild(self, c: Candidate, base: dict, now_ms: int) -> Rebased:
         """Write the rebased manifest list; the commit to apply instead. Raises ``NotRebasable``."""
         version, snapshot_id = base["format-version"], c.snapshot["snapshot-id"]
-        client_list = _owned(c.snapshot.get("manifest-list"), base)
-        parent, parent_body = self._list(_owned(c.parent.get("manifest-list"), base))
-        raw = _bounded(self._read(client_list))
+        client_list = owned(c.snapshot.get("manifest-list"), base)
+        parent, parent_body = self._list(owned(c.parent.get("manifest-list"), base))
+        raw = bounded(self._read(client_list))
         new = added_by(raw, snapshot_id, parent_body)  # the client's list is read once: not cached
         merged: list[ManifestFile] = []  # the parent's manifests with live files it left out
         if new is None:  # not shown by its bytes: every manifest decoded and compared by path
@@ -282,11 +165,11 @@ class Rebaser:
             # A writer may leave out the parent's manifests that hold no live file (only DELETED
             # entries: what a compaction or an overwrite leaves), as pyiceberg's and Java's do; the
             # others it left out it must have merged into its new manifests (``_check_merged``).
-            merged = [m for m in parent if m.manifest_path not in set(rest) and _holds_files(m)]
+            merged = [m for m in parent if m.manifest_path not in set(rest) and holds_files(m)]
         if not new or len(new) > MAX_NEW_MANIFESTS:
             raise NotRebasable(f"{len(new)} new manifests")
         for manifest in new:
-            _check_counts(manifest, c.snapshot, version)
+            check_counts(manifest, c.snapshot, version)
         merges = any(m.existing_files_count for m in new)
         if merged and not merges:
             raise NotRebasable("the manifests it keeps are not its parent's")
@@ -297,11 +180,11 @@ class Rebaser:
         for manifest in new:
             mine, theirs = self._check_entries(manifest, c.snapshot, base)
             if theirs:
-                carried.extend((e.data_file.file_path, _identity(e, manifest)) for e in theirs)
+                carried.extend((e.data_file.file_path, identity(e, manifest)) for e in theirs)
                 added[manifest.manifest_path] = mine
         if merges:
             self._check_merged(carried, merged, base)
-        head, head_body = self._list(_owned(c.head.get("manifest-list"), base))  # v1's inline lists: refused
+        head, head_body = self._list(owned(c.head.get("manifest-list"), base))  # v1's inline lists: refused
         sequence = base.get("last-sequence-number", 0) + 1
         directory = client_list.rsplit("/", 1)[0]
         location = f"{directory}/snap-{snapshot_id}-rebased-{uuid.uuid4()}.avro"
@@ -320,12 +203,12 @@ class Rebaser:
                 return out.value, writer.next_row_id - first_row_id
 
             written = None
-            if head_body.blocks < MAX_BLOCKS and _numbered(head, version):
-                mine = [_renumbered(m, version, sequence) for m in new]
+            if head_body.blocks < MAX_BLOCKS and numbered(head, version):
+                mine = [renumbered(m, version, sequence) for m in new]
                 raw, added_rows = write(mine)
                 written = extend(raw, head_body)  # None: another schema or codec (a client's list)
             if written is None:  # the whole list, re-encoded
-                records = [_renumbered(m, version, sequence) for m in new] + [_fresh(m, version) for m in head]
+                records = [renumbered(m, version, sequence) for m in new] + [fresh(m, version) for m in head]
                 raw, added_rows = write(records)
                 written = raw, body_of(raw)
                 mine, head = records[: len(new)], tuple(records[len(new) :])
@@ -355,7 +238,7 @@ class Rebaser:
     ) -> tuple[list[ManifestEntry], list[ManifestEntry]]:
         """Its entries: ADDED data files of this snapshot that inherit sequence numbers and row ids,
         and (a merged manifest) EXISTING data files of earlier snapshots, nothing DELETED. Both, in order."""
-        entries, _ = read_records(_bounded(self._read(_owned(m.manifest_path, base))), ENTRY_READ)
+        entries, _ = read_records(bounded(self._read(owned(m.manifest_path, base))), ENTRY_READ)
         added, existing = [], []
         for entry in entries:
             if entry.data_file.content != DataFileContent.DATA:
@@ -389,7 +272,7 @@ class Rebaser:
         for m in merged:
             if not is_int(m.manifest_length) or not 0 < m.manifest_length <= MAX_FILE_BYTES:
                 raise NotRebasable(f"a manifest of its parent's of {m.manifest_length} bytes")
-            wanted.append((_owned(m.manifest_path, base), m.manifest_length))
+            wanted.append((owned(m.manifest_path, base), m.manifest_length))
         if sum(size for _, size in wanted) > MAX_MERGED_BYTES:
             raise NotRebasable("its parent's manifests it merged are too large to check")
 
@@ -399,11 +282,11 @@ class Rebaser:
         raws = list(self._pool().map(read, wanted)) if len(wanted) > 1 else [read(w) for w in wanted]
         live: dict[str, tuple] = {}
         for m, raw in zip(merged, raws, strict=True):
-            for entry in read_records(_bounded(raw), ENTRY_READ)[0]:
+            for entry in read_records(bounded(raw), ENTRY_READ)[0]:
                 if entry.status != ManifestEntryStatus.DELETED:
                     if entry.data_file.file_path in live:
                         raise NotRebasable("a file live twice in its parent")
-                    live[entry.data_file.file_path] = _identity(entry, m)
+                    live[entry.data_file.file_path] = identity(entry, m)
         kept = dict(carried)
         if len(kept) != len(carried) or kept != live:
             raise NotRebasable("the files it carried over are not its parent's live files")
@@ -477,12 +360,12 @@ class Rebaser:
         each: a group's files in memory at once stay bounded; larger ones are read by the rebase)."""
         files: list[tuple[str, bytes]] = []
         try:
-            location = _owned(snapshot.get("manifest-list"), base)
+            location = owned(snapshot.get("manifest-list"), base)
             raw = self.storage.read(location)
             if len(raw) <= PREFETCH_BYTES:
                 files.append((location, raw))
                 for m in leading_added(raw, snapshot.get("snapshot-id"))[:PREFETCH_MANIFESTS]:
-                    manifest = self.storage.read(_owned(m.manifest_path, base))
+                    manifest = self.storage.read(owned(m.manifest_path, base))
                     if len(manifest) <= PREFETCH_BYTES:
                         files.append((m.manifest_path, manifest))
         except Exception:  # noqa: BLE001 - the rebase reads it again and gives the answer
@@ -521,7 +404,7 @@ class Rebaser:
             if hit is not None:
                 self._cache.move_to_end(location)
                 return hit
-        manifests, body = read_records(_bounded(self.storage.read(location)))
+        manifests, body = read_records(bounded(self.storage.read(location)))
         self._remember(location, manifests, body)
         return manifests, body
 
@@ -581,88 +464,3 @@ class GroupFiles:
             raise errors.CommitFailed(
                 f"Commit failed: could not write {len(failed)} rebased manifest list(s); retry"
             ) from failed[0]
-
-
-def _identity(entry: ManifestEntry, m: ManifestFile) -> tuple:
-    """A live entry's snapshot id and sequence numbers as Java's reader inherits them from its
-    manifest (spec: "Sequence Number Inheritance": only ADDED entries, or any in v1's sequence 0)."""
-    inherits = m.sequence_number == 0 or entry.status == ManifestEntryStatus.ADDED
-    snapshot_id = m.added_snapshot_id if entry.snapshot_id is None else entry.snapshot_id
-    sequence = m.sequence_number if entry.sequence_number is None and inherits else entry.sequence_number
-    file_sequence = m.sequence_number if entry.file_sequence_number is None and inherits else entry.file_sequence_number
-    return snapshot_id, sequence, file_sequence
-
-
-def _holds_files(m: ManifestFile) -> bool:
-    """Whether a manifest has live (ADDED or EXISTING) entries, or may have (counts missing)."""
-    added, existing = m.added_files_count, m.existing_files_count
-    return added is None or existing is None or added + existing > 0
-
-
-def _bounded(raw: bytes) -> bytes:
-    if len(raw) > MAX_FILE_BYTES:
-        raise NotRebasable(f"a manifest file of {len(raw)} bytes")
-    return raw
-
-
-def _check_counts(m: ManifestFile, snapshot: dict, version: int) -> None:
-    """What the list says of a new manifest: data files, added ones with inherited sequence numbers,
-    and existing ones only in a merged manifest (whose least sequence number is then its oldest
-    file's), never deleted ones."""
-    if m.content != ManifestContent.DATA:
-        raise NotRebasable("a delete manifest")
-    counts = (m.added_files_count, m.added_rows_count, m.existing_files_count, m.existing_rows_count)
-    if None in counts or (m.deleted_files_count, m.deleted_rows_count) != (0, 0):
-        raise NotRebasable("a manifest with deleted entries (or without its counts)")
-    if version >= 2:
-        expected = {snapshot.get("sequence-number"), UNASSIGNED_SEQ}
-        least_ok = m.existing_files_count > 0 or m.min_sequence_number in expected
-        if m.sequence_number not in expected or not least_ok:
-            raise NotRebasable("a manifest with sequence numbers of its own")
-
-
-def _owned(location: Any, base: dict) -> str:
-    """A file the rebase reads: inside the table's location or its metadata path, else refused."""
-    try:
-        normal = normalise(location)
-        roots = [base["location"], *[(base.get("properties") or {}).get("write.metadata.path") or ""]]
-        if any(root and is_within(normal, normalise(root)) for root in roots):
-            return location
-    except errors.IcebergError:
-        pass
-    raise NotRebasable(f"a file outside the table's location: {location!r}")
-
-
-def with_totals(summary: dict, previous: dict) -> dict:
-    """Java's ``updateTotal``: each total from the head's, when the head has it and it parses."""
-    out = {k: v for k, v in summary.items() if k not in {total for total, _, _ in TOTALS}}
-    for total, added, removed in TOTALS:
-        try:
-            value = int(previous[total]) + int(summary.get(added, 0)) - int(summary.get(removed, 0))
-        except (KeyError, TypeError, ValueError):
-            continue
-        if value >= 0:
-            out[total] = str(value)
-    return out
-
-
-def _numbered(head: Sequence[ManifestFile], version: int) -> bool:
-    """Whether the head's manifests can be carried as they are: in v3, only when every data manifest
-    already has its first_row_id (the list writer assigns the missing ones, which changes them)."""
-    return version < 3 or all(m.content != ManifestContent.DATA or m._data[FIRST_ROW_ID] is not None for m in head)
-
-
-def _fresh(m: ManifestFile, version: int) -> ManifestFile:
-    """A copy the writer may change (pyiceberg's writers copy shallowly, sharing the field list)."""
-    return ManifestFile(*(m._data if version >= 3 else m._data[:FIRST_ROW_ID]))
-
-
-def _renumbered(m: ManifestFile, version: int, sequence: int) -> ManifestFile:
-    """A new manifest with the rebased commit's sequence number (its entries inherit it; checked)
-    and, v3, no row ids yet: the list writer assigns them."""
-    fresh = _fresh(m, version)
-    if version >= 2:
-        fresh.sequence_number = fresh.min_sequence_number = sequence
-    if version >= 3:
-        fresh._data[FIRST_ROW_ID] = None
-    return fresh

@@ -1,7 +1,7 @@
 """Writers win against the catalog's own maintenance: a writer's commit whose branch moved only by
 the catalog's maintenance snapshots (a compaction, a manifest rewrite: they change no row; marked by
 ``MAINTENANCE_JOB`` in their summary, which no client may set) is not a 409. An append is rebased
-over them (``rebase.candidate`` uses ``catalog_made``); any other commit is applied on the snapshot it
+over them (``rebasable.candidate`` uses ``catalog_made``); any other commit is applied on the snapshot it
 was planned on and the catalog's snapshots are removed (``rollback``): the maintenance is what loses.
 Pure: judged on the commit's JSON and the table's metadata.
 """

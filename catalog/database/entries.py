@@ -1,85 +1,42 @@
 """Namespaces, entries (tables and views) and the locations they own: the catalog's rows apart
 from the pointers (``pointers.py``), the grants (``grant_rows.py``), the maintenance queue
 (``tasks.py``) and the dropped entries (``dropped.py``; a drop and an undrop move a row between
-the two tables here). Database errors are translated by ``sql.translate``.
+the two tables here; the locations' rows and the overlap query are ``location_rows.py``'s).
+Database errors are translated by ``sql.translate``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import sqlalchemy as sa
 from sqlalchemy import exc
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from catalog import errors
 from catalog.database.db import catalog_entries as entries
 from catalog.database.db import dropped_entries as dropped
-from catalog.database.db import entry_paths as paths
 from catalog.database.db import idempotency_keys as keys
 from catalog.database.db import join_namespace, maintenance_runs, namespaces, split_namespace
 from catalog.database.dropped import COLUMNS as DROPPED_COLUMNS
-from catalog.database.dropped import SHOWN, Dropped, DroppedRows, as_dropped, forget_records
-from catalog.database.grant_rows import GrantRows
-from catalog.database.leases import Leases
+from catalog.database.dropped import SHOWN, Dropped, as_dropped
+from catalog.database.location_rows import (
+    LOCATIONS_LOCK,
+    Located,
+    LocationTaken,
+    overlapping_rows,
+    paths_of,
+    record_paths,
+    supersede,
+)
 from catalog.database.outbox import EventRows
-from catalog.database.pointers import Entry, KeyRecord, Pointers, Swapped, key_row
+from catalog.database.pointers import Entry, KeyRecord, Swapped, key_row
 from catalog.database.sql import Database, exists
-from catalog.database.tasks import TaskRows, now_ms
+from catalog.database.tasks import now_ms
 from catalog.events import records
 from catalog.events.records import Event
-from catalog.locations import ancestors, overlaps
 from catalog.names import dotted
-
-
-@dataclass(frozen=True, slots=True)
-class Located:
-    """An entry and one location it owns, normalised (the ownership rule's view of an entry):
-    its ``location``, or one of its ``write.*.path`` prefixes (``what`` names which)."""
-
-    id: int
-    namespace: tuple[str, ...]
-    name: str
-    kind: str
-    location: str
-    dropped: bool = False
-    what: str = "location"
-    released: bool = False  # a dropped entry whose retention ended without purge (dropped.py)
-
-
-class LocationTaken(errors.AlreadyExists):
-    """409: ``location`` equals, contains or lies inside the location of another entry. The message
-    names neither (the caller may not see that entry, and a location may be the server's own path):
-    which entry and where go to ``detail``, for the server log."""
-
-    def __init__(self, location: str, other: Located, what: str = "location") -> None:
-        mine = "Location" if what == "location" else what
-        if other.released:
-            message = (
-                f"{mine} overlaps the location of a table dropped without purge, whose files are kept "
-                "there: register that table again, or ask someone who may drop its name to create this"
-            )
-        elif other.dropped:
-            message = (
-                f"{mine} overlaps the location of a dropped table or view, which keeps it until its "
-                "retention ends (undrop it, or end its retention: see the catalog's dropped entries)"
-            )
-        else:
-            message = f"{mine} overlaps the location of another table or view"
-        which = f"{'dropped ' if other.dropped else ''}{other.kind} {'.'.join((*other.namespace, other.name))}"
-        super().__init__(message, detail=f"{location} overlaps {which}'s {other.what} {other.location}")
-
-
-class HeldByDropped(errors.AlreadyExists):
-    """409 unless the caller may drop them: the locations a register or a create claims are held
-    by dropped entries (``ids``) it may supersede (``Catalog.register``, ``Catalog.create_table``);
-    the message is ``LocationTaken``'s."""
-
-    def __init__(self, ids: list[int], released: bool) -> None:
-        holder = Located(ids[0], (), "", "table", "", dropped=True, released=released)
-        super().__init__(LocationTaken("", holder).message)
-        self.ids = ids
 
 
 class Entries:
@@ -218,7 +175,7 @@ class Entries:
                 taken = _holder_of(conn, ns, name)
                 if taken is not None:
                     raise name_taken(kind, taken, ident)
-                _supersede(conn, superseding)
+                supersede(conn, superseding)
                 self._location_free(conn, location, None, write_paths)
                 inserted = conn.execute(
                     entries.insert().values(
@@ -230,7 +187,7 @@ class Entries:
                     )
                 )
                 entry_id = inserted.inserted_primary_key[0]
-                _record_paths(conn, entry_id, write_paths or {})
+                record_paths(conn, entry_id, write_paths or {})
                 if event is not None:
                     self.outbox.write(conn, [replace(event, entry_id=entry_id)])
                 if key is not None:
@@ -254,10 +211,10 @@ class Entries:
         where = (entries.c.namespace == join_namespace(ns), entries.c.name == name, entries.c.kind == "table")
         with self.db.write() as conn:
             replaced = conn.execute(sa.select(entries.c.id).where(*where)).scalar()
-            _supersede(conn, superseding)
+            supersede(conn, superseding)
             self._location_free(conn, location, replaced, write_paths)
             if replaced is not None:
-                _record_paths(conn, replaced, write_paths or {})
+                record_paths(conn, replaced, write_paths or {})
             conn.execute(
                 entries.update()
                 .where(*where)
@@ -279,7 +236,7 @@ class Entries:
         (``LIKE`` with the wildcards escaped). Runs on creates, registers and location changes only.
         """
         with self.db.read() as conn:
-            return _overlapping(conn, location, exclude_id)
+            return overlapping_rows(conn, location, exclude_id)
 
     def _location_free(
         self, conn: Connection, location: str, exclude_id: int | None, write_paths: Mapping[str, str] | None = None
@@ -291,9 +248,9 @@ class Entries:
         advisory lock held until the transaction ends does it, taken only by these rare inserts,
         never by commits."""
         if not self.db.local:
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCATIONS_LOCK})
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCATIONS_LOCK})
         for mine in (location, *(write_paths or {}).values()):
-            for other in _overlapping(conn, mine, exclude_id):
+            for other in overlapping_rows(conn, mine, exclude_id):
                 raise LocationTaken(mine, other)
 
     def referencing(self, metadata_location: str) -> Entry | None:
@@ -332,7 +289,7 @@ class Entries:
                     .values(location=location, paths_recorded=True)
                 ).rowcount
                 if moved:
-                    _record_paths(conn, entry_id, write_paths)
+                    record_paths(conn, entry_id, write_paths)
                     return
 
     def get_entry_by_id(self, entry_id: int) -> Entry | None:
@@ -382,7 +339,7 @@ class Entries:
                     f"Cannot undrop {gone.ident}: a {taken} of that name exists (rename or drop it first)"
                 )
             if gone.location is not None:
-                self._location_free(conn, gone.location, gone.id, _paths_of(conn, gone.id))
+                self._location_free(conn, gone.location, gone.id, paths_of(conn, gone.id))
             # the purge claims the row with a conditional UPDATE: whichever of the two writes it first wins
             if (
                 conn.execute(dropped.delete().where(dropped.c.id == gone.id, dropped.c.purging_ms.is_(None))).rowcount
@@ -485,83 +442,6 @@ def _to_dropped(
     return True
 
 
-def _overlapping(conn: Connection, location: str, exclude_id: int | None) -> list[Located]:
-    """Live and dropped entries (a dropped entry keeps its locations until it is purged or
-    forgotten) whose location or a write path overlaps ``location``: ONE statement, each of its four
-    parts answered by an index (equality with each ancestor, and a prefix: a range on SQLite, a
-    ``LIKE`` on PostgreSQL). ``bench/ownership.py`` measures how it grows with the entries."""
-    sqlite = conn.dialect.name == "sqlite"
-    values: dict[str, object] = {"ancestors": ancestors(location), "exclude": -1 if exclude_id is None else exclude_id}
-    if sqlite:
-        values.update(low=location + "/", high=location + "0")  # '0' follows '/' in binary order
-    else:
-        escaped = location.replace("/", "//").replace("%", "/%").replace("_", "/_")
-        values["pattern"] = escaped + "//%"
-    return [
-        Located(r[0], split_namespace(r[1]), r[2], r[3], r[4], bool(r[6]), r[5], r[6] == 2)
-        for r in conn.execute(_OVERLAPPING[sqlite], values)
-        if overlaps(r[4], location)  # exact, whatever the collation
-    ]
-
-
-def _overlapping_statement(sqlite: bool) -> sa.CompoundSelect:
-    """The overlap query, built once per dialect (its parameters bound per call)."""
-
-    def near(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
-        if sqlite:  # a range: SQLite's LIKE (case-insensitive) never uses an index
-            inside = sa.and_(column > sa.bindparam("low"), column < sa.bindparam("high"))
-        else:  # PostgreSQL: the text_pattern_ops index answers a left-anchored LIKE
-            inside = column.like(sa.bindparam("pattern"), escape="/")
-        return sa.or_(column.in_(sa.bindparam("ancestors", expanding=True)), inside)
-
-    parts = []
-    for table, is_dropped in ((entries, False), (dropped, True)):
-        who = (table.c.id, table.c.namespace, table.c.name, table.c.kind)
-        # 0 live, 1 dropped, 2 released (constants: no bound parameter to type)
-        flag = sa.case((dropped.c.released_ms.is_(None), 1), else_=2) if is_dropped else sa.literal_column("0")
-        own = sa.select(*who, table.c.location, sa.literal_column("'location'").label("what"), flag.label("state"))
-        parts.append(own.where(near(table.c.location), table.c.id != sa.bindparam("exclude")))
-        written = sa.select(*who, paths.c.location, paths.c.property, flag)
-        written = written.select_from(paths.join(table, table.c.id == paths.c.entry_id))
-        parts.append(written.where(near(paths.c.location), table.c.id != sa.bindparam("exclude")))
-    return sa.union_all(*parts)
-
-
-_OVERLAPPING = {True: _overlapping_statement(True), False: _overlapping_statement(False)}
-
-
-def _supersede(conn: Connection, ids: Collection[int]) -> None:
-    """Forget the dropped entries a register of the same table supersedes (``Catalog.register``):
-    only while they are dropped without purge and no purge began, else 409."""
-    for dropped_id in ids:
-        gone = conn.execute(
-            dropped.delete().where(
-                dropped.c.id == dropped_id, dropped.c.purge.is_(False), dropped.c.purging_ms.is_(None)
-            )
-        ).rowcount
-        if gone != 1:
-            raise errors.AlreadyExists("A dropped entry holding the location changed meanwhile: try again")
-        forget_records(conn, [dropped_id])
-
-
-def _record_paths(conn: Connection, entry_id: int, write_paths: Mapping[str, str]) -> None:
-    """The entry's write paths are ``write_paths`` from now on."""
-    conn.execute(paths.delete().where(paths.c.entry_id == entry_id))
-    if write_paths:
-        conn.execute(
-            paths.insert(), [{"entry_id": entry_id, "property": k, "location": v} for k, v in write_paths.items()]
-        )
-
-
-def _paths_of(conn: Connection, entry_id: int) -> dict[str, str]:
-    rows = conn.execute(sa.select(paths.c.property, paths.c.location).where(paths.c.entry_id == entry_id))
-    return {r.property: r.location for r in rows}
-
-
-# The advisory lock key that serialises location claims on PostgreSQL (any constant the catalog owns).
-_LOCATIONS_LOCK = 0x1CEB_E4C0
-
-
 def _holder_of(conn: Connection, ns: tuple[str, ...], name: str) -> str | None:
     """The kind ('table' | 'view') holding ``ns.name``, or None; 404 if the namespace is missing."""
     if not exists(conn, namespaces, namespaces.c.name == join_namespace(ns)):
@@ -584,35 +464,3 @@ def name_taken(creating: str, existing: str, ident: str) -> errors.AlreadyExists
     if existing == "view":
         return errors.AlreadyExists(f"View with same name already exists: {ident}")
     return errors.AlreadyExists(f"Table with same name already exists: {ident}")
-
-
-class Store:
-    """The catalog's database as its parts, each built once on one ``Database`` (one engine, one
-    SQLite writer lock): ``pointers``, ``entries``, ``grants``, ``tasks``, ``leases``, ``dropped`` and
-    the ``outbox`` the changing ones write their events through. ``build_catalog`` hands each consumer
-    only the parts it uses; nothing else in ``catalog/`` may hold this whole (``tests/test_layout.py``).
-
-    For tests and one-off scripts, ``store.name`` is the one part's method of that name."""
-
-    def __init__(self, engine: Engine, events: bool = True) -> None:
-        self.db = Database(engine)
-        self.outbox = EventRows(self.db, events)
-        self.pointers = Pointers(self.db, self.outbox)
-        self.entries = Entries(self.db, self.outbox)
-        self.grants = GrantRows(self.db)
-        self.tasks = TaskRows(self.db, self.outbox)
-        self.leases = Leases(self.db)
-        self.dropped = DroppedRows(self.db, self.outbox)
-
-    @property
-    def engine(self) -> Engine:
-        return self.db.engine
-
-    def __getattr__(self, name: str) -> object:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        parts = (self.db, self.outbox, self.pointers, self.entries, self.grants, self.tasks, self.leases, self.dropped)
-        for part in parts:
-            if hasattr(type(part), name) or name in vars(part):
-                return getattr(part, name)
-        raise AttributeError(f"no part of the store has {name!r}")

@@ -38,7 +38,7 @@ from catalog.database.db import event_sinks, events, join_namespace, split_names
 from catalog.database.sql import Compiled, Database
 from catalog.events.records import Event, StoredEvent
 
-_SEQUENCER_LOCK = 0x1CEB_E4C1  # any constant the catalog owns (see entries._LOCATIONS_LOCK)
+_SEQUENCER_LOCK = 0x1CEB_E4C1  # any constant the catalog owns (see location_rows.LOCATIONS_LOCK)
 SEQUENCE_BATCH = 10_000
 PRUNE_BATCH = 5_000
 _COLUMNS = ("event_id", "created_ms", "type", "object_kind", "namespace", "name", "entry_id", "payload")

@@ -25,7 +25,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from catalog import errors
-from catalog.database.entries import Entries, LocationTaken
+from catalog.database.entries import Entries
+from catalog.database.location_rows import LocationTaken
 from catalog.locations import Locations, is_within, normalise
 
 # Properties that put a table's files somewhere other than under its location.

@@ -34,7 +34,7 @@ class Database:
     """The engine and the two kinds of transaction the store runs on it. ONE per database: each part
     of the store (``Pointers``, ``Entries``, ``GrantRows``, ``TaskRows``, ``Leases``, ``DroppedRows``,
     the outbox ``EventRows``) holds it as ``db``, so one engine and one SQLite writer lock serve them
-    all (``entries.Store`` builds them)."""
+    all (``store.Store`` builds them)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -50,7 +50,7 @@ from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntry, 
 from catalog import errors, metrics
 from catalog.commit.changes import MAINTENANCE_JOB
 from catalog.commit.engine import CommitEngine
-from catalog.commit.rebase import with_totals
+from catalog.commit.rebuilt import with_totals
 from catalog.database.pointers import Entry
 from catalog.maintenance.compaction_plan import (
     MIN_INPUT_FILES,

@@ -48,7 +48,7 @@ from catalog.auth.lockout import FailureLimiter, parse_trusted_proxies
 from catalog.console import routes as console
 from catalog.database import migrate
 from catalog.database.db import create_engine
-from catalog.database.entries import Store
+from catalog.database.store import Store
 from catalog.planning.task_tokens import PlanTokens
 from catalog.server import startup
 from catalog.server.background import start_parts
