@@ -181,7 +181,7 @@ def _commits(kind: str, n: int) -> list[float]:
     from catalog.usecases import TABLE, Change
 
     settings = Settings()
-    logs.configure(settings.log_level, "json")
+    logs.configure(settings.server.log_level, "json")
     catalog = build_catalog(settings, migrated=True)
     catalog.create_namespace((wire.NS,), {})
     tables = []

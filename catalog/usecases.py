@@ -36,7 +36,6 @@ from catalog.maintenance.jobs import WRITER_GRACE, Jobs
 from catalog.metadata import tables, views
 from catalog.names import check_name, check_namespace, dotted
 from catalog.placement import Placement
-from catalog.planning.cache import ManifestCache
 from catalog.planning.planner import Answer, Planner, Prepared
 from catalog.planning.request import ScanRequest
 from catalog.registration import Registration
@@ -66,7 +65,7 @@ class Catalog:
         grants: GrantRows,
     ) -> None:
         """The store's parts (``build_catalog`` builds them once on one database); each part below is
-        handed on to the consumers that use it, and only to them."""
+        handed on to the consumers that use it, and only to them; so is each group of ``settings``."""
         self.settings = settings
         self.storage = storage
         self.files = files
@@ -82,16 +81,15 @@ class Catalog:
         self.placement = Placement(storage, files, pointers, entries, dropped, self.ownership)
         self.registration = Registration(files, entries, self.ownership, self.placement)
         self.drops = Drops(entries, dropped, tasks)
-        self.engine = CommitEngine(settings, pointers, entries, files, self.ownership, grouping=GroupCommitter)
+        self.engine = CommitEngine(settings.commits, pointers, entries, files, self.ownership, grouping=GroupCommitter)
         # Commits on the event loop: only with the setting on, and the database (SQLite) and the
         # storage on local disk (``commit_inline``).
         self.inline: InlineCommitter | None = None
-        if settings.inline_commits and db.local and isinstance(storage, LocalStorage):
+        if settings.commits.inline_commits and db.local and isinstance(storage, LocalStorage):
             self.inline = InlineCommitter(self.engine, storage)
-        self.jobs = Jobs(settings, tasks, entries, dropped, storage, files, self.ownership, self.engine)
-        self.planner = Planner(
-            storage, ManifestCache(settings.planning_cache_manifests), settings.planning_manifests_per_task
-        )
+        care = (settings.maintenance, settings.storage, settings.server.port)  # Spark reaches the catalog at the port
+        self.jobs = Jobs(*care, tasks, entries, dropped, storage, files, self.ownership, self.engine)
+        self.planner = Planner(storage, settings.planning)
         # Readiness checks run on their own threads, one at a time per check, so that a stalled
         # dependency neither takes request threads nor piles up checks.
         self._probe_threads = ThreadPoolExecutor(max_workers=3, thread_name_prefix="readiness")
@@ -314,7 +312,7 @@ class Catalog:
         now is queued (``maintenance/jobs.py``), durable, and retried until the files are gone."""
         entry = self.entry(kind, ns, name)
         purge = purge_requested and kind is TABLE
-        return self.drops.drop(entry, purge, int(self.settings.drop_retention * 1000), by)
+        return self.drops.drop(entry, purge, int(self.settings.maintenance.drop_retention * 1000), by)
 
     def dropped(self, ns: Namespace | None, name: str | None, limit: int) -> list[Dropped]:
         return self.dropped_rows.list_dropped(ns, name, limit)
@@ -341,7 +339,7 @@ class Catalog:
         (its locations stay held, as a released drop's: a register of the same table takes them).
         Answers the metadata file the pointer was at when the entry went: the delete is conditional on
         that pointer, so a commit landing meanwhile is in the answer (or, once removed, fails)."""
-        for _ in range(self.settings.commit_max_attempts):
+        for _ in range(self.settings.commits.commit_max_attempts):
             entry = self.entry(TABLE, ns, name)
             file = self.files.read(entry.metadata_location)  # first: storage away means nothing removed
             if self.entries.release_entry(entry, entry.metadata_location):

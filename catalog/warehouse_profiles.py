@@ -84,7 +84,7 @@ class Warehouse:
 
 
 def default_name(settings: Settings) -> str:
-    return settings.prefix or DEFAULT_NAME
+    return settings.warehouses.prefix or DEFAULT_NAME
 
 
 def _setting_keys(section: str) -> dict[str, str]:
@@ -137,7 +137,7 @@ def check_name(name: Any, settings: Settings) -> str:
             "A warehouse's name is 1 to 63 characters: lower-case letters, digits, '-' and '_', "
             "starting with a letter or digit"
         )
-    if name in RESERVED or name in settings.default_warehouse_names:
+    if name in RESERVED or name in settings.warehouses.default_warehouse_names:
         raise errors.BadRequest(f"The warehouse name {name!r} is reserved")
     return name
 
@@ -155,7 +155,9 @@ def settings_for(base: Settings, warehouse: Warehouse, warehouse_id: int) -> Set
     for section, keys in warehouse.profile.items():
         allowed = _setting_keys(section)
         for key, value in keys.items():
-            values[allowed[key]] = plain(value, base.secrets_key, warehouse.name) if is_secret(key) else value
+            values[allowed[key]] = (
+                plain(value, base.warehouses.secrets_key, warehouse.name) if is_secret(key) else value
+            )
     values.update(
         warehouse=warehouse.location,
         prefix=warehouse.name,
@@ -174,8 +176,8 @@ def settings_for(base: Settings, warehouse: Warehouse, warehouse_id: int) -> Set
 
 def database_for(base: Settings, warehouse_id: int) -> dict[str, Any]:
     """Where a warehouse's objects live: a SQLite file next to the server's, or a PostgreSQL schema."""
-    if base.is_sqlite:
-        path = base.database_url.split(":///", 1)[1] if ":///" in base.database_url else ""
+    if base.database.is_sqlite:
+        path = base.database.database_url.split(":///", 1)[1] if ":///" in base.database.database_url else ""
         if not path or path == ":memory:":
             raise errors.BadRequest("Warehouses need a database file (not an in-memory SQLite database)")
         p = Path(path)
@@ -233,16 +235,21 @@ def _protected(settings: Settings) -> list[tuple[str, str, str]]:
         real = os.path.realpath(path)
         out.append((real, "directory" if real in shared else "tree", what))
 
-    if settings.is_sqlite and ":///" in settings.database_url:
-        database = settings.database_url.split(":///", 1)[1]
+    if settings.database.is_sqlite and ":///" in settings.database.database_url:
+        database = settings.database.database_url.split(":///", 1)[1]
         if database and database != ":memory:":
             where = os.path.dirname(os.path.abspath(database))
             own(where, "the directory of the server's databases (CATALOG_DATABASE_URL)")
     own(os.getcwd(), "the server's working directory")
     for installed in {sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parent)}:
         own(installed, "the server's installation")
-    for name in ("warehouses_file", "authz_bootstrap", "gcs_credentials_file"):
-        if value := getattr(settings, name, None):
+    files = {
+        "warehouses_file": settings.warehouses.warehouses_file,
+        "authz_bootstrap": settings.auth.authz_bootstrap,
+        "gcs_credentials_file": settings.storage.gcs_credentials_file,
+    }
+    for name, value in files.items():
+        if value:
             out.append((os.path.realpath(value), "file", f"a file the server reads (CATALOG_{name.upper()})"))
     return out
 
@@ -254,7 +261,7 @@ def confined(location: str, settings: Settings) -> None:
     where symbolic links really lead. Checked before anything is written there."""
     normal = normalise(location, "warehouse location")
     scheme = normal.partition("://")[0]
-    roots = [normalise(r, f"{_ROOTS_HINT} entry") for r in settings.warehouse_root_list]
+    roots = [normalise(r, f"{_ROOTS_HINT} entry") for r in settings.warehouses.warehouse_root_list]
     if scheme in OBJECT_STORES:
         stores = [r for r in roots if not r.startswith("file://")]
         if stores and not any(is_within(normal, r) for r in stores):

@@ -774,7 +774,7 @@ def check_migrations_round_trip(url: str) -> None:
     from catalog.database.db import create_engine, metadata
     from catalog.settings import Settings
 
-    engine = create_engine(Settings(database_url=url))
+    engine = create_engine(Settings(database_url=url).database)
     try:
         migrate.upgrade(engine)
         assert migrate.is_at_head(engine)

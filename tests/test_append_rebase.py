@@ -658,7 +658,7 @@ def test_the_table_property_overrides_the_default(local):
     commit(local, "off", *client_append(base, 2, 1))
     with pytest.raises(errors.RequirementFailed):
         commit(local, "off", *client_append(base, 3, 1))
-    local.settings.append_rebase = False
+    local.settings.commits.append_rebase = False
     base = commit(
         local, "on", *client_append(new_table(local, "on", **{"catalog.append-rebase.enabled": "true"}), 1, 1)
     )

@@ -427,7 +427,7 @@ def test_gate_covers_management_routes_and_sets_the_principal():
     from catalog.auth.principals import ANONYMOUS, UNAUTHENTICATED
 
     settings = Settings(auth_required=True, oauth_clients="a:b", token_secret=SECRET)
-    authenticator = Authenticator.from_settings(settings)
+    authenticator = Authenticator.from_settings(settings.auth)
     token = authenticator.builtin.issue("a")["access_token"]
 
     def call(path: str, required: bool = True, bearer: str | None = None) -> tuple[int, object]:

@@ -223,14 +223,14 @@ def test_clients_are_told_the_endpoint_never_a_credential() -> None:
         warehouse=f"{AZ}/wh", azure_account_key=KEY, azure_blob_endpoint="http://in:1/acct",
         azure_client_blob_endpoint="http://out:1/acct",
     )  # fmt: skip
-    assert vending.client_io_properties(azure) == {
+    assert vending.client_io_properties(azure.storage) == {
         "adls.connection-string.acct.dfs.core.windows.net": "http://out:1/acct",
         "adls.connection-string.acct.blob.core.windows.net": "http://out:1/acct",
     }
     gcs = Settings(warehouse="gs://lake/wh", gcs_endpoint="http://in:2")
-    assert vending.client_io_properties(gcs) == {"gcs.service.host": "http://in:2"}
-    assert azure.storage_kind == "azure" and gcs.storage_kind == "gcs"
-    assert Settings(warehouse="wasbs://lake@acct.blob.core.windows.net/w").storage_kind == "azure"
+    assert vending.client_io_properties(gcs.storage) == {"gcs.service.host": "http://in:2"}
+    assert azure.storage.storage_kind == "azure" and gcs.storage.storage_kind == "gcs"
+    assert Settings(warehouse="wasbs://lake@acct.blob.core.windows.net/w").storage.storage_kind == "azure"
 
 
 def test_the_container_scope_is_warned_about() -> None:

@@ -111,7 +111,7 @@ def test_a_read_only_sas_reads_the_table_and_cannot_write(azure_server: Server, 
         warehouse=azurite.location("wh"), azure_account_key=azurite.key, azure_blob_endpoint=azurite.endpoint,
         azure_sas_scope="container",
     )  # fmt: skip
-    vendor = AzureVendor(settings)
+    vendor = AzureVendor(settings.storage)
     read = vendor.credentials(table.location(), READ)[f"adls.sas-token.{azurite.host}"]
     assert "sp=rl&" in read and "sr=c" in read
     metadata_name = table.metadata_location.split(azurite.host + "/", 1)[1]
@@ -209,7 +209,7 @@ def test_the_storage_backend_against_azurite(azurite, tmp_path: Path) -> None:
     from catalog.storage.azure import AzureStorage
 
     base = dict(warehouse=azurite.location("wh"), azure_account_key=azurite.key, max_metadata_file_bytes=1024)
-    storage = AzureStorage(Settings(**base, azure_blob_endpoint=azurite.endpoint))
+    storage = AzureStorage(Settings(**base, azure_blob_endpoint=azurite.endpoint).storage)
     storage.ping()
     where = f"{storage.root()}/unit-{uuid.uuid4().hex}"
     storage.write_new(f"{where}/a.json", b"{}")
@@ -227,7 +227,7 @@ def test_the_storage_backend_against_azurite(azurite, tmp_path: Path) -> None:
     with pytest.raises(errors.Forbidden):
         storage.write_new(azurite.location("x", container="other"), b"{}")
     assert azurite.names("other") == []
-    down = AzureStorage(Settings(**base, azure_blob_endpoint="http://127.0.0.1:9/devstoreaccount1"))
+    down = AzureStorage(Settings(**base, azure_blob_endpoint="http://127.0.0.1:9/devstoreaccount1").storage)
     with pytest.raises(errors.ServiceUnavailable) as unreachable:
         down.read(f"{where}/big.json")
     assert "CATALOG_AZURE_BLOB_ENDPOINT" in unreachable.value.message and azurite.key not in str(unreachable.value)
@@ -394,7 +394,7 @@ def test_the_storage_backend_against_the_gcs_emulator(gcs_emulator) -> None:
     from catalog.storage.gcs import GcsStorage
 
     base = dict(warehouse="gs://lake/wh", gcs_no_auth=True, max_metadata_file_bytes=1024)
-    storage = GcsStorage(Settings(**base, gcs_endpoint=gcs_emulator.endpoint))
+    storage = GcsStorage(Settings(**base, gcs_endpoint=gcs_emulator.endpoint).storage)
     storage.ping()
     where = f"gs://lake/wh/unit-{uuid.uuid4().hex}"
     storage.write_new(f"{where}/a.json", b"{}")
@@ -409,7 +409,7 @@ def test_the_storage_backend_against_the_gcs_emulator(gcs_emulator) -> None:
         storage.read(f"{where}/a.json")
     with pytest.raises(errors.Forbidden):
         storage.write_new("gs://other/wh/x", b"{}")
-    down = GcsStorage(Settings(**base, gcs_endpoint="http://127.0.0.1:9", storage_timeout_seconds=1))
+    down = GcsStorage(Settings(**base, gcs_endpoint="http://127.0.0.1:9", storage_timeout_seconds=1).storage)
     with pytest.raises(errors.ServiceUnavailable, match="CATALOG_GCS_ENDPOINT"):
         down.read(f"{where}/big.json")
 

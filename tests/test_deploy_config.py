@@ -1543,14 +1543,14 @@ def test_compose_serves_two_teams_warehouses(
     settings, warehouses, raw = _compose_warehouses(compose_raw, compose_model, tmp_path)
     assert set(warehouses) == {"team-a", "team-b"}
     # What the server checks before it opens a warehouse (it would refuse to start otherwise).
-    a = checked_settings(settings, warehouses["team-a"], 1)
-    b = checked_settings(settings, warehouses["team-b"], 2)
+    a = checked_settings(settings, warehouses["team-a"], 1).storage
+    b = checked_settings(settings, warehouses["team-b"], 2).storage
     for secret in ("MINIO_TEAM_A_PASSWORD", "AZURITE_ACCOUNT_KEY"):
         assert "${" + secret + ":-" in raw, f"{secret} must be overridable"
 
     # team-a: a MinIO bucket of its own, reached with a MinIO user of its own allowed that bucket only.
     assert a.storage_kind == "s3" and a.warehouse.startswith("s3://team-a/")
-    assert a.s3_endpoint == settings.s3_endpoint == "http://minio:9000"
+    assert a.s3_endpoint == settings.storage.s3_endpoint == "http://minio:9000"
     assert a.s3_client_endpoint == "http://localhost:9000" and a.s3_path_style_access
     assert a.s3_vend_credentials and a.s3_sts_role_arn
     init = services["minio-init"]
@@ -1560,7 +1560,10 @@ def test_compose_serves_two_teams_warehouses(
         init_env["MINIO_TEAM_A_USER"],
         init_env["MINIO_TEAM_A_PASSWORD"],
     )
-    assert a.s3_access_key_id not in (settings.s3_access_key_id, _environment(services["minio"])["MINIO_ROOT_USER"])
+    assert a.s3_access_key_id not in (
+        settings.storage.s3_access_key_id,
+        _environment(services["minio"])["MINIO_ROOT_USER"],
+    )
     policy = json.loads(re.search(r"printf '%s' '(\{[^']*team-a[^']*\})' > /tmp/team-a.json", script).group(1))
     assert policy["Statement"][0]["Resource"] == ["arn:aws:s3:::team-a", "arn:aws:s3:::team-a/*"]
     raw_script = " ".join(_command(compose_raw["services"]["minio-init"]))  # $$: the shell's variables

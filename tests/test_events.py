@@ -324,7 +324,7 @@ def test_retention_prunes_by_age_and_count_and_a_token_past_the_pruned_events_is
             catalog.create_namespace(f"p{i}")
         first = feed(srv.url, **{"page-size": 1}).json()
         assert ops(first["events"]) == ["create-namespace"]
-        store = Store(create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'catalog.db'}")))
+        store = Store(create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'catalog.db'}").database))
         try:
             assert store.prune_events(0, keep=3) == 2  # by count: the newest 3 stay
             assert [e.namespace for e in store.read_events(0, 100)] == [("p2",), ("p3",), ("p4",)]
@@ -407,7 +407,7 @@ def test_an_event_whose_transaction_commits_late_is_not_skipped_on_postgresql(se
     from catalog.settings import Settings
 
     url = new_pg_database(services["pg"], f"late_{uuid.uuid4().hex[:8]}")
-    store = Store(create_engine(Settings(database_url=url)))
+    store = Store(create_engine(Settings(database_url=url).database))
     try:
         migrate.upgrade(store.engine)
         late = store.engine.connect()

@@ -47,7 +47,7 @@ def _database_before_principal_kinds(url: str) -> None:
     from catalog.database.db import create_engine
     from catalog.settings import Settings
 
-    engine = create_engine(Settings(database_url=url))
+    engine = create_engine(Settings(database_url=url).database)
     migrate.upgrade(engine, "0004")
     rows = [
         _grant_row("user:admin", "admin", "catalog", ""),  # meant for the built-in client admin
@@ -156,7 +156,7 @@ def test_the_migration_marks_old_user_grants_and_start_up_settles_them_and_it_go
 
     url = fresh_database
     _database_before_principal_kinds(url)
-    engine = create_engine(Settings(database_url=url))
+    engine = create_engine(Settings(database_url=url).database)
     with engine.begin() as conn:
         conn.execute(
             sa.table("grants", *(sa.column(c) for c in _grant_row("x", "x", "x", ""))).insert(),

@@ -127,7 +127,7 @@ def test_commit_and_its_key_land_in_one_transaction(tmp_path):
     from catalog.database.store import Store
     from catalog.settings import Settings
 
-    engine = create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}"))
+    engine = create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}").database)
     migrate.upgrade(engine)
     store = Store(engine)
     store.create_namespace(("n",), {})

@@ -140,7 +140,7 @@ def test_risky_settings_warn_and_passwords_are_masked():
     named = [w.split(" ", 1)[0] for w in warnings]
     assert named == ["CATALOG_DATABASE_URL", "CATALOG_WAREHOUSE", "CATALOG_AUTH_REQUIRED"]
     s3 = Settings(database_url="postgres://u:hunter2@db:5433/c", warehouse="s3://b/p", s3_endpoint="http://minio:9000")
-    assert s3.database_url == "postgresql+psycopg://u:hunter2@db:5433/c"
+    assert s3.database.database_url == "postgresql+psycopg://u:hunter2@db:5433/c"
     assert [w.split(" ", 1)[0] for w in startup.risky(s3)] == ["CATALOG_S3_ENDPOINT"]
     lines, fields = startup.summary(s3)
     assert "hunter2" not in "\n".join(lines) and fields["database"] == "postgresql+psycopg://u:***@db:5433/c"

@@ -143,13 +143,13 @@ def metric(server: Server, outcome: str) -> float:
 def test_the_advertised_endpoint_is_the_route_with_the_prefix_and_the_namespace_separator():
     assert signing.endpoint_path("", ("a", "b c"), "t/1") == "v1/namespaces/a%1Fb%20c/tables/t%2F1/sign"
     assert signing.endpoint_path("wh", ("a",), "t") == "v1/wh/namespaces/a/tables/t/sign"
-    on = Settings(warehouse="s3://b/w", s3_remote_signing=True)
+    on = Settings(warehouse="s3://b/w", s3_remote_signing=True).storage
     assert signing.offered(on, "remote-signing")
     assert signing.offered(on, "vended-credentials")  # nothing vended: signing instead of the server's keys
     assert not signing.offered(on.model_copy(update={"s3_vend_credentials": True}), "vended-credentials")
     assert not signing.offered(on, None)
-    assert not signing.offered(Settings(warehouse="/tmp/w", s3_remote_signing=True), "remote-signing")
-    assert not signing.offered(Settings(warehouse="s3://b/w"), "remote-signing")
+    assert not signing.offered(Settings(warehouse="/tmp/w", s3_remote_signing=True).storage, "remote-signing")
+    assert not signing.offered(Settings(warehouse="s3://b/w").storage, "remote-signing")
 
 
 HOSTS = [("s3.test", 9000)]
@@ -188,7 +188,7 @@ def test_path_style_and_virtual_hosted_requests_name_the_same_bucket_and_key():
         planned = signing.plan(signing.SignRequest("GET", uri, {}), HOSTS)
         assert (planned.bucket, planned.keys, planned.access) == ("b", ["w/t/a b"], signing.READ)
         signing.confine(planned, "s3a://b/w/t/")
-    aws = signing.endpoint_hosts(Settings(warehouse="s3://b/w", s3_region="eu-west-1"))
+    aws = signing.endpoint_hosts(Settings(warehouse="s3://b/w", s3_region="eu-west-1").storage)
     planned = signing.plan(signing.SignRequest("PUT", "https://b.s3.eu-west-1.amazonaws.com/w/t/x", {}), aws)
     assert (planned.bucket, planned.access, planned.payload) == ("b", signing.WRITE, signing.UNSIGNED_PAYLOAD)
     for uri in ("http://s3.test:9001/b/w/t/x", "http://evil.test:9000/b/w/t/x", "http://b.evil.test:9000/w/t/x"):

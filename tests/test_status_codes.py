@@ -347,7 +347,7 @@ def test_an_unexpected_error_is_a_fixed_message_with_the_request_id():
 
 
 def _store(url: str) -> Store:
-    return Store(create_engine(Settings(database_url=url)))
+    return Store(create_engine(Settings(database_url=url).database))
 
 
 def test_sqlite_translator_sends_an_unmigrated_database_to_migrate(tmp_path):

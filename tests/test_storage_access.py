@@ -348,7 +348,7 @@ def test_credential_cache_is_bounded_and_renews_at_half_life(monkeypatch: pytest
     clock = [1_000_000.0]
     monkeypatch.setattr(vending.time, "time", lambda: clock[0])
     monkeypatch.setattr(vending, "MAX_CACHED", 3)
-    vendor = vending.Vendor(Settings(s3_endpoint="http://127.0.0.1:1", s3_sts_role_arn="arn:aws:iam::1:role/r"))
+    vendor = vending.Vendor(Settings(s3_endpoint="http://127.0.0.1:1", s3_sts_role_arn="arn:aws:iam::1:role/r").storage)
     vendor.sts = FakeSTS()
     first = vendor.credentials("s3://b/ns/t", "read")
     assert vendor.credentials("s3://b/ns/t", "read") is first and len(calls) == 1

@@ -108,7 +108,7 @@ def _local(path, **env):
     from catalog.settings import Settings
     from catalog.storage.backends import LocalStorage
 
-    return LocalStorage(Settings(warehouse=str(path), **env))
+    return LocalStorage(Settings(warehouse=str(path), **env).storage)
 
 
 def test_local_write_refuses_overwrites_and_a_file_in_the_way_is_400(tmp_path):
@@ -205,7 +205,7 @@ def test_preparing_an_s3_table_location_writes_nothing_but_is_still_confined():
     from catalog.settings import Settings
     from catalog.storage.backends import S3Storage
 
-    storage = S3Storage(Settings(warehouse="s3://bucket/wh", s3_endpoint="http://127.0.0.1:9"))
+    storage = S3Storage(Settings(warehouse="s3://bucket/wh", s3_endpoint="http://127.0.0.1:9").storage)
     storage.prepare_table_location("s3://bucket/wh/ns/t")  # no request: the endpoint is not even there
     with pytest.raises(errors.Forbidden):
         storage.prepare_table_location("s3://other/t")

@@ -352,21 +352,23 @@ def test_a_created_warehouses_settings_do_not_use_the_process_credentials(tmp_pa
     from catalog.storage import gcs, purge, vending
 
     base = Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}", warehouse="s3://bucket/default")
-    assert base.s3_use_ambient_credentials and base.gcs_use_ambient_credentials  # the default keeps today's
+    assert (
+        base.storage.s3_use_ambient_credentials and base.storage.gcs_use_ambient_credentials
+    )  # the default keeps today's
     s3 = settings_for(base, Warehouse("w", "s3://bucket/w", {"s3": {"endpoint": "http://x:1"}}), 1)
-    assert not s3.s3_use_ambient_credentials
+    assert not s3.storage.s3_use_ambient_credentials
     with pytest.raises(ConfigurationError, match="use-ambient-credentials"):
-        vending.check_settings(s3)
+        vending.check_settings(s3.storage)
     with pytest.raises(errors.ServiceUnavailable):  # purge and care read through this FileIO
-        purge.server_io_properties(s3)
+        purge.server_io_properties(s3.storage)
     gs = settings_for(base, Warehouse("g", "gs://bucket/g", {}), 2)
-    assert not gs.gcs_use_ambient_credentials
+    assert not gs.storage.gcs_use_ambient_credentials
     with pytest.raises(ConfigurationError, match="use-ambient-credentials"):
-        gcs.check_settings(gs)
+        gcs.check_settings(gs.storage)
     with pytest.raises(ConfigurationError):
-        gcs.shared_token(gs)  # never the token source made for the default's credentials
+        gcs.shared_token(gs.storage)  # never the token source made for the default's credentials
     local = settings_for(base, Warehouse("l", str(tmp_path / "l"), {}), 4)
-    assert "s3.access-key-id" not in purge.server_io_properties(local)  # on local disk: no keys, care runs
+    assert "s3.access-key-id" not in purge.server_io_properties(local.storage)  # on local disk: no keys, care runs
     opted = settings_for(base, Warehouse("o", "s3://bucket/o", {"s3": {"use-ambient-credentials": True}}), 3)
-    vending.check_settings(opted)
-    assert "s3.access-key-id" not in purge.server_io_properties(opted)
+    vending.check_settings(opted.storage)
+    assert "s3.access-key-id" not in purge.server_io_properties(opted.storage)

@@ -565,7 +565,7 @@ def test_migration_0010_keeps_the_grants_and_goes_back_without_the_warehouse_one
         url = new_pg_database(request.getfixturevalue("services")["pg"], f"g_{uuid.uuid4().hex[:8]}")
     else:
         url = f"sqlite:///{tmp_path / 'g.db'}"
-    engine = create_engine(Settings(database_url=url))
+    engine = create_engine(Settings(database_url=url).database)
     try:
         migrate.upgrade(engine, "0009")
         with engine.begin() as conn:
@@ -645,7 +645,7 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(
     finally:
         server.stop()
     settings = Settings(database_url=server.env["CATALOG_DATABASE_URL"], warehouse=server.env["CATALOG_WAREHOUSE"])
-    engine = create_engine(settings)
+    engine = create_engine(settings.database)
     assert migrate.current(engine) == frozenset({"0008"})
     engine.dispose()
 
@@ -689,7 +689,7 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(
         server.stop()
 
     # and back: the warehouse table and its grants go, the tables stay, the old server serves them
-    engine = create_engine(settings)
+    engine = create_engine(settings.database)
     migrate.downgrade(engine, "0008")
     with engine.connect() as conn:
         assert not sa.inspect(conn).has_table("warehouses")

@@ -16,7 +16,7 @@ from litestar.params import FromQuery
 from catalog import errors
 from catalog.api import guard, wire
 from catalog.api.context import Ctx
-from catalog.settings import Settings
+from catalog.settings import PlanningSettings
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 _NOT_ADVERTISED = ("/v1/config", "/v1/oauth/tokens")
@@ -38,18 +38,25 @@ async def get_config(request: Request, ctx: Ctx, warehouse: FromQuery[str | None
     return wire.raw_json_response(chosen.config_body)
 
 
-def body(settings: Settings, client_io: dict[str, str], served: list[HTTPRouteHandler]) -> dict[str, Any]:
+def body(
+    prefix: str,
+    planning: PlanningSettings,
+    idempotency_lifetime: int,
+    client_io: dict[str, str],
+    served: list[HTTPRouteHandler],
+) -> dict[str, Any]:
     """The config answer: the storage properties every client is told, the overrides (the
-    namespace separator, the prefix), the idempotency-key lifetime and the served endpoints."""
+    namespace separator, the warehouse's ``prefix``), the scan planning mode, the idempotency-key
+    lifetime (seconds, 0: keys off) and the served endpoints."""
     overrides: dict[str, str] = {"namespace-separator": "%1F"}
-    if settings.prefix:
-        overrides["prefix"] = settings.prefix
+    if prefix:
+        overrides["prefix"] = prefix
     defaults = dict(client_io)
-    if settings.scan_planning_mode == "server":  # pyiceberg reads the mode here only
-        (overrides if settings.scan_planning_config == "overrides" else defaults)["scan-planning-mode"] = "server"
+    if planning.scan_planning_mode == "server":  # pyiceberg reads the mode here only
+        (overrides if planning.scan_planning_config == "overrides" else defaults)["scan-planning-mode"] = "server"
     config: dict[str, Any] = {"defaults": defaults, "overrides": overrides}
-    if settings.idempotency_key_lifetime_seconds:
-        config["idempotency-key-lifetime"] = f"PT{settings.idempotency_key_lifetime_seconds}S"
+    if idempotency_lifetime:
+        config["idempotency-key-lifetime"] = f"PT{idempotency_lifetime}S"
     return {**config, "endpoints": advertised(served)}
 
 

@@ -84,7 +84,7 @@ async def load_table(namespace: FromPath[str], table: FromPath[str], request: Re
         or await ctx.catalog.load_awaited(TABLE, ns, name)
         or await wire.blocking(ctx.catalog.load, TABLE, ns, name)
     )
-    planning = planning_mode(file, ctx.catalog.settings.scan_planning_mode)
+    planning = planning_mode(file, ctx.catalog.planner.settings.scan_planning_mode)
     tag = etag(file.location, mode if planning is None else f"{mode},scan-planning-mode={planning}")
     if _matches(request.headers.get("if-none-match"), tag):
         return Response(content=None, status_code=304, headers={"ETag": tag})
@@ -423,7 +423,7 @@ async def _delegated(
             return orjson.dumps({**ctx.client_io, **found.config}), found.credentials, None
     signer = ctx.signer
     if signer is not None and signing.offered(signer.settings, header):
-        config = orjson.dumps({**ctx.client_io, **signing.properties_for(signer.settings, *identifier)})
+        config = orjson.dumps({**ctx.client_io, **signing.properties_for(signer.prefix, *identifier)})
         return config, None, signing.REMOTE_SIGNING_CONFIG
     return ctx.table_config, None, None
 

@@ -21,7 +21,7 @@ import yaml
 from catalog import errors
 from catalog.auth.policy import CATALOG, Grant, Policy, as_client, parse_grants, refuse_ambiguous
 from catalog.auth.tokens import parse_clients
-from catalog.settings import Settings
+from catalog.settings import AuthSettings
 
 log = logging.getLogger("catalog.access")
 
@@ -41,14 +41,21 @@ class GrantStore(Protocol):
 
 
 class Access:
-    def __init__(self, settings: Settings, grants: GrantStore, warehouse: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: AuthSettings,
+        grants: GrantStore,
+        default_names: frozenset[str],
+        warehouse: str | None = None,
+    ) -> None:
         """``warehouse``: the name of a warehouse besides the default one, whose decisions these are
-        (the grants are all in the server's database, ``grants``; see ``in_warehouse``)."""
+        (the grants are all in the server's database, ``grants``; see ``in_warehouse``);
+        ``default_names``: the default warehouse's names (``WarehouseSettings.default_warehouse_names``)."""
         self.grants = grants
         self.warehouse = warehouse
         # the names this warehouse's grants may give it: a created one's own, or the default's (its
         # name and aliases; a created warehouse's settings carry its name as their prefix instead)
-        self.names = frozenset({warehouse}) if warehouse else settings.default_warehouse_names
+        self.names = frozenset({warehouse}) if warehouse else default_names
         # Without authentication every request is anonymous and unrestricted; with it, grants decide
         # unless the operator chose authorization "none" (any valid token may do anything).
         self.enforced = settings.auth_required and settings.authorization == "grants"

@@ -12,14 +12,15 @@ from catalog.auth.lockout import parse_trusted_proxies
 from catalog.auth.oidc import OidcVerifier
 from catalog.auth.principals import IdentityProviderUnavailable, InvalidToken, Principal
 from catalog.auth.tokens import BUILTIN_ISSUER, BuiltinTokens, parse_clients
-from catalog.settings import ConfigurationError, Settings
+from catalog.settings import AuthSettings, ConfigurationError
 
 MAX_TOKEN_BYTES = 16 * 1024
 
 
-def check_settings(settings: Settings) -> list[str]:
+def check_settings(settings: AuthSettings, workers: int, sqlite: bool) -> list[str]:
     """Raise ``ConfigurationError`` for authentication settings the server must not run with;
-    return warnings."""
+    return warnings. ``workers``: the server's processes; ``sqlite``: whether its database is SQLite
+    (one host: without both, tokens signed by one process must verify in another)."""
     clients = parse_clients(settings.oauth_clients)
     oidc = bool(settings.oidc_issuer or settings.oidc_jwks_url)
     if settings.auth_required and not clients and not oidc:
@@ -38,7 +39,7 @@ def check_settings(settings: Settings) -> list[str]:
             "CATALOG_TOKEN_SECRET must be at least 32 bytes (e.g. `openssl rand -base64 32`): it signs the tokens"
         )
     if clients and secret is None:
-        if settings.workers > 1 or not settings.is_sqlite:
+        if workers > 1 or not sqlite:
             raise ConfigurationError(
                 "CATALOG_OAUTH_CLIENTS is set without CATALOG_TOKEN_SECRET: with several workers or replicas "
                 "each process would sign tokens with its own random key and refuse the others'; set "
@@ -46,7 +47,7 @@ def check_settings(settings: Settings) -> list[str]:
             )
         warning = "CATALOG_TOKEN_SECRET is not set: built-in tokens are signed with a random key and do not "
         return [warning + "survive a restart (clients fetch a new one)"]
-    if secret is None and not settings.is_sqlite:
+    if secret is None and not sqlite:
         return [
             "CATALOG_TOKEN_SECRET is not set: each server seals the list routes' page tokens and scan planning's "
             "plan tasks with its own random key, so with several replicas a paged list (pageSize) or a plan task "
@@ -64,7 +65,7 @@ class Authenticator:
         self.oidc = oidc
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Authenticator:
+    def from_settings(cls, settings: AuthSettings) -> Authenticator:
         clients = parse_clients(settings.oauth_clients)
         builtin = BuiltinTokens(clients, settings.token_secret, settings.token_ttl_seconds)
         oidc = None

@@ -107,14 +107,14 @@ def _warehouse_checks(settings: Any, engine: Any) -> Iterator[_Check]:
         with engine.connect() as conn:
             if not sa.inspect(conn).has_table("warehouses"):
                 return
-        rows = WarehouseRows(engine, settings.secrets_key).list()
+        rows = WarehouseRows(engine, settings.warehouses.secrets_key).list()
     except Exception:  # noqa: BLE001 - the database checks above said why
         return
     for w, _ in rows:
         assert w.id is not None
         try:
             own = checked_settings(settings, w, w.id)
-            probe_writable(create_storage(own))
+            probe_writable(create_storage(own.storage))
             yield _Check(f"warehouse {w.name}", True, f"writable: wrote, read and deleted a probe file in {w.location}")
         except errors.IcebergError as e:
             yield _Check(f"warehouse {w.name}", False, f"{w.location}: {e.message}")
@@ -134,10 +134,10 @@ def _database_checks(settings: Any) -> tuple[Any, list[_Check]]:
     from catalog.database.db import create_engine
     from catalog.server import startup
 
-    where = startup.masked(settings.database_url)
+    where = startup.masked(settings.database.database_url)
     try:
-        if settings.is_sqlite:
-            path = _sqlite_path(settings.database_url)
+        if settings.database.is_sqlite:
+            path = _sqlite_path(settings.database.database_url)
             if path and not os.path.isfile(path):
                 # Connecting would create an empty file: say where the catalog was expected instead.
                 return None, [
@@ -148,7 +148,7 @@ def _database_checks(settings: Any) -> tuple[Any, list[_Check]]:
                         "is CATALOG_DATABASE_URL the one the server uses, relative to the same directory?)",
                     )
                 ]
-        engine = create_engine(settings)
+        engine = create_engine(settings.database)
         with engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
     except Exception as e:  # noqa: BLE001 - any driver error is the finding
@@ -178,7 +178,7 @@ def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
     from catalog import errors
     from catalog.storage.backends import create_storage, probe_writable
 
-    kind = settings.storage_kind
+    kind = settings.storage.storage_kind
     s3 = kind == "s3"
     if kind == "local":
         from catalog.server import startup
@@ -194,13 +194,13 @@ def _storage_checks(settings: Any, engine: Any) -> Iterator[_Check]:
             yield from _clock_from_database(settings, engine)
             return
     try:
-        storage: Any = create_storage(settings)
+        storage: Any = create_storage(settings.storage)
     except Exception as e:  # noqa: BLE001
-        yield _Check("warehouse", False, f"cannot open {settings.warehouse}: {first_line(e)}")
+        yield _Check("warehouse", False, f"cannot open {settings.storage.warehouse}: {first_line(e)}")
         return
     date_header = None
     if s3:
-        where = f"bucket {storage.bucket} at {settings.s3_endpoint or 'AWS S3'}"
+        where = f"bucket {storage.bucket} at {settings.storage.s3_endpoint or 'AWS S3'}"
         try:
             response = storage.client.head_bucket(Bucket=storage.bucket)
             date_header = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
@@ -244,7 +244,7 @@ def _clock_check(source: str, their: float | None) -> _Check:
 
 
 def _clock_from_database(settings: Any, engine: Any) -> Iterator[_Check]:
-    if engine is None or settings.is_sqlite:
+    if engine is None or settings.database.is_sqlite:
         yield _Check("clock", None, "skipped: no remote service to compare with (SQLite and a local warehouse)")
         return
     try:

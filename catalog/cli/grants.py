@@ -65,10 +65,10 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
 
     try:
         if args.action == "check-bootstrap":
-            found = read_bootstrap(args.file or settings.authz_bootstrap or "")
+            found = read_bootstrap(args.file or settings.auth.authz_bootstrap or "")
             print(f"{len(found)} grants")
             return 0
-        engine = create_engine(settings)
+        engine = create_engine(settings.database)
         grants = GrantRows(Database(engine))  # the one part of the store this command uses
         if args.action == "list":
             for g in sorted(grants.list_grants(), key=lambda g: g.id or 0):
@@ -79,14 +79,14 @@ def _grants(settings: Settings, args: argparse.Namespace) -> int:
                 raise errors.BadRequest("grants add needs --principal, --privilege and --on")
             target = policy.parse_target(_grant_object(args.on))
             where = target.where()[0]
-            known = where is None or where in settings.default_warehouse_names
+            known = where is None or where in settings.warehouses.default_warehouse_names
             if not known and WarehouseRows(engine).get(where) is None:
                 raise errors.NoSuchWarehouse.named(where)
             wanted = [
                 policy.Grant(policy.parse_principal(args.principal), policy.parse_privilege(p), target)
                 for p in args.privilege
             ]
-            policy.refuse_ambiguous(wanted, parse_clients(settings.oauth_clients))
+            policy.refuse_ambiguous(wanted, parse_clients(settings.auth.oauth_clients))
             for g in grants.add_grants(wanted):
                 print(json.dumps(g.to_json()))
         elif args.action == "remove":

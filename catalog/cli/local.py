@@ -40,7 +40,7 @@ def settings_from(args: argparse.Namespace) -> Settings | int:
         for line in startup.invalid(e):
             print(f"iceberg-catalog: configuration error: {line}", file=sys.stderr)
         return 2
-    logs.configure(settings.log_level, settings.log_format)
+    logs.configure(settings.server.log_level, settings.server.log_format)
     return settings
 
 

@@ -144,10 +144,10 @@ def _worker() -> int:
     from catalog.settings import Settings
 
     settings = Settings()
-    logs.configure(settings.log_level, settings.log_format)
-    threads = max(1, settings.maintenance_workers)
+    logs.configure(settings.server.log_level, settings.server.log_format)
+    threads = max(1, settings.maintenance.maintenance_workers)
     try:
-        catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
+        catalog = build_catalog(settings, migrated=settings.database.is_sqlite or settings.database.auto_migrate)
     except Exception as e:  # noqa: BLE001 - one line, like serve
         print(f"iceberg-catalog maintenance worker: {first_line(e)}", file=sys.stderr)
         return 2

@@ -32,7 +32,7 @@ def _migrate(settings: Settings, revision: str, down: bool, yes: bool = False) -
     from catalog.database import migrate
     from catalog.database.db import create_engine
 
-    engine = create_engine(settings)
+    engine = create_engine(settings.database)
     if down:
         current = ", ".join(sorted(migrate.current(engine))) or "base"
         refused = confirm_downgrade(engine.url.render_as_string(hide_password=True), current, revision, yes)

@@ -33,11 +33,11 @@ def run(args: argparse.Namespace) -> int:
     except ConfigurationError as e:
         print(f"iceberg-catalog: configuration error: {e}", file=sys.stderr)
         return 2
-    if settings.authz_bootstrap:  # refuse a broken policy file before serving, in one line
+    if settings.auth.authz_bootstrap:  # refuse a broken policy file before serving, in one line
         from catalog.auth.grants import read_bootstrap
 
         try:
-            read_bootstrap(settings.authz_bootstrap)
+            read_bootstrap(settings.auth.authz_bootstrap)
         except ValueError as e:
             print(f"iceberg-catalog: {e}", file=sys.stderr)
             return 2
@@ -65,10 +65,10 @@ def _serve(settings: Settings) -> int:
     # One process answers /metrics from its own registry; several get a fresh directory below.
     # (Before anything imports prometheus-client, which reads this variable once.)
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    max_connections = _fit_connections(settings.max_connections)
+    max_connections = _fit_connections(settings.server.max_connections)
     # The protocol reads its limits from the environment in each worker process: pass the lowered cap.
     os.environ["CATALOG_MAX_CONNECTIONS"] = str(max_connections)
-    if settings.token_secret is None:  # one page-token key for all the workers (catalog/api/paging.py)
+    if settings.auth.token_secret is None:  # one page-token key for all the workers (catalog/api/paging.py)
         import secrets
 
         from catalog.api.paging import SHARED_KEY_ENV
@@ -77,22 +77,22 @@ def _serve(settings: Settings) -> int:
     sock = startup.listen(settings)
     startup.prepare_warehouse(settings)
     startup.prepare_database(settings)
-    if settings.warehouses_file:  # checked here, in one line; applied (and probed) by each worker at start
+    if settings.warehouses.warehouses_file:  # checked here, in one line; applied (and probed) by each worker at start
         from catalog.server.warehouses import read_file
 
         try:
-            read_file(settings.warehouses_file, settings)
+            read_file(settings.warehouses.warehouses_file, settings)
         except ValueError as e:
             raise startup.Refused(str(e)) from None
     config = uvicorn.Config(
         "catalog.server.app:app_from_env",
         factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        log_level=settings.log_level,
+        host=settings.server.host,
+        port=settings.server.port,
+        workers=settings.server.workers,
+        log_level=settings.server.log_level,
         # Applied by uvicorn in this process and first thing in every worker process: JSON everywhere.
-        log_config=logs.dict_config(settings.log_level, settings.log_format),
+        log_config=logs.dict_config(settings.server.log_level, settings.server.log_format),
         access_log=False,  # the access lines are catalog.access's (app.RequestObservation)
         # The peer is the client: X-Forwarded-For is read only from CATALOG_TRUSTED_PROXIES (auth/lockout.py),
         # not from any local peer as uvicorn's default would.
@@ -105,10 +105,10 @@ def _serve(settings: Settings) -> int:
         limit_concurrency=max_connections + 1,
         # Longer than clients' pooled-connection idle time: a server closing an idle keep-alive
         # connection just as a client reuses it makes the client see "connection aborted".
-        timeout_keep_alive=settings.idle_timeout_seconds,
+        timeout_keep_alive=settings.server.idle_timeout_seconds,
     )
     startup.announce(settings)
-    if settings.workers == 1:
+    if settings.server.workers == 1:
         server = uvicorn.Server(config)
         server.run(sockets=[sock])
         return 0 if server.started else 1
@@ -118,7 +118,7 @@ def _serve(settings: Settings) -> int:
         shared = tempfile.mkdtemp(prefix="iceberg-catalog-metrics-")
     except OSError as e:
         raise startup.Refused(
-            f"--workers {settings.workers} needs a writable temporary directory for the workers' metrics: {e} "
+            f"--workers {settings.server.workers} needs a writable temporary directory for the workers' metrics: {e} "
             "(set TMPDIR to one)"
         ) from e
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = shared

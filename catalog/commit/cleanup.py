@@ -15,7 +15,7 @@ from typing import Any
 
 from catalog.commit.changes import Staged
 from catalog.database.ownership import Ownership
-from catalog.settings import Settings
+from catalog.settings import CommitSettings
 from catalog.storage.metadata_files import MetadataFiles
 
 log = logging.getLogger("catalog.commit")
@@ -25,7 +25,7 @@ CLEANUP_BACKLOG = 1000  # commits whose dropped metadata files wait for the back
 
 
 class MetadataCleanup:
-    def __init__(self, settings: Settings, files: MetadataFiles, ownership: Ownership) -> None:
+    def __init__(self, settings: CommitSettings, files: MetadataFiles, ownership: Ownership) -> None:
         self.settings = settings
         self.files = files
         self.ownership = ownership

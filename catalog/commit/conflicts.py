@@ -17,7 +17,7 @@ from typing import Any
 from catalog import errors, metrics
 from catalog.commit import rebasable, rebase, rollback
 from catalog.commit.changes import SLOTS, TABLE, Change, slot
-from catalog.settings import Settings
+from catalog.settings import CommitSettings
 from catalog.storage.metadata_files import MetadataFile
 
 log = logging.getLogger("catalog.commit")
@@ -32,7 +32,7 @@ class Conflicts:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: CommitSettings,
         rebaser: rebase.Rebaser,
         delete: Callable[[str], None],
         step: Callable[[str, str], AbstractContextManager[None]],

@@ -57,7 +57,7 @@ from catalog.database.entries import Entries, name_taken
 from catalog.database.ownership import Ownership
 from catalog.database.pointers import Entry, InlineBusy, KeyRecord, PointerOutcomeUnknown, Pointers, Swap, Swapped
 from catalog.database.sql import what_failed
-from catalog.settings import Settings
+from catalog.settings import CommitSettings
 from catalog.storage.metadata_files import MetadataFile, MetadataFiles, next_location
 
 log = logging.getLogger("catalog.commit")
@@ -72,7 +72,7 @@ class CommitEngine:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: CommitSettings,
         pointers: Pointers,
         entries: Entries,
         files: MetadataFiles,
@@ -454,7 +454,7 @@ class CommitEngine:
         self.cleanup.close()
 
 
-def backoff(settings: Settings, attempt: int) -> None:
+def backoff(settings: CommitSettings, attempt: int) -> None:
     """THE wait after a lost CAS: full jitter over an exponential bound (``commit_backoff_ms`` x
     2^attempt, capped at 2^6), so that writers who lost together do not collide again."""
     delay = settings.commit_backoff_ms / 1000 * (2 ** min(attempt, 6))

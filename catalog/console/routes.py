@@ -29,7 +29,7 @@ from catalog.console import html, listing, views
 from catalog.console.listing import LIST_LIMIT
 from catalog.console.oidc import FLOW_SECONDS, Flow
 from catalog.console.session import CSRF_COOKIE, SESSION_COOKIE, Sessions
-from catalog.settings import Settings
+from catalog.settings import AuthSettings, ConsoleSettings
 from catalog.usecases import MAINTENANCE_KINDS, TABLE, VIEW
 
 log = logging.getLogger("catalog.console")
@@ -107,21 +107,24 @@ def _checked(sessions: Sessions, request: Request, form: dict[str, str]) -> None
         raise errors.Forbidden("Forbidden: a form posted from another site")
 
 
-def router(settings: Settings, shared_key: str | None = None) -> Router:
-    """The console's routes, for ``create_app`` (only with ``CATALOG_CONSOLE_ENABLED``)."""
-    sessions = Sessions(settings.token_secret, shared_key or os.environ.get(SHARED_KEY_ENV))
-    auth = settings.auth_required
-    ttl = settings.token_ttl_seconds
+def router(
+    settings: ConsoleSettings, auth_settings: AuthSettings, events_enabled: bool, shared_key: str | None = None
+) -> Router:
+    """The console's routes, for ``create_app`` (only with ``CATALOG_CONSOLE_ENABLED``): signed in as the
+    API authenticates (``auth_settings``); ``events_enabled``: whether the events page has a feed."""
+    sessions = Sessions(auth_settings.token_secret, shared_key or os.environ.get(SHARED_KEY_ENV))
+    auth = auth_settings.auth_required
+    ttl = auth_settings.token_ttl_seconds
     stylesheet = resources.files("catalog.console").joinpath("static/console.css").read_bytes()
     flow = None
-    if settings.console_oidc_client_id and settings.oidc_issuer:
+    if settings.console_oidc_client_id and auth_settings.oidc_issuer:
         flow = Flow(
-            settings.oidc_issuer,
+            auth_settings.oidc_issuer,
             settings.console_oidc_client_id,
             settings.console_oidc_client_secret,
             settings.console_oidc_scopes,
         )
-    clients = bool(settings.oauth_clients)
+    clients = bool(auth_settings.oauth_clients)
 
     async def sign_in(request: Request) -> Response | None:
         """``before_request``: the session's principal into the scope, or off to sign-in."""
@@ -312,7 +315,7 @@ def router(settings: Settings, shared_key: str | None = None) -> Router:
     async def events(request: Request) -> Response:
         v = visit(request)
         ident = (request.query_params.get("object") or "").strip()[:500]
-        if not settings.events_enabled:
+        if not events_enabled:
             return v.page("Events", views.problem("Change events are off on this catalog (CATALOG_EVENTS_ENABLED)."))
         found = await listing.recent_events(request, v.state.catalog, tuple(p for p in ident.split(".") if p))
         return v.page("Events", views.events(found, ident, v.warehouse))

@@ -65,7 +65,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from catalog.names import SEP
-from catalog.settings import Settings
+from catalog.settings import DatabaseSettings
 
 metadata = sa.MetaData()
 
@@ -288,7 +288,7 @@ def split_namespace(key: str) -> tuple[str, ...]:
     return tuple(key.split(SEP)) if key else ()
 
 
-def create_engine(settings: Settings) -> Engine:
+def create_engine(settings: DatabaseSettings) -> Engine:
     """Engine for the configured database.
 
     SQLite: WAL, a busy timeout, and write transactions opened with ``BEGIN IMMEDIATE`` so that two

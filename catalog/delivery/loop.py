@@ -31,7 +31,7 @@ from catalog import metrics
 from catalog.database.leases import Leases
 from catalog.database.outbox import EventRows
 from catalog.delivery.sinks import DeliveryFailed, Sink
-from catalog.settings import Settings
+from catalog.settings import EventSettings
 
 log = logging.getLogger("catalog.events")
 
@@ -51,7 +51,7 @@ def owner_name(role: str) -> str:
 class _Loop:
     lease: str = ""
 
-    def __init__(self, outbox: EventRows, leases: Leases, settings: Settings) -> None:
+    def __init__(self, outbox: EventRows, leases: Leases, settings: EventSettings) -> None:
         self.outbox, self.leases, self.settings = outbox, leases, settings
         self.owner = owner_name(self.lease)
         self._stop = threading.Event()
@@ -107,7 +107,7 @@ class Outbox(_Loop):
 
 
 class SinkLoop(_Loop):
-    def __init__(self, outbox: EventRows, leases: Leases, settings: Settings, sink: Sink) -> None:
+    def __init__(self, outbox: EventRows, leases: Leases, settings: EventSettings, sink: Sink) -> None:
         self.sink = sink
         self.lease = f"events-sink:{sink.name}"
         self.health = SinkHealth(sink.name)
@@ -241,7 +241,7 @@ class SinkHealth:
             log.info("events to %s caught up", self.name)
 
 
-def start_delivery(outbox: EventRows, leases: Leases, settings: Settings, sinks: list[Sink]) -> list[_Loop]:
+def start_delivery(outbox: EventRows, leases: Leases, settings: EventSettings, sinks: list[Sink]) -> list[_Loop]:
     """The outbox's loop and one loop per sink, started (nothing when events are off)."""
     if not settings.events_enabled:
         return []

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from catalog.events.records import StoredEvent
 from catalog.names import dotted
-from catalog.settings import ConfigurationError, Settings
+from catalog.settings import ConfigurationError, EventSettings
 
 SIGNATURE_HEADER = "X-Catalog-Signature"
 TYPE_PREFIX = "iceberg.catalog."
@@ -144,7 +144,7 @@ class DeliveryFailed(Exception):
     pass
 
 
-def configured(settings: Settings, warehouse: str | None = None) -> list[Sink]:
+def configured(settings: EventSettings, warehouse: str | None = None) -> list[Sink]:
     """The sinks the settings name (``CATALOG_EVENTS_WEBHOOKS``, ``CATALOG_EVENTS_NATS_URL``). The
     events of a warehouse besides the default one say which: their CloudEvents ``source`` is
     ``/iceberg-catalog/events/<warehouse>`` and their NATS subject ``<prefix>.<warehouse>.<type>``."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from catalog import errors
-from catalog.settings import Settings
+from catalog.settings import MaintenanceSettings
 
 ENABLED = "catalog.maintenance.enabled"
 EXPIRE_KEYS = (
@@ -32,7 +32,7 @@ def inherited(namespaces: Sequence[Mapping[str, str]], keys: Sequence[str]) -> d
     return found
 
 
-def enabled(table: Mapping[str, str], namespaces: Sequence[Mapping[str, str]], settings: Settings) -> bool:
+def enabled(table: Mapping[str, str], namespaces: Sequence[Mapping[str, str]], settings: MaintenanceSettings) -> bool:
     """Whether the catalog takes care of this table (the table's property, then its namespaces')."""
     value = table.get(ENABLED, inherited(namespaces, (ENABLED,)).get(ENABLED))
     if value is None:
@@ -42,7 +42,7 @@ def enabled(table: Mapping[str, str], namespaces: Sequence[Mapping[str, str]], s
     return value.strip().lower() == "true"
 
 
-def expire_defaults(namespaces: Sequence[Mapping[str, str]], settings: Settings) -> dict[str, str]:
+def expire_defaults(namespaces: Sequence[Mapping[str, str]], settings: MaintenanceSettings) -> dict[str, str]:
     """The expiry properties a table falls back to: its namespaces', then the settings'."""
     return {
         "history.expire.max-snapshot-age-ms": str(settings.maintenance_max_snapshot_age_ms),

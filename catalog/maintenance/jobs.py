@@ -51,7 +51,7 @@ from catalog.locations import normalise
 from catalog.maintenance import compaction, expire, inheritance, old_metadata, orphans, reachability, rewrite_manifests
 from catalog.maintenance.spark import SparkEngine
 from catalog.metadata import tables
-from catalog.settings import Settings
+from catalog.settings import MaintenanceSettings, StorageSettings
 from catalog.storage import purge
 from catalog.storage.backends import Storage, StoredFile
 from catalog.storage.manifests import Unreadable
@@ -79,7 +79,9 @@ class Skipped(Exception):
 class Jobs:
     def __init__(
         self,
-        settings: Settings,
+        settings: MaintenanceSettings,
+        storage_settings: StorageSettings,
+        port: int,
         tasks: TaskRows,
         entries: Entries,
         dropped: DroppedRows,
@@ -88,7 +90,10 @@ class Jobs:
         ownership: Ownership,
         engine: CommitEngine,
     ) -> None:
+        """``storage_settings``: the warehouse's, for the FileIO of the files jobs read and delete (and the
+        compaction Spark's); ``port``: the server's, where that Spark reaches the catalog."""
         self.settings = settings
+        self.storage_settings = storage_settings
         self.tasks = tasks  # the queue, for the workers (``worker.py``)
         self.entries = entries
         self.dropped = dropped
@@ -96,7 +101,8 @@ class Jobs:
         self.files = files
         self.ownership = ownership
         self.engine = engine
-        self.spark = SparkEngine(settings)  # opened on the first compaction too large for the process
+        # opened on the first compaction too large for the process
+        self.spark = SparkEngine(settings, storage_settings, port)
 
     # -- the entry a task is for -----------------------------------------------------------------
 
@@ -147,7 +153,7 @@ class Jobs:
 
     def expire_snapshots(self, task: Task, entry: Entry, file: MetadataFile) -> tuple[dict[str, Any], str]:
         dry = bool(task.options.get("dry-run"))
-        io = purge.file_io(self.settings, file.location)
+        io = purge.file_io(self.storage_settings, file.location)
         for _ in range(REPLANS):
             metadata = file.data
             defaults = inheritance.expire_defaults(self.namespaces(entry.namespace), self.settings)
@@ -303,7 +309,7 @@ class Jobs:
         if not expire.retention(file.data.get("properties") or {}).gc_enabled:
             return {"skipped": "gc.enabled is false on this table"}, file.location
         cutoff = int(time.time() * 1000 - self.settings.maintenance_orphan_age_hours * 3600 * 1000)
-        known = orphans.Referenced(purge.file_io(self.settings, file.location))
+        known = orphans.Referenced(purge.file_io(self.storage_settings, file.location))
         known.add(file.data, file.location)
         owned = self.ownership.owned(file.data, entry.id)
         found = orphans.find(self.storage, self._prefixes(file.data), known.paths, owned, cutoff, ORPHANS_PER_RUN)
@@ -346,7 +352,7 @@ class Jobs:
         except errors.NotFound:  # deleted last, by an earlier attempt: nothing of the table is left
             self.dropped.end_purge(gone.id)
             return {"deleted-files": 0, "metadata-location": gone.metadata_location}
-        io = purge.file_io(self.settings, file.location)
+        io = purge.file_io(self.storage_settings, file.location)
         owned = self.ownership.owned(file.data, gone.id)
         gc = expire.retention(file.data.get("properties") or {}).gc_enabled
         deleted = 0
@@ -403,7 +409,7 @@ class Jobs:
         return len(paths)
 
 
-def writer_grace(task: Task, settings: Settings) -> float:
+def writer_grace(task: Task, settings: MaintenanceSettings) -> float:
     """The seconds of grace a task gives writers: the run's own (``writer-grace-seconds``, an
     operator's override for this run only), else ``CATALOG_MAINTENANCE_WRITER_GRACE_SECONDS``."""
     override = task.options.get(WRITER_GRACE)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from catalog import errors
-from catalog.settings import Settings
+from catalog.settings import MaintenanceSettings, StorageSettings
 
 CATALOG = "catalog_maintenance"
 
@@ -32,10 +32,11 @@ def identifier(parts: Sequence[str]) -> str:
     return "'" + quoted.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def catalog_conf(settings: Settings) -> dict[str, str]:
-    """The Spark settings that register this catalog as ``catalog_maintenance``."""
+def catalog_conf(settings: MaintenanceSettings, storage: StorageSettings, port: int) -> dict[str, str]:
+    """The Spark settings that register this catalog as ``catalog_maintenance``: at its own address
+    (``port``: the server's), on the warehouse's storage with the server's S3 settings."""
     prefix = f"spark.sql.catalog.{CATALOG}"
-    uri = settings.maintenance_compaction_spark_catalog_uri or f"http://127.0.0.1:{settings.port}"
+    uri = settings.maintenance_compaction_spark_catalog_uri or f"http://127.0.0.1:{port}"
     conf = {
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         prefix: "org.apache.iceberg.spark.SparkCatalog",
@@ -43,16 +44,16 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
         f"{prefix}.uri": uri.rstrip("/"),
         f"{prefix}.cache-enabled": "false",
     }
-    if settings.warehouse.startswith(("s3://", "s3a://")):
+    if storage.warehouse.startswith(("s3://", "s3a://")):
         conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
-        if settings.s3_access_key_id and settings.s3_secret_access_key:
-            conf[f"{prefix}.s3.access-key-id"] = settings.s3_access_key_id
-            conf[f"{prefix}.s3.secret-access-key"] = settings.s3_secret_access_key
-        if settings.s3_endpoint:
-            conf[f"{prefix}.s3.endpoint"] = settings.s3_endpoint
-            conf[f"{prefix}.s3.path-style-access"] = str(settings.s3_path_style_access).lower()
-        if settings.s3_region:
-            conf[f"{prefix}.client.region"] = settings.s3_region
+        if storage.s3_access_key_id and storage.s3_secret_access_key:
+            conf[f"{prefix}.s3.access-key-id"] = storage.s3_access_key_id
+            conf[f"{prefix}.s3.secret-access-key"] = storage.s3_secret_access_key
+        if storage.s3_endpoint:
+            conf[f"{prefix}.s3.endpoint"] = storage.s3_endpoint
+            conf[f"{prefix}.s3.path-style-access"] = str(storage.s3_path_style_access).lower()
+        if storage.s3_region:
+            conf[f"{prefix}.client.region"] = storage.s3_region
     conf.update(settings.maintenance_compaction_spark_conf)
     return conf
 
@@ -61,8 +62,9 @@ class SparkEngine:
     """One Spark session per process, opened on first use and shared by the worker's threads (one
     ``rewrite_data_files`` at a time: a local Spark on a small machine has no room for two)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: MaintenanceSettings, storage: StorageSettings, port: int) -> None:
         self.settings = settings
+        self.storage, self.port = storage, port
         self._session: Any = None
         self._lock = threading.Lock()
 
@@ -81,7 +83,7 @@ class SparkEngine:
             url = self.settings.maintenance_compaction_spark
             builder = SparkSession.builder.appName("iceberg-catalog-compaction")
             builder = builder.remote(url) if url.startswith("sc://") else builder.master(url)
-            for key, value in catalog_conf(self.settings).items():
+            for key, value in catalog_conf(self.settings, self.storage, self.port).items():
                 builder = builder.config(key, value)
             self._session = builder.getOrCreate()
         return self._session

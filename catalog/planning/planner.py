@@ -52,6 +52,7 @@ from catalog.planning import content, request
 from catalog.planning.cache import ManifestCache
 from catalog.planning.deletes import DeleteIndex
 from catalog.planning.request import ScanRequest
+from catalog.settings import PlanningSettings
 from catalog.storage.backends import Storage
 from catalog.storage.manifests import ENTRY_READ, LIST_READ, Unreadable, read_records
 
@@ -99,10 +100,11 @@ class Answer:
 
 
 class Planner:
-    def __init__(self, storage: Storage, cache: ManifestCache, manifests_per_task: int, threads: int = 4) -> None:
+    def __init__(self, storage: Storage, settings: PlanningSettings, threads: int = 4) -> None:
         self.storage = storage
-        self.cache = cache
-        self.manifests_per_task = manifests_per_task
+        self.settings = settings  # also what loadTable tells clients (scan_planning_mode, api/entries.py)
+        self.cache = ManifestCache(settings.planning_cache_manifests)
+        self.manifests_per_task = settings.planning_manifests_per_task
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="planning")
         self._indexes: OrderedDict[tuple, DeleteIndex] = OrderedDict()
         self._tables: OrderedDict[str, TableMetadata] = OrderedDict()

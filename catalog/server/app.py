@@ -69,15 +69,15 @@ def build_catalog(settings: Settings, migrated: bool = False) -> Catalog:
     """The catalog service over its database and storage. ``migrated``: bring the schema to head
     first (what ``serve`` does for SQLite, or with ``CATALOG_AUTO_MIGRATE``). The caller owns it:
     ``catalog.close()`` when done."""
-    engine = create_engine(settings)
+    engine = create_engine(settings.database)
     if migrated and not migrate.is_at_head(engine):
         migrate.upgrade(engine)
-    storage = create_storage(settings)
-    store = Store(engine, settings.events_enabled)  # the parts, on one database: each goes where it is used
+    storage = create_storage(settings.storage)
+    store = Store(engine, settings.events.events_enabled)  # the parts, on one database: each goes where it is used
     return Catalog(
         settings,
         storage,
-        MetadataFiles(storage, settings.metadata_cache_bytes),
+        MetadataFiles(storage, settings.storage.metadata_cache_bytes),
         db=store.db,
         pointers=store.pointers,
         entries=store.entries,
@@ -98,8 +98,8 @@ class Serving:
         for warning in startup.check_settings(settings):  # ConfigurationError: refused before anything starts
             log.warning("%s", warning)
         self.settings = settings
-        self.authenticator = Authenticator.from_settings(settings)
-        self.limiter = FailureLimiter(parse_trusted_proxies(settings.trusted_proxies))
+        self.authenticator = Authenticator.from_settings(settings.auth)
+        self.limiter = FailureLimiter(parse_trusted_proxies(settings.auth.trusted_proxies))
         self.registry: Registry | None = None
         self._pages: paging.PageTokens | None = None
         self._plan_tokens: PlanTokens | None = None
@@ -117,30 +117,32 @@ class Serving:
     async def lifespan(self, app: Litestar) -> AsyncIterator[None]:
         settings = self.settings
         # `serve` migrated before starting the workers; this covers other ways of running the app.
-        catalog = build_catalog(settings, migrated=settings.is_sqlite or settings.auto_migrate)
-        access = Access(settings, catalog.grants)
-        if settings.auth_required:  # grants from before principal kinds, settled against the built-in clients
+        catalog = build_catalog(settings, migrated=settings.database.is_sqlite or settings.database.auto_migrate)
+        default_names = settings.warehouses.default_warehouse_names
+        access = Access(settings.auth, catalog.grants, default_names)
+        if settings.auth.auth_required:  # grants from before principal kinds, settled against the built-in clients
             _settle_legacy_grants(access)
-        if settings.authz_bootstrap:
-            access.bootstrap(settings.authz_bootstrap)
+        if settings.auth.authz_bootstrap:
+            access.bootstrap(settings.auth.authz_bootstrap)
         # Rows from before migrations 0003 and 0011 get their locations and write paths in the
         # background (a no-op after); each created warehouse's as it opens.
         threading.Thread(target=_backfill, args=(catalog,), name="backfill", daemon=True).start()
-        self._pages = paging.PageTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
-        self._plan_tokens = PlanTokens(settings.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
+        self._pages = paging.PageTokens(settings.auth.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
+        self._plan_tokens = PlanTokens(settings.auth.token_secret, os.environ.get(paging.SHARED_KEY_ENV))
 
         def open_warehouse(of: Settings, name: str) -> tuple[AppState, list]:
             """Another warehouse: a catalog of its own on its database and storage (the grants are the
             server's, seen from that warehouse: ``auth.grants.in_warehouse``)."""
             opened = build_catalog(of)
             threading.Thread(target=_backfill, args=(opened,), name=f"backfill-{name}", daemon=True).start()
-            return self._state(of, opened, Access(of, catalog.grants, warehouse=name)), start_parts(opened, name)
+            seen = Access(of.auth, catalog.grants, default_names, warehouse=name)
+            return self._state(of, opened, seen), start_parts(opened, name)
 
         app.state.ctx = self._state(settings, catalog, access)
         registry = self.registry = Registry(settings, app.state.ctx, open_warehouse, grants_changed=access.changed)
         registry.start()
-        if settings.warehouses_file:
-            registry.bootstrap(settings.warehouses_file)
+        if settings.warehouses.warehouses_file:
+            registry.bootstrap(settings.warehouses.warehouses_file)
         app.state.warehouses = registry
         _publish_gauges(registry)
         publishing = metrics.GAUGES.publish_every(metrics.GAUGE_PUBLISH_SECONDS)  # several workers only
@@ -158,13 +160,15 @@ class Serving:
 
     def _state(self, of: Settings, catalog: Catalog, access: Access) -> AppState:
         # Remote signing is served, and advertised, only when switched on for an S3 warehouse.
-        signs = of.s3_remote_signing and signing.is_s3(of.warehouse)
+        signs = of.storage.s3_remote_signing and signing.is_s3(of.storage.warehouse)
         served = [
             *CATALOG_ROUTES,
             *(signing_api.ROUTES if signs else []),
-            *(events.ROUTES if of.events_enabled else []),
+            *(events.ROUTES if of.events.events_enabled else []),
         ]
-        client_io = vending.client_io_properties(of)
+        client_io = vending.client_io_properties(of.storage)
+        lifetime = of.server.idempotency_key_lifetime_seconds
+        config = config_api.body(of.warehouses.prefix, of.planning, lifetime, client_io, served)
         assert self._pages is not None and self._plan_tokens is not None  # made by the lifespan before any state
         return AppState(
             catalog=catalog,
@@ -173,12 +177,12 @@ class Serving:
             limiter=self.limiter,
             pages=self._pages,
             plan_tokens=self._plan_tokens,
-            signer=signing.Signer(of) if signs else None,
-            vendor=vending.create_vendor(of),
+            signer=signing.Signer(of.storage, of.warehouses.prefix) if signs else None,
+            vendor=vending.create_vendor(of.storage),
             client_io=client_io,
             table_config=orjson.dumps(client_io),
-            config_body=orjson.dumps(config_api.body(of, client_io, served)),
-            prefix=of.prefix,
+            config_body=orjson.dumps(config),
+            prefix=of.warehouses.prefix,
             registry=lambda: self.registry,
         )
 
@@ -189,10 +193,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
 
 def _litestar(serving: Serving) -> Litestar:
     settings = serving.settings
+    events_on = settings.events.events_enabled  # the feed's routes, and the console's events page (/ui)
     handlers = [
         *config_api.ROUTES,
         *CATALOG_ROUTES,
-        *(events.ROUTES if settings.events_enabled else []),
+        *(events.ROUTES if events_on else []),
         *signing_api.ROUTES,
         *operations.ROUTES,
         *oauth.ROUTES,
@@ -202,7 +207,7 @@ def _litestar(serving: Serving) -> Litestar:
         *dropped.ROUTES,
         *unserved.ROUTES,
         *docs.routes(docs.load_spec()),  # /docs and /openapi.json: the spec read and converted once, here
-        *([console.router(settings)] if settings.console_enabled else []),  # /ui
+        *([console.router(settings.console, settings.auth, events_on)] if settings.console.console_enabled else []),
     ]
     return Litestar(
         route_handlers=handlers,
@@ -211,19 +216,19 @@ def _litestar(serving: Serving) -> Litestar:
         },
         lifespan=[serving.lifespan],
         exception_handlers={Exception: error_response},
-        request_max_body_size=settings.max_request_bytes,
+        request_max_body_size=settings.server.max_request_bytes,
         middleware=[
             DefineMiddleware(
                 oauth.BearerAuth,
                 authenticator=serving.authenticator,
-                required=settings.auth_required,
-                metrics_token=settings.metrics_token,
-                console=console.BASE if settings.console_enabled else None,
+                required=settings.auth.auth_required,
+                metrics_token=settings.server.metrics_token,
+                console=console.BASE if settings.console.console_enabled else None,
             ),
             DefineMiddleware(
                 idempotency.Idempotency,
-                lifetime_seconds=settings.idempotency_key_lifetime_seconds,
-                max_body_bytes=settings.max_request_bytes,
+                lifetime_seconds=settings.server.idempotency_key_lifetime_seconds,
+                max_body_bytes=settings.server.max_request_bytes,
             ),
         ],
         logging_config=None,  # logging is configured once, by the CLI (catalog.logs)
@@ -236,7 +241,9 @@ def app_from_env() -> RawPathRouting:
     """Factory for uvicorn (``--factory``), in each worker process: settings from the environment."""
     large_buffers_from_the_heap()
     settings = Settings()
-    logs.configure(settings.log_level, settings.log_format)  # worker processes start without it (audit lines)
+    logs.configure(
+        settings.server.log_level, settings.server.log_format
+    )  # worker processes start without it (audit lines)
     serving = Serving(settings)
     app = _litestar(serving)
     if tracing.configure():  # OTEL_* asks for traces: a span per request, the commit's steps under it

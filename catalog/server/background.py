@@ -22,7 +22,7 @@ def start_care(catalog: Catalog, threads: int | None = None) -> list[Workers | S
     """The table-maintenance workers of this process and its scheduler (which acts only while it holds
     the deployment's scheduler lease); none with ``threads`` 0 (by default
     ``CATALOG_MAINTENANCE_WORKERS``)."""
-    threads = catalog.settings.maintenance_workers if threads is None else threads
+    threads = catalog.settings.maintenance.maintenance_workers if threads is None else threads
     if threads == 0:
         return []
     workers, scheduler = Workers(catalog.jobs, threads), Scheduler(catalog.jobs, catalog.leases)
@@ -34,10 +34,10 @@ def start_care(catalog: Catalog, threads: int | None = None) -> list[Workers | S
 def start_parts(catalog: Catalog, warehouse: str | None = None, threads: int | None = None) -> list[Any]:
     """One warehouse's maintenance and event delivery, started (``warehouse``: a created one's name, None
     for the default); each has ``stop()``."""
-    settings = catalog.settings
+    events = catalog.settings.events
     return [
         *start_care(catalog, threads),
-        *delivery.start_delivery(catalog.outbox, catalog.leases, settings, sinks.configured(settings, warehouse)),
+        *delivery.start_delivery(catalog.outbox, catalog.leases, events, sinks.configured(events, warehouse)),
     ]
 
 

@@ -32,14 +32,14 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from catalog import errors
 from catalog.api.observation import PENDING
 from catalog.server.coalescing import Coalescing
-from catalog.settings import Settings
+from catalog.settings import ServerSettings
 
 
 @functools.cache
-def _limits() -> Settings:
+def _limits() -> ServerSettings:
     # uvicorn builds the protocol itself (in each worker process): the limits come from the
     # environment, where the CLI puts every setting.
-    return Settings()
+    return ServerSettings()
 
 
 def _response(err: errors.IcebergError, reason: str) -> bytes:

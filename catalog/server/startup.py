@@ -50,11 +50,13 @@ class Refused(Exception):
 def check_settings(settings: Settings) -> list[str]:
     """Raise ``ConfigurationError`` for a configuration the server must not run with (each wing checks
     its own settings); return the warnings."""
-    azure.check_settings(settings)  # an Azure or GCS warehouse the server could not reach
-    gcs.check_settings(settings)
-    vending.check_settings(settings)  # storage access: vending without STS
-    sinks.parse_webhooks(settings.events_webhooks)  # change events: the webhook sinks
-    return [*gcs.client_access_warnings(settings), *identity.check_settings(settings)]
+    storage = settings.storage
+    azure.check_settings(storage)  # an Azure or GCS warehouse the server could not reach
+    gcs.check_settings(storage)
+    vending.check_settings(storage)  # storage access: vending without STS
+    sinks.parse_webhooks(settings.events.events_webhooks)  # change events: the webhook sinks
+    auth = identity.check_settings(settings.auth, settings.server.workers, settings.database.is_sqlite)
+    return [*gcs.client_access_warnings(storage), *auth]
 
 
 def setting_name(field: str) -> str:
@@ -83,9 +85,9 @@ def masked(url: str) -> str:
 
 def sqlite_path(settings: Settings) -> Path | None:
     """The SQLite file (absolute), or None for PostgreSQL and in-memory SQLite."""
-    if not settings.is_sqlite:
+    if not settings.database.is_sqlite:
         return None
-    database = make_url(settings.database_url).database
+    database = make_url(settings.database.database_url).database
     if not database or database == ":memory:":
         return None
     return Path(database).expanduser().resolve()
@@ -93,9 +95,9 @@ def sqlite_path(settings: Settings) -> Path | None:
 
 def local_warehouse(settings: Settings) -> Path | None:
     """The local warehouse directory (absolute), or None for an S3, Azure or GCS warehouse."""
-    if settings.storage_kind != "local":
+    if settings.storage.storage_kind != "local":
         return None
-    return Path(settings.warehouse.removeprefix("file://")).expanduser().resolve()
+    return Path(settings.storage.warehouse.removeprefix("file://")).expanduser().resolve()
 
 
 def _loopback(host: str) -> bool:
@@ -108,49 +110,50 @@ def _loopback(host: str) -> bool:
 
 
 def url(settings: Settings) -> str:
-    host = settings.host
+    host = settings.server.host
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     shown = f"[{shown}]" if ":" in shown else shown
-    return f"http://{shown}:{settings.port}"
+    return f"http://{shown}:{settings.server.port}"
 
 
 def auth_mode(settings: Settings) -> str:
-    if not settings.auth_required:
+    if not settings.auth.auth_required:
         return "off (no token needed; anyone who reaches the port may do anything)"
     from catalog.auth.tokens import parse_clients
 
     ways = []
-    if clients := parse_clients(settings.oauth_clients):
+    if clients := parse_clients(settings.auth.oauth_clients):
         ways.append(f"{len(clients)} built-in client{'s' if len(clients) > 1 else ''}")
-    if settings.oidc_issuer or settings.oidc_jwks_url:
-        ways.append(f"OIDC {settings.oidc_issuer or settings.oidc_jwks_url}")
-    return f"on ({', '.join(ways)}; authorization: {settings.authorization})"
+    if settings.auth.oidc_issuer or settings.auth.oidc_jwks_url:
+        ways.append(f"OIDC {settings.auth.oidc_issuer or settings.auth.oidc_jwks_url}")
+    return f"on ({', '.join(ways)}; authorization: {settings.auth.authorization})"
 
 
 def dropped_mode(settings: Settings) -> str:
-    seconds = settings.drop_retention
+    seconds = settings.maintenance.drop_retention
     if seconds == 0:
         kept = "not kept (CATALOG_DROP_RETENTION=0): released at once, a requested purge queued at once"
     else:
         span = f"{seconds / 86400:g} days" if seconds >= 86400 else f"{seconds / 3600:g} h"
         kept = f"kept {span}, restorable (`iceberg-catalog tables undrop`), then purged or released"
-    if settings.maintenance_workers == 0:
+    if settings.maintenance.maintenance_workers == 0:
         kept += "; purges need a maintenance worker (none in this process)"
     return kept
 
 
 def care_mode(settings: Settings) -> str:
-    if not settings.maintenance_enabled:
+    care = settings.maintenance
+    if not care.maintenance_enabled:
         return "off (CATALOG_MAINTENANCE_ENABLED=false; a table or namespace may still turn it on)"
-    days = settings.maintenance_max_snapshot_age_ms / 86_400_000
+    days = care.maintenance_max_snapshot_age_ms / 86_400_000
     where = (
-        f"{settings.maintenance_workers} thread(s) per worker"
-        if settings.maintenance_workers
+        f"{care.maintenance_workers} thread(s) per worker"
+        if care.maintenance_workers
         else "no threads here (a `maintenance worker` process runs it)"
     )
     return (
-        f"on: snapshots older than {days:g} days expired (at least {settings.maintenance_min_snapshots_to_keep} "
-        f"kept), orphan files older than {settings.maintenance_orphan_age_hours:g} h removed; {where}; "
+        f"on: snapshots older than {days:g} days expired (at least {care.maintenance_min_snapshots_to_keep} "
+        f"kept), orphan files older than {care.maintenance_orphan_age_hours:g} h removed; {where}; "
         "CATALOG_MAINTENANCE_ENABLED=false turns it off"
     )
 
@@ -159,24 +162,25 @@ def risky(settings: Settings) -> list[str]:
     """One warning per setting that works but is likely to surprise (the refused ones are refused), and
     per ``CATALOG_*`` variable that is no setting (a typo)."""
     warnings = unknown_variables(os.environ)
-    raw_db = make_url(settings.database_url).database or ""
+    raw_db = make_url(settings.database.database_url).database or ""
     if (path := sqlite_path(settings)) is not None and not Path(raw_db).expanduser().is_absolute():
         warnings.append(
             f"CATALOG_DATABASE_URL is a relative path: the catalog is {path}, in the directory the server was "
             f"started from (started elsewhere, it is another, empty catalog); set an absolute one: sqlite:///{path}"
         )
-    raw_wh = settings.warehouse.removeprefix("file://")
+    raw_wh = settings.storage.warehouse.removeprefix("file://")
     if (wh := local_warehouse(settings)) is not None and not Path(raw_wh).expanduser().is_absolute():
         warnings.append(
             f"CATALOG_WAREHOUSE is a relative path: tables are written under {wh}, in the directory the server "
             f"was started from; set an absolute one: --warehouse {wh}"
         )
-    if not settings.auth_required and not _loopback(settings.host):
+    storage, open_to_all = settings.storage, not settings.auth.auth_required
+    if open_to_all and not _loopback(settings.server.host):
         warnings.append(
-            f"CATALOG_AUTH_REQUIRED is false and the server listens on {settings.host}: anyone who can reach port "
-            f"{settings.port} can read, change and drop every table (see README, Authentication)"
+            f"CATALOG_AUTH_REQUIRED is false and the server listens on {settings.server.host}: anyone who can reach "
+            f"port {settings.server.port} can read, change and drop every table (see README, Authentication)"
         )
-    endpoint = settings.s3_endpoint or ""
+    endpoint = storage.s3_endpoint or ""
     if local_warehouse(settings) is None and endpoint.startswith("http://"):
         host = make_url(endpoint.replace("http://", "s3://", 1)).host or ""
         if not _loopback(host):
@@ -184,26 +188,26 @@ def risky(settings: Settings) -> list[str]:
                 f"CATALOG_S3_ENDPOINT {endpoint} is plain HTTP: keys, request signatures and data cross the network "
                 "unencrypted (fine on a private network; use https:// elsewhere)"
             )
-    cloud_endpoint = {"azure": "azure_blob_endpoint", "gcs": "gcs_endpoint"}.get(settings.storage_kind)
-    value = getattr(settings, cloud_endpoint) or "" if cloud_endpoint else ""
+    cloud_endpoint = {"azure": "azure_blob_endpoint", "gcs": "gcs_endpoint"}.get(storage.storage_kind)
+    value = getattr(storage, cloud_endpoint) or "" if cloud_endpoint else ""
     if value.startswith("http://") and not _loopback(make_url(value.replace("http://", "s3://", 1)).host or ""):
         warnings.append(
             f"CATALOG_{cloud_endpoint.upper()} {value} is plain HTTP: requests and data cross the network "
             "unencrypted (fine for an emulator on a private network; use https:// elsewhere)"
         )
-    if settings.storage_kind == "azure" and settings.azure_vend_credentials and settings.azure_sas_scope == "container":
+    if storage.storage_kind == "azure" and storage.azure_vend_credentials and storage.azure_sas_scope == "container":
         warnings.append(
             "CATALOG_AZURE_SAS_SCOPE is container: every vended SAS reaches the whole container "
-            f"{settings.warehouse.partition('://')[2].partition('@')[0]}, not only its table; keep one warehouse per "
+            f"{storage.warehouse.partition('://')[2].partition('@')[0]}, not only its table; keep one warehouse per "
             "container, or use an account with a hierarchical namespace and the directory scope"
         )
     for flag, what in (("azure_vend_credentials", "Azure SAS tokens"), ("gcs_vend_credentials", "GCS tokens")):
-        if getattr(settings, flag) and not settings.auth_required:
+        if getattr(storage, flag) and open_to_all:
             warnings.append(
                 f"CATALOG_{flag.upper()} is on and CATALOG_AUTH_REQUIRED is false: anyone who reaches the port gets "
                 f"read-write {what} for any table"
             )
-    if settings.s3_vend_credentials and not settings.auth_required:
+    if storage.s3_vend_credentials and open_to_all:
         warnings.append(
             "CATALOG_S3_VEND_CREDENTIALS is on and CATALOG_AUTH_REQUIRED is false: anyone who reaches the port gets "
             "read-write S3 credentials for any table"
@@ -214,14 +218,13 @@ def risky(settings: Settings) -> list[str]:
 def summary(settings: Settings) -> tuple[list[str], dict[str, Any]]:
     """The start-up summary: lines for people, fields for the structured log line."""
     db = sqlite_path(settings)
-    database = f"sqlite:///{db}" if db is not None else masked(settings.database_url)
+    database = f"sqlite:///{db}" if db is not None else masked(settings.database.database_url)
     wh = local_warehouse(settings)
-    warehouse = str(wh) if wh is not None else settings.warehouse
-    endpoint = {
-        "s3": settings.s3_endpoint,
-        "azure": settings.azure_blob_endpoint,
-        "gcs": settings.gcs_endpoint,
-    }.get(settings.storage_kind)
+    warehouse = str(wh) if wh is not None else settings.storage.warehouse
+    storage = settings.storage
+    endpoint = {"s3": storage.s3_endpoint, "azure": storage.azure_blob_endpoint, "gcs": storage.gcs_endpoint}.get(
+        storage.storage_kind
+    )
     if wh is None and endpoint:
         warehouse += f" (endpoint {endpoint})"
     fields = {
@@ -230,7 +233,7 @@ def summary(settings: Settings) -> tuple[list[str], dict[str, Any]]:
         "database": database,
         "warehouse": warehouse,
         "auth": auth_mode(settings),
-        "workers": settings.workers,
+        "workers": settings.server.workers,
         "maintenance": care_mode(settings),
         "dropped": dropped_mode(settings),
     }
@@ -239,7 +242,7 @@ def summary(settings: Settings) -> tuple[list[str], dict[str, Any]]:
         f"  database:  {database}",
         f"  warehouse: {warehouse}",
         f"  auth:      {fields['auth']}",
-        f"  workers:   {settings.workers}",
+        f"  workers:   {settings.server.workers}",
         f"  table maintenance: {fields['maintenance']}",
         f"  dropped tables: {fields['dropped']}",
     ]
@@ -251,7 +254,7 @@ def announce(settings: Settings) -> None:
     format), as one structured log line plus one warning line each for a log pipeline (JSON)."""
     lines, fields = summary(settings)
     warnings = risky(settings)
-    if logs.resolve(settings.log_format) == "text":
+    if logs.resolve(settings.server.log_format) == "text":
         print("\n".join([*lines, *(f"warning: {w}" for w in warnings)]), file=sys.stderr, flush=True)
         return
     log.info(
@@ -261,7 +264,7 @@ def announce(settings: Settings) -> None:
         fields["database"],
         fields["warehouse"],
         fields["auth"].split(" ", 1)[0],
-        settings.workers,
+        settings.server.workers,
         extra={"fields": fields},
     )
     for warning in warnings:
@@ -270,11 +273,11 @@ def announce(settings: Settings) -> None:
 
 def listen(settings: Settings) -> socket.socket:
     """The listening socket, bound before anything else touches the database or the warehouse."""
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    family = socket.AF_INET6 if ":" in settings.server.host else socket.AF_INET
     sock = socket.socket(family)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((settings.host, settings.port))
+        sock.bind((settings.server.host, settings.server.port))
     except (OSError, UnicodeError) as e:  # in use, not an address of this host, a name that does not resolve
         sock.close()
         reason = getattr(e, "strerror", None) or str(e)
@@ -282,7 +285,7 @@ def listen(settings: Settings) -> socket.socket:
             errno.EADDRINUSE: "another server is running there; pick another CATALOG_PORT / --port",
             errno.EACCES: "ports below 1024 need privileges; pick another CATALOG_PORT / --port",
         }.get(getattr(e, "errno", None), "CATALOG_HOST / --host must be an address of this machine")
-        raise Refused(f"cannot listen on {settings.host}:{settings.port}: {reason} ({hint})") from e
+        raise Refused(f"cannot listen on {settings.server.host}:{settings.server.port}: {reason} ({hint})") from e
     sock.set_inheritable(True)
     return sock
 
@@ -337,9 +340,9 @@ def prepare_warehouse(settings: Settings) -> None:
 def prepare_database(settings: Settings) -> None:
     """Reach the database and migrate it to head (SQLite always; PostgreSQL unless auto_migrate is
     off, when readiness waits for ``iceberg-catalog migrate`` instead). One log line if it migrated."""
-    if not (settings.is_sqlite or settings.auto_migrate):
+    if not (settings.database.is_sqlite or settings.database.auto_migrate):
         return
-    engine = create_engine(settings)
+    engine = create_engine(settings.database)
     try:
         before = migrate.current(engine)
         if before != migrate.heads():
@@ -352,7 +355,9 @@ def prepare_database(settings: Settings) -> None:
     except sqlalchemy.exc.DBAPIError as e:
         raise Refused(unreachable(settings, e)) from e
     except Exception as e:
-        raise Refused(f"database migration failed ({masked(settings.database_url)}, CATALOG_DATABASE_URL): {e}") from e
+        raise Refused(
+            f"database migration failed ({masked(settings.database.database_url)}, CATALOG_DATABASE_URL): {e}"
+        ) from e
     finally:
         engine.dispose()
 
@@ -363,8 +368,8 @@ def unreachable(settings: Settings, e: Exception) -> str:
     reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     # psycopg: 'connection to server at "h", port p failed: FATAL:  <why>'
     reason = reason.rsplit(" failed: ", 1)[-1].removeprefix("FATAL:").strip()
-    parsed = make_url(settings.database_url)
-    if settings.is_sqlite:
+    parsed = make_url(settings.database.database_url)
+    if settings.database.is_sqlite:
         where = str(sqlite_path(settings) or parsed.database)
         hint = " (does its directory exist and is it writable?)" if "unable to open" in reason else ""
         return f"cannot open the SQLite database {where} (CATALOG_DATABASE_URL): {reason}{hint}"

@@ -79,8 +79,8 @@ class Registry(Generic[S]):
         self.default = default
         self._grants_changed = grants_changed
         self.default_name = default_name(settings)
-        self.default_names = settings.default_warehouse_names
-        self.rows = WarehouseRows(default.catalog.db.engine, settings.secrets_key)
+        self.default_names = settings.warehouses.default_warehouse_names
+        self.rows = WarehouseRows(default.catalog.db.engine, settings.warehouses.secrets_key)
         self._opener = opener
         self._open: dict[str, Opened[S]] = {}
         self._lock = threading.RLock()
@@ -108,7 +108,7 @@ class Registry(Generic[S]):
         """``/v1/config?warehouse=``: nothing, the default's name, an alias of it
         (``CATALOG_WAREHOUSE_ALIASES``) or its location (what clients from before warehouses may send)
         is the default warehouse; a created one's name is that one."""
-        if not asked or asked in self.default_names or asked.rstrip("/") == self.settings.warehouse.rstrip("/"):
+        if not asked or asked in self.default_names or asked.rstrip("/") == self.settings.storage.warehouse.rstrip("/"):
             return self.default
         return self.state(asked)
 
@@ -169,12 +169,12 @@ class Registry(Generic[S]):
 
     def _prepare_database(self, settings: Settings) -> None:
         """The warehouse's own database brought to head: a new SQLite file, or a new schema."""
-        if settings.database_schema:
+        if settings.database.database_schema:
             with self.default.catalog.db.engine.begin() as conn:
-                conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{settings.database_schema}"'))
+                conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{settings.database.database_schema}"'))
         from catalog.database.db import create_engine
 
-        engine = create_engine(settings)
+        engine = create_engine(settings.database)
         try:
             if not migrate.is_at_head(engine):
                 migrate.upgrade(engine)
@@ -184,7 +184,7 @@ class Registry(Generic[S]):
     # -- management ----------------------------------------------------------------------------
 
     def list(self) -> list[dict[str, Any]]:
-        default = {"name": self.default_name, "location": self.settings.warehouse, "default": True}
+        default = {"name": self.default_name, "location": self.settings.storage.warehouse, "default": True}
         return [default, *(w.to_json() for w, _ in self.rows.list())]
 
     def get(self, name: str) -> dict[str, Any]:
@@ -264,11 +264,11 @@ class Registry(Generic[S]):
 
     def _drop_database(self, settings: Settings) -> None:
         """An empty warehouse's database goes with it (a later warehouse of the same name starts anew)."""
-        if settings.database_schema:
+        if settings.database.database_schema:
             with self.default.catalog.db.engine.begin() as conn:
-                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{settings.database_schema}" CASCADE'))
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{settings.database.database_schema}" CASCADE'))
             return
-        path = settings.database_url.split(":///", 1)[1]
+        path = settings.database.database_url.split(":///", 1)[1]
         for suffix in ("", "-wal", "-shm"):
             Path(path + suffix).unlink(missing_ok=True)
 
@@ -278,9 +278,9 @@ class Registry(Generic[S]):
         mine = normalise(w.location, "warehouse location")
         mine_real = real_path(w.location)
         local = startup.local_warehouse(self.settings)
-        others = [(self.default_name, str(local) if local else self.settings.warehouse)]
+        others = [(self.default_name, str(local) if local else self.settings.storage.warehouse)]
         others += [(o.name, o.location) for o, _ in self.rows.list() if o.name != w.name]
-        others += [(f"allowed location {loc}", loc) for loc in self.settings.allowed_location_list]
+        others += [(f"allowed location {loc}", loc) for loc in self.settings.storage.allowed_location_list]
         for other, location in others:
             try:
                 theirs = normalise(location)
@@ -300,13 +300,13 @@ class Registry(Generic[S]):
             reason = refusal.replace(" (CATALOG_WAREHOUSE / --warehouse)", "")
             raise errors.BadRequest(f"Storage probe failed: {reason}")
         try:
-            probe_writable(create_storage(settings))
+            probe_writable(create_storage(settings.storage))
         except errors.IcebergError as e:
             raise errors.BadRequest(f"Storage probe failed at {w.location}: {e.message}"[:500]) from None
         except Exception as e:  # noqa: BLE001 - whatever the store's client raised: the profile is refused
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise errors.BadRequest(f"Storage probe failed at {w.location}: {reason}"[:500]) from None
-        return gcs.client_access_warnings(settings)
+        return gcs.client_access_warnings(settings.storage)
 
     def bootstrap(self, path: str) -> None:
         """Create or change the warehouses of the bootstrap file (``CATALOG_WAREHOUSES_FILE``) to match
@@ -319,7 +319,7 @@ class Registry(Generic[S]):
                 existing = self.rows.get(w.name)
                 if existing is None:
                     self.create(item)
-                elif (existing.location, unseal(existing.profile, self.settings.secrets_key, w.name)) != (
+                elif (existing.location, unseal(existing.profile, self.settings.warehouses.secrets_key, w.name)) != (
                     w.location,
                     w.profile,
                 ):

@@ -20,7 +20,7 @@ from typing import Any
 
 from catalog import errors
 from catalog.locations import azure_parts
-from catalog.settings import ConfigurationError, Settings
+from catalog.settings import ConfigurationError, StorageSettings
 from catalog.storage.bounds import USER_AGENT, Bounds, StoredFile, not_found
 
 # Error codes (x-ms-error-code) by who must act.
@@ -35,7 +35,7 @@ _OPERATOR = {
 }
 
 
-def account_of(settings: Settings) -> tuple[str, str, str]:
+def account_of(settings: StorageSettings) -> tuple[str, str, str]:
     """(account name, account host, container) of an Azure warehouse; ``ConfigurationError`` if malformed."""
     from catalog.locations import normalise
 
@@ -47,7 +47,7 @@ def account_of(settings: Settings) -> tuple[str, str, str]:
     return account, host, container
 
 
-def blob_endpoint(settings: Settings) -> str:
+def blob_endpoint(settings: StorageSettings) -> str:
     """The blob endpoint the server uses: the setting, or the public one of the warehouse's account."""
     if settings.azure_blob_endpoint:
         return settings.azure_blob_endpoint.rstrip("/")
@@ -55,7 +55,7 @@ def blob_endpoint(settings: Settings) -> str:
     return f"https://{account}.blob.{host.split('.', 2)[2]}"
 
 
-def check_settings(settings: Settings) -> None:
+def check_settings(settings: StorageSettings) -> None:
     """Refuse an Azure warehouse the server cannot reach (``ConfigurationError``, naming the setting)."""
     if settings.storage_kind != "azure":
         return
@@ -74,7 +74,7 @@ def check_settings(settings: Settings) -> None:
 class AzureStorage(Bounds):
     """Blobs in one storage account through ``azure-storage-blob``, with the account's shared key."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StorageSettings) -> None:
         from azure.core import exceptions
         from azure.storage.blob import BlobServiceClient, LinearRetry
 

@@ -36,7 +36,7 @@ from urllib.parse import urlparse
 
 from catalog import errors
 from catalog.locations import Locations
-from catalog.settings import Settings
+from catalog.settings import StorageSettings
 from catalog.storage.bounds import USER_AGENT, StoredFile
 from catalog.storage.bounds import Bounds as _Bounds
 from catalog.storage.bounds import not_found as _not_found
@@ -82,7 +82,7 @@ def probe_writable(storage: Storage) -> None:
         storage.delete(probe)
 
 
-def create_storage(settings: Settings) -> Storage:
+def create_storage(settings: StorageSettings) -> Storage:
     kind = settings.storage_kind
     if kind == "s3":
         return S3Storage(settings)
@@ -106,7 +106,7 @@ class LocalStorage(_Bounds):
     in the same directory.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StorageSettings) -> None:
         warehouse = settings.warehouse
         path = Path(warehouse[len("file://") :] if warehouse.startswith("file://") else warehouse)
         self.path = path.expanduser().resolve()
@@ -379,7 +379,7 @@ _S3_CLIENT = {"KeyTooLongError", "InvalidArgument", "InvalidBucketName", "Invali
 _S3_OPERATOR = {"NoSuchBucket", "AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
 
 
-def s3_keys(settings: Settings) -> dict[str, str | None]:
+def s3_keys(settings: StorageSettings) -> dict[str, str | None]:
     """The keys the server's own S3 clients (storage, STS, the signer) are built with: the warehouse's.
     None lets boto3 fall back to its default chain, the process's own credentials (AWS_* variables,
     ~/.aws, an instance or pod role): only where ``s3_use_ambient_credentials`` allows it (the default
@@ -395,7 +395,7 @@ def s3_keys(settings: Settings) -> dict[str, str | None]:
 class S3Storage(_Bounds):
     """Objects in an S3-compatible store through boto3."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StorageSettings) -> None:
         import boto3
         from botocore.config import Config
         from botocore.exceptions import ClientError

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from catalog import errors, tracing
 from catalog.locations import Locations
-from catalog.settings import Settings
+from catalog.settings import StorageSettings
 
 # Marks the server's own S3 and STS requests (the User-Agent's extra part) in the store's logs.
 USER_AGENT = "iceberg-catalog"
@@ -26,7 +26,7 @@ class StoredFile:
 class Bounds:
     """What every store shares: the policy, the read cap and the slots."""
 
-    def __init__(self, settings: Settings, root: str) -> None:
+    def __init__(self, settings: StorageSettings, root: str) -> None:
         self.locations = Locations(root, settings.allowed_location_list)
         self.max_bytes = settings.max_metadata_file_bytes
         self._slots = threading.BoundedSemaphore(settings.storage_concurrency)

@@ -42,7 +42,7 @@ from typing import Any
 
 from catalog import errors
 from catalog.locations import azure_parts, gcs_parts, normalise
-from catalog.settings import Settings
+from catalog.settings import StorageSettings
 from catalog.storage.gcs import EMULATOR_TOKEN
 
 READ, WRITE = "read", "write"
@@ -208,7 +208,7 @@ class _Cached:
 class AzureVendor:
     """Table-scoped SAS tokens (``credentials(location, access)``, as ``vending.Vendor``)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StorageSettings) -> None:
         from catalog.storage.azure import account_of
 
         self.account, self.host, _ = account_of(settings)
@@ -237,7 +237,7 @@ class AzureVendor:
 class GcsVendor:
     """Downscoped tokens (``credentials(location, access)``, as ``vending.Vendor``)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StorageSettings) -> None:
         self.no_auth = settings.gcs_no_auth
         self.endpoint = settings.client_gcs_endpoint
         self.project = settings.gcs_project

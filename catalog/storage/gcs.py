@@ -22,21 +22,21 @@ from typing import Any
 
 from catalog import errors
 from catalog.locations import gcs_parts, normalise
-from catalog.settings import ConfigurationError, Settings
+from catalog.settings import ConfigurationError, StorageSettings
 from catalog.storage.bounds import USER_AGENT, Bounds, StoredFile, not_found
 
 SCOPE = "https://www.googleapis.com/auth/devstorage.full_control"
 EMULATOR_TOKEN = "emulator-ignores-this-token"  # pyarrow's GCS client needs a token and its expiry
 
 
-def bucket_of(settings: Settings) -> str:
+def bucket_of(settings: StorageSettings) -> str:
     try:
         return gcs_parts(normalise(settings.warehouse, "CATALOG_WAREHOUSE"))[0]
     except errors.IcebergError as e:
         raise ConfigurationError(e.message) from None
 
 
-def check_settings(settings: Settings) -> None:
+def check_settings(settings: StorageSettings) -> None:
     if settings.storage_kind != "gcs":
         return
     bucket_of(settings)
@@ -58,7 +58,7 @@ def check_settings(settings: Settings) -> None:
         )
 
 
-def client_access_warnings(settings: Settings) -> list[str]:
+def client_access_warnings(settings: StorageSettings) -> list[str]:
     """What leaves a client of this warehouse with no way to authenticate to its storage: with
     ``gcs_no_auth`` the server has no credentials to vend from, and without ``gcs_vend_credentials``
     it tells clients no token at all. A client that brings no credentials of its own then looks for
@@ -76,7 +76,7 @@ def client_access_warnings(settings: Settings) -> list[str]:
     ]
 
 
-def server_credentials(settings: Settings) -> Any:
+def server_credentials(settings: StorageSettings) -> Any:
     """The server's own Google credentials (anonymous with ``gcs_no_auth``)."""
     if settings.gcs_no_auth:
         from google.auth.credentials import AnonymousCredentials
@@ -128,7 +128,7 @@ _shared: dict[tuple[str | None, bool], TokenSource] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_token(settings: Settings) -> tuple[str, float]:
+def shared_token(settings: StorageSettings) -> tuple[str, float]:
     """(token, expiry) of the server's credentials for its own FileIO (purges, maintenance), one
     token source per process; a placeholder the emulator ignores with ``gcs_no_auth``."""
     if settings.gcs_no_auth:
@@ -148,7 +148,7 @@ def shared_token(settings: Settings) -> tuple[str, float]:
 class GcsStorage(Bounds):
     """Objects in one bucket (and allowed others) through ``google-cloud-storage``."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StorageSettings) -> None:
         from google.api_core import exceptions
         from google.api_core.client_info import ClientInfo
         from google.api_core.client_options import ClientOptions

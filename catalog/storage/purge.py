@@ -24,14 +24,14 @@ from typing import Any
 from pyiceberg.io import S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT, FileIO, load_file_io
 from pyiceberg.manifest import ManifestFile, read_manifest_list
 
-from catalog.settings import Settings
+from catalog.settings import StorageSettings
 from catalog.storage import vending
 from catalog.storage.backends import s3_keys
 
 log = logging.getLogger("catalog.purge")
 
 
-def server_io_properties(settings: Settings) -> dict[str, str]:
+def server_io_properties(settings: StorageSettings) -> dict[str, str]:
     """The server's own FileIO properties (purges): its endpoint and its own storage credentials.
     Never sent to a client."""
     if settings.storage_kind == "azure":
@@ -58,7 +58,7 @@ def server_io_properties(settings: Settings) -> dict[str, str]:
     return props
 
 
-def _azure_server_properties(settings: Settings) -> dict[str, str]:
+def _azure_server_properties(settings: StorageSettings) -> dict[str, str]:
     """pyiceberg's fsspec FileIO (adlfs) on the account with the server's key, at its endpoint."""
     from catalog.storage.azure import account_of, blob_endpoint
 
@@ -75,7 +75,7 @@ def _azure_server_properties(settings: Settings) -> dict[str, str]:
     }
 
 
-def file_io(settings: Settings, location: str) -> FileIO:
+def file_io(settings: StorageSettings, location: str) -> FileIO:
     props = {
         **server_io_properties(settings),
         S3_CONNECT_TIMEOUT: str(min(settings.storage_timeout_seconds, 5.0)),

@@ -43,7 +43,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from catalog import errors
 from catalog.locations import normalise
-from catalog.settings import Settings
+from catalog.settings import StorageSettings
 
 READ, WRITE = "read", "write"
 REMOTE_SIGNING, VENDED_CREDENTIALS = "remote-signing", "vended-credentials"
@@ -92,7 +92,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # -- what loadTable advertises ----------------------------------------------------------------------
 
 
-def offered(settings: Settings, delegation: str | None) -> bool:
+def offered(settings: StorageSettings, delegation: str | None) -> bool:
     """Whether a load result offers remote signing: it is switched on, the warehouse is S3, and the
     client asked for it, or asked for vended credentials while the server vends none (it never
     hands out its own keys, so signing is how a client without keys reaches the data)."""
@@ -102,12 +102,12 @@ def offered(settings: Settings, delegation: str | None) -> bool:
     return REMOTE_SIGNING in modes or (VENDED_CREDENTIALS in modes and not settings.s3_vend_credentials)
 
 
-def properties_for(settings: Settings, ns: tuple[str, ...], name: str) -> dict[str, str]:
+def properties_for(prefix: str, ns: tuple[str, ...], name: str) -> dict[str, str]:
     """The table ``config`` entries that make clients sign through the catalog: Java's S3FileIO
     (``s3.remote-signing-enabled``, ``s3.signer.endpoint`` resolved against the catalog URI) and
     pyiceberg (its ``S3V4RestSigner`` lives in the fsspec FileIO; PyArrow's cannot sign), and the
-    contract's generic ``signer.endpoint`` for clients that read that one."""
-    endpoint = endpoint_path(settings.prefix, ns, name)
+    contract's generic ``signer.endpoint`` for clients that read that one. ``prefix``: the warehouse's."""
+    endpoint = endpoint_path(prefix, ns, name)
     return {
         "s3.remote-signing-enabled": "true",
         "s3.signer.endpoint": endpoint,
@@ -162,7 +162,7 @@ class Plan:
 def plan(req: SignRequest, hosts: list[tuple[str, int]], bulk_delete: bool = False) -> Plan:
     """Parse and classify ``req`` against the endpoint ``hosts`` ((hostname, port) pairs).
     BadRequest when malformed, Forbidden when it is not an operation this signer signs.
-    ``bulk_delete``: sign DeleteObjects (see ``Settings.s3_remote_signing_bulk_delete``)."""
+    ``bulk_delete``: sign DeleteObjects (see ``StorageSettings.s3_remote_signing_bulk_delete``)."""
     method = req.method.upper()
     headers = _headers(req.headers)
     split = _split(req.uri)
@@ -381,7 +381,7 @@ def confine(p: Plan, table_location: str) -> None:
             raise errors.Forbidden(f"Refused to sign: {key[:200]!r} is outside the table's location")
 
 
-def endpoint_hosts(settings: Settings) -> list[tuple[str, int]]:
+def endpoint_hosts(settings: StorageSettings) -> list[tuple[str, int]]:
     """The hosts a signed request may go to: the endpoint clients are told (``s3_client_endpoint``),
     the server's own, and AWS's regional and global endpoints when neither is configured."""
     out = []
@@ -399,8 +399,10 @@ def endpoint_hosts(settings: Settings) -> list[tuple[str, int]]:
 class Signer:
     """Signs planned requests with the server's credentials (botocore's S3 SigV4)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StorageSettings, prefix: str) -> None:
+        """``prefix``: the warehouse's URL prefix, in the signer endpoint its tables are given."""
         self.settings = settings
+        self.prefix = prefix
         self.hosts = endpoint_hosts(settings)
         self._credentials: Any = None
 

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from urllib.parse import quote, urlparse
 
 from catalog import errors, metrics
-from catalog.settings import ConfigurationError, Settings
+from catalog.settings import ConfigurationError, StorageSettings
 from catalog.storage.backends import USER_AGENT, s3_keys
 
 # Marker in the User-Agent of every S3/STS request the server itself makes (botocore user_agent_extra).
@@ -55,7 +55,7 @@ _UNSCOPABLE = set("*?$")
 MAX_CACHED = 10_000
 
 
-def client_io_properties(settings: Settings) -> dict[str, str]:
+def client_io_properties(settings: StorageSettings) -> dict[str, str]:
     """FileIO properties clients are told for reaching the warehouse storage (``/v1/config`` and
     every loadTable ``config``): the client-facing endpoint and path style, never a credential."""
     if settings.storage_kind == "azure":
@@ -65,7 +65,7 @@ def client_io_properties(settings: Settings) -> dict[str, str]:
     return io_properties(settings, settings.client_s3_endpoint, settings.client_path_style_access)
 
 
-def azure_endpoint_properties(settings: Settings, endpoint: str | None) -> dict[str, str]:
+def azure_endpoint_properties(settings: StorageSettings, endpoint: str | None) -> dict[str, str]:
     """Where the warehouse's account is, for a blob endpoint that is not Azure's own: the key Java's
     ADLSFileIO reads as the endpoint (``adls.connection-string.<host>``), for both hosts."""
     from catalog.storage.azure import account_of
@@ -76,7 +76,7 @@ def azure_endpoint_properties(settings: Settings, endpoint: str | None) -> dict[
     return {f"adls.connection-string.{host}": endpoint for host in azure_hosts(account_of(settings)[1])}
 
 
-def io_properties(settings: Settings, endpoint: str | None, path_style: bool) -> dict[str, str]:
+def io_properties(settings: StorageSettings, endpoint: str | None, path_style: bool) -> dict[str, str]:
     """The FileIO properties that reach the warehouse's storage at ``endpoint`` (no credential):
     shared by what clients are told and what the server's own FileIO uses (``purge.file_io``)."""
     props: dict[str, str] = {}
@@ -89,7 +89,7 @@ def io_properties(settings: Settings, endpoint: str | None, path_style: bool) ->
     return props
 
 
-def check_settings(settings: Settings) -> None:
+def check_settings(settings: StorageSettings) -> None:
     """Refuse to start with vending switched on but nothing to vend with, or with an S3 warehouse that
     would run on the process's own credentials without saying so (``ConfigurationError``)."""
     keys = settings.s3_access_key_id and settings.s3_secret_access_key
@@ -153,7 +153,7 @@ def session_policy(location: str, access: str) -> dict[str, Any]:
     }
 
 
-def create_vendor(settings: Settings) -> Vends | None:
+def create_vendor(settings: StorageSettings) -> Vends | None:
     """The vendor of the warehouse's kind when its vending is switched on, else None."""
     from catalog.storage import cloud_vending
 
@@ -197,7 +197,7 @@ class Delegation:
 class Vendor:
     """Table-scoped STS credentials, cached per (location, access) until half their lifetime."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StorageSettings) -> None:
         import boto3
         from botocore.config import Config
 
