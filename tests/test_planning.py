@@ -446,13 +446,31 @@ def test_load_table_says_the_mode_a_table_property_sets(srv, tables: dict) -> No
         tx.remove_properties("catalog.scan-planning-mode")
 
 
-def test_plan_ids_are_always_unknown(srv, tables: dict) -> None:
+def test_a_plan_has_an_id_its_caller_may_cancel_and_use_for_credentials_on_its_table(srv, tables: dict) -> None:
+    """The spec's completed plan carries a plan-id: sealed to the caller and the table, nothing stored.
+    Nothing is kept to fetch (404); cancelling it is a 204; anything else is NoSuchPlanIdException."""
     ns, name = tables["big"].split(".")
-    for method in ("GET", "DELETE"):
-        resp = requests.request(method, f"{srv.url}/v1/namespaces/{ns}/tables/{name}/plan/p-1", timeout=10)
+    _, other = tables["bucketed"].split(".")
+    url = f"{srv.url}/v1/namespaces/{ns}/tables"
+    first = requests.post(f"{url}/{name}/plan", json={}, timeout=30).json()
+    second = requests.post(f"{url}/{name}/plan", json={"filter": {"type": "gt", "term": "id", "value": 40}}, timeout=30)
+    plan_id = first["plan-id"]
+    assert first["status"] == "completed" and second.json()["plan-id"] != plan_id
+    assert len(plan_id) < 200 and ns not in plan_id and name not in plan_id
+    assert_error(requests.get(f"{url}/{name}/plan/{plan_id}", timeout=10), 404, "NoSuchPlanIdException")
+    assert requests.delete(f"{url}/{name}/plan/{plan_id}", timeout=10).status_code == 204
+    flipped = plan_id[:-2] + ("A" if plan_id[-2] != "A" else "B") + plan_id[-1]
+    for bad in (flipped, "p-1", "x" * 5000):
+        assert_error(requests.delete(f"{url}/{name}/plan/{bad}", timeout=10), 404, "NoSuchPlanIdException")
+    assert_error(requests.delete(f"{url}/{other}/plan/{plan_id}", timeout=10), 404, "NoSuchPlanIdException")
+    # loadCredentials with the plan: vending is off here, so nothing to give, but only for this table
+    creds = requests.get(f"{url}/{name}/credentials", params={"planId": plan_id}, timeout=10)
+    assert creds.status_code == 200 and creds.json() == {"storage-credentials": []}
+    for table, bad in ((other, plan_id), (name, flipped), (name, "")):
+        resp = requests.get(f"{url}/{table}/credentials", params={"planId": bad}, timeout=10)
         assert_error(resp, 404, "NoSuchPlanIdException")
-    resp = requests.get(f"{srv.url}/v1/namespaces/{ns}/tables/none/plan/p-1", timeout=10)
-    assert_error(resp, 404, "NoSuchTableException")
+    assert_error(requests.get(f"{url}/none/plan/p-1", timeout=10), 404, "NoSuchTableException")
+    assert_error(requests.delete(f"{url}/none/plan/{plan_id}", timeout=10), 404, "NoSuchTableException")
 
 
 def test_incremental_append_scans_plan_the_files_appends_added(srv, tables: dict) -> None:

@@ -83,3 +83,18 @@ def test_a_token_handed_to_a_caller_without_read_gets_nothing(srv) -> None:
     plan_task = _call(srv, "admin", "POST", "/v1/namespaces/hidden/tables/t/plan", json={}).json()["plan-tasks"][0]
     resp = _call(srv, "nobody", "POST", "/v1/namespaces/hidden/tables/t/tasks", json={"plan-task": plan_task})
     assert resp.status_code == 403
+
+
+def test_a_plan_id_is_its_callers_only(srv) -> None:
+    """Another caller who may read the table cannot cancel the plan or get credentials by its id;
+    a caller without READ is refused before the id is looked at."""
+    path = "/v1/namespaces/seen/tables/t"
+    plan_id = _call(srv, "analyst", "POST", path + "/plan", json={}).json()["plan-id"]
+    for client in ("ingest", "admin"):
+        assert_error(_call(srv, client, "DELETE", f"{path}/plan/{plan_id}"), 404, "NoSuchPlanIdException")
+        resp = _call(srv, client, "GET", path + "/credentials", params={"planId": plan_id})
+        assert_error(resp, 404, "NoSuchPlanIdException")
+    assert _call(srv, "nobody", "GET", path + "/credentials", params={"planId": plan_id}).status_code == 403
+    assert _call(srv, "nobody", "DELETE", f"{path}/plan/{plan_id}").status_code == 403
+    assert _call(srv, "analyst", "GET", path + "/credentials", params={"planId": plan_id}).status_code == 200
+    assert _call(srv, "analyst", "DELETE", f"{path}/plan/{plan_id}").status_code == 204

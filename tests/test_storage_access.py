@@ -287,6 +287,37 @@ def test_a_reader_gets_read_only_credentials_and_can_refresh_them(stack: dict) -
 
 
 @pytest.mark.s3  # SeaweedFS with STS, started by the module
+def test_a_plan_carries_read_only_credentials_for_its_table_and_its_id_gets_them_again(stack: dict) -> None:
+    """Server-side scan planning with vending on: the completed plan has storage-credentials scoped to
+    the table, read-only even for a writer (a plan reads); ``/credentials?planId=`` gives the same."""
+    server, public = stack["server"], stack["public"]
+    as_(server, "admin").load_table("lake.events").append(ROWS)  # a data file to plan, whatever ran before
+    headers = {"Authorization": f"Bearer {token(server, 'admin')}", **VENDED}
+    url = f"{server.url}/v1/namespaces/lake/tables/events"
+    plan = requests.post(url + "/plan", json={}, headers=headers, timeout=60)
+    assert plan.status_code == 200, plan.text
+    body = plan.json()
+    [vended] = body["storage-credentials"]
+    location = _load(server, "admin", "events").json()["metadata"]["location"]
+    assert vended["prefix"] == location
+    client = _s3(public.endpoint, vended["config"])
+    bucket, prefix = _split(location)
+    data_file = body["file-scan-tasks"][0]["data-file"]["file-path"]
+    assert client.get_object(Bucket=bucket, Key=_split(data_file)[1])["Body"].read()
+    _denied(lambda: client.put_object(Bucket=bucket, Key=prefix + "/data/by-a-plan.parquet", Body=b"x"))
+    _, other_prefix = _split(_load(server, "admin", "events2").json()["metadata"]["location"])
+    _denied(lambda: client.list_objects_v2(Bucket=bucket, Prefix=other_prefix + "/"))
+    # without asking for vended credentials, none
+    plain = requests.post(url + "/plan", json={}, headers={"Authorization": headers["Authorization"]}, timeout=60)
+    assert "storage-credentials" not in plain.json()
+    again = requests.get(url + "/credentials", params={"planId": body["plan-id"]}, headers=headers, timeout=30)
+    assert again.status_code == 200, again.text
+    [fresh] = again.json()["storage-credentials"]
+    assert fresh["prefix"] == location
+    _denied(lambda: _s3(public.endpoint, fresh["config"]).put_object(Bucket=bucket, Key=prefix + "/x", Body=b"x"))
+
+
+@pytest.mark.s3  # SeaweedFS with STS, started by the module
 def test_sts_down_is_503_and_never_the_servers_keys(stack: dict) -> None:
     server, sts = stack["server"], stack["sts"]
     name = f"fresh_{uuid.uuid4().hex[:6]}"  # not in the credential cache

@@ -12,7 +12,7 @@ from litestar import Request, Response, delete, get, head, post
 from litestar.params import FromPath, RawBody
 
 from catalog import errors
-from catalog.api import guard, idempotency, observation, paging, wire
+from catalog.api import guard, idempotency, observation, paging, planning, wire
 from catalog.api.context import AppState, Ctx
 from catalog.api.models import (
     CommitRequest,
@@ -311,15 +311,20 @@ async def _rename(kind: Kind, body: RawBody, request: Request, ctx: AppState) ->
 @get(TABLE_PATH + "/credentials")
 async def load_credentials(namespace: FromPath[str], table: FromPath[str], request: Request, ctx: Ctx) -> Response:
     """Fresh table-scoped storage credentials (see ``catalog.storage.vending``): read-only or read-write
-    as the caller's privileges on the table allow; an empty list when vending is off."""
+    as the caller's privileges on the table allow; read-only for a ``planId`` (a plan this caller made
+    on this table, else 404 ``NoSuchPlanIdException``: ``api/planning.py``); an empty list when
+    vending is off."""
     ns, name = wire.decode_namespace(namespace), wire.decode_name(table)
     wire.referenced_by(request.scope["query_string"])
     await guard.require(request, [(Privilege.READ, policy.entry("table", ns, name))])
     file = ctx.catalog.load_inline(TABLE, ns, name) or await wire.blocking(ctx.catalog.load, TABLE, ns, name)
+    plan_id = request.query_params.get("planId")
+    if plan_id is not None:
+        planning.plan_of(plan_id, file.data.get("table-uuid"), request, ctx)
     if ctx.vendor is None:
         return wire.json_response({"storage-credentials": []})
     location = file.data["location"]
-    access = await _access(request, (ns, name))
+    access = vending.READ if plan_id is not None else await _access(request, (ns, name))
     found = await wire.blocking(vending.delegate, ctx.vendor, "vended-credentials", access, location, None)
     return wire.json_response({"storage-credentials": found.credentials if found else []})
 

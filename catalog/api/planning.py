@@ -1,17 +1,24 @@
 """Server-side scan planning routes (``catalog.planning`` does the planning):
 
-- ``POST .../plan`` (planTableScan): always ``completed``, with the tasks inline when the matching
-  data manifests fit one plan task (``CATALOG_PLANNING_MANIFESTS_PER_TASK``), else with
-  ``plan-tasks``: sealed tokens (``planning.task_tokens``) each naming a group of manifests.
+- ``POST .../plan`` (planTableScan): always ``completed``, with a ``plan-id`` (sealed to the caller
+  and the table: ``planning.task_tokens``) and the tasks inline when the matching data manifests fit
+  one plan task (``CATALOG_PLANNING_MANIFESTS_PER_TASK``), else with ``plan-tasks``: sealed tokens each
+  naming a group of manifests. With vending on and the client asking for vended credentials
+  (``X-Iceberg-Access-Delegation``), ``storage-credentials``: read-only, scoped to the table's
+  location; ``GET .../credentials?planId=`` gives the same for a plan id of this caller and table.
 - ``POST .../tasks`` (fetchScanTasks): one token's ``file-scan-tasks`` with the ``delete-files``
   they reference (never delete files without tasks).
-- ``GET``/``DELETE .../plan/{plan-id}``: no plan is ever ``submitted`` (nothing is stored), so
-  every plan id is unknown: 404 ``NoSuchPlanIdException``.
+- ``GET .../plan/{plan-id}``: no plan is ever ``submitted`` and nothing of a completed one is kept,
+  so there is no result to fetch: 404 ``NoSuchPlanIdException``.
+- ``DELETE .../plan/{plan-id}``: cancelling a plan this caller made on this table is 204 (nothing was
+  held); any other id is 404 ``NoSuchPlanIdException``.
 
 Each is authorised exactly as loadTable: READ on the table, checked on every call.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import orjson
 from litestar import Request, Response, delete, get, post
@@ -25,6 +32,7 @@ from catalog.auth.policy import Privilege
 from catalog.planning import request as scan_request
 from catalog.planning import task_tokens
 from catalog.planning.request import ScanRequest
+from catalog.storage import vending
 from catalog.usecases import TABLE
 
 T = "/v1/namespaces/{namespace:str}/tables/{table:str}"
@@ -47,11 +55,18 @@ async def plan_table_scan(
     ns, name = await _table(namespace, table, request)
     req = scan_request.parse(body)
     uuid, prepared, answer = await wire.blocking(ctx.catalog.scan_plan, ns, name, req)
+    context = _context(request, ctx)
+    head = {"status": "completed", "plan-id": ctx.plan_tokens.plan_id(uuid, context)}
+    header = request.headers.get("x-iceberg-access-delegation")
+    if ctx.vendor is not None and vending.wants_vended(header):
+        location = prepared.metadata.location
+        found = await wire.blocking(vending.delegate, ctx.vendor, header, vending.READ, location, None)
+        if found is not None:
+            head["storage-credentials"] = found.credentials
     if answer.tasks is not None:
         metrics.PLANNING_PLANS.labels("inline").inc()
-        return wire.json_response({"status": "completed", **answer.tasks})
+        return wire.json_response({**head, **answer.tasks})
     metrics.PLANNING_PLANS.labels("tasks").inc()
-    context = _context(request, ctx)
     canonical = orjson.loads(prepared.key)
     sealed = [
         ctx.plan_tokens.seal(
@@ -59,7 +74,7 @@ async def plan_table_scan(
         )
         for group in answer.groups
     ]
-    return wire.json_response({"status": "completed", "plan-tasks": sealed})
+    return wire.json_response({**head, "plan-tasks": sealed})
 
 
 @post(T + "/tasks", status_code=200, opt=wire.IDEMPOTENT_READ)
@@ -100,21 +115,32 @@ async def fetch_scan_tasks(
 async def fetch_planning_result(
     namespace: FromPath[str], table: FromPath[str], plan_id: FromPath[str], request: Request, ctx: Ctx
 ) -> None:
-    await _unknown_plan(namespace, table, plan_id, request, ctx)
+    ns, name = await _table(namespace, table, request)
+    await wire.blocking(ctx.catalog.entry, TABLE, ns, name)  # 404 for a table that is none
+    raise errors.NoSuchPlanId(
+        f"No plan result for id {_shown(plan_id)}: this catalog answers every plan when it is asked "
+        "(status completed) and keeps nothing to fetch later"
+    )
 
 
 @delete(T + "/plan/{plan_id:str}", status_code=204, opt=wire.IDEMPOTENT)
 async def cancel_planning(
     namespace: FromPath[str], table: FromPath[str], plan_id: FromPath[str], request: Request, ctx: Ctx
 ) -> None:
-    await _unknown_plan(namespace, table, plan_id, request, ctx)
-
-
-async def _unknown_plan(namespace: str, table: str, plan_id: str, request: Request, ctx: Ctx) -> None:
+    """A plan of this caller on this table is cancelled at once: nothing was held for it."""
     ns, name = await _table(namespace, table, request)
-    await wire.blocking(ctx.catalog.entry, TABLE, ns, name)  # 404 for a table that is none
-    shown = plan_id if len(plan_id) <= 64 else plan_id[:64] + "..."
-    raise errors.NoSuchPlanId(f"No plan with id {shown!r}: this catalog answers every plan at once")
+    file = ctx.catalog.load_inline(TABLE, ns, name) or await wire.blocking(ctx.catalog.load, TABLE, ns, name)
+    plan_of(plan_id, file.data.get("table-uuid"), request, ctx)
+
+
+def plan_of(plan_id: str, table_uuid: Any, request: Request, ctx: Ctx) -> None:
+    """``loadCredentials``' ``planId``: a plan this caller made on this table, else 404."""
+    if table_uuid is None or not ctx.plan_tokens.is_plan(plan_id, table_uuid, _context(request, ctx)):
+        raise errors.NoSuchPlanId(f"No plan with id {_shown(plan_id)} by this caller on this table")
+
+
+def _shown(plan_id: str) -> str:
+    return repr(plan_id if len(plan_id) <= 64 else plan_id[:64] + "...")
 
 
 ROUTES = [plan_table_scan, fetch_scan_tasks, fetch_planning_result, cancel_planning]
