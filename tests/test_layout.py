@@ -521,3 +521,20 @@ def test_no_binary_file_is_committed() -> None:
         if name and path.is_file() and not name.endswith(KEPT_BINARIES) and b"\0" in path.read_bytes()[:8192]:
             binaries.append(name)
     assert binaries == [], f"binary files tracked by git: {binaries}"
+
+
+# --- packaging: every folder of catalog/ ships --------------------------------------------------------
+
+
+def test_every_package_is_listed_for_pip_install() -> None:
+    """``pyproject.toml`` lists packages by hand: a folder left out is missing from a non-editable
+    install (a container image), while the editable install the tests use still finds it."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "catalog").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert found - listed == set()
