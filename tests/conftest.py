@@ -10,6 +10,7 @@ be started is a failure, never a silent skip.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -53,7 +54,28 @@ PYSPARK_SOCKET_LEAKS = [
 ]
 
 
+def _give_every_item_its_own_nodeid(items: list[pytest.Item]) -> None:
+    """schemathesis 4 under pytest 9 gives each operation's item (``test_operations_conform[GET
+    /v1/config]``) the bare function's node id. pytest-xdist schedules by node id, so a parallel
+    run kept one item per id and silently dropped the other 112 fuzz tests (no failure, no skip).
+    Such an item gets the id pytest gives any parametrized test: its parent's and its own name."""
+    count = Counter(item.nodeid for item in items)
+    for item in items:
+        if count[item.nodeid] > 1 and item.parent is not None and item.nodeid != f"{item.parent.nodeid}::{item.name}":
+            nodeid = f"{item.parent.nodeid}::{item.name}"
+            if hasattr(item, "_id"):  # pytest 9 keeps the id structured, parsed from the same text
+                from _pytest.nodeid import NodeId
+
+                item._id = NodeId.parse(nodeid)
+            else:
+                item._nodeid = nodeid
+    shared = [nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1]
+    if shared:
+        raise pytest.UsageError(f"tests share a node id (a parallel run would drop all but one): {shared[:5]}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _give_every_item_its_own_nodeid(items)
     for item in items:
         if item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ()):
             for mark in PYSPARK_SOCKET_LEAKS:
