@@ -7,6 +7,7 @@ as their grants say; hostile locations are refused and nothing lands outside
 the warehouse (asserted on Azurite's own listing); a purge deletes the table's files and nothing
 else; orphan removal lists the table's directory and removes only what no metadata references.
 GCS: the same table life through the emulator, with the vended endpoint and placeholder token.
+S3 (SeaweedFS): the storage backend's batch delete (DeleteObjects), asserted on the bucket.
 """
 
 from __future__ import annotations
@@ -412,6 +413,43 @@ def test_the_storage_backend_against_the_gcs_emulator(gcs_emulator) -> None:
     down = GcsStorage(Settings(**base, gcs_endpoint="http://127.0.0.1:9", storage_timeout_seconds=1).storage)
     with pytest.raises(errors.ServiceUnavailable, match="CATALOG_GCS_ENDPOINT"):
         down.read(f"{where}/big.json")
+
+
+@pytest.mark.s3
+def test_the_s3_backend_deletes_in_batches_and_only_what_it_is_given(services) -> None:
+    """``delete_many``: 1,003 keys in two DeleteObjects requests (the limit is 1,000 keys), a key
+    that is already gone is no error, a key beside them stays, and a location outside the
+    warehouse is refused before any request."""
+    from catalog import errors
+    from catalog.settings import Settings
+    from catalog.storage.backends import S3Storage
+    from tests.support import s3_env
+
+    env = s3_env(services["s3"], f"batch-{uuid.uuid4().hex}")
+    storage = S3Storage(
+        Settings(
+            warehouse=env["CATALOG_WAREHOUSE"],
+            s3_endpoint=env["CATALOG_S3_ENDPOINT"],
+            s3_region=env["CATALOG_S3_REGION"],
+            s3_access_key_id=env["CATALOG_S3_ACCESS_KEY_ID"],
+            s3_secret_access_key=env["CATALOG_S3_SECRET_ACCESS_KEY"],
+            s3_path_style_access=True,
+        ).storage
+    )
+    root = storage.root()
+    doomed = [f"{root}/t/metadata/{i:05d}.metadata.json" for i in range(1003)]
+    for location in doomed:
+        storage.write_new(location, b"{}")
+    storage.write_new(f"{root}/t/metadata/keep.metadata.json", b"{}")
+    calls: list[int] = []
+    batch = storage.client.delete_objects
+    storage.client.delete_objects = lambda **kw: calls.append(len(kw["Delete"]["Objects"])) or batch(**kw)
+    storage.delete_many([*doomed, f"{root}/t/metadata/never-written.metadata.json"])
+    assert sorted(calls) == [4, 1000]
+    assert [f.location for f in storage.listing(f"{root}/t")] == [f"{root}/t/metadata/keep.metadata.json"]
+    with pytest.raises(errors.Forbidden):
+        storage.delete_many([f"{root}/t/metadata/keep.metadata.json", "s3://elsewhere/x.metadata.json"])
+    assert [f.location for f in storage.listing(f"{root}/t")] == [f"{root}/t/metadata/keep.metadata.json"]
 
 
 @pytest.mark.azure

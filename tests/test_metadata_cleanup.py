@@ -1,5 +1,6 @@
 """Delete-after-commit in the background (catalog/commit/cleanup.py), as pure logic over stand-ins for
-the ownership check and the file deletes: the commits of a busy table share one ownership check,
+the ownership check and the file deletes: the commits of a busy table share one ownership check
+and one batch delete,
 every file they pushed out of the log that the table owns is deleted, and nothing else is."""
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ class Owning:
 
 
 class Deleting:
+    """Counts the batch calls: on S3 each is one DeleteObjects request."""
+
     def __init__(self) -> None:
         self.deleted: list[str] = []
+        self.calls = 0
         self.lock = threading.Lock()
 
-    def delete(self, location: str) -> None:
+    def delete_many(self, locations: list[str]) -> None:
         with self.lock:
-            self.deleted.append(location)
+            self.calls += 1
+            self.deleted.extend(locations)
 
 
 def commit(entry_id: int, n: int, keep: int = 2, root: str = "s3://b/t/metadata") -> SimpleNamespace:
@@ -63,6 +68,7 @@ def test_the_commits_of_a_busy_table_share_one_ownership_check() -> None:
     wait_until(lambda: len(deleting.deleted) >= len(expected), 5 + GATHER_SECONDS)
     assert sorted(deleting.deleted) == expected
     assert owning.checks == 1
+    assert deleting.calls == 1
     c.close()
 
 

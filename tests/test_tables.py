@@ -20,6 +20,7 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 from pyiceberg.types import DoubleType
 
+from catalog.commit.cleanup import GATHER_SECONDS
 from tests.support import CARE_ON_REQUEST, PY_SCHEMA, purge_now, rows, start_server, wait_for  # noqa: E402
 
 
@@ -289,7 +290,7 @@ def test_metadata_log_bounded_and_old_files_deleted_unless_the_table_says_not(ca
     for entry in table.metadata.metadata_log:
         assert table.io.new_input(entry.metadata_file).exists()
     if delete_after_commit == "false":
-        time.sleep(1)  # what a background delete would have needed; none may come
+        time.sleep(GATHER_SECONDS + 1)  # what a background delete would have needed; none may come
         assert table.io.new_input(first).exists()
     else:
         wait_for(lambda: not table.io.new_input(first).exists(), "the dropped metadata file's delete", 30)

@@ -29,7 +29,7 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -51,6 +51,7 @@ class Storage(Protocol):
     def read(self, location: str, limit: int | None = None) -> bytes: ...  # limit: the cap instead of max_bytes
     def write_new(self, location: str, data: bytes) -> None: ...
     def delete(self, location: str) -> None: ...
+    def delete_many(self, locations: Iterable[str]) -> None: ...  # S3: one DeleteObjects per 1,000
     def prepare_table_location(self, location: str) -> None: ...
     def remove_empty_directories(self, location: str) -> None: ...  # a purged table's, on local disk
     def ping(self) -> None: ...
@@ -375,6 +376,7 @@ def _drop_cached(fd: int) -> None:
 
 # S3 error codes by who must act: the client's request, the operator, or nobody (retry).
 _S3_MISSING = {"NoSuchKey", "404", "NotFound"}
+S3_DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
 _S3_CLIENT = {"KeyTooLongError", "InvalidArgument", "InvalidBucketName", "InvalidURI", "400"}
 _S3_OPERATOR = {"NoSuchBucket", "AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
 
@@ -492,6 +494,43 @@ class S3Storage(_Bounds):
                 self.client.delete_object(Bucket=bucket, Key=key)
             except Exception as e:  # noqa: BLE001
                 raise self._error(e, "deleting", location) from e
+
+    def delete_many(self, locations: Iterable[str]) -> None:
+        """One DeleteObjects request per bucket and 1,000 keys instead of a DeleteObject each: boto3
+        costs ~1-2 ms of CPU per call, and a hot table's delete-after-commit deletes a file per commit
+        (measured: docs/performance.md). A store without DeleteObjects gets one call per file."""
+        by_bucket: dict[str, list[tuple[str, str]]] = {}
+        for location in locations:
+            bucket, key = self._split(location)
+            by_bucket.setdefault(bucket, []).append((key, location))
+        for bucket, keys in by_bucket.items():
+            for start in range(0, len(keys), S3_DELETE_BATCH):
+                self._delete_batch(bucket, keys[start : start + S3_DELETE_BATCH])
+
+    def _delete_batch(self, bucket: str, keys: list[tuple[str, str]]) -> None:
+        if len(keys) == 1:
+            return self.delete(keys[0][1])
+        with self._slot():
+            try:
+                response = self.client.delete_objects(
+                    Bucket=bucket, Delete={"Objects": [{"Key": key} for key, _ in keys], "Quiet": True}
+                )
+            except self._client_error as e:
+                if e.response.get("Error", {}).get("Code") not in ("NotImplemented", "501", "MethodNotAllowed"):
+                    raise self._error(e, "deleting", keys[0][1]) from e
+                response = None
+            except Exception as e:  # noqa: BLE001
+                raise self._error(e, "deleting", keys[0][1]) from e
+        if response is None:  # no DeleteObjects here: one call each
+            for _, location in keys:
+                self.delete(location)
+            return None
+        failed = [f for f in response.get("Errors") or [] if str(f.get("Code")) not in _S3_MISSING]
+        if failed:
+            location = dict(keys).get(failed[0].get("Key", ""), keys[0][1])
+            error = self._client_error({"Error": {"Code": failed[0].get("Code", "")}}, "DeleteObjects")
+            raise self._error(error, "deleting", location)
+        return None
 
     def prepare_table_location(self, location: str) -> None:
         """Nothing to create: S3 has no directories (the location is still checked)."""

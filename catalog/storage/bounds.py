@@ -4,7 +4,7 @@ error, the listing's entries and the User-Agent marker (``backends``, ``azure``,
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -42,6 +42,15 @@ class Bounds:
                 yield
             finally:
                 self._slots.release()
+
+    def delete(self, location: str) -> None:
+        raise NotImplementedError
+
+    def delete_many(self, locations: Iterable[str]) -> None:
+        """Delete each of ``locations`` (a missing one is no error); raise on the first failure. A
+        store with a batch call (S3's DeleteObjects) overrides this."""
+        for location in locations:
+            self.delete(location)
 
     def _cap(self, limit: int | None) -> int:
         """The most bytes a read returns: ``limit`` (a data file compaction reads) or the metadata cap."""

@@ -141,6 +141,11 @@ class MetadataFiles:
         self._forget(location)
         self.storage.delete(location)
 
+    def delete_many(self, locations: list[str]) -> None:
+        for location in locations:
+            self._forget(location)
+        self.storage.delete_many(locations)
+
     def _forget(self, location: str) -> None:
         with self._lock:
             dropped = self._cache.pop(location, None)
