@@ -395,6 +395,7 @@ def test_an_unreachable_identity_provider_is_a_503(two_workers, idp):
         ({"CATALOG_AUTH_REQUIRED": "true", "CATALOG_OIDC_ISSUER": "keycloak.local"}, "CATALOG_OIDC_ISSUER"),
     ],
 )
+@pytest.mark.slow
 def test_misconfiguration_is_refused_with_one_line(tmp_path, env, names):
     full = {
         **{k: v for k, v in __import__("os").environ.items() if not k.startswith("CATALOG_")},

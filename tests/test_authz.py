@@ -468,6 +468,7 @@ def test_every_mutation_and_every_refusal_leaves_an_audit_line(secured: Server) 
     assert unauthenticated["status"] == 401 and unauthenticated["outcome"] == "denied"
 
 
+@pytest.mark.slow
 def test_grants_cli_and_a_broken_bootstrap_file(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -165,6 +165,7 @@ def test_errors_are_one_line(lake, capsys) -> None:
     assert got == 1 and "cannot reach the catalog" in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_authentication(tmp_path: Path, capsys) -> None:
     secret = "a-test-signing-key-of-at-least-32-bytes!"
     env = {"CATALOG_AUTH_REQUIRED": "true", "CATALOG_OAUTH_CLIENTS": "ops:ops-secret", "CATALOG_TOKEN_SECRET": secret}
@@ -373,6 +374,7 @@ def namespaces_in_a_subprocess(server: Server) -> tuple[int, str, str]:
     return run.returncode, run.stdout, run.stderr
 
 
+@pytest.mark.slow
 def test_downgrade_asks_at_a_terminal(tmp_path: Path) -> None:
     """At a terminal: a wrong answer changes nothing; typing the revision goes ahead."""
     import os

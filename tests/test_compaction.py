@@ -559,6 +559,7 @@ def _orphans_removed(server: Server, ns: str, leftovers: set[str]) -> None:
     assert not any(os.path.exists(p) for p in leftovers)
 
 
+@pytest.mark.slow
 def test_a_compaction_killed_mid_rewrite_loses_nothing_and_its_files_are_orphans(tmp_path: Path) -> None:
     """kill -9 of a dedicated worker process while it writes the compacted files: the table is as it
     was, the task is claimed again and lands, and the first attempt's files, referenced by nothing,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 from pyiceberg.exceptions import CommitFailedException
 
@@ -56,6 +57,7 @@ def test_raw_cas_many_racers_one_winner(server, ns):
     assert final["metadata-location"].split("/")[-1].startswith("00001-")
 
 
+@pytest.mark.slow
 def test_eight_writers_ten_appends_each_lose_nothing(server, ns):
     """8 threads x 10 appends with client retry on 409: exactly 80 snapshots and every row."""
     server.catalog().create_table(f"{ns}.hammer", PY_SCHEMA, properties=NO_CLIENT_RETRY)

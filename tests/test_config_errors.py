@@ -72,6 +72,7 @@ def test_an_unusable_warehouse_is_one_line_before_listening(case, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["under a regular file", "a regular file", "in /proc"])
+@pytest.mark.slow
 def test_doctor_says_the_same_of_an_unusable_warehouse(case, tmp_path):
     warehouse = _blocked_warehouses(tmp_path)[case]
     db = tmp_path / "catalog.db"
@@ -120,6 +121,7 @@ def read_only_dir(tmp_path):
 
 
 @pytest.mark.parametrize("inside", [False, True])
+@pytest.mark.slow
 def test_an_unwritable_warehouse_is_one_line_and_doctor_agrees(read_only_dir, tmp_path, inside):
     """The warehouse itself on a read-only file system, or a directory to be made inside one."""
     warehouse = str(read_only_dir / "wh") if inside else str(read_only_dir)
@@ -180,6 +182,7 @@ def test_doctor_warns_of_a_misspelt_setting(tmp_path):
 # -- storage that does not answer ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unreachable_s3_names_its_endpoint_and_setting(tmp_path):
     import requests
 

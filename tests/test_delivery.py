@@ -94,6 +94,7 @@ def test_a_webhook_down_for_a_minute_gets_every_event_afterwards_in_order_signed
     assert_arrived_in_feed_order(receiver.ids(), srv.url)
 
 
+@pytest.mark.slow
 def test_two_replicas_deliver_each_event_across_a_sigkill_of_the_one_delivering(
     fresh: Start, receiver: Receiver
 ) -> None:
@@ -111,6 +112,7 @@ def test_two_replicas_deliver_each_event_across_a_sigkill_of_the_one_delivering(
     assert_arrived_in_feed_order(receiver.ids(), second.url)
 
 
+@pytest.mark.slow
 def test_nats_receives_the_same_events_as_the_feed(fresh: Start, tmp_path: Path) -> None:
     from tests import services
 
@@ -160,6 +162,7 @@ def test_nats_receives_the_same_events_as_the_feed(fresh: Start, tmp_path: Path)
         nats_server.stop()
 
 
+@pytest.mark.slow
 def test_a_maintenance_worker_process_delivers_when_the_servers_have_no_sinks(fresh: Start, receiver: Receiver) -> None:
     from tests.support import start_worker
 
@@ -226,6 +229,7 @@ def sink_metric(url: str, name: str, sink: str) -> float:
     return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(f'{name}{{sink="{sink}"}}'))
 
 
+@pytest.mark.slow
 def test_a_backlog_at_a_receiver_refusing_one_post_in_fifty_arrives_in_seconds_in_a_handful_of_log_lines(
     fresh: Start,
 ) -> None:

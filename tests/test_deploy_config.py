@@ -477,6 +477,7 @@ def test_helm_lint(helm: ModuleType, value_set: str) -> None:
 
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+@pytest.mark.slow
 def test_manifests_validate_against_kubernetes_schemas(render: Any, kv: ModuleType, value_set: str) -> None:
     rendered = render(value_set)
     kinds = {d["kind"] for d in rendered.docs}

@@ -1220,6 +1220,7 @@ def metadata_file(i: int) -> str:
 
 @hypothesis_settings(700)
 @given(data=st.data())
+@pytest.mark.slow
 def test_table_commit_chains(oracle, data):
     """A create, then a chain of commits; each commit's base is Java's result of the one before."""
     OR.java = oracle
@@ -1452,6 +1453,7 @@ def view_commit(draw, m: dict):
 
 @hypothesis_settings(450)
 @given(data=st.data())
+@pytest.mark.slow
 def test_view_commit_chains(oracle, data):
     """A view create (``new_view`` against ``ViewMetadata.builder()``), then a chain of commits."""
     OR.java = oracle

@@ -158,6 +158,7 @@ def test_a_purge_keeps_the_data_files_of_a_table_whose_gc_is_off(server: Server,
 
 
 @pytest.mark.parametrize("retention", ["0", "2s"])
+@pytest.mark.slow
 def test_the_retention_ends_by_itself_purging_or_forgetting(tmp_path: Path, retention: str):
     env = {**CARE_ON_REQUEST, "CATALOG_DROP_RETENTION": retention, "CATALOG_MAINTENANCE_INTERVAL_SECONDS": "0.5"}
     srv = start_server(tmp_path, "sqlite", env)
@@ -195,6 +196,7 @@ def _files(root: Path) -> int:
 JUNK = 40_000  # enough files that the purge is caught half way on this machine
 
 
+@pytest.mark.slow
 def test_a_purge_killed_mid_delete_is_finished_by_another_worker(tmp_path: Path):
     srv = start_server(tmp_path, "sqlite", {"CATALOG_MAINTENANCE_INTERVAL_SECONDS": "3600"})
     workers: list[subprocess.Popen] = []

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 
 from tests.support import (
@@ -40,6 +41,7 @@ def ops(events: list[dict[str, Any]]) -> list[str]:
 # -- the outbox under a kill -9 storm -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_commit_storm_killed_by_sigkill_leaves_every_landed_change_once_in_commit_order(fresh: Start) -> None:
     """4 writers append to 2 tables while a reader tails the feed; the server is killed with
     SIGKILL mid-storm and started again. Afterwards the feed holds exactly the snapshots the tables
@@ -212,6 +214,7 @@ def test_the_feed_refuses_forged_and_foreign_tokens_and_bad_requests_with_400(se
     assert feed(server.url, **mine, **{"continuation-token": token_}).status_code == 200
 
 
+@pytest.mark.slow
 def test_the_feed_is_advertised_and_served_with_a_prefix_and_absent_when_off(server: Server, tmp_path: Path) -> None:
     endpoints = requests.get(f"{server.url}/v1/config", timeout=10).json()["endpoints"]
     assert "POST /v1/{prefix}/events" in endpoints

@@ -212,6 +212,7 @@ def test_the_migration_marks_old_user_grants_and_start_up_settles_them_and_it_go
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_the_grants_cli_takes_client_principals_and_refuses_an_ambiguous_user(tmp_path):
     import os
     import subprocess

@@ -227,6 +227,7 @@ def test_expiry_never_deletes_files_outside_the_table_that_hostile_metadata_name
     assert catalog.load_table(f"{ns}.hostile").scan().to_arrow().num_rows == 1
 
 
+@pytest.mark.slow
 def test_orphans_older_than_the_age_are_removed_and_fresh_ones_kept(tmp_path: Path) -> None:
     srv = start_server(tmp_path, "sqlite", {**CARE_ENV, "CATALOG_MAINTENANCE_ORPHAN_AGE_HOURS": "1"})
     try:
@@ -387,6 +388,7 @@ def test_one_task_per_table_and_kind_is_queued(queued_only) -> None:  # noqa: AN
     assert orphans["id"] != first["id"]
 
 
+@pytest.mark.slow
 def test_appends_racing_expiry_all_land_without_a_409(graced: Server) -> None:
     """Writers keep appending while expiry runs again and again on a table whose policy expires
     everything at once: every append lands exactly once, and no writer fails because a snapshot it
@@ -520,6 +522,7 @@ def test_expiry_is_due_again_after_n_commits_however_recent_its_lastrun_care(que
 JUNK = 40_000  # enough old files that the worker is caught half way through deleting them
 
 
+@pytest.mark.slow
 def test_orphan_removal_killed_mid_delete_loses_nothing(tmp_path: Path) -> None:
     """kill -9 of a dedicated worker process while it deletes orphans: the task is claimed again
     once its lease expired, finishes the job, and every file the table references is still there."""

@@ -161,6 +161,7 @@ def test_a_malformed_writer_grace_is_refused_before_anything_is_queued(server: S
     assert all(not t["table"].startswith("malformed_") for t in listed.json()["tasks"])
 
 
+@pytest.mark.slow
 def test_only_an_admin_of_the_table_sets_the_writer_grace(tmp_path: Path) -> None:
     srv = start_server(tmp_path, "sqlite", {**AT_DEFAULTS, **auth_env(tmp_path)})
     try:

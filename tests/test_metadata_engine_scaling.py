@@ -202,6 +202,7 @@ TABLE_KINDS = {
 
 
 @pytest.mark.parametrize("kind", TABLE_KINDS)
+@pytest.mark.slow
 def test_a_table_commit_of_n_updates_of_one_kind_is_linear(kind):
     small = TABLE_KINDS[kind]
     bases = {n: table_with(n) for n in (small, 10 * small)}
@@ -256,6 +257,7 @@ def view_updates(kind: str, n: int, base: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize("kind", ["properties", "add-schema", "add-view-version"])
+@pytest.mark.slow
 def test_a_view_commit_of_n_updates_of_one_kind_is_linear(kind):
     base = view_base()
     small = 1_000

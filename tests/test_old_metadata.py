@@ -77,6 +77,7 @@ def _spelled(location: str) -> str:
     return location.rstrip("/")
 
 
+@pytest.mark.slow
 def test_metadata_files_out_of_the_log_are_deleted_and_nothing_else(server: Server) -> None:
     ns = f"meta_{uuid.uuid4().hex[:8]}"
     with Http(server.url) as http:

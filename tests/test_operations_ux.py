@@ -60,6 +60,7 @@ REFUSALS = {
 
 
 @pytest.mark.parametrize("case", list(REFUSALS))
+@pytest.mark.slow
 def test_a_misconfiguration_is_one_line_naming_the_setting(case, tmp_path):
     args, env, wanted = REFUSALS[case]
     line = refused(cli("serve", "--port", str(free_port()), *args, cwd=tmp_path, env=env))

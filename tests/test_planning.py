@@ -313,6 +313,7 @@ def _ids(table: Table, row_filter: BooleanExpression) -> list:
 
 
 @pytest.mark.parametrize("name", ["ident", "bucketed", "evolved", "big"])
+@pytest.mark.slow
 def test_pyiceberg_reads_the_same_rows_planning_on_the_server(srv, tables: dict, name: str) -> None:
     server_side, client_side = srv.catalog(), _client(srv)
     assert server_side.supports_server_side_planning() and not client_side.supports_server_side_planning()

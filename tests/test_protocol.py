@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from tests.support import JSON_SCHEMA, assert_error, create
 
@@ -210,6 +211,7 @@ def test_referenced_by_is_validated(http, ns) -> None:
             assert resp.json()["error"]["type"] == "BadRequestException"
 
 
+@pytest.mark.slow
 def test_a_remote_signing_offer_carries_remote_signing_config(tmp_path) -> None:
     """The load result's ``remote-signing-config`` (the contract's RemoteSigningConfig) next to the
     ``config`` properties older clients read. A staged create answers a load result without touching S3."""

@@ -78,6 +78,7 @@ def _assert_entries_kept(table) -> None:  # noqa: ANN001
         assert seq == file_seq == added.sequence_number, (path, seq, file_seq, added.sequence_number)
 
 
+@pytest.mark.slow
 def test_a_table_past_min_count_gets_its_manifests_merged_and_reads_the_same(care: Server) -> None:
     catalog, ns, table = part_table(care, "mr")
     for i in range(105):
@@ -151,6 +152,7 @@ def test_a_dry_run_says_what_it_would_merge_and_commits_nothing(care: Server) ->
     assert catalog.load_table(f"{ns}.t").current_snapshot().snapshot_id == head
 
 
+@pytest.mark.slow
 def test_appends_racing_the_rewrite_all_land_without_a_409(care: Server) -> None:
     """Writers append (each from its own, soon stale, table object: the server rebases) while the
     rewrite runs again and again: every append lands at its first try, no row is lost or doubled,

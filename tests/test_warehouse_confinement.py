@@ -128,6 +128,7 @@ def test_a_warehouse_at_a_directory_holding_another_server_file_is_refused(tmp_p
 
 
 @pytest.mark.parametrize("roots", ["", "/"])
+@pytest.mark.slow
 def test_system_directories_are_refused_even_under_an_allowed_root(tmp_path: Path, roots: str) -> None:
     """The audit's third probe: ``/etc``. Without ``CATALOG_WAREHOUSE_ROOTS`` no local directory is
     accepted (the refusal names the setting); with ``/`` as a root, system directories still are not."""
@@ -152,6 +153,7 @@ def test_system_directories_are_refused_even_under_an_allowed_root(tmp_path: Pat
 # -- symbolic links ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_symlink_into_another_warehouse_or_the_database_is_refused(tmp_path: Path) -> None:
     """A location that is, or passes through, a symbolic link into another warehouse, the default
     warehouse or the database's directory is that place, and is refused; the warehouse the link
@@ -251,6 +253,7 @@ def test_serve_refuses_a_relative_root(tmp_path: Path) -> None:
     assert "Traceback" not in served.stderr
 
 
+@pytest.mark.slow
 def test_a_stored_warehouse_outside_the_roots_does_not_open(tmp_path: Path) -> None:
     """A warehouse stored while its location was allowed does not open once it is not (a server from
     before the setting, or the setting narrowed): 404, and the log says which setting allows it."""

@@ -281,6 +281,7 @@ grants:
 """
 
 
+@pytest.mark.slow
 def test_a_principal_granted_one_warehouse_cannot_touch_the_other(tmp_path: Path) -> None:
     env = {**auth_env(tmp_path, BOOTSTRAP), **warehouse_roots(tmp_path)}
     server = start_server(tmp_path / "srv", extra_env=env)
@@ -412,6 +413,7 @@ grants:
 """
 
 
+@pytest.mark.slow
 def test_grants_on_objects_inside_a_warehouse_decide_there_only(fresh, tmp_path: Path) -> None:
     server = fresh({**auth_env(tmp_path, FINE), **warehouse_roots(tmp_path)})
     admin_h = {"Authorization": f"Bearer {token(server, 'admin')}"}
@@ -620,6 +622,7 @@ def _code_before_warehouses(into: Path) -> Path:
 
 
 @pytest.mark.parametrize("backend", backends())
+@pytest.mark.slow
 def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -712,6 +715,7 @@ def test_a_database_from_before_warehouses_migrates_and_serves_old_clients(
         ("warehouses: [", "cannot read"),
     ],
 )
+@pytest.mark.slow
 def test_serve_refuses_a_broken_warehouses_file_in_one_line(tmp_path: Path, content: str, says: str) -> None:
     import os
 
@@ -733,6 +737,7 @@ def test_serve_refuses_a_broken_warehouses_file_in_one_line(tmp_path: Path, cont
     assert "CATALOG_WAREHOUSES_FILE" in served.stderr and says in served.stderr and "Traceback" not in served.stderr
 
 
+@pytest.mark.slow
 def test_each_warehouse_has_its_own_feed_and_its_events_name_it(tmp_path: Path) -> None:
     from tests.support import FAST, Receiver, free_port, wait_for
 
@@ -770,6 +775,7 @@ def test_each_warehouse_has_its_own_feed_and_its_events_name_it(tmp_path: Path) 
         hook.down()
 
 
+@pytest.mark.slow
 def test_duckdb_selects_a_warehouse_by_attach_name(tmp_path: Path) -> None:
     """DuckDB's ``ATTACH '<warehouse>'`` sends it to /v1/config and uses the prefix it gets back:
     one connection, two catalogs, the same table name in each."""
@@ -833,6 +839,7 @@ def test_a_warehouse_changes_only_to_a_profile_that_works(plain, tmp_path: Path)
         requests.delete(plain.url + MGMT + "/changing", timeout=10)
 
 
+@pytest.mark.slow
 def test_several_workers_apply_the_file_and_see_a_new_warehouse(tmp_path: Path) -> None:
     declared = tmp_path / "warehouses.yaml"
     declared.write_text(f"warehouses: [{{name: team-a, location: {tmp_path / 'a'}}}]\n")
@@ -882,6 +889,7 @@ def test_what_get_shows_can_be_sent_back_and_keeps_the_secret(plain, tmp_path: P
         requests.delete(plain.url + MGMT + "/secretive", timeout=10)
 
 
+@pytest.mark.slow
 def test_doctor_probes_each_warehouse(plain, tmp_path: Path) -> None:
     doc = {"name": "doctored", "location": str(tmp_path / "d")}
     assert requests.post(plain.url + MGMT, json=doc, timeout=30).status_code == 201

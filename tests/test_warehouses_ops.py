@@ -240,6 +240,7 @@ def test_a_principal_granted_one_warehouse_operates_there_only(lake: Server) -> 
     assert refused.returncode == 2 and "403" in refused.stderr, refused.stderr
 
 
+@pytest.mark.slow
 def test_the_browse_commands_look_inside_the_warehouse_they_name(lake: Server) -> None:
     ns = f"b_{uuid.uuid4().hex[:8]}"
     a = _catalog(lake, "admin", "team-a")
@@ -317,6 +318,7 @@ def test_readiness_names_the_warehouse_that_is_not_ready_and_gauges_add_them_up(
 
 
 @pytest.mark.parametrize("backend", backends())
+@pytest.mark.slow
 def test_a_separate_worker_runs_the_tasks_of_a_warehouse_created_after_it_started(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
