@@ -422,7 +422,7 @@ def test_the_s3_backend_deletes_in_batches_and_only_what_it_is_given(services) -
     warehouse is refused before any request."""
     from catalog import errors
     from catalog.settings import Settings
-    from catalog.storage.backends import S3Storage
+    from catalog.storage.s3 import S3Storage
     from tests.support import s3_env
 
     env = s3_env(services["s3"], f"batch-{uuid.uuid4().hex}")

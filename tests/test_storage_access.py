@@ -28,7 +28,7 @@ import requests
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from catalog.storage.backends import USER_AGENT
+from catalog.storage.bounds import USER_AGENT
 from catalog.storage.vending import credentials_path
 from tests import services as svc
 from tests.services import duckdb_connection

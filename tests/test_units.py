@@ -203,7 +203,7 @@ def test_preparing_a_table_location_creates_its_directories_inside_the_roots_onl
 
 def test_preparing_an_s3_table_location_writes_nothing_but_is_still_confined():
     from catalog.settings import Settings
-    from catalog.storage.backends import S3Storage
+    from catalog.storage.s3 import S3Storage
 
     storage = S3Storage(Settings(warehouse="s3://bucket/wh", s3_endpoint="http://127.0.0.1:9").storage)
     storage.prepare_table_location("s3://bucket/wh/ns/t")  # no request: the endpoint is not even there

@@ -1,6 +1,6 @@
 """Metadata files in Azure Blob Storage / ADLS Gen2 (``azure-storage-blob``), confined and bounded.
 
-The same contract as ``backends.S3Storage``: every location is checked against the location policy
+The same contract as ``s3.S3Storage``: every location is checked against the location policy
 first (``abfss://container@account.dfs.<suffix>/path``; ``wasbs://`` and the ``blob`` host are the
 same place), reads are bounded (the size is read first, a larger file is refused before its body),
 calls are bounded in time (connect and read timeouts, two retries) and in number (the storage

@@ -1,6 +1,6 @@
 """Metadata files in Google Cloud Storage (``google-cloud-storage``), confined and bounded.
 
-The same contract as ``backends.S3Storage``: every location is checked against the location policy
+The same contract as ``s3.S3Storage``: every location is checked against the location policy
 first (``gs://bucket/path``), reads are bounded (the object's size is read first, a larger object is
 refused before its body, and the body is fetched only for that generation), calls are bounded in
 time (connect and read timeouts, retries within twice the timeout) and in number (the storage

@@ -26,7 +26,7 @@ from pyiceberg.manifest import ManifestFile, read_manifest_list
 
 from catalog.settings import StorageSettings
 from catalog.storage import vending
-from catalog.storage.backends import s3_keys
+from catalog.storage.s3 import s3_keys
 
 log = logging.getLogger("catalog.purge")
 

@@ -410,7 +410,7 @@ class Signer:
         if self._credentials is None:
             import boto3
 
-            from catalog.storage.backends import s3_keys
+            from catalog.storage.s3 import s3_keys
 
             session = boto3.session.Session(**s3_keys(self.settings), region_name=self.settings.s3_region)
             self._credentials = session.get_credentials()

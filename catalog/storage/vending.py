@@ -34,7 +34,8 @@ from urllib.parse import quote, urlparse
 
 from catalog import errors, metrics
 from catalog.settings import ConfigurationError, StorageSettings
-from catalog.storage.backends import USER_AGENT, s3_keys
+from catalog.storage.bounds import USER_AGENT
+from catalog.storage.s3 import s3_keys
 
 # Marker in the User-Agent of every S3/STS request the server itself makes (botocore user_agent_extra).
 READ, WRITE = "read", "write"
