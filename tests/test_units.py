@@ -314,3 +314,49 @@ def test_a_sinks_log_says_each_change_of_state_once(caplog):
         ("WARNING", "events to unit-hook behind"),
         ("INFO", "events to unit-hook caught up"),
     ]
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_manifests_the_catalog_writes_declare_equality_ids_as_the_spec_does(version: int) -> None:
+    """``list<int>``, as Java reads them (pyiceberg 0.12 declares ``list<long>``, which Java's
+    manifest reader fails on); read back, the ids are the ones written."""
+    import orjson
+    from pyiceberg.manifest import (
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestContent,
+        ManifestEntry,
+        ManifestEntryStatus,
+    )
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.typedef import Record
+    from pyiceberg.types import LongType, NestedField
+
+    from catalog.storage.manifests import ENTRY_READ, BufferOutput, manifest_writer, read_records
+
+    out = BufferOutput("memory://t/metadata/m.avro")
+    deletes = DataFile.from_args(
+        _table_format_version=version, content=DataFileContent.EQUALITY_DELETES, file_path="memory://t/data/e.parquet",
+        file_format=FileFormat.PARQUET, partition=Record(), record_count=1, file_size_in_bytes=10, equality_ids=[1],
+    )  # fmt: skip
+    deletes.spec_id = 0
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    with manifest_writer(version, ManifestContent.DELETES, PartitionSpec(), schema, out, 7, "null") as writer:
+        writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=7, data_file=deletes))
+    records, body = read_records(out.value, ENTRY_READ)
+
+    def fields(node):  # every Avro record field, depth first
+        if isinstance(node, dict):
+            yield from (f for f in node.get("fields", []) if isinstance(f, dict))
+            for value in node.values():
+                yield from fields(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from fields(value)
+
+    (equality_ids,) = [f for f in fields(orjson.loads(body.schema)) if f.get("field-id") == 135]
+    element = next(t for t in equality_ids["type"] if isinstance(t, dict))
+    assert element["type"] == "array" and element["items"] == "int" and element["element-id"] == 136
+    assert records[0].data_file.equality_ids == [1]

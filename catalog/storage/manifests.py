@@ -42,6 +42,7 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 from catalog import errors
 
@@ -336,8 +337,40 @@ class BufferOutput(OutputFile):
 
 # -- manifest writers (pyiceberg 0.12 writes v1/v2 data manifests only) -------------------------
 
+# The spec's (and Java's) type of a data file's ``equality_ids`` (field 135): ``list<int>``. pyiceberg 0.12
+# declares ``list<long>`` and writes manifests with it; Java reads such a manifest's equality delete
+# files into a ClassCastException (``ArrayUtil.toIntArray``), so a Spark or Flink reader of a table
+# whose delete manifests the catalog rewrote could not plan it any more. Found by the Java planning
+# differential (tests/test_planning_java.py); ``tests/test_metadata_encoding.py`` holds the type.
+EQUALITY_IDS = NestedField(
+    135,
+    "equality_ids",
+    ListType(136, IntegerType(), element_required=True),
+    required=False,
+    doc="Field ids used to determine row equality in equality delete files.",
+)
 
-class _DataV3(ManifestWriterV2):
+
+def with_spec_types(schema: Schema) -> Schema:
+    """``schema`` (a manifest entry's) with its data file's ``equality_ids`` declared as the spec has it."""
+
+    def data_file(field: NestedField) -> NestedField:
+        if field.field_id != 2 or not isinstance(field.field_type, StructType):
+            return field
+        fields = [EQUALITY_IDS if f.field_id == 135 else f for f in field.field_type.fields]
+        return NestedField(field.field_id, field.name, StructType(*fields), required=field.required, doc=field.doc)
+
+    return Schema(*[data_file(f) for f in schema.fields], schema_id=schema.schema_id)
+
+
+class _DataV2(ManifestWriterV2):
+    """pyiceberg's v2 data manifest writer, with the spec's field types (``with_spec_types``)."""
+
+    def _with_partition(self, format_version):  # noqa: ANN001, ANN202 - pyiceberg's TableVersion, Schema
+        return with_spec_types(super()._with_partition(format_version))
+
+
+class _DataV3(_DataV2):
     """A v3 data manifest (pyiceberg 0.12 writes v1/v2 manifests): v2's writer over the v3 entry schema."""
 
     @property
@@ -361,7 +394,7 @@ class _DataV3(ManifestWriterV2):
         )
 
 
-class _DeletesV2(ManifestWriterV2):
+class _DeletesV2(_DataV2):
     def content(self) -> ManifestContent:
         return ManifestContent.DELETES
 
@@ -385,7 +418,7 @@ def manifest_writer(version: int, content: ManifestContent, spec: PartitionSpec,
     if version == 1:
         cls: Any = ManifestWriterV1
     elif version == 2:
-        cls = _DeletesV2 if deletes else ManifestWriterV2
+        cls = _DeletesV2 if deletes else _DataV2
     else:
         cls = _DeletesV3 if deletes else _DataV3
     return cls(spec, schema, out, snapshot_id, codec)
