@@ -7,7 +7,6 @@ in the Iceberg error shape, never 500s."""
 from __future__ import annotations
 
 import datetime
-import io
 import os
 import random
 import signal
@@ -15,10 +14,8 @@ import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import requests
-from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.expressions import (
     AlwaysTrue,
     And,
@@ -30,27 +27,28 @@ from pyiceberg.expressions import (
     IsNull,
     LessThan,
     Not,
-    NotEqualTo,
     NotNull,
     Or,
     StartsWith,
 )
 from pyiceberg.manifest import (
-    DataFile,
-    DataFileContent,
     FileFormat,
-    ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
-    ManifestFile,
 )
 from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform, TruncateTransform
-from pyiceberg.types import DateType, DoubleType, LongType, NestedField, StringType, TimestampType
+from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 
-from catalog.storage.manifests import FIRST_ROW_ID, LIST_READ, BufferOutput, list_writer, manifest_writer, read_records
+from tests.planning_corpus import (
+    EVOLVE_BY,
+    SCHEMA,
+    SPEC_CHOICES,
+    add_position_deletes,
+    client_planning,
+    commit_v3_deletes,
+    random_filter,
+    some_rows,
+    v3_position_deletes,
+)
 from tests.support import (
     assert_error,
     backends,
@@ -62,14 +60,6 @@ from tests.support import (
 
 SECRET = "planning-test-secret-" + "s" * 32
 PER_TASK = 3  # manifests per plan task on the test servers: a table of 4+ appends is split
-SCHEMA = Schema(
-    NestedField(1, "id", LongType(), required=False),
-    NestedField(2, "c", StringType(), required=False),
-    NestedField(3, "d", DateType(), required=False),
-    NestedField(4, "x", DoubleType(), required=False),
-    NestedField(5, "ts", TimestampType(), required=False),
-)
-LETTERS = ["a", "b", "c", "ab"]
 
 
 @pytest.fixture(scope="module", params=backends())
@@ -119,7 +109,7 @@ def srv(env: dict) -> Iterator:
 @pytest.fixture(scope="module")
 def tables(srv) -> dict[str, str]:
     """The module's tables, written once with pyiceberg (and position deletes written here)."""
-    cat = _client(srv)
+    cat = client_planning(srv)
     ns = f"plan_{uuid.uuid4().hex[:6]}"
     cat.create_namespace(ns)
     rng = random.Random(47)
@@ -129,15 +119,15 @@ def tables(srv) -> dict[str, str]:
         f"{ns}.ident", SCHEMA, partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "c"))
     )
     for i in range(5):
-        ident.append(_rows(rng, i * 20, 20))
+        ident.append(some_rows(rng, i * 20, 20))
     ident = cat.load_table(f"{ns}.ident")
     files = [t.file for t in ident.scan().plan_files()]
-    deleted = _add_position_deletes(srv, ident, files[:3], file_scoped=False, rng=rng)  # partition-scoped
+    deleted = add_position_deletes(srv, ident, files[:3], file_scoped=False, rng=rng)  # partition-scoped
     ident = cat.load_table(f"{ns}.ident")
-    deleted += _add_position_deletes(srv, ident, files[3:6], file_scoped=True, rng=rng)  # file-scoped (path bounds)
+    deleted += add_position_deletes(srv, ident, files[3:6], file_scoped=True, rng=rng)  # file-scoped (path bounds)
     out["deleted"] = deleted
     ident = cat.load_table(f"{ns}.ident")
-    ident.append(_rows(rng, 500, 20))  # newer than the deletes: none applies to these files
+    ident.append(some_rows(rng, 500, 20))  # newer than the deletes: none applies to these files
     out["ident"] = f"{ns}.ident"
 
     bucketed = cat.create_table(
@@ -148,140 +138,23 @@ def tables(srv) -> dict[str, str]:
         ),
     )
     for i in range(2):
-        bucketed.append(_rows(rng, i * 30, 30))
+        bucketed.append(some_rows(rng, i * 30, 30))
     out["bucketed"] = f"{ns}.bucketed"
 
     evolved = cat.create_table(f"{ns}.evolved", SCHEMA)
-    evolved.append(_rows(rng, 0, 25))
+    evolved.append(some_rows(rng, 0, 25))
     with evolved.update_spec() as update:
         update.add_field("d", DayTransform(), "d_day")
     evolved = cat.load_table(f"{ns}.evolved")
-    evolved.append(_rows(rng, 100, 25))
+    evolved.append(some_rows(rng, 100, 25))
     evolved.delete("id < 5")  # copy-on-write: an overwrite snapshot
     out["evolved"] = f"{ns}.evolved"
 
     big = cat.create_table(f"{ns}.big", SCHEMA)
     for i in range(8):
-        big.append(_rows(rng, i * 10, 10))
+        big.append(some_rows(rng, i * 10, 10))
     out["big"] = f"{ns}.big"
     return out
-
-
-def _rows(rng: random.Random, start: int, n: int) -> pa.Table:
-    ids = list(range(start, start + n))
-    return pa.table(
-        {
-            # no null partition values: pyiceberg 0.12's REST parser refuses a null in ``partition``
-            "id": pa.array(ids, pa.int64()),
-            "c": pa.array([rng.choice(LETTERS) for _ in ids], pa.string()),
-            "d": pa.array([datetime.date(2024, 1, 1) + datetime.timedelta(days=i % 7) for i in ids], pa.date32()),
-            "x": pa.array([None if i % 17 == 3 else rng.random() * 10 for i in ids], pa.float64()),
-            "ts": pa.array(
-                [datetime.datetime(2024, 3, 1) + datetime.timedelta(hours=5 * i) for i in ids], pa.timestamp("us")
-            ),
-        }
-    )
-
-
-def _add_position_deletes(
-    srv, table: Table, files: list[DataFile], file_scoped: bool, rng: random.Random, equality: bool = False
-) -> int:
-    """Commit a ``delete`` snapshot of position delete files (pyiceberg 0.12 writes none itself):
-    one per data file when ``file_scoped`` (with equal ``file_path`` bounds, as Java writes them), else
-    one per partition; each deletes a few random positions of its data files. ``equality``: files
-    marked as equality deletes on ``id`` instead (for the plan only: no client reads them here)."""
-    meta = table.metadata
-    head = meta.current_snapshot()
-    snapshot_id = rng.randrange(1, 2**62)
-    sequence = meta.last_sequence_number + 1
-    groups: dict = {}
-    for f in files:
-        groups.setdefault(f.file_path if file_scoped else (f.spec_id, f.partition), []).append(f)
-    written = []
-    for group in groups.values():
-        pairs = sorted(
-            (f.file_path, p) for f in group for p in rng.sample(range(f.record_count), min(3, f.record_count))
-        )
-        arrow = pa.table(
-            {"file_path": pa.array([p[0] for p in pairs], pa.string()), "pos": pa.array([p[1] for p in pairs])},
-            schema=pa.schema(
-                [
-                    pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": b"2147483546"}),
-                    pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": b"2147483545"}),
-                ]
-            ),
-        )
-        buf = io.BytesIO()
-        pq.write_table(arrow, buf)
-        path = f"{meta.location}/data/pos-del-{uuid.uuid4().hex}.parquet"
-        _write(table, path, buf.getvalue())
-        bounds = {2147483546: group[0].file_path.encode()} if file_scoped else {}
-        delete_file = DataFile.from_args(
-            content=DataFileContent.EQUALITY_DELETES if equality else DataFileContent.POSITION_DELETES,
-            file_path=path,
-            file_format=FileFormat.PARQUET,
-            partition=group[0].partition,
-            record_count=len(pairs),
-            file_size_in_bytes=len(buf.getvalue()),
-            lower_bounds=bounds,
-            upper_bounds=bounds,
-            equality_ids=[1] if equality else None,
-        )
-        delete_file.spec_id = group[0].spec_id  # from_args does not take it
-        written.append(delete_file)
-    manifests = []
-    for spec_id in sorted({f.spec_id for f in written}):  # one delete manifest per spec
-        manifest_path = f"{meta.location}/metadata/del-{uuid.uuid4().hex}-m{spec_id}.avro"
-        out = BufferOutput(manifest_path)
-        spec = meta.specs()[spec_id]
-        with manifest_writer(2, ManifestContent.DELETES, spec, meta.schema(), out, snapshot_id, "null") as writer:
-            for f in written:
-                if f.spec_id == spec_id:
-                    entry = ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=f
-                    )
-                    writer.add(entry)
-        manifests.append(writer.to_manifest_file())
-        _write(table, manifest_path, out.value)
-    list_path = f"{meta.location}/metadata/snap-{snapshot_id}-del.avro"
-    out = BufferOutput(list_path)
-    with list_writer(2, out, snapshot_id, head.snapshot_id, sequence, 0, "null") as lw:
-        lw.add_manifests([*manifests, *head.manifests(table.io)])
-    _write(table, list_path, out.value)
-    ns, name = table.name()[-2], table.name()[-1]
-    resp = requests.post(
-        f"{srv.url}/v1/namespaces/{ns}/tables/{name}",
-        json={
-            "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head.snapshot_id}],
-            "updates": [
-                {
-                    "action": "add-snapshot",
-                    "snapshot": {
-                        "snapshot-id": snapshot_id,
-                        "parent-snapshot-id": head.snapshot_id,
-                        "sequence-number": sequence,
-                        "timestamp-ms": meta.last_updated_ms + 1,
-                        "manifest-list": list_path,
-                        "summary": {"operation": "delete"},
-                        "schema-id": meta.current_schema_id,
-                    },
-                },
-                {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
-            ],
-        },
-        timeout=30,
-    )
-    assert resp.status_code == 200, resp.text
-    return sum(f.record_count for f in written)
-
-
-def _write(table: Table, path: str, data: bytes) -> None:
-    with table.io.new_output(path).create() as f:
-        f.write(data)
-
-
-def _client(srv) -> RestCatalog:
-    return srv.catalog(**{"scan-planning-mode": "client"})
 
 
 FILTERS: list[BooleanExpression] = [
@@ -315,7 +188,7 @@ def _ids(table: Table, row_filter: BooleanExpression) -> list:
 @pytest.mark.parametrize("name", ["ident", "bucketed", "evolved", "big"])
 @pytest.mark.slow
 def test_pyiceberg_reads_the_same_rows_planning_on_the_server(srv, tables: dict, name: str) -> None:
-    server_side, client_side = srv.catalog(), _client(srv)
+    server_side, client_side = srv.catalog(), client_planning(srv)
     assert server_side.supports_server_side_planning() and not client_side.supports_server_side_planning()
     ours, theirs = server_side.load_table(tables[name]), client_side.load_table(tables[name])
     for row_filter in FILTERS:
@@ -385,7 +258,7 @@ def test_plan_tasks_are_redeemed_by_another_server_after_the_first_is_killed(env
         for task in body["file-scan-tasks"]:
             refs = task.get("delete-file-references", [])
             found.add((task["data-file"]["file-path"], tuple(sorted(deletes[i]["file-path"] for i in refs))))
-    expected = _files(_client(srv).load_table(tables["ident"]), NotNull("id"))
+    expected = _files(client_planning(srv).load_table(tables["ident"]), NotNull("id"))
     assert found == expected
 
 
@@ -475,7 +348,7 @@ def test_a_plan_has_an_id_its_caller_may_cancel_and_use_for_credentials_on_its_t
 
 
 def test_incremental_append_scans_plan_the_files_appends_added(srv, tables: dict) -> None:
-    table = _client(srv).load_table(tables["big"])
+    table = client_planning(srv).load_table(tables["big"])
     snapshots = [s.snapshot_id for s in table.snapshots()]
     ns, name = tables["big"].split(".")
     body = {"start-snapshot-id": snapshots[2], "end-snapshot-id": snapshots[5]}
@@ -572,61 +445,22 @@ def test_a_flipped_bit_and_another_table_are_refused(srv, tables: dict) -> None:
 # -- the differential: random filters over the module's tables -----------------------------------------
 
 
-def _random_filter(rng: random.Random, depth: int = 0) -> BooleanExpression:
-    if depth < 2 and rng.random() < 0.4:
-        kind = rng.choice(["and", "or", "not"])
-        if kind == "not":
-            return Not(_random_filter(rng, depth + 1))
-        left, right = _random_filter(rng, depth + 1), _random_filter(rng, depth + 1)
-        return And(left, right) if kind == "and" else Or(left, right)
-    column = rng.choice(["id", "c", "d", "x", "ts"])
-    value = {
-        "id": lambda: rng.randrange(-5, 200),
-        "c": lambda: rng.choice([*LETTERS, "zz"]),
-        "d": lambda: (datetime.date(2024, 1, 1) + datetime.timedelta(days=rng.randrange(-1, 9))).isoformat(),
-        "x": lambda: round(rng.random() * 11, 2),
-        "ts": lambda: (datetime.datetime(2024, 3, 1) + datetime.timedelta(hours=rng.randrange(0, 800))).isoformat(),
-    }[column]
-    op = rng.choice(["eq", "neq", "lt", "gte", "in", "null", "notnull"])
-    if op == "in":
-        return In(column, {value() for _ in range(rng.randrange(1, 4))})
-    if op == "null":
-        return IsNull(column)
-    if op == "notnull":
-        return NotNull(column)
-    return {"eq": EqualTo, "neq": NotEqualTo, "lt": LessThan, "gte": GreaterThanOrEqual}[op](column, value())
-
-
 def test_random_filters_plan_the_same_files_and_deletes_as_pyiceberg(srv, tables: dict) -> None:
     rng = random.Random(4747)
-    server_side, client_side = srv.catalog(), _client(srv)
+    server_side, client_side = srv.catalog(), client_planning(srv)
     pairs = [
         (server_side.load_table(tables[n]), client_side.load_table(tables[n])) for n in ("ident", "bucketed", "evolved")
     ]
     for _ in range(60):
-        row_filter = _random_filter(rng)
+        row_filter = random_filter(rng)
         for ours, theirs in pairs:
             assert _files(ours, row_filter) == _files(theirs, row_filter), row_filter
-
-
-SPEC_CHOICES = [
-    [],
-    [(2, IdentityTransform(), "c")],
-    [(1, BucketTransform(3), "id_bucket")],
-    [(3, DayTransform(), "d_day")],
-    [(2, IdentityTransform(), "c"), (3, DayTransform(), "d_day")],
-    [(5, DayTransform(), "ts_day"), (1, BucketTransform(2), "id_bucket")],
-]
-
-
-# A field a spec gains midway, on a column it does not partition by yet (pyiceberg refuses two on one).
-EVOLVE_BY = [(2, "c", TruncateTransform(1)), (3, "d", DayTransform()), (1, "id", BucketTransform(2))]
 
 
 @pytest.fixture(scope="module")
 def generated(srv) -> list[str]:
     """Tables of random specs (some evolved midway), appends, overwrites and position deletes."""
-    cat = _client(srv)  # the files' partitions as pyiceberg reads them from manifests (typed)
+    cat = client_planning(srv)  # the files' partitions as pyiceberg reads them from manifests (typed)
     ns = f"gen_{uuid.uuid4().hex[:6]}"
     cat.create_namespace(ns)
     names = []
@@ -636,19 +470,19 @@ def generated(srv) -> list[str]:
         spec = PartitionSpec(*(PartitionField(src, 1000 + i, t, n) for i, (src, t, n) in enumerate(fields)))
         table = cat.create_table(f"{ns}.g{seed}", SCHEMA, partition_spec=spec)
         for i in range(rng.randrange(2, 5)):
-            table.append(_rows(rng, i * 15, 15))
+            table.append(some_rows(rng, i * 15, 15))
         if rng.random() < 0.5:
             used = {src for src, _, _ in fields}
             name, transform = next((n, t) for src, n, t in EVOLVE_BY if src not in used)
             with table.update_spec() as update:
                 update.add_field(name, transform, f"{name}_evolved")
             table = cat.load_table(f"{ns}.g{seed}")
-            table.append(_rows(rng, 300, 15))
+            table.append(some_rows(rng, 300, 15))
         table = cat.load_table(f"{ns}.g{seed}")
         files = [t.file for t in table.scan().plan_files()]
-        _add_position_deletes(srv, table, rng.sample(files, min(3, len(files))), rng.random() < 0.5, rng)
+        add_position_deletes(srv, table, rng.sample(files, min(3, len(files))), rng.random() < 0.5, rng)
         table = cat.load_table(f"{ns}.g{seed}")
-        table.append(_rows(rng, 600, 10))
+        table.append(some_rows(rng, 600, 10))
         if rng.random() < 0.5:
             cat.load_table(f"{ns}.g{seed}").delete(GreaterThan("id", 605))  # copy-on-write
         names.append(f"{ns}.g{seed}")
@@ -658,13 +492,13 @@ def generated(srv) -> list[str]:
 def test_random_filters_over_generated_tables_and_their_snapshots(srv, generated: list[str]) -> None:
     """Every snapshot of every generated table (time travel sends ``snapshot-id``), random filters."""
     rng = random.Random(99)
-    server_side, client_side = srv.catalog(), _client(srv)
+    server_side, client_side = srv.catalog(), client_planning(srv)
     checked = 0
     for name in generated:
         ours, theirs = server_side.load_table(name), client_side.load_table(name)
         for snapshot in theirs.snapshots():
             for _ in range(6):
-                row_filter = _random_filter(rng)
+                row_filter = random_filter(rng)
                 planned = {
                     (t.file.file_path, tuple(sorted(d.file_path for d in t.delete_files)))
                     for t in ours.scan(row_filter=row_filter, snapshot_id=snapshot.snapshot_id).plan_files()
@@ -681,17 +515,17 @@ def test_random_filters_over_generated_tables_and_their_snapshots(srv, generated
 def test_equality_deletes_are_planned_by_javas_rules(srv) -> None:
     """Strictly older data files of the same partition get them; newer files and other partitions do
     not (pyiceberg cannot plan these itself, so the expectation is Java's rule, worked out here)."""
-    cat, rng = _client(srv), random.Random(5)
+    cat, rng = client_planning(srv), random.Random(5)
     ns = f"eq_{uuid.uuid4().hex[:6]}"
     cat.create_namespace(ns)
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "c"))
     table = cat.create_table(f"{ns}.t", SCHEMA, partition_spec=spec)
-    table.append(_rows(rng, 0, 40))
+    table.append(some_rows(rng, 0, 40))
     table = cat.load_table(f"{ns}.t")
     before = [t.file for t in table.scan().plan_files()]
     target = before[0]
-    _add_position_deletes(srv, table, [target], file_scoped=False, rng=rng, equality=True)
-    cat.load_table(f"{ns}.t").append(_rows(rng, 100, 40))
+    add_position_deletes(srv, table, [target], file_scoped=False, rng=rng, equality=True)
+    cat.load_table(f"{ns}.t").append(some_rows(rng, 100, 40))
     tasks, tokens = _plan_all(srv.url, ns, "t", {})
     assert not tokens and len(tasks) == 2 * len(before)
     expected = {f.file_path for f in before if f.partition == target.partition}
@@ -706,11 +540,11 @@ def test_equality_deletes_are_planned_by_javas_rules(srv) -> None:
 
 
 def test_use_snapshot_schema_binds_to_the_schema_of_the_snapshot(srv) -> None:
-    cat = _client(srv)
+    cat = client_planning(srv)
     ns = f"sch_{uuid.uuid4().hex[:6]}"
     cat.create_namespace(ns)
     table = cat.create_table(f"{ns}.t", SCHEMA)
-    table.append(_rows(random.Random(1), 0, 10))
+    table.append(some_rows(random.Random(1), 0, 10))
     old = cat.load_table(f"{ns}.t").current_snapshot().snapshot_id
     with cat.load_table(f"{ns}.t").update_schema() as update:
         update.rename_column("c", "letter")
@@ -741,67 +575,21 @@ def test_a_deletion_vector_goes_to_its_data_file_only_and_masks_position_deletes
     """v3: a DV (Puffin, referenced-data-file) applies to its one file, where it replaces the
     partition's position deletes; the other file of the partition keeps those (Java's rules). The
     delete files are named, not written: the plan does not read them."""
-    cat, rng = _client(srv), random.Random(11)
+    cat, rng = client_planning(srv), random.Random(11)
     ns = f"dv_{uuid.uuid4().hex[:6]}"
     cat.create_namespace(ns)
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "c"))
     table = cat.create_table(f"{ns}.t", SCHEMA, partition_spec=spec)  # pyiceberg 0.12 writes no v3 manifests
     for i in range(2):
-        rows = _rows(rng, i * 10, 10)
+        rows = some_rows(rng, i * 10, 10)
         table.append(rows.set_column(1, "c", pa.array(["a"] * 10)))
     upgrade = {"updates": [{"action": "upgrade-format-version", "format-version": 3}]}  # pyiceberg refuses 3
     assert requests.post(f"{srv.url}/v1/namespaces/{ns}/tables/t", json=upgrade, timeout=30).status_code == 200
     table = cat.load_table(f"{ns}.t")
     first, second = sorted((t.file for t in table.scan().plan_files()), key=lambda f: f.file_path)
-    meta, head = table.metadata, table.metadata.current_snapshot()
-    snapshot_id, sequence = rng.randrange(1, 2**62), meta.last_sequence_number + 1
-
-    def delete_file(fmt: FileFormat, **extra) -> DataFile:
-        made = DataFile.from_args(
-            _table_format_version=3, content=DataFileContent.POSITION_DELETES,
-            file_path=f"{meta.location}/data/del-{uuid.uuid4().hex}.{fmt.name.lower()}", file_format=fmt,
-            partition=first.partition, record_count=2, file_size_in_bytes=100, **extra,
-        )  # fmt: skip
-        made.spec_id = first.spec_id
-        return made
-
-    dv = delete_file(
-        FileFormat.PUFFIN, referenced_data_file=first.file_path, content_offset=4, content_size_in_bytes=40
-    )
-    partition_wide = delete_file(FileFormat.PARQUET)
-    manifest_path = f"{meta.location}/metadata/dv-{uuid.uuid4().hex}-m0.avro"
-    out = BufferOutput(manifest_path)
-    with manifest_writer(3, ManifestContent.DELETES, meta.spec(), meta.schema(), out, snapshot_id, "null") as writer:
-        for f in (dv, partition_wide):
-            writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=f))
-    _write(table, manifest_path, out.value)
-    with table.io.new_input(head.manifest_list).open() as f:
-        existing = list(read_records(f.read(), LIST_READ)[0])
-    list_path = f"{meta.location}/metadata/snap-{snapshot_id}-dv.avro"
-    out = BufferOutput(list_path)
-    first_row_id = meta.next_row_id or 0
-    with list_writer(3, out, snapshot_id, head.snapshot_id, sequence, first_row_id, "null") as lw:
-        made = writer.to_manifest_file()
-        lw.add_manifests([ManifestFile(*made._data[:FIRST_ROW_ID], None), *existing])  # v3 has a first_row_id
-    _write(table, list_path, out.value)
-    snapshot = {
-        "snapshot-id": snapshot_id, "parent-snapshot-id": head.snapshot_id, "sequence-number": sequence,
-        "timestamp-ms": meta.last_updated_ms + 1, "manifest-list": list_path, "summary": {"operation": "delete"},
-        "schema-id": meta.current_schema_id, "first-row-id": first_row_id,
-        "added-rows": lw.next_row_id - first_row_id,
-    }  # fmt: skip
-    resp = requests.post(
-        f"{srv.url}/v1/namespaces/{ns}/tables/t",
-        json={
-            "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head.snapshot_id}],
-            "updates": [
-                {"action": "add-snapshot", "snapshot": snapshot},
-                {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
-            ],
-        },
-        timeout=30,
-    )
-    assert resp.status_code == 200, resp.text
+    dv = v3_position_deletes(table, first, FileFormat.PUFFIN)
+    partition_wide = v3_position_deletes(table, first, FileFormat.PARQUET)
+    commit_v3_deletes(srv, table, [dv, partition_wide], rng)
     body = requests.post(f"{srv.url}/v1/namespaces/{ns}/tables/t/plan", json={}, timeout=30).json()
     deletes = body["delete-files"]
     applied = {

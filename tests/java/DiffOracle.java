@@ -4,7 +4,9 @@
 //   java -cp <iceberg-spark-runtime.jar>:<pyspark/jars/*> tests/java/DiffOracle.java
 // It does what the REST reference server (CatalogHandlers) does with an updateTable / create / view
 // commit request, without a catalog: requirements first, then the updates on TableMetadata.buildFrom,
-// build(), and TableMetadataParser.toJson of the result.
+// build(), and TableMetadataParser.toJson of the result. For tests/test_planning_java.py it also plans
+// a scan as a Java client plans it itself (TableScan / IncrementalAppendScan.planFiles over the table's
+// files on local disk, read through a read-only FileIO of its own).
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
@@ -13,7 +15,33 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.Map;
 import java.util.Optional;
+import java.io.IOException;
+import java.io.RandomAccessFile;
+import java.io.UncheckedIOException;
+import java.net.URI;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import org.apache.iceberg.BaseTable;
+import org.apache.iceberg.DeleteFile;
+import org.apache.iceberg.FileScanTask;
+import org.apache.iceberg.IncrementalAppendScan;
 import org.apache.iceberg.MetadataUpdate;
+import org.apache.iceberg.Scan;
+import org.apache.iceberg.StaticTableOperations;
+import org.apache.iceberg.Table;
+import org.apache.iceberg.expressions.Expression;
+import org.apache.iceberg.expressions.ExpressionParser;
+import org.apache.iceberg.expressions.Expressions;
+import org.apache.iceberg.io.CloseableIterable;
+import org.apache.iceberg.io.FileIO;
+import org.apache.iceberg.io.InputFile;
+import org.apache.iceberg.io.OutputFile;
+import org.apache.iceberg.io.SeekableInputStream;
+import org.apache.iceberg.shaded.com.fasterxml.jackson.databind.node.ArrayNode;
 import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.PartitionSpecParser;
 import org.apache.iceberg.Schema;
@@ -77,6 +105,9 @@ public class DiffOracle {
           break;
         case "new_view":
           answer.set("result", newView(request));
+          break;
+        case "plan":
+          answer.set("tasks", plan(request));
           break;
         case "read": // can Java read this metadata back? (status 400 and why, if not)
           String json = MAPPER.writeValueAsString(request.get("metadata"));
@@ -243,5 +274,153 @@ public class DiffOracle {
             .setCurrentVersion(ViewVersionParser.fromJson(request.get("version")), schema)
             .build();
     return MAPPER.readTree(ViewMetadataParser.toJson(metadata));
+  }
+
+  // A scan planned as Java plans it itself: {"metadata-location", "snapshot-id"?, "start-snapshot-id"?,
+  // "end-snapshot-id"?, "filter"? (the REST spec's expression JSON), "case-sensitive"?} -> the tasks as
+  // [data file, [its delete files, sorted]], sorted. An end snapshot makes it an incremental append scan
+  // (the start exclusive), as the REST spec's planTableScan defines one.
+  private static JsonNode plan(JsonNode request) throws IOException {
+    String location = text(request, "metadata-location");
+    Table table = TABLES.computeIfAbsent(location, l -> new BaseTable(new StaticTableOperations(l, IO), "oracle"));
+    JsonNode filterNode = request.get("filter");
+    Expression filter =
+        filterNode == null || filterNode.isNull()
+            ? Expressions.alwaysTrue()
+            : ExpressionParser.fromJson(MAPPER.writeValueAsString(filterNode));
+    boolean caseSensitive = !request.has("case-sensitive") || request.get("case-sensitive").asBoolean();
+    Scan<?, FileScanTask, ?> scan;
+    if (request.hasNonNull("end-snapshot-id")) {
+      IncrementalAppendScan incremental =
+          table.newIncrementalAppendScan().toSnapshot(request.get("end-snapshot-id").asLong());
+      if (request.hasNonNull("start-snapshot-id")) {
+        incremental = incremental.fromSnapshotExclusive(request.get("start-snapshot-id").asLong());
+      }
+      scan = incremental.filter(filter).caseSensitive(caseSensitive);
+    } else if (request.hasNonNull("snapshot-id")) {
+      scan = table.newScan().useSnapshot(request.get("snapshot-id").asLong()).filter(filter).caseSensitive(caseSensitive);
+    } else {
+      scan = table.newScan().filter(filter).caseSensitive(caseSensitive);
+    }
+    List<String> rows = new ArrayList<>();
+    List<ArrayNode> tasks = new ArrayList<>();
+    try (CloseableIterable<FileScanTask> planned = scan.planFiles()) {
+      for (FileScanTask task : planned) {
+        ArrayNode pair = MAPPER.createArrayNode();
+        pair.add(task.file().path().toString());
+        List<String> deletes = new ArrayList<>();
+        for (DeleteFile d : task.deletes()) {
+          deletes.add(d.path().toString());
+        }
+        Collections.sort(deletes);
+        ArrayNode deleteNodes = pair.addArray();
+        deletes.forEach(deleteNodes::add);
+        tasks.add(pair);
+      }
+    }
+    tasks.sort((a, b) -> a.toString().compareTo(b.toString()));
+    ArrayNode out = MAPPER.createArrayNode();
+    tasks.forEach(out::add);
+    return out;
+  }
+
+  // The tables planned lately, by metadata file (it never changes), and one FileIO for all: Java's own
+  // manifest content cache (io.manifest.cache-enabled) keeps the manifests' bytes across plans.
+  private static final FileIO IO = new LocalIO();
+  private static final Map<String, Table> TABLES =
+      new java.util.LinkedHashMap<String, Table>(64, 0.75f, true) {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<String, Table> eldest) {
+          return size() > 64;
+        }
+      };
+
+  private static Path local(String location) {
+    return location.startsWith("file:") ? Paths.get(URI.create(location)) : Paths.get(location);
+  }
+
+  // Reads local files only: the oracle plans, it never writes or deletes.
+  static final class LocalIO implements FileIO {
+    @Override
+    public InputFile newInputFile(String location) {
+      return new LocalInput(location);
+    }
+
+    @Override
+    public OutputFile newOutputFile(String location) {
+      throw new UnsupportedOperationException("the oracle does not write");
+    }
+
+    @Override
+    public void deleteFile(String location) {
+      throw new UnsupportedOperationException("the oracle does not delete");
+    }
+
+    @Override
+    public Map<String, String> properties() {
+      return Map.of("io.manifest.cache-enabled", "true");
+    }
+  }
+
+  static final class LocalInput implements InputFile {
+    private final String location;
+
+    LocalInput(String location) {
+      this.location = location;
+    }
+
+    @Override
+    public long getLength() {
+      try {
+        return Files.size(local(location));
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+    }
+
+    @Override
+    public SeekableInputStream newStream() {
+      try {
+        RandomAccessFile file = new RandomAccessFile(local(location).toFile(), "r");
+        return new SeekableInputStream() {
+          @Override
+          public long getPos() throws IOException {
+            return file.getFilePointer();
+          }
+
+          @Override
+          public void seek(long pos) throws IOException {
+            file.seek(pos);
+          }
+
+          @Override
+          public int read() throws IOException {
+            return file.read();
+          }
+
+          @Override
+          public int read(byte[] b, int off, int len) throws IOException {
+            return file.read(b, off, len);
+          }
+
+          @Override
+          public void close() throws IOException {
+            file.close();
+          }
+        };
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+    }
+
+    @Override
+    public String location() {
+      return location;
+    }
+
+    @Override
+    public boolean exists() {
+      return Files.exists(local(location));
+    }
   }
 }
