@@ -134,30 +134,16 @@ def add_position_deletes(
     with list_writer(2, out, snapshot_id, head.snapshot_id, sequence, 0, "null") as lw:
         lw.add_manifests([*manifests, *head.manifests(table.io)])
     write_file(table, list_path, out.value)
-    ns, name = table.name()[-2], table.name()[-1]
-    resp = requests.post(
-        f"{srv.url}/v1/namespaces/{ns}/tables/{name}",
-        json={
-            "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head.snapshot_id}],
-            "updates": [
-                {
-                    "action": "add-snapshot",
-                    "snapshot": {
-                        "snapshot-id": snapshot_id,
-                        "parent-snapshot-id": head.snapshot_id,
-                        "sequence-number": sequence,
-                        "timestamp-ms": meta.last_updated_ms + 1,
-                        "manifest-list": list_path,
-                        "summary": {"operation": "delete"},
-                        "schema-id": meta.current_schema_id,
-                    },
-                },
-                {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
-            ],
-        },
-        timeout=30,
-    )
-    assert resp.status_code == 200, resp.text
+    snapshot = {
+        "snapshot-id": snapshot_id,
+        "parent-snapshot-id": head.snapshot_id,
+        "sequence-number": sequence,
+        "timestamp-ms": meta.last_updated_ms + 1,
+        "manifest-list": list_path,
+        "summary": {"operation": "delete"},
+        "schema-id": meta.current_schema_id,
+    }
+    commit_snapshot(srv, table, snapshot)
     return sum(f.record_count for f in written)
 
 
@@ -254,14 +240,26 @@ def commit_v3_deletes(srv, table: Table, deletes: list[DataFile], rng: random.Ra
         "schema-id": meta.current_schema_id, "first-row-id": first_row_id,
         "added-rows": lw.next_row_id - first_row_id,
     }  # fmt: skip
+    commit_snapshot(srv, table, snapshot)
+
+
+def commit_snapshot(srv, table: Table, snapshot: dict) -> None:
+    """Commit ``snapshot`` (its parent: the main branch's head) as the new head of main, over REST."""
     ns, name = table.name()[-2], table.name()[-1]
     resp = requests.post(
         f"{srv.url}/v1/namespaces/{ns}/tables/{name}",
         json={
-            "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head.snapshot_id}],
+            "requirements": [
+                {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": snapshot["parent-snapshot-id"]}
+            ],
             "updates": [
                 {"action": "add-snapshot", "snapshot": snapshot},
-                {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+                {
+                    "action": "set-snapshot-ref",
+                    "ref-name": "main",
+                    "type": "branch",
+                    "snapshot-id": snapshot["snapshot-id"],
+                },
             ],
         },
         timeout=30,

@@ -40,7 +40,7 @@ from pyiceberg.types import LongType
 
 from catalog.maintenance.rewrite_manifests import KIND as REWRITE_MANIFESTS
 from catalog.maintenance.rewrite_manifests import MIN_COUNT
-from tests.java_oracle import JavaOracle, classpath
+from tests.java_oracle import JavaOracle
 from tests.planning_corpus import (
     EVOLVE_BY,
     SCHEMA,
@@ -51,7 +51,7 @@ from tests.planning_corpus import (
     some_rows,
     v3_position_deletes,
 )
-from tests.support import CARE_ON_REQUEST, run_care, skip_or_fail, start_server
+from tests.support import CARE_ON_REQUEST, run_care, start_server
 
 PER_TASK = 2  # manifests per plan task: most plans here come as plan tasks the test follows
 PLANS = 2000  # at least this many plans are compared with Java's (issue 47's bar)
@@ -68,16 +68,6 @@ SPECS = [
     [(2, IdentityTransform(), "c"), (3, DayTransform(), "d_day")],
     [(5, DayTransform(), "ts_day"), (1, BucketTransform(2), "id_bucket")],
 ]
-
-
-@pytest.fixture(scope="module")
-def oracle() -> Iterator[JavaOracle]:
-    cp, missing = classpath()
-    if cp is None:
-        skip_or_fail(f"the Java oracle cannot run: {missing}")
-    java = JavaOracle(cp)
-    yield java
-    java.close()
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +203,7 @@ def _pyiceberg_plan(table: Table, body: dict, row_filter) -> list:
     return sorted([t.file.file_path, sorted(d.file_path for d in t.delete_files)] for t in scan.plan_files())
 
 
-def test_plans_name_the_same_files_and_deletes_as_javas_planner(srv, oracle: JavaOracle, corpus: list[dict]) -> None:
+def test_plans_name_the_same_files_and_deletes_as_javas_planner(srv, java: JavaOracle, corpus: list[dict]) -> None:
     rng = random.Random(4711)
     client = client_planning(srv)
     compared = with_pyiceberg = incremental = 0
@@ -236,7 +226,7 @@ def test_plans_name_the_same_files_and_deletes_as_javas_planner(srv, oracle: Jav
                 sent = PlanTableScanRequest(filter=row_filter).model_dump(by_alias=True, exclude_none=True, mode="json")
                 body = {**scan, "filter": sent["filter"]} if "filter" in sent else dict(scan)
                 ours = _server_plan(srv.url, name, body)
-                javas = _java_plan(oracle, location, body)
+                javas = _java_plan(java, location, body)
                 assert ours == javas, (name, body)
                 compared += 1
                 incremental += "end-snapshot-id" in scan
