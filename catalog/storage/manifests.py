@@ -341,7 +341,7 @@ class BufferOutput(OutputFile):
 # declares ``list<long>`` and writes manifests with it; Java reads such a manifest's equality delete
 # files into a ClassCastException (``ArrayUtil.toIntArray``), so a Spark or Flink reader of a table
 # whose delete manifests the catalog rewrote could not plan it any more. Found by the Java planning
-# differential (tests/test_planning_java.py); ``tests/test_metadata_encoding.py`` holds the type.
+# differential (tests/test_planning_java.py); ``tests/test_units.py`` holds the type.
 EQUALITY_IDS = NestedField(
     135,
     "equality_ids",
