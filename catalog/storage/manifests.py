@@ -9,6 +9,7 @@ maintenance and the rebase of a merged append write manifests).
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
 import zlib
@@ -38,6 +39,8 @@ from pyiceberg.manifest import (
     ManifestWriterV1,
     ManifestWriterV2,
     PartitionFieldSummary,
+    data_file_with_partition,
+    manifest_entry_schema_with_data_file,
     write_manifest_list,
 )
 from pyiceberg.partitioning import PartitionSpec
@@ -363,11 +366,20 @@ def with_spec_types(schema: Schema) -> Schema:
     return Schema(*[data_file(f) for f in schema.fields], schema_id=schema.schema_id)
 
 
+@functools.lru_cache(maxsize=256)
+def _entry_schema(format_version: int, partition_type: StructType) -> Schema:
+    """A manifest entry's schema for ``partition_type``, with the spec's field types, built once per
+    partition type and version: pyiceberg builds it for every writer, twice, and each build took
+    ~0.3 ms (~0.6 ms with the type fix) where a rebase writes a manifest on the commit path."""
+    data_file = data_file_with_partition(partition_type=partition_type, format_version=format_version)
+    return with_spec_types(manifest_entry_schema_with_data_file(format_version=format_version, data_file=data_file))
+
+
 class _DataV2(ManifestWriterV2):
     """pyiceberg's v2 data manifest writer, with the spec's field types (``with_spec_types``)."""
 
     def _with_partition(self, format_version):  # noqa: ANN001, ANN202 - pyiceberg's TableVersion, Schema
-        return with_spec_types(super()._with_partition(format_version))
+        return _entry_schema(format_version, self._spec.partition_type(self._schema))
 
 
 class _DataV3(_DataV2):
